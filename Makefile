@@ -1,0 +1,72 @@
+# Vigil — every target does its own set-up, so `make demo` and `make test` work on a fresh machine.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+STAMP     := $(VENV)/.installed
+DEMO      := .cluster/default
+KUBECTL    = $(DEMO)/bin/kubectl --kubeconfig $(DEMO)/kubeconfig
+PYTEST_ARGS ?=
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
+
+.PHONY: system-deps
+system-deps: ## install the OS packages the tooling needs (apt-get; skipped when present)
+	@scripts/system-deps.sh
+
+$(STAMP): pyproject.toml | system-deps
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+.PHONY: venv
+venv: $(STAMP) ## create the Python environment in .venv
+
+.PHONY: binaries
+binaries: ## build the local control plane and helm from the Go module proxy (cached outside the repo)
+	@e2e/cluster/build.sh >/dev/null
+
+.PHONY: crds
+crds: $(STAMP) ## regenerate crds/, the chart's copy, the field reference and manifests/install.yaml
+	$(PY) -m vigil.model.crdgen crds --docs docs/reference/crds.md
+	rm -f helm/vigil/files/crds/*.yaml && mkdir -p helm/vigil/files/crds && cp crds/*.yaml helm/vigil/files/crds/
+	HELM=$$(e2e/cluster/build.sh)/helm e2e/cluster/render-install.sh
+
+.PHONY: cluster-up
+cluster-up: $(STAMP) ## start the local control plane (etcd, API server, controllers, scheduler, node agent)
+	$(PY) -m e2e.cluster.localcluster up --state $(DEMO)
+
+.PHONY: cluster-down
+cluster-down: $(STAMP) ## stop the local control plane, leaving no process behind
+	$(PY) -m e2e.cluster.localcluster down --state $(DEMO)
+
+.PHONY: demo
+demo: cluster-up ## the local control plane, the operator, the examples, and `kubectl get sj,wf`
+	@scripts/demo.sh
+
+.PHONY: lint
+lint: $(STAMP) ## ruff, mypy --strict, and the import contracts that keep vigil.core pure
+	$(VENV)/bin/ruff check operator tests e2e
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+.PHONY: test
+test: lint binaries ## the whole suite (unit, contract, integration against a real API server and databases, e2e)
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+.PHONY: stress
+stress: $(STAMP) binaries ## long variants of the failover and soak tests
+	VIGIL_STRESS=1 $(VENV)/bin/pytest -m stress $(PYTEST_ARGS)
+
+.PHONY: bench
+bench: $(STAMP) binaries ## benchmarks: prints rates and latencies; never fails for being slow
+	$(PY) -m bench
+
+.PHONY: clean
+clean: cluster-down ## stop the demo cluster and delete local state (not the binary cache)
+	rm -rf .cluster

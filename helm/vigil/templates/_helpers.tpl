@@ -1,0 +1,100 @@
+{{/*
+Naming and labelling helpers shared by every template.
+*/}}
+
+{{/* The chart name, overridable with nameOverride. */}}
+{{- define "vigil.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The prefix of every object name: the release name, plus the chart name unless the release name
+already contains it. Truncated to 63 characters (DNS label limit); suffixes are kept short.
+*/}}
+{{- define "vigil.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Chart name and version, for the helm.sh/chart label. */}}
+{{- define "vigil.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every object. */}}
+{{- define "vigil.labels" -}}
+helm.sh/chart: {{ include "vigil.chart" . }}
+{{ include "vigil.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: vigil
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The labels that identify this release's objects; never change them (selectors are immutable). */}}
+{{- define "vigil.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "vigil.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Selector labels of the operator pods. */}}
+{{- define "vigil.operator.selectorLabels" -}}
+{{ include "vigil.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/* Selector labels of the bundled PostgreSQL pod. */}}
+{{- define "vigil.postgresql.selectorLabels" -}}
+{{ include "vigil.selectorLabels" . }}
+app.kubernetes.io/component: postgresql
+{{- end }}
+
+{{/* The operator's ServiceAccount name. */}}
+{{- define "vigil.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "vigil.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The operator image reference: the digest pins it when set, else the tag (default appVersion). */}}
+{{- define "vigil.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the bundled PostgreSQL's StatefulSet, Service and Secret. */}}
+{{- define "vigil.postgresql.fullname" -}}
+{{- printf "%s-postgresql" (include "vigil.fullname" . | trunc 52 | trimSuffix "-") }}
+{{- end }}
+
+{{/*
+Where VIGIL_HISTORY_DSN comes from, as a dict {name, key}, or an empty dict when the DSN in the
+ConfigMap is used. history.existingSecret and postgresql.enabled are mutually exclusive.
+*/}}
+{{- define "vigil.historySecretRef" -}}
+{{- if and .Values.history.existingSecret .Values.postgresql.enabled }}
+{{- fail "history.existingSecret and postgresql.enabled are mutually exclusive: choose one source for the history DSN" }}
+{{- end }}
+{{- if .Values.history.existingSecret }}
+{{- dict "name" .Values.history.existingSecret "key" .Values.history.existingSecretKey | toJson }}
+{{- else if .Values.postgresql.enabled }}
+{{- dict "name" (include "vigil.postgresql.fullname" .) "key" "dsn" | toJson }}
+{{- else }}
+{{- dict | toJson }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,130 @@
+"""`vigil` / `kubectl vigil`: run the operator, and ask it questions.
+
+    vigil operator --config FILE          run the operator (what the Deployment runs)
+    kubectl vigil next -f FILE|JOB [--from RFC3339] [--count N]
+                                          the next occurrences (no cluster needed with -f)
+    kubectl vigil occurrences JOB         the trigger ledger: each occurrence's outcome
+
+Installed as `kubectl-vigil`, kubectl finds it as a plugin.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import yaml
+
+from vigil.core.schedule import next_occurrences, occurrence_at
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.jobspec import InvalidJob, job_view
+
+PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+
+
+def _load_file(path: str) -> dict[str, Any]:
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "ScheduledJob"]
+    if not docs:
+        raise SystemExit(f"{path}: no ScheduledJob found")
+    obj = docs[0]
+    meta = obj.setdefault("metadata", {})
+    meta.setdefault("namespace", "default")
+    meta.setdefault("uid", PLACEHOLDER_UID)
+    meta.setdefault("creationTimestamp", "2026-01-01T00:00:00Z")
+    meta.setdefault("generation", 1)
+    return dict(obj)
+
+
+def _kube_custom() -> Any:
+    from kubernetes import client, config  # the cluster is needed only for these verbs
+
+    config.load_kube_config()
+    return client.CustomObjectsApi()
+
+
+def _fetch_job(name: str, namespace: str) -> dict[str, Any]:
+    from vigil.model import GROUP, VERSION
+
+    obj: dict[str, Any] = _kube_custom().get_namespaced_custom_object(
+        GROUP, VERSION, namespace, "scheduledjobs", name
+    )
+    return obj
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    obj = _load_file(args.file) if args.file else _fetch_job(args.job, args.namespace)
+    try:
+        view, spec = job_view(obj)
+    except InvalidJob as err:
+        print(f"invalid ScheduledJob: {err}", file=sys.stderr)
+        return 2
+    start = parse_rfc3339(args.start) if args.start else datetime.now(UTC)
+    zone = spec.timezone
+    print(f"{'NOMINAL (UTC)':22} {'FIRE AT (UTC)':26} {'LOCAL (' + zone + ')':28} PERIOD START (UTC)")
+    for nominal in next_occurrences(view.schedule, start, count=args.count):
+        occ = occurrence_at(view.schedule, nominal, jitter=view.offset)
+        local = nominal.astimezone(ZoneInfo(zone)).isoformat()
+        fire = occ.fire_at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        print(f"{format_rfc3339(nominal):22} {fire:26} {local:28} {format_rfc3339(occ.period_start)}")
+    if args.file and view.jitter:
+        print(f"(jitter window {view.jitter}; the offset depends on the job's uid, known once applied)")
+    return 0
+
+
+def cmd_occurrences(args: argparse.Namespace) -> int:
+    obj = _fetch_job(args.job, args.namespace)
+    ledger = (obj.get("status") or {}).get("occurrences") or []
+    print(f"{'NOMINAL':22} {'OUTCOME':11} {'EXECUTION':22} {'AT':22} REASON")
+    for entry in ledger:
+        print(
+            f"{entry.get('nominal', ''):22} {entry.get('outcome', ''):11} {entry.get('executionId', '-'):22} "
+            f"{entry.get('at', ''):22} {entry.get('reason', '')}"
+        )
+    return 0
+
+
+def cmd_operator(args: argparse.Namespace) -> int:
+    from vigil.runtime import main as run_operator
+    from vigil.settings import load_settings
+
+    return run_operator(load_settings(Path(args.config) if args.config else None))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kubectl vigil", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    op = sub.add_parser("operator", help="run the operator")
+    op.add_argument("--config", help="the operator's config.yaml")
+    op.set_defaults(func=cmd_operator)
+
+    nx = sub.add_parser("next", help="print the next occurrences of a job")
+    nx.add_argument("job", nargs="?", help="a ScheduledJob in the cluster")
+    nx.add_argument("-f", "--file", help="a ScheduledJob manifest (no cluster needed); - for stdin")
+    nx.add_argument("--from", dest="start", help="start after this RFC 3339 time (default: now)")
+    nx.add_argument("--count", type=int, default=5)
+    nx.add_argument("-n", "--namespace", default="default")
+    nx.set_defaults(func=cmd_next)
+
+    oc = sub.add_parser("occurrences", help="the trigger ledger of a job")
+    oc.add_argument("job")
+    oc.add_argument("-n", "--namespace", default="default")
+    oc.set_defaults(func=cmd_occurrences)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "next" and not (args.file or args.job):
+        parser().error("next: give a JOB name or -f FILE")
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

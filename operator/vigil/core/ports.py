@@ -1,0 +1,80 @@
+"""The core's ports: the few things it asks of the world, as Protocols.
+
+Each port has a real adapter (Kubernetes objects today, PostgreSQL in the volume
+tier later) and an in-memory twin in `vigil.core.memory` for unit tests; one
+contract suite runs against every implementation. The core sees only these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Protocol
+
+from vigil.core.buckets import Bucket, BucketEntry, Mark
+from vigil.core.chain import EntryPlan, Fire, JobLookup
+
+
+class Clock(Protocol):
+    def now(self) -> datetime:
+        """The current instant, timezone-aware UTC."""
+        ...
+
+
+class Conflict(Exception):
+    """A conditional write lost to a concurrent writer; re-read and decide again."""
+
+
+class BucketStore(Protocol):
+    """The time-partitioned schedule."""
+
+    def read_minute(self, minute: datetime) -> list[Bucket]:
+        """Every bucket of one minute (all shards), with entries and markers."""
+        ...
+
+    def pending_minutes(self, *, until: datetime) -> list[datetime]:
+        """Minutes up to `until` that still hold an unmarked entry, oldest first.
+
+        Used once when leadership starts and as a periodic safety net, never per tick.
+        """
+        ...
+
+    def insert(self, entry: BucketEntry) -> str:
+        """Add an entry to its minute's bucket; idempotent by key. Returns the bucket name."""
+        ...
+
+    def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+        """Write fired markers, conditional on `version`; raise Conflict if it moved.
+
+        A marker already present is never overwritten: the first writer wins.
+        """
+        ...
+
+    def complete(self, bucket: str) -> None:
+        """Note that every entry of a past bucket is marked, so scans skip it."""
+        ...
+
+    def remove(self, bucket: str, key: str) -> None:
+        """Delete one entry (operations and tests: how a chain gets broken)."""
+        ...
+
+
+class JobCatalogue(Protocol):
+    def lookup(self, namespace: str, name: str) -> JobLookup:
+        """The job as it is now; `job` is None when it no longer exists."""
+        ...
+
+
+class Launcher(Protocol):
+    def launch(self, fire: Fire) -> bool:
+        """Create the execution; True if created now, False if it already existed."""
+        ...
+
+
+class Ledger(Protocol):
+    def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
+        """Write the plan's outcomes to the job (status, Events), idempotently.
+
+        `launched` maps each fired execution id to whether this pass created it.
+        """
+        ...

@@ -1,0 +1,161 @@
+"""The trigger pass: walk the due minutes, fire what has come due, mark it once.
+
+The leader calls `Trigger.tick()` every few hundred milliseconds. A pass reads
+the clock once, then visits every minute from the cursor — the oldest minute
+that may still hold an unmarked entry — up to now. For each due entry it asks
+`chain.plan_entry` what to do and applies the plan in the one order that makes
+a crash anywhere harmless:
+
+1. insert the job's next occurrence (idempotent by key),
+2. create each execution (named from its execution id: a repeat gets "exists"),
+3. record outcomes on the job (idempotent by nominal time),
+4. write the fired markers with a version precondition (first writer wins).
+
+A pass that dies between any two steps is repaired by the next pass repeating
+them. Two leaders overlapping during a failover both reach step 2 with the same
+names, so one execution results; step 4's precondition settles the marker.
+
+The cursor starts at the oldest pending minute found when leadership begins, so
+minutes missed while no leader ran are walked, never skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections import Counter
+from datetime import datetime, timedelta
+
+from vigil.core.buckets import MINUTE, Bucket, Mark, minute_of
+from vigil.core.chain import EntryPlan, plan_entry
+from vigil.core.ports import BucketStore, Clock, Conflict, JobCatalogue, Launcher, Ledger
+
+log = logging.getLogger(__name__)
+
+COMPLETE_GRACE = timedelta(seconds=5)  # a minute is closed this long after it ends (late inserts)
+MAX_MINUTES_PER_TICK = 120  # a long outage is walked over several ticks, two hours at a time
+MARK_RETRIES = 5
+
+
+@dataclasses.dataclass
+class TickReport:
+    """What one pass did; the metrics adapter and benchmarks read it."""
+
+    now: datetime
+    minutes: int = 0
+    buckets: int = 0
+    entries: int = 0
+    fired: int = 0
+    created: int = 0
+    recorded: int = 0
+    errors: int = 0
+    lags: list[float] = dataclasses.field(default_factory=list)  # seconds, creation - fire time
+    outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
+
+
+class Trigger:
+    def __init__(
+        self,
+        *,
+        store: BucketStore,
+        catalogue: JobCatalogue,
+        launcher: Launcher,
+        ledger: Ledger,
+        clock: Clock,
+    ) -> None:
+        self._store = store
+        self._catalogue = catalogue
+        self._launcher = launcher
+        self._ledger = ledger
+        self._clock = clock
+        self._cursor: datetime | None = None
+
+    @property
+    def cursor(self) -> datetime | None:
+        return self._cursor
+
+    def rescan(self) -> None:
+        """Move the cursor back to the oldest pending minute (at leadership start, and periodically)."""
+        now = self._clock.now()
+        pending = self._store.pending_minutes(until=minute_of(now))
+        oldest = pending[0] if pending else minute_of(now)
+        if self._cursor is None or oldest < self._cursor:
+            log.info("trigger cursor set to %s", oldest.isoformat())
+            self._cursor = oldest
+
+    def tick(self) -> TickReport:
+        now = self._clock.now()
+        if self._cursor is None:
+            self.rescan()
+        assert self._cursor is not None
+        report = TickReport(now=now)
+        current = minute_of(now)
+        minute = self._cursor
+        next_cursor: datetime | None = None
+        while minute <= current and report.minutes < MAX_MINUTES_PER_TICK:
+            report.minutes += 1
+            settled = self._visit_minute(minute, now, report)
+            if not settled and next_cursor is None:
+                next_cursor = minute
+            minute += MINUTE
+        self._cursor = next_cursor or minute
+        return report
+
+    def _visit_minute(self, minute: datetime, now: datetime, report: TickReport) -> bool:
+        """Process one minute; True when every entry in it is marked and it can be left behind."""
+        closed = now >= minute + MINUTE + COMPLETE_GRACE
+        settled = closed
+        for bucket in self._store.read_minute(minute):
+            report.buckets += 1
+            bucket = self._process(bucket, now, report)
+            if bucket.pending():
+                settled = False
+            elif closed:
+                self._store.complete(bucket.name)
+        return settled
+
+    def _process(self, bucket: Bucket, now: datetime, report: TickReport) -> Bucket:
+        due = bucket.due(now)
+        if not due:
+            return bucket
+        marks: dict[str, Mark] = {}
+        for entry in due:
+            report.entries += 1
+            try:
+                lookup = self._catalogue.lookup(entry.namespace, entry.name)
+                plan = plan_entry(entry, lookup.job, now=now, invalid=lookup.invalid)
+                self._apply(plan, now, report)
+            except Exception:  # one bad entry must not hold up the rest; it is retried next pass
+                log.exception("trigger: entry %s of %s/%s failed", entry.key, entry.namespace, entry.name)
+                report.errors += 1
+                continue
+            marks[entry.key] = plan.mark
+        return self._mark(bucket, marks) if marks else bucket
+
+    def _apply(self, plan: EntryPlan, now: datetime, report: TickReport) -> None:
+        if plan.insert is not None:
+            self._store.insert(plan.insert)
+        launched: dict[str, bool] = {}
+        for fire in plan.fires:
+            created = self._launcher.launch(fire)
+            launched[fire.execution_id] = created
+            report.fired += 1
+            if created:
+                report.created += 1
+                report.lags.append((self._clock.now() - fire.occurrence.fire_at).total_seconds())
+        self._ledger.record(plan, launched=launched, now=now)
+        report.recorded += len(plan.records)
+        report.outcomes["Fired"] += sum(launched.values())
+        for record in plan.records:
+            report.outcomes[str(record.outcome)] += 1
+
+    def _mark(self, bucket: Bucket, marks: dict[str, Mark]) -> Bucket:
+        for _ in range(MARK_RETRIES):
+            try:
+                return self._store.mark(bucket.name, marks, version=bucket.version)
+            except Conflict:
+                fresh = [b for b in self._store.read_minute(bucket.minute) if b.name == bucket.name]
+                if not fresh:
+                    raise
+                bucket = fresh[0]
+        raise Conflict(f"bucket {bucket.name}: markers not written after {MARK_RETRIES} conflicts")

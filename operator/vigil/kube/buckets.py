@@ -1,0 +1,240 @@
+"""The schedule store on the API server: ScheduleBucket objects, one per (minute, shard).
+
+Reads are by minute label, so a trigger pass fetches only the minutes it
+visits. Inserts are read-modify-write on the spec with the object's
+resourceVersion (a conflict re-reads and tries again). Fired markers live in the
+status subresource and are written with a merge patch that carries the
+resourceVersion read — the API server refuses it with 409 if anything changed in
+between, which is what makes marking single-fire without any lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.buckets import (
+    Bucket,
+    BucketEntry,
+    Mark,
+    Outcome,
+    bucket_name,
+    minute_label,
+    minute_of,
+    parse_minute_label,
+    shard_candidates,
+)
+from vigil.core.ports import Conflict
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.model import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+
+PLURAL = "schedulebuckets"
+LABEL_MINUTE = "vigil.dev/minute"
+LABEL_PENDING = "vigil.dev/pending"
+INSERT_RETRIES = 10
+
+
+def format_millis(at: datetime) -> str:
+    """RFC 3339 UTC with milliseconds: jittered fire times are finer than a second."""
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def entry_to_dict(entry: BucketEntry) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "key": entry.key,
+        "namespace": entry.namespace,
+        "name": entry.name,
+        "uid": entry.uid,
+        "generation": entry.generation,
+        "scheduleHash": entry.schedule_hash,
+        "nominal": format_millis(entry.nominal),
+        "fireAt": format_millis(entry.fire_at),
+    }
+    if entry.resume:
+        out["resume"] = True
+    return out
+
+
+def entry_from_dict(raw: Mapping[str, Any]) -> BucketEntry:
+    return BucketEntry(
+        key=raw["key"],
+        namespace=raw["namespace"],
+        name=raw["name"],
+        uid=raw["uid"],
+        generation=int(raw.get("generation", 0)),
+        schedule_hash=raw.get("scheduleHash", ""),
+        nominal=parse_rfc3339(raw["nominal"]),
+        fire_at=parse_rfc3339(raw["fireAt"]),
+        resume=bool(raw.get("resume", False)),
+    )
+
+
+def mark_to_dict(mark: Mark) -> dict[str, Any]:
+    out: dict[str, Any] = {"outcome": str(mark.outcome), "at": format_millis(mark.at)}
+    if mark.execution_id:
+        out["executionId"] = mark.execution_id
+    if mark.reason:
+        out["reason"] = mark.reason
+    return out
+
+
+def mark_from_dict(raw: Mapping[str, Any]) -> Mark:
+    return Mark(
+        outcome=Outcome(raw["outcome"]),
+        at=parse_rfc3339(raw["at"]),
+        execution_id=raw.get("executionId"),
+        reason=raw.get("reason", ""),
+    )
+
+
+def bucket_from_object(obj: Mapping[str, Any]) -> Bucket:
+    spec = obj.get("spec") or {}
+    fired = (obj.get("status") or {}).get("fired") or {}
+    return Bucket(
+        name=obj["metadata"]["name"],
+        minute=parse_rfc3339(spec["minute"]),
+        entries=tuple(entry_from_dict(o) for o in spec.get("occurrences") or ()),
+        marks={k: mark_from_dict(v) for k, v in fired.items()},
+        version=obj["metadata"]["resourceVersion"],
+    )
+
+
+class KubeBucketStore:
+    def __init__(self, api: client.ApiClient, *, namespace: str, shards: int, max_per_bucket: int) -> None:
+        self._api = client.CustomObjectsApi(api)
+        self._namespace = namespace
+        self._shards = shards
+        self._max = max_per_bucket
+        self._lock = threading.Lock()  # one writer per process: the trigger and handlers share it
+
+    # --- reads ---
+
+    def read_minute(self, minute: datetime) -> list[Bucket]:
+        result = self._api.list_namespaced_custom_object(
+            GROUP, VERSION, self._namespace, PLURAL, label_selector=f"{LABEL_MINUTE}={minute_label(minute)}"
+        )
+        return sorted((bucket_from_object(o) for o in result["items"]), key=lambda b: b.name)
+
+    def pending_minutes(self, *, until: datetime) -> list[datetime]:
+        minutes: set[datetime] = set()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"label_selector": f"{LABEL_PENDING}=true", "limit": 500}
+            if token:
+                kwargs["_continue"] = token
+            page = self._api.list_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, **kwargs)
+            for obj in page["items"]:
+                minute = parse_minute_label(obj["metadata"]["labels"][LABEL_MINUTE])
+                if minute <= until:
+                    minutes.add(minute)
+            token = page["metadata"].get("continue")
+            if not token:
+                return sorted(minutes)
+
+    def _get(self, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self._api.get_namespaced_custom_object(
+                GROUP, VERSION, self._namespace, PLURAL, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj
+
+    # --- writes ---
+
+    def insert(self, entry: BucketEntry) -> str:
+        minute = minute_of(entry.fire_at)
+        with self._lock:
+            for _ in range(INSERT_RETRIES):
+                try:
+                    return self._insert_once(entry, minute)
+                except Conflict:
+                    continue
+        raise Conflict(f"insert {entry.key}: gave up after {INSERT_RETRIES} conflicts")
+
+    def _insert_once(self, entry: BucketEntry, minute: datetime) -> str:
+        for shard in shard_candidates(entry.uid, self._shards):
+            name = bucket_name(minute, shard)
+            obj = self._get(name)
+            if obj is None:
+                self._create(name, minute, shard, entry)
+                return name
+            occurrences = obj["spec"].get("occurrences") or []
+            if any(o["key"] == entry.key for o in occurrences):
+                return name
+            if len(occurrences) >= self._max:
+                continue
+            obj["spec"]["occurrences"] = [*occurrences, entry_to_dict(entry)]
+            obj["metadata"].setdefault("labels", {})[LABEL_PENDING] = "true"
+            self._replace(name, obj)
+            return name
+        raise RuntimeError(f"minute {minute.isoformat()} is full in every shard")
+
+    def _create(self, name: str, minute: datetime, shard: int, entry: BucketEntry) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "ScheduleBucket",
+            "metadata": {
+                "name": name,
+                "namespace": self._namespace,
+                "labels": {LABEL_MINUTE: minute_label(minute), LABEL_PENDING: "true"},
+            },
+            "spec": {"minute": format_rfc3339(minute), "shard": shard, "occurrences": [entry_to_dict(entry)]},
+        }
+        try:
+            self._api.create_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, body)
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"bucket {name} created concurrently") from err
+            raise
+
+    def _replace(self, name: str, obj: dict[str, Any]) -> None:
+        try:
+            self._api.replace_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, name, obj)
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"bucket {name} changed concurrently") from err
+            raise
+
+    def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+        body = {
+            "metadata": {"resourceVersion": version},
+            "status": {"fired": {key: mark_to_dict(mark) for key, mark in marks.items()}},
+        }
+        try:
+            obj = self._api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, self._namespace, PLURAL, bucket, body
+            )
+        except ApiException as err:
+            if err.status == 409:
+                raise Conflict(f"bucket {bucket}: version {version} is stale") from err
+            raise
+        return bucket_from_object(obj)
+
+    def complete(self, bucket: str) -> None:
+        body = {"metadata": {"labels": {LABEL_PENDING: "false"}}}
+        self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, bucket, body)
+
+    def remove(self, bucket: str, key: str) -> None:
+        with self._lock:
+            for _ in range(INSERT_RETRIES):
+                obj = self._get(bucket)
+                if obj is None:
+                    return
+                obj["spec"]["occurrences"] = [o for o in obj["spec"].get("occurrences") or [] if o["key"] != key]
+                try:
+                    self._replace(bucket, obj)
+                    return
+                except Conflict:
+                    continue
+        raise Conflict(f"remove {key} from {bucket}: gave up after {INSERT_RETRIES} conflicts")

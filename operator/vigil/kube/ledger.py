@@ -1,0 +1,144 @@
+"""The trigger ledger on the ScheduledJob: every occurrence ends in one recorded outcome.
+
+After each plan the trigger writes, in one status patch: the occurrences it
+disposed of (Fired with the execution id, or Missed/Superseded/Skipped/Suspended
+with the reason), the chain's progress (`status.chain`: the newest nominal
+handled, where a suspended chain paused), LAST SCHEDULED and NEXT RUN. Entries
+are keyed by nominal time, so a repeated pass rewrites rather than duplicates.
+Events follow, one per outcome, Fired only when this pass created the pod.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.buckets import Outcome
+from vigil.core.chain import EntryPlan, Fire, Record
+from vigil.core.ids import pod_name
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.jobs import PLURAL, KubeCatalogue
+from vigil.model import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+
+LEDGER_SIZE = 50  # occurrences kept in status; the history database keeps the rest
+ACTIVE_SIZE = 20
+
+
+def _fired_entry(fire: Fire, now: datetime) -> dict[str, Any]:
+    return {
+        "nominal": format_rfc3339(fire.occurrence.nominal),
+        "fireAt": format_rfc3339(fire.occurrence.fire_at),
+        "executionId": fire.execution_id,
+        "outcome": str(Outcome.FIRED),
+        "at": format_rfc3339(now),
+        "reason": "Late" if fire.late else "",
+    }
+
+
+def _record_entry(record: Record, now: datetime) -> dict[str, Any]:
+    return {
+        "nominal": format_rfc3339(record.occurrence.nominal),
+        "fireAt": format_rfc3339(record.occurrence.fire_at),
+        "outcome": str(record.outcome),
+        "at": format_rfc3339(now),
+        "reason": str(record.reason),
+    }
+
+
+def merge_ledger(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Existing entries plus new ones, one per nominal time (newest write wins), oldest first."""
+    by_nominal = {e["nominal"]: e for e in existing}
+    for entry in new:
+        by_nominal[entry["nominal"]] = entry
+    ordered = sorted(by_nominal.values(), key=lambda e: parse_rfc3339(e["nominal"]))
+    return ordered[-LEDGER_SIZE:]
+
+
+class KubeLedger:
+    def __init__(self, api: client.ApiClient, *, catalogue: KubeCatalogue, events: EventRecorder) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._catalogue = catalogue
+        self._events = events
+
+    def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
+        obj = self._catalogue.cached(plan.namespace, plan.name)
+        if obj is None:
+            for record in plan.records:
+                log.info("occurrence of deleted job %s/%s: %s", plan.namespace, plan.name, record.reason)
+            return
+        self._patch_status(obj, plan, now)
+        self._post_events(obj, plan, launched)
+
+    def _patch_status(self, obj: Mapping[str, Any], plan: EntryPlan, now: datetime) -> None:
+        status = obj.get("status") or {}
+        chain: dict[str, Any] = {}  # only the keys this pass changes: the handler owns the rest
+        new = [_fired_entry(f, now) for f in plan.fires] + [_record_entry(r, now) for r in plan.records]
+        patch: dict[str, Any] = {"occurrences": merge_ledger(status.get("occurrences") or [], new)}
+        handled = plan.handled_through
+        if handled is not None:
+            previous = (status.get("chain") or {}).get("lastNominal")
+            if previous is None or parse_rfc3339(previous) < handled:
+                chain["lastNominal"] = format_rfc3339(handled)
+        if plan.fires:
+            newest = max(f.occurrence.nominal for f in plan.fires)
+            last = status.get("lastScheduleTime")
+            if last is None or parse_rfc3339(last) < newest:
+                patch["lastScheduleTime"] = format_rfc3339(newest)
+            active = {a["executionId"]: a for a in status.get("active") or []}
+            for fire in plan.fires:
+                active.setdefault(fire.execution_id, self._active(fire, now))
+            patch["active"] = list(active.values())[-ACTIVE_SIZE:]
+        if plan.pause_at is not None:
+            chain["pausedAt"] = format_rfc3339(plan.pause_at)
+        if plan.insert is not None:
+            patch["nextRun"] = format_rfc3339(plan.insert.fire_at)
+        elif plan.fires or plan.pause_at is not None:
+            patch["nextRun"] = None
+        if chain:
+            patch["chain"] = chain
+        meta = obj["metadata"]
+        try:
+            self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": patch}
+            )
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    @staticmethod
+    def _active(fire: Fire, now: datetime) -> dict[str, Any]:
+        return {
+            "executionId": fire.execution_id,
+            "attempt": 1,
+            "pod": pod_name(fire.execution_id, 1),
+            "scheduledFor": format_rfc3339(fire.occurrence.nominal),
+            "startedAt": format_rfc3339(now),
+        }
+
+    def _post_events(self, obj: Mapping[str, Any], plan: EntryPlan, launched: Mapping[str, bool]) -> None:
+        for fire in plan.fires:
+            if launched.get(fire.execution_id):
+                late = " (late)" if fire.late else ""
+                self._events.emit(
+                    obj,
+                    type_=NORMAL,
+                    reason="Fired",
+                    message=f"fired {format_rfc3339(fire.occurrence.nominal)}{late} as execution "
+                    f"{fire.execution_id}",
+                )
+        for record in plan.records:
+            warning = record.outcome is Outcome.MISSED
+            message = f"{record.outcome} {format_rfc3339(record.occurrence.nominal)}: {record.reason}"
+            if record.message:
+                message += f" ({record.message})"
+            self._events.emit(
+                obj, type_=WARNING if warning else NORMAL, reason=str(record.outcome), message=message
+            )

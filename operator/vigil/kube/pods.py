@@ -1,0 +1,122 @@
+"""The pod an execution attempt runs as, built from the job's pod template.
+
+The pod's name derives from the execution id and the attempt, so creating it
+twice is a 409, never a second pod. Every container gets the occurrence in its
+environment — the stable execution id first, because that is what a job uses
+to make itself idempotent — and the labels let anyone find every attempt of an
+execution with one selector.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from vigil.core.ids import pod_name
+from vigil.core.timeparse import format_rfc3339
+from vigil.model import GROUP, VERSION
+
+LABEL_JOB = "vigil.dev/job"
+LABEL_JOB_UID = "vigil.dev/job-uid"
+LABEL_EXECUTION = "vigil.dev/execution-id"
+LABEL_ATTEMPT = "vigil.dev/attempt"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+ANNOTATION_SCHEDULED_FOR = "vigil.dev/scheduled-for"
+ANNOTATION_PERIOD = "vigil.dev/period"
+MANAGED_BY = "vigil"
+ENV_NAMES = (
+    "VIGIL_EXECUTION_ID",
+    "VIGIL_ATTEMPT",
+    "VIGIL_SCHEDULED_FOR",
+    "VIGIL_PERIOD_START",
+    "VIGIL_PERIOD_END",
+    "VIGIL_PAYLOAD",
+    "VIGIL_IDEMPOTENCY_KEY",
+    "VIGIL_JOB",
+)
+
+
+def label_value(text: str) -> str:
+    """A label-safe value: the text itself when it fits, else a stable hash of it."""
+    if len(text) <= 63:
+        return text
+    return "h-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def execution_env(
+    *,
+    execution_id: str,
+    attempt: int,
+    scheduled_for: datetime,
+    period_start: datetime,
+    period_end: datetime,
+    payload_json: str,
+    idempotency_key: str,
+    job: str,
+) -> list[dict[str, str]]:
+    values = (
+        execution_id,
+        str(attempt),
+        format_rfc3339(scheduled_for),
+        format_rfc3339(period_start),
+        format_rfc3339(period_end),
+        payload_json,
+        idempotency_key,
+        job,
+    )
+    return [{"name": n, "value": v} for n, v in zip(ENV_NAMES, values, strict=True)]
+
+
+def build_pod(
+    *,
+    template: Mapping[str, Any],
+    owner: Mapping[str, Any],
+    execution_id: str,
+    attempt: int,
+    env: list[dict[str, str]],
+    timeout: timedelta | None,
+    extra_labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The pod manifest for one attempt. `owner` is the job object (kind, name, uid, namespace)."""
+    meta = owner["metadata"]
+    tmeta = template.get("metadata") or {}
+    spec = copy.deepcopy(dict(template.get("spec") or {}))
+    spec["restartPolicy"] = "Never"
+    if timeout is not None:
+        spec["activeDeadlineSeconds"] = max(1, int(timeout.total_seconds()))
+    for container in spec.get("containers") or []:
+        kept = [e for e in container.get("env") or [] if e.get("name") not in ENV_NAMES]
+        container["env"] = kept + env
+    labels = {
+        **(tmeta.get("labels") or {}),
+        LABEL_JOB: label_value(meta["name"]),
+        LABEL_JOB_UID: meta["uid"],
+        LABEL_EXECUTION: execution_id,
+        LABEL_ATTEMPT: str(attempt),
+        LABEL_MANAGED: MANAGED_BY,
+        **(extra_labels or {}),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name(execution_id, attempt),
+            "namespace": meta["namespace"],
+            "labels": labels,
+            "annotations": dict(tmeta.get("annotations") or {}),
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": owner.get("kind", "ScheduledJob"),
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }

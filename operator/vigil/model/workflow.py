@@ -1,0 +1,473 @@
+"""The Workflow and WorkflowDefinition resources: a DAG of steps, and versioned DAGs to start from.
+
+A Workflow is one instance of a DAG. Its steps have stable ids (never positions: history is
+keyed by step id, so a renamed step is a different step). What the API server can check — the
+shape of each step, unique ids, a pod step having a pod template — is a CEL rule or schema
+constraint here; what it cannot — that every ``dependsOn`` names a step and that the steps form
+no cycle — is a pydantic validator, reported by the operator as an ``Invalid`` condition.
+
+The status is mostly the orchestrator's data (pinned definition, history, folded step states),
+kept as free-form objects so that its format can evolve without a CRD change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+from pydantic import Field, StringConstraints, field_validator, model_validator
+
+from vigil.model.common import (
+    AGE_COLUMN,
+    CelRule,
+    Condition,
+    ObjectName,
+    PodTemplate,
+    PositiveDuration,
+    PrinterColumn,
+    ResourceKind,
+    RetryPolicy,
+    SpecModel,
+    StatusModel,
+    Timestamp,
+    cel_rules,
+    conditions_field,
+)
+
+#: Most steps one workflow may have.
+STEPS_MAX_ITEMS = 200
+#: Most approvers on one approval step (or one escalation level).
+APPROVERS_MAX_ITEMS = 50
+#: Most escalation levels on one approval step.
+ESCALATION_MAX_ITEMS = 10
+#: Most versions one WorkflowDefinition keeps. Workflows copy their version into status at
+#: start, so old versions can be deleted at any time; the bound also keeps the CEL cost
+#: estimate (versions x steps x escalations) within the API server's budget.
+DEFINITION_VERSIONS_MAX_ITEMS = 50
+
+#: A step id: lowercase letters, digits, '-' and '_', starting and ending with a letter or digit.
+#: Underscores are allowed (``encode_480``); anything that puts a step id into a Kubernetes name
+#: must map them.
+STEP_ID_PATTERN = r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$"
+STEP_ID_MAX_LENGTH = 63
+
+StepId = Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN, max_length=STEP_ID_MAX_LENGTH)]
+
+#: An approver: a user or group name as the approval API sees it, e.g. ``user:alice``.
+Approver = Annotated[str, StringConstraints(min_length=1, max_length=253)]
+
+MESSAGE_STEPS_OR_DEFINITION = "exactly one of steps or definitionRef must be set"
+MESSAGE_WAIT_DURATION_OR_UNTIL = "exactly one of duration or until must be set"
+MESSAGE_SELF_DEPENDENCY = "a step cannot depend on itself"
+MESSAGE_ESCALATE_NEEDS_APPROVAL = "onTimeout escalate and approve apply only to approval steps"
+
+
+class StepType(StrEnum):
+    """What a step does."""
+
+    POD = "pod"
+    APPROVAL = "approval"
+    WAIT = "wait"
+
+
+class OnTimeout(StrEnum):
+    """What happens when a step's timeout passes."""
+
+    FAIL = "fail"
+    SKIP = "skip"
+    ESCALATE = "escalate"
+    APPROVE = "approve"
+
+
+class OnError(StrEnum):
+    """What happens when a step fails."""
+
+    RETRY = "retry"
+    SKIP = "skip"
+    FAIL = "fail"
+    COMPENSATE = "compensate"
+
+
+class OnFailure(StrEnum):
+    """What happens when the workflow fails."""
+
+    FAIL = "fail"
+    COMPENSATE = "compensate"
+
+
+class WorkflowPhase(StrEnum):
+    """Where a workflow is in its life."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    COMPENSATING = "Compensating"
+    COMPENSATED = "Compensated"
+    CANCELLED = "Cancelled"
+
+
+class Escalation(SpecModel):
+    """One escalation level: after this long without a decision, these approvers are asked too."""
+
+    after: PositiveDuration = Field(
+        description="How long after the step started waiting this level applies."
+    )
+    approvers: list[Approver] = Field(
+        min_length=1, max_length=APPROVERS_MAX_ITEMS, description="Who is added at this level."
+    )
+
+
+class Approval(SpecModel):
+    """Who may approve an approval step, and who is asked when nobody does."""
+
+    approvers: list[Approver] = Field(
+        min_length=1,
+        max_length=APPROVERS_MAX_ITEMS,
+        description="Users or groups who may approve, e.g. user:alice, group:editors.",
+    )
+    escalation: list[Escalation] = Field(
+        default_factory=list,
+        max_length=ESCALATION_MAX_ITEMS,
+        description="Levels of escalation, in order of their `after`.",
+    )
+
+
+_WAIT_RULES = cel_rules(
+    CelRule(rule="has(self.duration) != has(self.until)", message=MESSAGE_WAIT_DURATION_OR_UNTIL)
+)
+
+
+class Wait(SpecModel, json_schema_extra=_WAIT_RULES):
+    """A durable timer: wait a duration from when the step starts, or until a time."""
+
+    duration: PositiveDuration | None = Field(
+        default=None, description="How long to wait, from when the step becomes ready."
+    )
+    until: Timestamp | None = Field(default=None, description="Wait until this time.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Self:
+        if (self.duration is None) == (self.until is None):
+            raise ValueError(MESSAGE_WAIT_DURATION_OR_UNTIL)
+        return self
+
+
+def _type_block_rule(step_type: StepType, block: str) -> CelRule:
+    """A step of ``step_type`` has ``block``, and no other step type has it."""
+    return CelRule(
+        rule=f"(self.type == '{step_type}') == has(self.{block})",
+        message=f"{block} is required on {step_type} steps and allowed on no other type",
+        field_path=f".{block}",
+    )
+
+
+#: Which block each step type needs (and no other type may carry).
+STEP_TYPE_BLOCKS = {StepType.POD: "template", StepType.APPROVAL: "approval", StepType.WAIT: "wait"}
+
+_STEP_RULES = cel_rules(
+    *(_type_block_rule(step_type, block) for step_type, block in STEP_TYPE_BLOCKS.items()),
+    CelRule(
+        rule="!has(self.dependsOn) || !(self.id in self.dependsOn)",
+        message=MESSAGE_SELF_DEPENDENCY,
+        field_path=".dependsOn",
+    ),
+    CelRule(
+        rule="!(self.onTimeout in ['escalate', 'approve']) || self.type == 'approval'",
+        message=MESSAGE_ESCALATE_NEEDS_APPROVAL,
+        field_path=".onTimeout",
+    ),
+)
+
+
+class Step(SpecModel, json_schema_extra=_STEP_RULES):
+    """One step of a workflow: a pod to run, an approval to wait for, or a timer."""
+
+    id: StepId = Field(
+        description="The step's stable name: history and status are keyed by it, so renaming a "
+        "step makes it a different step. Lowercase letters, digits, '-' and '_'."
+    )
+    depends_on: list[StepId] = Field(
+        default_factory=list,
+        max_length=STEPS_MAX_ITEMS,
+        description="Ids of the steps that must finish (succeed or be skipped) before this one "
+        "starts.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    type: StepType = Field(
+        description="pod runs `template`; approval waits for a decision; wait is a timer."
+    )
+    template: PodTemplate | None = Field(default=None, description="The pod to run (pod steps).")
+    approval: Approval | None = Field(default=None, description="Who approves (approval steps).")
+    wait: Wait | None = Field(default=None, description="What to wait for (wait steps).")
+    retry: RetryPolicy | None = Field(
+        default=None,
+        description="Retries of a failing pod step; unset means the defaults (3 attempts, "
+        "backoff 10s doubling up to 10m).",
+    )
+    timeout: PositiveDuration | None = Field(
+        default=None,
+        description="How long the step may take, from when it starts (all attempts, or the "
+        "whole wait for an approval), before onTimeout applies.",
+    )
+    on_timeout: OnTimeout = Field(
+        default=OnTimeout.FAIL,
+        description="When the timeout passes: fail the step, skip it, escalate the approval to "
+        "the next level, or approve it (the last two for approval steps only).",
+    )
+    on_error: OnError = Field(
+        default=OnError.RETRY,
+        description="When the step fails: retry it (per `retry`; once attempts run out it "
+        "fails the workflow), skip it and carry on, fail the workflow at once, or compensate "
+        "(run the compensate pods of the finished steps, as onFailure: compensate does).",
+    )
+    compensate: PodTemplate | None = Field(
+        default=None,
+        description="A pod that compensates for this step's effects (a business event, not an "
+        "undo), run when the workflow is compensated after this step succeeded.",
+    )
+    expected_duration: PositiveDuration | None = Field(
+        default=None,
+        description="How long the step normally takes; the watchdog reports a step running "
+        "much longer.",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        for step_type, block in STEP_TYPE_BLOCKS.items():
+            if (self.type == step_type) != (getattr(self, block) is not None):
+                raise ValueError(
+                    f"step {self.id!r}: {block} is required on {step_type} steps "
+                    "and allowed on no other type"
+                )
+        if self.id in self.depends_on:
+            raise ValueError(f"step {self.id!r}: {MESSAGE_SELF_DEPENDENCY}")
+        escalating = self.on_timeout in (OnTimeout.ESCALATE, OnTimeout.APPROVE)
+        if escalating and self.type != StepType.APPROVAL:
+            raise ValueError(f"step {self.id!r}: {MESSAGE_ESCALATE_NEEDS_APPROVAL}")
+        return self
+
+
+def find_cycle(dependencies: dict[str, list[str]]) -> list[str] | None:
+    """A cycle in the graph ``step -> dependsOn`` as ``[a, b, ..., a]``, or None.
+
+    Deterministic: steps are explored in the order given, so the same spec always reports the
+    same cycle. Ids missing from ``dependencies`` are ignored (reported elsewhere).
+    """
+    finished: set[str] = set()
+    for start in dependencies:
+        if start in finished:
+            continue
+        path: list[str] = [start]
+        on_path = {start}
+        pending = [iter(dependencies[start])]
+        while pending:
+            child = next(pending[-1], None)
+            if child is None:
+                pending.pop()
+                finished.add(path[-1])
+                on_path.discard(path.pop())
+            elif child in on_path:
+                return [*path[path.index(child) :], child]
+            elif child in dependencies and child not in finished:
+                path.append(child)
+                on_path.add(child)
+                pending.append(iter(dependencies[child]))
+    return None
+
+
+def check_step_graph(steps: Sequence[Step]) -> None:
+    """Raise ValueError unless step ids are unique, dependencies known and acyclic."""
+    dependencies: dict[str, list[str]] = {}
+    for step in steps:
+        if step.id in dependencies:
+            raise ValueError(f"duplicate step id {step.id!r}")
+        dependencies[step.id] = list(step.depends_on)
+    for step in steps:
+        unknown = [name for name in step.depends_on if name not in dependencies]
+        if unknown:
+            raise ValueError(f"step {step.id!r} dependsOn unknown step(s): {', '.join(unknown)}")
+    cycle = find_cycle(dependencies)
+    if cycle is not None:
+        raise ValueError(f"steps form a cycle: {' -> '.join(cycle)}")
+
+
+#: The graph checks of :func:`check_step_graph`, in words, for the reference docs.
+_GRAPH_CHECKS = (
+    "Every `dependsOn` names a step of the same workflow.",
+    "The steps form no cycle; the error names it, e.g. `steps form a cycle: a -> b -> a`.",
+    "Step ids are unique (also enforced at admission, as the list is keyed by id).",
+)
+
+
+def steps_field(*, required: bool) -> Any:
+    """The ``steps`` field: a list keyed (and so de-duplicated by the API server) by step id."""
+    return Field(
+        default=... if required else None,
+        min_length=1,
+        max_length=STEPS_MAX_ITEMS,
+        description="The steps. Order does not matter: dependsOn decides what runs when.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+
+
+class DefinitionRef(SpecModel):
+    """Which version of which WorkflowDefinition (in the workflow's namespace) to run."""
+
+    name: ObjectName = Field(description="The WorkflowDefinition's name.")
+    version: int = Field(ge=1, description="The definition version to pin.")
+
+
+_WORKFLOW_RULES = cel_rules(
+    CelRule(rule="has(self.steps) != has(self.definitionRef)", message=MESSAGE_STEPS_OR_DEFINITION)
+)
+
+
+class WorkflowSpec(SpecModel, json_schema_extra=_WORKFLOW_RULES):
+    """A DAG of steps to run once, given inline (steps) or by reference (definitionRef). The
+    definition is copied into status when the workflow starts, so later edits of a
+    WorkflowDefinition never touch running instances."""
+
+    steps: list[Step] | None = steps_field(required=False)
+    on_failure: OnFailure = Field(
+        default=OnFailure.FAIL,
+        description="When the workflow fails: just fail, or first run the compensate pods of "
+        "the steps that succeeded, in reverse dependency order.",
+    )
+    parameters: dict[str, str] = Field(
+        default_factory=dict,
+        description="Named values for the workflow, made available to its steps' pods.",
+    )
+    definition_ref: DefinitionRef | None = Field(
+        default=None, description="Run a version of a WorkflowDefinition instead of inline steps."
+    )
+
+    @field_validator("steps")
+    @classmethod
+    def _valid_graph(cls, steps: list[Step] | None) -> list[Step] | None:
+        if steps is not None:
+            check_step_graph(steps)
+        return steps
+
+    @model_validator(mode="after")
+    def _steps_or_definition(self) -> Self:
+        if (self.steps is None) == (self.definition_ref is None):
+            raise ValueError(MESSAGE_STEPS_OR_DEFINITION)
+        return self
+
+
+class WorkflowStatus(StatusModel):
+    """What the orchestrator knows about the workflow. `history` is the record of truth; the
+    rest can be rebuilt from it."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation last acted on."
+    )
+    phase: WorkflowPhase | None = Field(default=None, description="Where the workflow is.")
+    definition: dict[str, Any] | None = Field(
+        default=None,
+        description="The definition pinned at start (steps, onFailure, and where it came from).",
+    )
+    history: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The append-only record of what happened, as plain data; the workflow's "
+        "state is a fold over it.",
+    )
+    steps: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="The folded state of each step, by step id."
+    )
+    progress: Annotated[str, StringConstraints(max_length=32)] | None = Field(
+        default=None, description="Finished steps out of all steps, e.g. 3/6."
+    )
+    current: Annotated[str, StringConstraints(max_length=256)] | None = Field(
+        default=None, description="The step(s) running or waiting now."
+    )
+    started_at: Timestamp | None = Field(default=None, description="When the workflow started.")
+    finished_at: Timestamp | None = Field(default=None, description="When it finished.")
+    conditions: list[Condition] = conditions_field()
+
+
+WORKFLOW = ResourceKind(
+    kind="Workflow",
+    plural="workflows",
+    short_names=("wf",),
+    spec_model=WorkflowSpec,
+    status_model=WorkflowStatus,
+    description="A Workflow runs a DAG of steps (pods, approvals, timers) once, durably: it "
+    "resumes after any operator restart without re-running finished steps.",
+    printer_columns=(
+        PrinterColumn(name="Phase", json_path=".status.phase", description="Where it is."),
+        PrinterColumn(name="Progress", json_path=".status.progress", description="Steps done."),
+        PrinterColumn(name="Current", json_path=".status.current", description="Running now."),
+        AGE_COLUMN,
+    ),
+    operator_checks=_GRAPH_CHECKS,
+)
+
+
+class DefinitionVersion(SpecModel):
+    """One immutable version of a workflow definition."""
+
+    version: int = Field(ge=1, description="The version number, referenced by definitionRef.")
+    steps: list[Step] = steps_field(required=True)
+    on_failure: OnFailure = Field(
+        default=OnFailure.FAIL, description="The workflow's onFailure for this version."
+    )
+
+    @field_validator("steps")
+    @classmethod
+    def _valid_graph(cls, steps: list[Step]) -> list[Step]:
+        check_step_graph(steps)
+        return steps
+
+
+class WorkflowDefinitionSpec(SpecModel):
+    """Named, versioned workflow DAGs. Workflows pin one version when they start; add a new
+    version rather than editing one that running workflows may use."""
+
+    versions: list[DefinitionVersion] = Field(
+        min_length=1,
+        max_length=DEFINITION_VERSIONS_MAX_ITEMS,
+        description="The versions, each with its steps.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["version"],
+        },
+    )
+
+    @field_validator("versions")
+    @classmethod
+    def _unique_versions(cls, versions: list[DefinitionVersion]) -> list[DefinitionVersion]:
+        seen: set[int] = set()
+        for entry in versions:
+            if entry.version in seen:
+                raise ValueError(f"duplicate version {entry.version}")
+            seen.add(entry.version)
+        return versions
+
+    def version(self, number: int) -> DefinitionVersion | None:
+        """The version numbered ``number``, if this definition has it."""
+        return next((entry for entry in self.versions if entry.version == number), None)
+
+
+class WorkflowDefinitionStatus(StatusModel):
+    """What the operator reports about a definition."""
+
+    observed_generation: int | None = Field(
+        default=None, ge=0, description="The metadata.generation last checked."
+    )
+    conditions: list[Condition] = conditions_field()
+
+
+WORKFLOW_DEFINITION = ResourceKind(
+    kind="WorkflowDefinition",
+    plural="workflowdefinitions",
+    short_names=("wfd",),
+    spec_model=WorkflowDefinitionSpec,
+    status_model=WorkflowDefinitionStatus,
+    description="A WorkflowDefinition holds named, versioned workflow DAGs that Workflows "
+    "(and ScheduledJobs' workflowTemplate) start from with definitionRef.",
+    printer_columns=(AGE_COLUMN,),
+    operator_checks=(*_GRAPH_CHECKS, "Version numbers are unique."),
+)

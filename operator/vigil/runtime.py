@@ -1,0 +1,187 @@
+"""The composition root: the one place that builds every collaborator and wires them.
+
+`run(settings)` starts the health/metrics endpoints, then campaigns for the
+leader Lease. Standbys stay warm (imported, connected, serving health) and wait.
+The leader starts the trigger thread and the kopf operator; if it ever loses
+the Lease it exits at once, and its Deployment restarts it as a standby.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import kopf
+from kubernetes import client, config
+from prometheus_client import start_http_server
+
+from vigil import metrics
+from vigil.core.trigger import Trigger
+from vigil.kube import handlers
+from vigil.kube.buckets import KubeBucketStore
+from vigil.kube.events import EventRecorder
+from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.launcher import PodLauncher
+from vigil.kube.leasing import LeaderElector, LeaseConfig
+from vigil.kube.ledger import KubeLedger
+from vigil.kube.results import PodResults
+from vigil.settings import Settings
+
+log = logging.getLogger("vigil")
+
+EXIT_LOST_LEADERSHIP = 75  # EX_TEMPFAIL: restart me
+
+
+class SystemClock:
+    """The only clock the operator reads; the core receives it, never `datetime.now()`."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def api_client() -> client.ApiClient:
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    return client.ApiClient()
+
+
+def identity() -> str:
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+class _Health(BaseHTTPRequestHandler):
+    elector: LeaderElector | None = None
+
+    def do_GET(self) -> None:
+        if self.path in ("/healthz", "/readyz"):
+            body = b"ok\n"
+            self.send_response(200)
+        elif self.path == "/leader":
+            holder = self.elector.holder if self.elector else None
+            body = f"{holder or ''}\n".encode()
+            self.send_response(200)
+        else:
+            body = b"not found\n"
+            self.send_response(404)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def _serve(settings: Settings, elector: LeaderElector) -> None:
+    if settings.http.metrics_port:
+        start_http_server(settings.http.metrics_port, registry=metrics.REGISTRY)
+    if settings.http.api_port:
+        _Health.elector = elector
+        server = ThreadingHTTPServer(("", settings.http.api_port), _Health)
+        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+
+
+def _trigger_loop(trigger: Trigger, settings: Settings, stop: threading.Event) -> None:
+    interval = settings.trigger.tick_milliseconds / 1000
+    rescan_every = settings.trigger.rescan_seconds
+    last_rescan = time.monotonic()
+    trigger.rescan()
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            report = trigger.tick()
+            metrics.record_tick(report, duration_seconds=time.monotonic() - started)
+        except Exception:
+            log.exception("trigger pass failed; retrying next tick")
+        if time.monotonic() - last_rescan > rescan_every:
+            last_rescan = time.monotonic()
+            try:
+                trigger.rescan()
+            except Exception:
+                log.exception("bucket rescan failed")
+        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+
+
+def _lost() -> None:
+    log.error("leadership lost: exiting so that no stale leader acts")
+    logging.shutdown()
+    os._exit(EXIT_LOST_LEADERSHIP)
+
+
+def run(settings: Settings) -> int:
+    api = api_client()
+    clock = SystemClock()
+    me = identity()
+    elector = LeaderElector(
+        api,
+        LeaseConfig(
+            namespace=settings.namespace,
+            name=settings.leader_election.lease_name,
+            identity=me,
+            lease_duration=settings.leader_election.lease_duration_seconds,
+            renew_period=settings.leader_election.renew_period_seconds,
+        ),
+        on_lost=_lost,
+        on_transition=lambda holder: metrics.LEADER_TRANSITIONS.inc(),
+    )
+    _serve(settings, elector)
+    elector.start()
+    log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
+    elector.wait_until_leader()
+    metrics.IS_LEADER.set(1)
+
+    store = KubeBucketStore(
+        api,
+        namespace=settings.namespace,
+        shards=settings.trigger.shards,
+        max_per_bucket=settings.trigger.max_occurrences_per_bucket,
+    )
+    catalogue = KubeCatalogue(api)
+    events = EventRecorder(api, instance=me)
+    trigger = Trigger(
+        store=store,
+        catalogue=catalogue,
+        launcher=PodLauncher(api, catalogue=catalogue),
+        ledger=KubeLedger(api, catalogue=catalogue, events=events),
+        clock=clock,
+    )
+    stop = threading.Event()
+    threading.Thread(target=_trigger_loop, args=(trigger, settings, stop), name="trigger", daemon=True).start()
+
+    wiring = handlers.Wiring(store=store, events=events, clock=clock, results=PodResults(api, clock=clock))
+    registry = kopf.get_default_registry()
+
+    @kopf.on.startup(registry=registry)
+    def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        handlers.configure(settings)
+
+    try:
+        asyncio.run(
+            kopf.operator(
+                registry=registry,
+                clusterwide=True,
+                standalone=True,
+                memo=kopf.Memo(wiring=wiring),
+            )
+        )
+    finally:
+        stop.set()
+    return 0
+
+
+def main(settings: Settings) -> int:
+    logging.basicConfig(
+        level=settings.logging.level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return run(settings)

@@ -1,0 +1,116 @@
+"""The operator's settings: one nested model, parsed from one place.
+
+The Helm chart renders `config.yaml` into a ConfigMap; `vigil operator --config
+FILE` reads it here, then a few environment variables override it (the history
+DSN comes from a Secret, the namespace from the downward API). Every field says
+its unit and why its default is what it is. Nothing else in the package reads
+the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class LeaderElection(_Section):
+    lease_name: str = Field("vigil-leader", description="Lease object in the operator namespace.")
+    lease_duration_seconds: float = Field(
+        15.0, gt=0, description="Seconds a leader's claim lasts unrenewed: the failover gap's upper bound."
+    )
+    renew_period_seconds: float = Field(
+        5.0, gt=0, description="Seconds between renewals; a third of the duration survives two misses."
+    )
+
+
+class Trigger(_Section):
+    tick_milliseconds: int = Field(
+        250, ge=10, description="Milliseconds between trigger passes: bounds fire lag from above."
+    )
+    shards: int = Field(4, ge=1, le=64, description="Bucket objects per minute before overflow shards.")
+    max_occurrences_per_bucket: int = Field(
+        2000,
+        ge=1,
+        le=5000,
+        description="Occurrences per bucket object (~400 B each keeps it far below etcd's 1.5 MB).",
+    )
+    rescan_seconds: float = Field(
+        300.0, gt=0, description="Seconds between safety-net scans for pending buckets behind the cursor."
+    )
+    catalogue_scan_limit: int = Field(
+        500, ge=1, description="Page size when listing buckets at leadership start."
+    )
+
+
+class Dispatch(_Section):
+    max_running: int = Field(100, ge=1, description="Executions running at once, cluster-wide.")
+    reserved_high: int = Field(10, ge=0, description="Slots only `high` priority may use.")
+    per_namespace_max: int = Field(50, ge=1, description="Running executions per namespace.")
+
+
+class History(_Section):
+    dsn: str = Field(
+        "sqlite:////var/lib/vigil/history.db", description="SQLAlchemy URL of the history database."
+    )
+    retention_days: int = Field(30, ge=1, description="Days of execution history kept.")
+
+
+class Watchdog(_Section):
+    enabled: bool = True
+    interval_seconds: float = Field(30.0, gt=0, description="Seconds between watchdog passes.")
+    suspended_max_age: str = Field("168h", description="Suspended longer than this is reported.")
+
+
+class Audit(_Section):
+    interval_seconds: float = Field(300.0, gt=0, description="Seconds between schedule-integrity audits.")
+    repair: bool = Field(False, description="Re-insert a broken chain's next occurrence when found.")
+
+
+class Http(_Section):
+    metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics; 0 disables.")
+    api_port: int = Field(8080, ge=0, le=65535, description="Health and JSON API; 0 disables.")
+
+
+class Logging(_Section):
+    format: str = Field("text", pattern="^(text|json)$")
+    level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+
+
+class Settings(_Section):
+    namespace: str = Field("vigil-system", description="Where buckets and the leader Lease live.")
+    leader_election: LeaderElection = LeaderElection()
+    trigger: Trigger = Trigger()
+    dispatch: Dispatch = Dispatch()
+    history: History = History()
+    watchdog: Watchdog = Watchdog()
+    audit: Audit = Audit()
+    http: Http = Http()
+    logging: Logging = Logging()
+
+
+def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Read the config file (if any), then apply the environment overrides."""
+    env = os.environ if environ is None else environ
+    raw: dict[str, object] = {}
+    if path is not None:
+        loaded = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{path}: the config must be a mapping, got {type(loaded).__name__}")
+        raw = loaded
+    if env.get("POD_NAMESPACE") and "namespace" not in raw:
+        raw["namespace"] = env["POD_NAMESPACE"]
+    if env.get("VIGIL_HISTORY_DSN"):
+        section = raw.get("history") or {}
+        if not isinstance(section, dict):
+            raise ValueError("config: `history` must be a mapping")
+        raw["history"] = {**section, "dsn": env["VIGIL_HISTORY_DSN"]}
+    return Settings.model_validate(raw)

@@ -1,0 +1,106 @@
+"""Fixtures for tests against the real local control plane.
+
+The `cluster` fixture starts etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and the local node agent once per session (in `.cluster/test`,
+on ports apart from the demo's), installs Vigil's CRDs, and stops everything at
+the end. Set VIGIL_TEST_KEEP_CLUSTER=1 to leave it running between sessions
+for faster iteration; it is reused when found running.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config
+
+from e2e.cluster import localcluster
+from tests.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+STATE = REPO / ".cluster" / "test"
+PORT_BASE = 26000
+
+
+class KubeCluster:
+    """A running local cluster: kubeconfig, kubectl, helm and API clients."""
+
+    def __init__(self, handle: localcluster.Cluster) -> None:
+        self.handle = handle
+        self.kubeconfig = handle.kubeconfig
+        self.bin = handle.state / "bin"
+        self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.coordination = client.CoordinationV1Api(self.api)
+        self.apiext = client.ApiextensionsV1Api(self.api)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for subprocesses (kubectl, helm, operators) aimed at this cluster."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.bin}:{os.environ['PATH']}"}
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.bin / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(self.bin / "helm"), *args], capture_output=True, text=True, env=self.env, timeout=120
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def pod(self, namespace: str, name: str) -> Any:
+        return self.core.read_namespaced_pod(name, namespace)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[KubeCluster]:
+    keep = os.environ.get("VIGIL_TEST_KEEP_CLUSTER") == "1"
+    handle = localcluster.up(STATE, PORT_BASE)
+    kube = KubeCluster(handle)
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        name = yaml.safe_load(path.read_text())["metadata"]["name"]
+        kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+    try:
+        yield kube
+    finally:
+        if not keep:
+            localcluster.down(STATE)
+
+
+@pytest.fixture
+def namespace(cluster: KubeCluster) -> Iterator[str]:
+    """A fresh namespace per test, with its default service account ready."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def sa_ready() -> bool:
+        try:
+            cluster.core.read_namespaced_service_account("default", name)
+        except client.ApiException:
+            return False
+        return True
+
+    wait_for(sa_ready, timeout=60, what=f"default service account in {name}")
+    yield name
+    cluster.core.delete_namespace(name)

@@ -1,0 +1,619 @@
+"""Packaging: the Helm chart, its values schema, the example manifests and the plain install.
+
+Covers, without a cluster:
+* values.yaml and values.schema.json agree key for key, every key is documented, and every object
+  in the schema rejects unknown keys (so a misspelt value fails the install);
+* the examples are valid Vigil resources (checked by the pydantic models that generate the CRDs)
+  whose shell commands parse;
+* the chart's CRD copy (helm/vigil/files/crds) equals the generated crds/.
+
+The rendering checks run the real helm binary, found through $HELM or the binary cache that
+`make binaries` fills, and fail with a clear message when there is none: helm lint, the schema
+rejecting a misspelt value, what the default render contains, the optional pieces, and that
+manifests/install.yaml is what e2e/cluster/render-install.sh produces today.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+import vigil.model
+from vigil.model.common import ResourceKind
+from vigil.model.durations import DURATION_PATTERN
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "vigil"
+VALUES = CHART / "values.yaml"
+SCHEMA = CHART / "values.schema.json"
+CHART_CRDS = CHART / "files" / "crds"
+GENERATED_CRDS = ROOT / "crds"
+EXAMPLES = ROOT / "manifests" / "examples"
+INSTALL_MANIFEST = ROOT / "manifests" / "install.yaml"
+RENDER_SCRIPT = ROOT / "e2e" / "cluster" / "render-install.sh"
+
+RELEASE = "vigil"
+NAMESPACE = "vigil-system"
+HELM_TIMEOUT_SECONDS = 60
+
+#: Schema objects that pass Kubernetes API objects through verbatim (the API server checks them),
+#: and Helm's `global`, which a parent chart may fill when Vigil is a subchart.
+PASSTHROUGH_PATHS = frozenset(
+    {"global", "affinity.nodeAffinity", "affinity.podAffinity", "affinity.podAntiAffinity"}
+)
+
+#: The operator's config file with the chart's defaults: exactly the shape the operator reads.
+DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
+    "namespace": NAMESPACE,
+    "leaderElection": {
+        "leaseName": "vigil-leader",
+        "leaseDurationSeconds": 15,
+        "renewPeriodSeconds": 5,
+    },
+    "trigger": {"tickMilliseconds": 250, "shards": 4, "maxOccurrencesPerBucket": 2000},
+    "dispatch": {"maxRunning": 100, "reservedHigh": 10, "perNamespaceMax": 50},
+    "history": {"dsn": "sqlite:////var/lib/vigil/history.db", "retentionDays": 30},
+    "watchdog": {"enabled": True, "intervalSeconds": 30, "suspendedMaxAge": "168h"},
+    "audit": {"intervalSeconds": 300, "repair": False},
+    "http": {"metricsPort": 9090, "apiPort": 8080},
+    "logging": {"format": "text", "level": "INFO"},
+}
+
+#: Each example file, the kind and name it must declare.
+EXAMPLE_OBJECTS = {
+    "reconcile-daily.yaml": ("ScheduledJob", "reconcile-daily"),
+    "video-publish.yaml": ("Workflow", "video-publish"),
+    "every-minute.yaml": ("ScheduledJob", "heartbeat"),
+}
+
+KEEP_ANNOTATION = "helm.sh/resource-policy"
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+def load_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    return schema
+
+
+# --------------------------------------------------------------------------------------------
+# values.yaml and values.schema.json
+
+
+def object_schemas(schema: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every object-typed schema node with its dotted path (array items end in `[]`)."""
+    if schema.get("type") == "object":
+        yield path, schema
+    for name, child in schema.get("properties", {}).items():
+        yield from object_schemas(child, f"{path}.{name}" if path else name)
+    if isinstance(schema.get("items"), dict):
+        yield from object_schemas(schema["items"], f"{path}[]")
+
+
+def undeclared_values(values: dict[str, Any], schema: dict[str, Any], path: str = "") -> list[str]:
+    """Paths of values.yaml keys the schema does not declare."""
+    missing: list[str] = []
+    properties = schema.get("properties", {})
+    for key, value in values.items():
+        where = f"{path}.{key}" if path else key
+        if key in properties:
+            if isinstance(value, dict):
+                missing += undeclared_values(value, properties[key], where)
+        elif not isinstance(schema.get("additionalProperties"), dict):
+            missing.append(where)
+    return missing
+
+
+def undocumented_schema_keys(
+    values: dict[str, Any], schema: dict[str, Any], path: str = ""
+) -> list[str]:
+    """Paths of schema properties with no default in values.yaml (so no comment documents them)."""
+    missing: list[str] = []
+    for key, child in schema.get("properties", {}).items():
+        where = f"{path}.{key}" if path else key
+        if key not in values:
+            if where not in PASSTHROUGH_PATHS:
+                missing.append(where)
+        elif isinstance(values[key], dict) and "properties" in child:
+            missing += undocumented_schema_keys(values[key], child, where)
+    return missing
+
+
+def keys_by_line(text: str) -> Iterator[tuple[int, str]]:
+    """(line index, dotted path) of every mapping key in a block-style YAML file."""
+    stack: list[tuple[int, str]] = []
+    for index, line in enumerate(text.splitlines()):
+        match = re.match(r"^( *)([A-Za-z][A-Za-z0-9_]*):", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        stack.append((indent, match.group(2)))
+        yield index, ".".join(name for _, name in stack)
+
+
+def has_doc_comment(lines: list[str], index: int) -> bool:
+    """Whether the comment block right above line `index` contains a `# --` doc comment."""
+    above = index - 1
+    while above >= 0 and lines[above].strip().startswith("#"):
+        if lines[above].strip().startswith("# --"):
+            return True
+        above -= 1
+    return False
+
+
+def leaf_paths(schema: dict[str, Any], path: str = "") -> Iterator[str]:
+    """Schema properties a user sets directly: everything but objects with their own properties."""
+    for key, child in schema.get("properties", {}).items():
+        where = f"{path}.{key}" if path else key
+        if "properties" in child:
+            yield from leaf_paths(child, where)
+        else:
+            yield where
+
+
+def test_every_values_key_is_declared_in_the_schema() -> None:
+    assert undeclared_values(load_yaml(VALUES), load_schema()) == []
+
+
+def test_every_schema_key_has_a_default_in_values() -> None:
+    assert undocumented_schema_keys(load_yaml(VALUES), load_schema()) == []
+
+
+def test_every_schema_object_rejects_unknown_keys() -> None:
+    loose = []
+    for path, node in object_schemas(load_schema()):
+        extra = node.get("additionalProperties")
+        if path in PASSTHROUGH_PATHS:
+            continue
+        if "properties" in node and extra is not False:
+            loose.append(
+                f"{path or '<root>'}: has properties but additionalProperties is {extra!r}"
+            )
+        if "properties" not in node and not isinstance(extra, dict):
+            loose.append(f"{path}: a map must type its values with an additionalProperties schema")
+    assert loose == []
+
+
+def test_every_settable_value_has_a_doc_comment() -> None:
+    text = VALUES.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    line_of = {path: index for index, path in keys_by_line(text)}
+    undocumented = [
+        path
+        for path in leaf_paths(load_schema())
+        if path in line_of and not has_doc_comment(lines, line_of[path])
+    ]
+    assert undocumented == []
+
+
+def test_operator_durations_follow_the_model_grammar() -> None:
+    watchdog = load_schema()["properties"]["config"]["properties"]["watchdog"]
+    assert watchdog["properties"]["suspendedMaxAge"]["pattern"] == DURATION_PATTERN
+
+
+# --------------------------------------------------------------------------------------------
+# Examples
+
+
+def resource_kinds() -> dict[str, ResourceKind]:
+    """Every ResourceKind the model package defines, by kind."""
+    kinds: dict[str, ResourceKind] = {}
+    for module_info in pkgutil.iter_modules(vigil.model.__path__, f"{vigil.model.__name__}."):
+        module = importlib.import_module(module_info.name)
+        for value in vars(module).values():
+            if isinstance(value, ResourceKind):
+                kinds[value.kind] = value
+    return kinds
+
+
+def example_commands(document: dict[str, Any]) -> Iterator[list[str]]:
+    """The container commands of every pod template in an example resource."""
+    spec = document["spec"]
+    templates = [spec.get("template")]
+    for step in spec.get("steps", []):
+        templates += [step.get("template"), step.get("compensate")]
+    for template in templates:
+        for container in (template or {}).get("spec", {}).get("containers", []):
+            if "command" in container:
+                yield container["command"]
+
+
+@pytest.mark.parametrize("filename", sorted(EXAMPLE_OBJECTS))
+def test_example_is_a_valid_vigil_resource(filename: str) -> None:
+    documents = list(yaml.safe_load_all((EXAMPLES / filename).read_text(encoding="utf-8")))
+    kind, name = EXAMPLE_OBJECTS[filename]
+    assert len(documents) == 1
+    document = documents[0]
+    assert document["apiVersion"] == "vigil.dev/v1alpha1"
+    assert (document["kind"], document["metadata"]["name"]) == (kind, name)
+    kinds = resource_kinds()
+    assert kind in kinds, f"vigil.model defines no ResourceKind for {kind}"
+    kinds[kind].spec_model.model_validate(document["spec"])
+
+
+def test_the_examples_directory_holds_exactly_the_known_examples() -> None:
+    assert sorted(path.name for path in EXAMPLES.glob("*.yaml")) == sorted(EXAMPLE_OBJECTS)
+
+
+@pytest.mark.parametrize("filename", sorted(EXAMPLE_OBJECTS))
+def test_example_shell_commands_parse(filename: str) -> None:
+    document = load_yaml(EXAMPLES / filename)
+    commands = list(example_commands(document))
+    assert commands, f"{filename} has no container command"
+    for command in commands:
+        if command[:2] == ["sh", "-c"]:
+            result = subprocess.run(
+                ["sh", "-n", "-c", command[2]], capture_output=True, text=True, check=False
+            )
+            assert result.returncode == 0, f"{filename}: {command[2]!r}: {result.stderr}"
+
+
+# --------------------------------------------------------------------------------------------
+# The chart's CRD copy
+
+
+def test_chart_crds_equal_the_generated_crds() -> None:
+    def contents(folder: Path) -> dict[str, bytes]:
+        return {path.name: path.read_bytes() for path in sorted(folder.glob("*.yaml"))}
+
+    generated = contents(GENERATED_CRDS)
+    assert contents(CHART_CRDS) == generated, (
+        "helm/vigil/files/crds differs from crds/: run `make crds`"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering with helm
+
+
+def find_helm() -> Path | None:
+    """$HELM, else the newest helm in the binary cache, else helm on PATH."""
+    if os.environ.get("HELM"):
+        return Path(os.environ["HELM"])
+    cache = Path(os.environ.get("VIGIL_CACHE", Path.home() / ".cache" / "vigil"))
+    cached = sorted(cache.glob("*/bin/helm"), key=lambda path: path.stat().st_mtime)
+    if cached:
+        return cached[-1]
+    on_path = shutil.which("helm")
+    return Path(on_path) if on_path else None
+
+
+@pytest.fixture(scope="module")
+def helm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The helm binary and an environment that keeps its config and cache out of $HOME."""
+    binary = find_helm()
+    if binary is None or not os.access(binary, os.X_OK):
+        pytest.fail(
+            f"no helm binary (looked at $HELM, ~/.cache/vigil/*/bin/helm and PATH; found {binary}): "
+            "build it with `make binaries` or set HELM=/path/to/helm"
+        )
+    home = tmp_path_factory.mktemp("helm-home")
+    environment = dict(os.environ)
+    for variable in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        environment[variable] = str(home / variable.lower())
+    yield binary, environment
+
+
+def run_helm(helm: tuple[Path, dict[str, str]], *args: str) -> subprocess.CompletedProcess[str]:
+    binary, environment = helm
+    return subprocess.run(
+        [str(binary), *args],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=HELM_TIMEOUT_SECONDS,
+        check=False,
+    )
+
+
+def render(
+    helm: tuple[Path, dict[str, str]], *args: str, chart: Path = CHART
+) -> list[dict[str, Any]]:
+    """The chart rendered as the default release, as a list of objects."""
+    result = run_helm(helm, "template", RELEASE, str(chart), "--namespace", NAMESPACE, *args)
+    assert result.returncode == 0, result.stderr
+    return [document for document in yaml.safe_load_all(result.stdout) if document]
+
+
+def find(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    return [
+        item
+        for item in objects
+        if item["kind"] == kind and (name is None or item["metadata"]["name"] == name)
+    ]
+
+
+def the_one(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    matches = find(objects, kind, name)
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    deployment = the_one(objects, "Deployment", RELEASE)
+    container: dict[str, Any] = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples a role grants."""
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_helm_lint_passes(helm: tuple[Path, dict[str, str]]) -> None:
+    result = run_helm(helm, "lint", str(CHART), "--strict", "--namespace", NAMESPACE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", ["lint", "template"])
+def test_a_misspelt_value_fails_on_the_schema(
+    helm: tuple[Path, dict[str, str]], command: str
+) -> None:
+    args = [command, str(CHART)] if command == "lint" else [command, RELEASE, str(CHART)]
+    result = run_helm(helm, *args, "--set", "replicaCont=3")
+    assert result.returncode != 0
+    assert "replicaCont" in result.stdout + result.stderr
+
+
+def test_a_misspelt_nested_value_fails_on_the_schema(helm: tuple[Path, dict[str, str]]) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART), "--set", "config.trigger.shard=8")
+    assert result.returncode != 0
+    assert "shard" in result.stderr
+
+
+def test_install_manifest_is_current(helm: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    binary, environment = helm
+    rendered = tmp_path / "install.yaml"
+    result = subprocess.run(
+        [str(RENDER_SCRIPT), str(rendered)],
+        capture_output=True,
+        text=True,
+        env={**environment, "HELM": str(binary)},
+        timeout=HELM_TIMEOUT_SECONDS,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert INSTALL_MANIFEST.read_text(encoding="utf-8") == rendered.read_text(encoding="utf-8"), (
+        "manifests/install.yaml is stale: run e2e/cluster/render-install.sh (or make crds)"
+    )
+
+
+def test_install_manifest_starts_with_its_namespace() -> None:
+    objects = [
+        document
+        for document in yaml.safe_load_all(INSTALL_MANIFEST.read_text(encoding="utf-8"))
+        if document
+    ]
+    assert (objects[0]["kind"], objects[0]["metadata"]["name"]) == ("Namespace", NAMESPACE)
+    namespaced = [item for item in objects[1:] if "namespace" in item["metadata"]]
+    assert namespaced and all(item["metadata"]["namespace"] == NAMESPACE for item in namespaced)
+
+
+def test_default_config_file_has_exactly_the_operator_shape(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    config_map = the_one(render(helm), "ConfigMap", f"{RELEASE}-config")
+    assert yaml.safe_load(config_map["data"]["config.yaml"]) == DEFAULT_OPERATOR_CONFIG
+
+
+def test_operator_runs_hardened_with_its_ports_and_probes(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    objects = render(helm)
+    deployment = the_one(objects, "Deployment", RELEASE)
+    pod = deployment["spec"]["template"]["spec"]
+    container = operator_container(objects)
+    assert deployment["spec"]["replicas"] == 2
+    assert [container["command"], container["args"]] == [
+        ["vigil"],
+        ["operator", "--config", "/etc/vigil/config.yaml"],
+    ]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {
+        "http": 8080,
+        "metrics": 9090,
+    }
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert [variable["name"] for variable in container["env"]] == ["POD_NAME", "POD_NAMESPACE"]
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    assert mounts == {"/etc/vigil": "config", "/tmp": "tmp", "/var/lib/vigil": "history"}
+    anti_affinity = pod["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert anti_affinity[0]["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+
+
+def test_default_render_has_no_optional_integrations(helm: tuple[Path, dict[str, str]]) -> None:
+    kinds = {item["kind"] for item in render(helm)}
+    assert kinds.isdisjoint({"ServiceMonitor", "PrometheusRule", "StatefulSet", "Secret"})
+
+
+def test_service_monitor_needs_the_prometheus_operator_api(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    enabled = ("--set", "metrics.serviceMonitor.enabled=true")
+    assert find(render(helm, *enabled), "ServiceMonitor") == []
+    monitor = the_one(
+        render(helm, *enabled, "--api-versions", "monitoring.coreos.com/v1"), "ServiceMonitor"
+    )
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+
+
+def test_prometheus_rule_placeholder_renders_no_object(helm: tuple[Path, dict[str, str]]) -> None:
+    objects = render(
+        helm, "--set", "prometheusRule.enabled=true", "--api-versions", "monitoring.coreos.com/v1"
+    )
+    assert find(objects, "PrometheusRule") == []
+
+
+def test_history_dsn_from_an_existing_secret(helm: tuple[Path, dict[str, str]]) -> None:
+    container = operator_container(render(helm, "--set", "history.existingSecret=history-dsn"))
+    dsn = next(variable for variable in container["env"] if variable["name"] == "VIGIL_HISTORY_DSN")
+    assert dsn["valueFrom"]["secretKeyRef"] == {"name": "history-dsn", "key": "dsn"}
+
+
+def test_bundled_postgresql_provides_the_history_dsn(helm: tuple[Path, dict[str, str]]) -> None:
+    objects = render(helm, "--set", "postgresql.enabled=true")
+    name = f"{RELEASE}-postgresql"
+    statefulset = the_one(objects, "StatefulSet", name)
+    assert statefulset["spec"]["template"]["spec"]["containers"][0]["image"] == "postgres:16"
+    the_one(objects, "Service", name)
+    secret = the_one(objects, "Secret", name)
+    password = secret["stringData"]["password"]
+    assert len(password) >= 16
+    assert secret["stringData"]["dsn"] == f"postgresql+psycopg://vigil:{password}@{name}:5432/vigil"
+    dsn = next(
+        variable
+        for variable in operator_container(objects)["env"]
+        if variable["name"] == "VIGIL_HISTORY_DSN"
+    )
+    assert dsn["valueFrom"]["secretKeyRef"] == {"name": name, "key": "dsn"}
+
+
+def test_two_history_dsn_sources_are_refused(helm: tuple[Path, dict[str, str]]) -> None:
+    result = run_helm(
+        helm, "template", RELEASE, str(CHART),
+        "--set", "postgresql.enabled=true", "--set", "history.existingSecret=history-dsn",
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "mutually exclusive" in result.stderr
+
+
+def test_operator_rbac_is_least_privilege(helm: tuple[Path, dict[str, str]]) -> None:
+    objects = render(helm)
+    cluster_rules = rules_of(the_one(objects, "ClusterRole", f"{RELEASE}-operator"))
+    namespace_role = the_one(objects, "Role", f"{RELEASE}-operator")
+    namespace_rules = rules_of(namespace_role)
+    assert namespace_role["metadata"]["namespace"] == NAMESPACE
+    assert ("", "pods", "create") in cluster_rules
+    assert ("vigil.dev", "scheduledjobs/status", "patch") in cluster_rules
+    assert ("coordination.k8s.io", "leases", "update") in namespace_rules
+    assert ("vigil.dev", "schedulebuckets/status", "patch") in namespace_rules
+    assert not any(
+        group == "coordination.k8s.io" or "schedulebuckets" in resource
+        for group, resource, _ in cluster_rules
+    )
+    assert not any("*" in triple for triple in cluster_rules | namespace_rules)
+    assert not any(verb == "delete" for group, _, verb in cluster_rules if group == "vigil.dev")
+
+
+def test_user_roles_aggregate_and_approval_is_a_custom_verb(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    objects = render(helm)
+    edit = the_one(objects, "ClusterRole", f"{RELEASE}-edit")
+    view = the_one(objects, "ClusterRole", f"{RELEASE}-view")
+    approver = the_one(objects, "ClusterRole", f"{RELEASE}-approver")
+    assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
+    assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+    assert ("vigil.dev", "workflowdefinitions", "create") in rules_of(edit)
+    assert rules_of(approver) == {("vigil.dev", "workflows", "approve")}
+    assert "rbac.authorization.k8s.io/aggregate-to-edit" not in approver["metadata"]["labels"]
+
+
+@pytest.fixture
+def chart_with_a_crd(tmp_path: Path) -> Path:
+    """A copy of the chart whose files/crds/ holds one small CRD."""
+    chart = tmp_path / "vigil"
+    shutil.copytree(CHART, chart)
+    crds = chart / "files" / "crds"
+    shutil.rmtree(crds, ignore_errors=True)
+    crds.mkdir(parents=True)
+    crd = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.vigil.dev", "labels": {"example": "kept"}},
+        "spec": {
+            "group": "vigil.dev",
+            "names": {"kind": "Widget", "plural": "widgets"},
+            "scope": "Namespaced",
+            "versions": [
+                {
+                    "name": "v1alpha1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "maxProperties": 1000000}},
+                }
+            ],
+        },
+    }
+    (crds / "widgets.vigil.dev.yaml").write_text(yaml.safe_dump(crd), encoding="utf-8")
+    return chart
+
+
+def test_crds_render_with_labels_and_the_keep_policy(
+    helm: tuple[Path, dict[str, str]], chart_with_a_crd: Path
+) -> None:
+    crd = the_one(
+        render(helm, chart=chart_with_a_crd), "CustomResourceDefinition", "widgets.vigil.dev"
+    )
+    assert crd["metadata"]["annotations"][KEEP_ANNOTATION] == "keep"
+    assert crd["metadata"]["labels"]["example"] == "kept"
+    assert crd["metadata"]["labels"]["app.kubernetes.io/part-of"] == "vigil"
+    assert crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["maxProperties"] == 1000000
+
+
+def test_crds_follow_the_install_and_keep_switches(
+    helm: tuple[Path, dict[str, str]], chart_with_a_crd: Path
+) -> None:
+    unkept = the_one(
+        render(helm, "--set", "crds.keep=false", chart=chart_with_a_crd), "CustomResourceDefinition"
+    )
+    assert KEEP_ANNOTATION not in unkept["metadata"].get("annotations", {})
+    assert (
+        find(
+            render(helm, "--set", "crds.install=false", chart=chart_with_a_crd),
+            "CustomResourceDefinition",
+        )
+        == []
+    )
+
+
+def test_chart_renders_the_crds_it_ships_unchanged(helm: tuple[Path, dict[str, str]]) -> None:
+    def without_labels_and_annotations(crd: dict[str, Any]) -> dict[str, Any]:
+        metadata = {
+            key: value
+            for key, value in crd["metadata"].items()
+            if key not in ("labels", "annotations")
+        }
+        return {**crd, "metadata": metadata}
+
+    rendered = {
+        item["metadata"]["name"]: without_labels_and_annotations(item)
+        for item in find(render(helm), "CustomResourceDefinition")
+    }
+    shipped = {
+        crd["metadata"]["name"]: without_labels_and_annotations(crd)
+        for crd in (load_yaml(path) for path in CHART_CRDS.glob("*.yaml"))
+    }
+    assert rendered == shipped
