@@ -39,6 +39,7 @@ DEFAULT_STATE = REPO / ".cluster" / "default"
 DEFAULT_PORT_BASE = 16000
 NODE_NAME = "vigil-node"
 SERVICE_CIDR = "10.96.0.0/16"
+_CHILDREN: list[subprocess.Popen[bytes]] = []
 START_TIMEOUT_S = 180.0  # a cold etcd + API server on 2 busy cores takes ~20 s; allow margin
 
 
@@ -186,16 +187,17 @@ def _spawn(cluster: Cluster, name: str, argv: list[str], *, env: dict[str, str] 
         return
     cluster.logs.mkdir(parents=True, exist_ok=True)
     cluster.pids.mkdir(parents=True, exist_ok=True)
-    log = (cluster.logs / f"{name}.log").open("ab")
-    proc = subprocess.Popen(  # noqa: S603 - argv is built here, not from input
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        start_new_session=True,
-        cwd=REPO,
-        env={**os.environ, **(env or {})},
-    )
+    with (cluster.logs / f"{name}.log").open("ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+        )
+    _CHILDREN.append(proc)  # daemons outlive this call; keep the handle so it is never collected
     (cluster.pids / f"{name}.pid").write_text(str(proc.pid))
 
 
@@ -221,7 +223,7 @@ def _ssl_context(cluster: Cluster) -> ssl.SSLContext:
 
 def _get(cluster: Cluster, path: str) -> tuple[int, bytes]:
     try:
-        with urllib.request.urlopen(  # noqa: S310 - loopback https only
+        with urllib.request.urlopen(
             cluster.server + path, context=_ssl_context(cluster), timeout=5
         ) as resp:
             return resp.status, resp.read()

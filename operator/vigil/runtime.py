@@ -184,4 +184,5 @@ def main(settings: Settings) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call is noise
     return run(settings)

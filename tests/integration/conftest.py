@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 import yaml
+from e2e.cluster import localcluster
 from kubernetes import client, config
 
-from e2e.cluster import localcluster
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -36,7 +36,6 @@ from vigil.model import (
     describe_validation_error,
     find_cycle,
     format_duration,
-    occurrence_key,
     parse_duration,
 )
 
@@ -258,21 +257,14 @@ def test_a_definition_finds_its_versions() -> None:
     assert spec.version(8) is None
 
 
-def test_a_bucket_parses_and_lists_unfired_occurrences() -> None:
+def test_a_bucket_parses() -> None:
     spec = ScheduleBucketSpec.model_validate(BUCKET)
-    status = ScheduleBucketStatus.model_validate({})
-    assert [entry.name for entry in status.unfired(spec)] == ["reconcile-daily"]
-    key = spec.occurrences[0].key
-    marked = status.with_marker(
-        key, status.model_validate({"fired": {key: {"at": "2026-08-01T02:00:18Z", "outcome": "Fired"}}}).fired[key]
+    assert spec.occurrences[0].fire_at == datetime(2026, 8, 1, 2, 0, 17, tzinfo=UTC)
+    assert spec.occurrences[0].schedule_hash == "" and not spec.occurrences[0].resume
+    status = ScheduleBucketStatus.model_validate(
+        {"fired": {"k": {"at": "2026-08-01T02:00:18.250Z", "outcome": "Suspended", "reason": "x"}}}
     )
-    assert marked.unfired(spec) == []
-    assert status.fired == {}
-
-
-def test_occurrence_key_is_uid_and_utc_nominal() -> None:
-    nominal = datetime(2026, 8, 1, 3, 0, tzinfo=UTC).astimezone()
-    assert occurrence_key("0b4f-uid", nominal) == "0b4f-uid@2026-08-01T03:00:00Z"
+    assert status.fired["k"].outcome == "Suspended"
 
 
 def test_status_parses_and_ignores_fields_it_does_not_know() -> None:
@@ -283,11 +275,13 @@ def test_status_parses_and_ignores_fields_it_does_not_know() -> None:
             "nextRun": "2026-08-02T01:00:00Z",
             "occurrences": [{"nominal": "2026-08-01T01:00:00Z", "outcome": "Missed"}],
             "conditions": [{"type": "Ready", "status": "True", "reason": "Scheduled"}],
+            "chain": {"lastNominal": "2026-08-01T01:00:00Z", "scheduleHash": "ab12"},
             "somethingNewer": {"x": 1},
         }
     )
     assert status.next_run == datetime(2026, 8, 2, 1, 0, tzinfo=UTC)
     assert status.conditions[0].status == "True"
+    assert status.chain is not None and status.chain.schedule_hash == "ab12"
     workflow = WorkflowStatus.model_validate(
         {"phase": "Running", "steps": {"probe": {"state": "Succeeded"}}, "history": [{"event": "x"}]}
     )
@@ -357,13 +351,16 @@ SCHEDULED_JOB_ERRORS = [
     ("unknown-timezone", setting(timezone="Mars/Olympus"), "spec.timezone: unknown time zone 'Mars/Olympus'"),
     ("host-local-timezone", setting(timezone="localtime"), "spec.timezone: unknown time zone 'localtime'"),
     ("timezone-wrong-case", setting(timezone="europe/london"), "spec.timezone: unknown time zone"),
-    ("cron-six-fields", setting(cron="0 0 2 * * *"), "spec.cron: cron expression '0 0 2 * * *' has 6 fields"),
-    ("cron-four-fields", setting(cron="0 2 * *"), "spec.cron: cron expression '0 2 * *' has 4 fields"),
-    ("cron-tab-separated", setting(cron="0\t2 * * *"), "spec.cron: invalid cron expression '0\\t2 * * *'"),
+    ("cron-six-fields", setting(cron="0 0 2 * * *"), "spec.cron: invalid cron expression '0 0 2 * * *': expected 5 fields (minute hour day-of-month month day-of-week), got 6"),
+    ("cron-four-fields", setting(cron="0 2 * *"), "spec.cron: invalid cron expression '0 2 * *': expected 5 fields"),
+    ("cron-tab-separated", setting(cron="0\t2 * * *"), "spec.cron: invalid cron expression '0\\t2 * * *': fields must be separated by spaces"),
     ("timezone-with-space", setting(timezone="Europe London"), "spec.timezone: unknown time zone 'Europe London'"),
-    ("cron-out-of-range", setting(cron="61 * * * *"), "spec.cron: invalid cron expression '61 * * * *'"),
+    ("cron-out-of-range", setting(cron="61 * * * *"), "spec.cron: invalid cron expression '61 * * * *': minute value 61 is outside 0-59"),
     ("cron-unknown-macro", setting(cron="@reboot"), "spec.cron: unknown cron macro '@reboot'"),
-    ("cron-never-fires", setting(cron="0 0 31 2 *"), "spec.cron: cron expression '0 0 31 2 *' never fires"),
+    ("cron-uppercase-macro", setting(cron="@DAILY"), "spec.cron: unknown cron macro '@DAILY'"),
+    ("cron-last-day", setting(cron="0 0 L * *"), "spec.cron: invalid cron expression '0 0 L * *': day-of-month value 'L' is not a number"),
+    ("cron-leading-space", setting(cron=" 0 2 * * *"), "spec.cron: invalid cron expression ' 0 2 * * *': fields must be separated by spaces"),
+    ("cron-never-fires", setting(cron="0 0 31 2 *"), "spec.cron: invalid cron expression '0 0 31 2 *': it names no date that exists"),
     ("cron-list", setting(cron=["0 2 * * *"]), "spec.cron: Input should be a valid string"),
     ("bad-duration", setting(expectedMaxInterval="26x"), "spec.expectedMaxInterval: invalid duration '26x'"),
     ("duration-not-a-string", setting(expectedMaxInterval=3600), "spec.expectedMaxInterval: a duration must be a string"),

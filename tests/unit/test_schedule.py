@@ -112,16 +112,21 @@ def test_invalid_cron_is_rejected_quoting_the_expression(expression: str) -> Non
         pytest.param("0 9 ? * 1", "0 9 * * 1", id="question-mark"),
         pytest.param("5/20 * * * *", "5,25,45 * * * *", id="start-and-step"),
         pytest.param("5-5 * * * 1-1", "5 * * * 1", id="equal-range-is-one-value"),
-        pytest.param("0 0 1-31 * 1", "0 0 * * 1", id="full-day-of-month-is-unrestricted"),
+        pytest.param("0 0 */1 * 1", "0 0 * * 1", id="star-with-step-1-is-unrestricted"),
+        pytest.param("0 0 1-31 * 1", "0 0 * * *", id="full-range-restricts-so-days-are-ored"),
     ],
 )
 def test_cron_notations_that_mean_the_same(expression: str, equivalent: str) -> None:
     parsed, reference = parse_cron(expression), parse_cron(equivalent)
-    assert dataclasses_without_text(parsed) == dataclasses_without_text(reference)
+    assert same_schedule_key(parsed) == same_schedule_key(reference)
 
 
-def dataclasses_without_text(spec: CronSpec) -> tuple[object, ...]:
-    return (spec.times_of_day, spec.days_of_month, spec.months, spec.days_of_week)
+def same_schedule_key(spec: CronSpec) -> tuple[object, ...]:
+    days = {day for day in _A_LEAP_YEAR if spec.matches_date(day)}
+    return (spec.times_of_day, spec.months, frozenset(days))
+
+
+_A_LEAP_YEAR = [date(2024, 1, 1) + timedelta(days=offset) for offset in range(366)]
 
 
 def test_day_fields_are_ored_only_when_both_restrict() -> None:
@@ -130,9 +135,11 @@ def test_day_fields_are_ored_only_when_both_restrict() -> None:
     assert both.matches_date(date(2024, 8, 13))  # a Tuesday the 13th
     assert both.matches_date(date(2024, 8, 16))  # a Friday the 16th
     assert not both.matches_date(date(2024, 8, 15))
-    full_weekdays = parse_cron("0 0 13 * 0-6")  # a full day-of-week field adds nothing
-    assert full_weekdays.matches_date(date(2024, 8, 13))
-    assert not full_weekdays.matches_date(date(2024, 8, 16))
+    star_weekdays = parse_cron("0 0 13 * */1")  # '*' (step 1): only the day of month counts
+    assert star_weekdays.matches_date(date(2024, 8, 13))
+    assert not star_weekdays.matches_date(date(2024, 8, 16))
+    range_weekdays = parse_cron("0 0 13 * 0-6")  # a range restricts, even a full one: every day
+    assert range_weekdays.matches_date(date(2024, 8, 16))
 
 
 def _field(low: int, high: int, names: tuple[str, ...] = ()) -> st.SearchStrategy[str]:
@@ -181,14 +188,9 @@ WALL_MINUTES = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2
 
 
 def _croniter_reads_days_differently(expression: str) -> bool:
-    """croniter ORs a full day-of-month written without '*' (like '1-31') with a restricted weekday.
-
-    Vigil treats any field that allows every value as '*' (documented); skip that corner.
-    """
-    spec = parse_cron(expression)
-    dom_text = expression.split()[2]
-    written_as_star = any(item in ("*", "?") for item in dom_text.split(","))
-    return not spec.day_of_month_restricted and not written_as_star and spec.day_of_week_restricted
+    """croniter counts a day field written '*/1' as restricted; Vigil, like Kubernetes, as '*'."""
+    day_fields = expression.split()[2:5:2]
+    return any(item in ("*/1", "?/1") for field in day_fields for item in field.split(","))
 
 
 @settings(max_examples=PROPERTY_EXAMPLES, deadline=None)

@@ -159,16 +159,14 @@ class MemoryLedger:
 
     def __init__(self, catalogue: MemoryCatalogue) -> None:
         self.catalogue = catalogue
-        self.outcomes: dict[tuple[str, str, datetime], tuple[str, str]] = {}
+        # (namespace, name, nominal, outcome) -> execution id or reason
+        self.outcomes: dict[tuple[str, str, datetime, str], str] = {}
 
     def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
         for fire in plan.fires:
-            key = (fire.job.namespace, fire.job.name, fire.occurrence.nominal)
-            self.outcomes[key] = ("Fired", fire.execution_id)
+            self.outcomes[(plan.namespace, plan.name, fire.occurrence.nominal, "Fired")] = fire.execution_id
         for rec in plan.records:
-            self.outcomes.setdefault(
-                (rec.job_namespace, rec.job_name, rec.occurrence.nominal), (str(rec.outcome), str(rec.reason))
-            )
+            self.outcomes[(plan.namespace, plan.name, rec.occurrence.nominal, str(rec.outcome))] = str(rec.reason)
         job = self.catalogue.jobs.get((plan.namespace, plan.name))
         handled = plan.handled_through
         if job is None or handled is None:

@@ -19,9 +19,11 @@ Grammar (five fields: minute hour day-of-month month day-of-week):
   (case-insensitive); Sunday is 0 or 7;
 * ``?`` is accepted in the two day fields as a synonym of ``*``;
 * when both day fields are restricted a date matches if EITHER matches, as in
-  every classic cron; otherwise both must match. A day field is restricted
-  unless it allows every value (``*``, ``?``, ``1-31``, ``0-6``, ``MON-SUN``
-  are all unrestricted), so a field that adds nothing never widens the match;
+  every classic cron; otherwise both must match. A day field is unrestricted
+  when one of its items is ``*`` or ``?`` without a step other than 1; anything
+  else restricts, even a range covering every day (``1-31``, ``0-6``). This is
+  the rule of Kubernetes CronJobs (robfig/cron); croniter counts ``*/1`` as
+  restricted, and reads an equal range like ``5-5`` as the whole cycle (here: 5);
 * a step may not exceed the field's range (``*/70`` in the minute field is an
   error, not "minute 0");
 * macros: ``@yearly``, ``@annually``, ``@monthly``, ``@weekly``, ``@daily``,
@@ -73,8 +75,8 @@ _DAY_OF_MONTH = _FieldSpec("day-of-month", 1, 31, allows_question_mark=True)
 _MONTH = _FieldSpec("month", 1, 12, names=_MONTH_NAMES)
 _DAY_OF_WEEK = _FieldSpec("day-of-week", 0, 7, names=_WEEKDAY_NAMES, allows_question_mark=True)
 _SUNDAY_ALIAS = 7
-_ALL_DAYS_OF_MONTH = frozenset(range(1, 32))
-_ALL_DAYS_OF_WEEK = frozenset(range(7))
+#: Items that leave a day field unrestricted (the field then defers to the other one).
+_STAR_ITEMS = frozenset({"*", "?", "*/1", "?/1"})
 
 
 class CronSyntaxError(ValueError):
@@ -160,9 +162,13 @@ def _build_spec(expression: str, fields: list[str]) -> CronSpec:
         days_of_month=days_of_month,
         months=frozenset(_parse_field(month, _MONTH)),
         days_of_week=weekdays,
-        day_of_month_restricted=days_of_month != _ALL_DAYS_OF_MONTH,
-        day_of_week_restricted=weekdays != _ALL_DAYS_OF_WEEK,
+        day_of_month_restricted=not _written_as_star(dom),
+        day_of_week_restricted=not _written_as_star(dow),
     )
+
+
+def _written_as_star(field: str) -> bool:
+    return any(item in _STAR_ITEMS for item in field.split(","))
 
 
 def _parse_field(text: str, spec: _FieldSpec) -> set[int]:

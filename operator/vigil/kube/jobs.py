@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
 from vigil.core.chain import JobLookup
 from vigil.jobspec import InvalidJob, job_view
 from vigil.model import GROUP, VERSION

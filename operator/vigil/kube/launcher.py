@@ -71,7 +71,7 @@ class PodLauncher:
         payload = render_payload(
             payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone
         )
-        key = fire.execution_id
+        key: str = fire.execution_id
         if spec.idempotency_key:
             key = render_template_string(
                 spec.idempotency_key, variables, timezone=spec.timezone, field="spec.idempotencyKey"

@@ -54,11 +54,15 @@ def _record_entry(record: Record, now: datetime) -> dict[str, Any]:
 
 
 def merge_ledger(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Existing entries plus new ones, one per nominal time (newest write wins), oldest first."""
-    by_nominal = {e["nominal"]: e for e in existing}
+    """Existing entries plus new ones, one per (nominal time, outcome), oldest first.
+
+    Keyed on the outcome too: after a schedule edit one nominal time can be both
+    Superseded (old schedule) and Fired (new schedule), and both are true.
+    """
+    by_key = {(e["nominal"], e["outcome"]): e for e in existing}
     for entry in new:
-        by_nominal[entry["nominal"]] = entry
-    ordered = sorted(by_nominal.values(), key=lambda e: parse_rfc3339(e["nominal"]))
+        by_key[(entry["nominal"], entry["outcome"])] = entry
+    ordered = sorted(by_key.values(), key=lambda e: parse_rfc3339(e["nominal"]))
     return ordered[-LEDGER_SIZE:]
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from vigil.core.ids import pod_name
+from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.timeparse import format_rfc3339
 from vigil.model import GROUP, VERSION
 
@@ -103,7 +103,7 @@ def build_pod(
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "name": pod_name(execution_id, attempt),
+            "name": pod_name(ExecutionId(execution_id), attempt),
             "namespace": meta["namespace"],
             "labels": labels,
             "annotations": dict(tmeta.get("annotations") or {}),

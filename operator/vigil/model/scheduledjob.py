@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from vigil.core.buckets import Outcome
-from vigil.core.timeparse import parse_cron
+from vigil.core.timeparse import CRON_FIELD_COUNT, CRON_MACROS, parse_cron
 from vigil.model.common import (
     AGE_COLUMN,
     DEFAULT_EMPTY_OBJECT,
@@ -56,15 +56,12 @@ from vigil.model.workflow import WorkflowSpec
 # --------------------------------------------------------------------------------------------
 # Cron and time zones
 
-#: The cron macros accepted besides five-field expressions.
-CRON_MACROS = ("@hourly", "@daily", "@midnight", "@weekly", "@monthly", "@yearly", "@annually")
-CRON_FIELD_COUNT = 5
 CRON_MAX_LENGTH = 128
-_CRON_FIELD = r"[0-9A-Za-z*?,/#-]+"
-#: The CRD pattern: a macro, or five space-separated fields.
+_CRON_FIELD = r"[0-9A-Za-z*?,/-]+"
+_CRON_MACRO_NAMES = "|".join(macro.removeprefix("@") for macro in CRON_MACROS)
+#: The CRD pattern: one of the core's macros (lowercase), or five space-separated fields.
 CRON_PATTERN = (
-    rf"^(@(hourly|daily|midnight|weekly|monthly|yearly|annually)"
-    rf"|{_CRON_FIELD}( +{_CRON_FIELD}){{{CRON_FIELD_COUNT - 1}}})$"
+    rf"^(@({_CRON_MACRO_NAMES})|{_CRON_FIELD}( +{_CRON_FIELD}){{{CRON_FIELD_COUNT - 1}}})$"
 )
 _CRON_RE = re.compile(CRON_PATTERN)
 
@@ -111,7 +108,7 @@ def check_timezone(name: str) -> str:
 
 
 # The checks run as validators rather than pydantic pattern constraints so that the operator's
-# messages say what is wrong ("has 6 fields") instead of quoting a regular expression; the CRD
+# messages say what is wrong ("minute value 61 is outside 0-59") instead of quoting a regular expression; the CRD
 # still gets the pattern.
 CronExpression = Annotated[
     str,
@@ -507,7 +504,7 @@ SCHEDULED_JOB = ResourceKind(
         PrinterColumn(name="Schedule", json_path=".status.schedule", description="When."),
         PrinterColumn(name="Timezone", json_path=".spec.timezone", description="Time zone."),
         PrinterColumn(
-            name="Next Run", json_path=".status.nextRun", type="date", description="Next fire."
+            name="Next Run", json_path=".status.nextRun", description="Next fire time (UTC)."
         ),
         PrinterColumn(
             name="Last Scheduled",

@@ -1,0 +1,354 @@
+"""The trigger pass over in-memory ports: exactly-once firing, catch-up, supersede, suspend.
+
+Each scenario drives `Trigger.tick()` with a fake clock and the in-memory
+twins, then asserts on what was launched and what the ledger recorded. The
+property test at the end interleaves ticks, crashes and a second trigger at
+random and checks the two invariants: no occurrence launches twice, and every
+occurrence that has come due ends in exactly one recorded outcome.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vigil.core.buckets import Bucket, Mark
+from vigil.core.chain import CatchUp, CatchUpPolicy, EntryPlan, JobView, first_entry, resume_entry
+from vigil.core.memory import (
+    FakeClock,
+    MemoryBucketStore,
+    MemoryCatalogue,
+    MemoryLauncher,
+    MemoryLedger,
+)
+from vigil.core.schedule import Schedule
+from vigil.core.trigger import Trigger
+
+T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
+
+
+def every_job(
+    name: str = "job",
+    *,
+    every: timedelta = timedelta(seconds=5),
+    policy: CatchUpPolicy = CatchUpPolicy.ALL,
+    window: timedelta = timedelta(seconds=10),
+    limit: int = 100,
+    uid: str | None = None,
+) -> JobView:
+    return JobView(
+        namespace="ns",
+        name=name,
+        uid=uid or f"uid-{name}",
+        generation=1,
+        schedule=Schedule.from_interval(every, anchor=T0),
+        schedule_hash="h1",
+        jitter=timedelta(0),
+        catch_up=CatchUp(policy=policy, window=window, limit=limit),
+    )
+
+
+@dataclasses.dataclass
+class World:
+    clock: FakeClock
+    store: MemoryBucketStore
+    catalogue: MemoryCatalogue
+    launcher: MemoryLauncher
+    ledger: MemoryLedger
+    trigger: Trigger
+
+    def add(self, job: JobView) -> None:
+        self.catalogue.put(job)
+        head = first_entry(job, now=self.clock.now())
+        assert head is not None
+        self.store.insert(head)
+
+    def job(self, name: str = "job") -> JobView:
+        return self.catalogue.jobs[("ns", name)]
+
+    def second_trigger(self) -> Trigger:
+        return Trigger(
+            store=self.store, catalogue=self.catalogue, launcher=self.launcher, ledger=self.ledger, clock=self.clock
+        )
+
+    def run_until(self, end: datetime, step: timedelta = SECOND) -> None:
+        while self.clock.now() < end:
+            self.clock.advance(step)
+            self.trigger.tick()
+
+    def outcomes(self, outcome: str) -> list[datetime]:
+        return sorted(n for (_, _, n, o) in self.ledger.outcomes if o == outcome)
+
+    def launched(self) -> list[datetime]:
+        return sorted(f.occurrence.nominal for f in self.launcher.created.values())
+
+
+def world(start: datetime = T0) -> World:
+    clock = FakeClock(start)
+    store = MemoryBucketStore(shards=2)
+    catalogue = MemoryCatalogue()
+    launcher = MemoryLauncher()
+    ledger = MemoryLedger(catalogue)
+    trigger = Trigger(store=store, catalogue=catalogue, launcher=launcher, ledger=ledger, clock=clock)
+    return World(clock, store, catalogue, launcher, ledger, trigger)
+
+
+def nominals(start: datetime, end: datetime, step: timedelta) -> list[datetime]:
+    out, t = [], start
+    while t <= end:
+        out.append(t)
+        t += step
+    return out
+
+
+def test_each_occurrence_fires_once_on_time() -> None:
+    w = world()
+    w.add(every_job())
+    w.run_until(T0 + timedelta(seconds=30))
+    assert w.launched() == nominals(T0 + 5 * SECOND, T0 + 30 * SECOND, 5 * SECOND)
+    assert w.launcher.attempts == len(w.launched())
+
+
+def test_a_pass_that_dies_after_launching_is_repaired_without_a_second_launch() -> None:
+    w = world()
+    w.add(every_job())
+
+    class DiesOnce(MemoryLedger):
+        died = False
+
+        def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
+            if not self.died:
+                self.died = True
+                raise RuntimeError("operator died after creating the pod")
+            super().record(plan, launched=launched, now=now)
+
+    w.ledger = DiesOnce(w.catalogue)
+    w.trigger = Trigger(store=w.store, catalogue=w.catalogue, launcher=w.launcher, ledger=w.ledger, clock=w.clock)
+    w.run_until(T0 + 12 * SECOND)
+    assert w.launched() == [T0 + 5 * SECOND, T0 + 10 * SECOND]
+    assert w.launcher.attempts == 3  # the repeat launched again and was told "exists"
+    assert ("ns", "job", T0 + 5 * SECOND, "Fired") in w.ledger.outcomes
+
+
+def test_a_pass_that_dies_before_marking_does_not_fire_again() -> None:
+    w = world()
+    w.add(every_job())
+    real_mark = w.store.mark
+    calls = {"n": 0}
+
+    def mark_fails_once(bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("crashed before marking")
+        return real_mark(bucket, marks, version=version)
+
+    w.store.mark = mark_fails_once  # type: ignore[method-assign]
+    w.clock.advance(5 * SECOND)
+    with pytest.raises(RuntimeError):
+        w.trigger.tick()
+    w.run_until(T0 + 12 * SECOND)
+    assert w.launched() == [T0 + 5 * SECOND, T0 + 10 * SECOND]
+    assert not w.store.pending_minutes(until=w.clock.now()) or all(
+        not b.due(w.clock.now()) for b in w.store.read_minute(T0)
+    )
+
+
+def test_two_triggers_overlapping_still_fire_each_occurrence_once() -> None:
+    w = world()
+    for i in range(20):
+        w.add(every_job(f"job{i}"))
+    other = w.second_trigger()
+    while w.clock.now() < T0 + 20 * SECOND:
+        w.clock.advance(SECOND)
+        w.trigger.tick()
+        other.tick()
+    assert len(w.launcher.created) == 20 * 4
+    assert w.launcher.attempts >= len(w.launcher.created)
+
+
+@pytest.mark.parametrize(
+    ("policy", "fired_after_gap", "missed"),
+    [
+        pytest.param(CatchUpPolicy.ALL, 11, 0, id="All fires every occurrence of the gap"),
+        pytest.param(CatchUpPolicy.LATEST, 1, 10, id="Latest fires only the newest"),
+        pytest.param(CatchUpPolicy.NONE, 0, 11, id="None records every late one as Missed"),
+    ],
+)
+def test_an_outage_is_walked_per_catch_up_policy(
+    policy: CatchUpPolicy, fired_after_gap: int, missed: int
+) -> None:
+    w = world()
+    w.add(every_job(policy=policy, window=2 * SECOND))
+    w.run_until(T0 + 5 * SECOND)  # the first occurrence fires normally
+    w.clock.advance(58 * SECOND)  # no trigger ran for a while: 11 occurrences came due, all late
+    w.trigger.tick()
+    assert len(w.launched()) == 1 + fired_after_gap
+    assert len(w.outcomes("Missed")) == missed
+    every_nominal = set(w.launched()) | set(w.outcomes("Missed"))
+    assert every_nominal == set(nominals(T0 + 5 * SECOND, T0 + 60 * SECOND, 5 * SECOND))
+    if policy is CatchUpPolicy.LATEST:
+        assert w.launched()[-1] == T0 + 60 * SECOND
+
+
+def test_catch_up_limit_fires_the_newest_and_records_the_rest() -> None:
+    w = world()
+    w.add(every_job(limit=3, window=SECOND))
+    w.clock.advance(62 * SECOND)  # twelve occurrences due, all more than the window late
+    w.trigger.tick()
+    late = nominals(T0 + 5 * SECOND, T0 + 60 * SECOND, 5 * SECOND)
+    assert w.launched() == late[-3:]
+    assert w.outcomes("Missed") == late[:-3]
+
+
+def test_missed_minutes_are_walked_not_skipped() -> None:
+    w = world()
+    w.add(every_job(every=timedelta(minutes=1), window=timedelta(hours=1)))
+    w.clock.advance(timedelta(minutes=10, seconds=30))
+    w.trigger.tick()
+    assert w.launched() == nominals(T0 + timedelta(minutes=1), T0 + timedelta(minutes=10), timedelta(minutes=1))
+
+
+def test_a_schedule_change_supersedes_and_fires_nothing_retroactively() -> None:
+    w = world()
+    job = every_job(every=timedelta(minutes=10))
+    w.add(job)
+    w.clock.advance(timedelta(minutes=5))
+    changed = dataclasses.replace(
+        job, schedule=Schedule.from_interval(timedelta(minutes=1), anchor=T0), schedule_hash="h2", generation=2
+    )
+    w.add(changed)  # what the update handler does: a new head after now
+    w.run_until(T0 + timedelta(minutes=11))
+    assert w.launched() == nominals(T0 + timedelta(minutes=6), T0 + timedelta(minutes=11), timedelta(minutes=1))
+    assert w.outcomes("Superseded") == [T0 + timedelta(minutes=10)]
+
+
+def test_suspend_pauses_and_resume_follows_the_catch_up_policy_without_double_fire() -> None:
+    w = world()
+    job = every_job(policy=CatchUpPolicy.LATEST)
+    w.add(job)
+    w.run_until(T0 + 10 * SECOND)
+    w.catalogue.put(dataclasses.replace(w.job(), suspended=True))
+    w.run_until(T0 + 60 * SECOND)
+    assert w.launched() == [T0 + 5 * SECOND, T0 + 10 * SECOND]
+    paused = w.outcomes("Suspended")
+    assert paused == [T0 + 15 * SECOND]
+    w.catalogue.put(dataclasses.replace(w.job(), suspended=False, generation=3))
+    w.store.insert(resume_entry(w.job(), paused_at=paused[0], now=w.clock.now()))
+    w.run_until(T0 + 70 * SECOND)
+    fired = w.launched()
+    assert len(fired) == len(set(fired))
+    assert fired[:2] == [T0 + 5 * SECOND, T0 + 10 * SECOND]
+    assert T0 + 60 * SECOND in fired  # Latest: the newest late occurrence runs on resume
+    assert T0 + 20 * SECOND in w.outcomes("Missed")
+    assert fired[-2:] == [T0 + 65 * SECOND, T0 + 70 * SECOND]
+
+
+def test_a_deleted_job_is_skipped_and_its_chain_ends() -> None:
+    w = world()
+    w.add(every_job())
+    del w.catalogue.jobs[("ns", "job")]
+    w.run_until(T0 + 30 * SECOND)
+    assert w.launched() == []
+    assert [key[3] for key in w.ledger.outcomes] == ["Skipped"]
+
+
+def test_a_recreated_job_with_the_same_name_does_not_inherit_old_occurrences() -> None:
+    w = world()
+    w.add(every_job())
+    w.catalogue.put(every_job(uid="uid-new"))
+    w.clock.advance(5 * SECOND)
+    w.trigger.tick()
+    assert w.launched() == []
+
+
+def test_an_invalid_job_is_skipped_and_others_still_fire() -> None:
+    w = world()
+    w.add(every_job("bad"))
+    w.add(every_job("good"))
+    w.catalogue.invalid.add(("ns", "bad"))
+    w.run_until(T0 + 5 * SECOND)
+    assert [f.job.name for f in w.launcher.created.values()] == ["good"]
+    assert w.ledger.outcomes[("ns", "bad", T0 + 5 * SECOND, "Skipped")] == "JobInvalid"
+
+
+def test_an_entry_that_keeps_failing_does_not_hold_up_others() -> None:
+    w = world()
+    w.add(every_job("poison"))
+    w.add(every_job("fine"))
+
+    class Fussy(MemoryLauncher):
+        def launch(self, fire):  # type: ignore[no-untyped-def]
+            if fire.job.name == "poison":
+                raise RuntimeError("cannot build the pod")
+            return super().launch(fire)
+
+    w.trigger = Trigger(
+        store=w.store, catalogue=w.catalogue, launcher=Fussy(), ledger=w.ledger, clock=w.clock
+    )
+    w.run_until(T0 + 5 * SECOND)
+    assert ("ns", "fine", T0 + 5 * SECOND, "Fired") in w.ledger.outcomes
+
+
+def test_tick_cost_follows_due_work_not_catalogue_size() -> None:
+    def reads_for(catalogued: int) -> int:
+        w = world()
+        w.add(every_job("due", every=timedelta(minutes=1)))
+        for i in range(catalogued):  # far-future work: daily jobs due tomorrow
+            w.add(every_job(f"later{i}", every=timedelta(days=1)))
+        w.trigger.tick()
+        before = w.store.reads
+        w.run_until(T0 + timedelta(minutes=1, seconds=1))
+        return w.store.reads - before
+
+    assert reads_for(10) == reads_for(2000)
+
+
+# --- property: random interleavings ----------------------------------------------------
+
+step = st.tuples(
+    st.sampled_from(["tick", "tick-other", "crash-before-mark", "gap"]),
+    st.integers(min_value=1, max_value=20),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(step, min_size=1, max_size=40), every=st.sampled_from([3, 5, 7]))
+def test_no_double_fire_and_nothing_silently_dropped(steps: list[tuple[str, int]], every: int) -> None:
+    w = world()
+    w.add(every_job(every=timedelta(seconds=every), window=timedelta(seconds=4), policy=CatchUpPolicy.LATEST))
+    other = w.second_trigger()
+
+    class Crash(Exception):
+        pass
+
+    for action, seconds in steps:
+        w.clock.advance(timedelta(seconds=seconds))
+        if action == "tick":
+            w.trigger.tick()
+        elif action == "tick-other":
+            other.tick()
+        elif action == "crash-before-mark":
+            real_mark = w.store.mark
+
+            def crashing(bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+                raise Crash
+
+            w.store.mark = crashing  # type: ignore[method-assign]
+            try:
+                w.trigger.tick()
+            except Crash:
+                pass
+            finally:
+                w.store.mark = real_mark  # type: ignore[method-assign]
+    w.trigger.tick()  # a final healthy pass settles everything due
+    due = nominals(T0 + timedelta(seconds=every), w.clock.now(), timedelta(seconds=every))
+    fired = w.launched()
+    assert len(fired) == len(set(fired)), "an occurrence launched twice"
+    recorded = {key[2] for key in w.ledger.outcomes}
+    assert set(due) <= recorded | set(fired), "an occurrence that came due has no outcome"
