@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +104,26 @@ def namespace(cluster: KubeCluster) -> Iterator[str]:
     wait_for(sa_ready, timeout=60, what=f"default service account in {name}")
     yield name
     cluster.core.delete_namespace(name)
+
+
+@pytest.fixture
+def fleet(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Operator processes of one test, in an operator namespace of their own."""
+    from tests.integration.operators import OperatorFleet
+
+    operators = OperatorFleet(cluster, tmp_path)
+    yield operators
+    operators.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(operators.logs())
+    cluster.core.delete_namespace(operators.namespace)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report

@@ -1,0 +1,91 @@
+"""Helpers for tests that create ScheduledJobs and inspect what the operator did with them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from tests.integration.conftest import KubeCluster
+from tests.waiting import wait_for
+
+GROUP, VERSION, PLURAL = "vigil.dev", "v1alpha1", "scheduledjobs"
+
+
+def rfc3339(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def job_body(name: str, *, command: str = "true", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "template": {"spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", command]}]}},
+    }
+    body.update(spec)
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": name}, "spec": body}
+
+
+def create_job(cluster: KubeCluster, namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = cluster.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, job_body(name, **spec)
+    )
+    return obj
+
+
+def get_job(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return obj
+
+
+def patch_spec(cluster: KubeCluster, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+
+
+def ledger(cluster: KubeCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return list((get_job(cluster, namespace, name).get("status") or {}).get("occurrences") or [])
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def vigil_pods(cluster: KubeCluster, namespace: str) -> list[Any]:
+    return list(
+        cluster.core.list_namespaced_pod(namespace, label_selector="app.kubernetes.io/managed-by=vigil").items
+    )
+
+
+def env_of(pod: Any) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
+
+
+def scheduled_for_by_job(cluster: KubeCluster, namespace: str) -> dict[str, list[str]]:
+    """Each job's pods' VIGIL_SCHEDULED_FOR values, sorted."""
+    out: dict[str, list[str]] = {}
+    for pod in vigil_pods(cluster, namespace):
+        out.setdefault(pod.metadata.labels["vigil.dev/job"], []).append(env_of(pod)["VIGIL_SCHEDULED_FOR"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def duplicates(values: list[str]) -> list[str]:
+    return [v for v, n in Counter(values).items() if n > 1]
+
+
+def wait_for_ledger(
+    cluster: KubeCluster, namespace: str, name: str, *, through: datetime, timeout: float = 60
+) -> list[dict[str, Any]]:
+    """The job's ledger once it has an outcome for some nominal time at or after `through`."""
+    stamp = rfc3339(through)
+
+    def probe() -> list[dict[str, Any]] | None:
+        try:
+            entries = ledger(cluster, namespace, name)
+        except ApiException:
+            return None
+        return entries if any(e["nominal"] >= stamp for e in entries) else None
+
+    return wait_for(probe, timeout=timeout, what=f"{name}'s ledger to reach {stamp}")
