@@ -51,7 +51,7 @@ demo: cluster-up ## the local control plane, the operator, the examples, and `ku
 
 .PHONY: lint
 lint: $(STAMP) ## ruff, mypy --strict, and the import contracts that keep vigil.core pure
-	$(VENV)/bin/ruff check operator tests e2e
+	$(VENV)/bin/ruff check operator tests e2e bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -402,6 +402,9 @@ def down(state: Path = DEFAULT_STATE) -> None:
         if pid:
             _stop_pid(pid, grace_s=10)
         (cluster.pids / f"{name}.pid").unlink(missing_ok=True)
+    for proc in _CHILDREN:  # reap what this process started, so no zombie or warning is left
+        if proc.poll() is None and not _pid_alive(proc.pid):
+            proc.wait(timeout=5)
     left = [name for name in (*extra, *PROCESSES) if _running(cluster, name)]
     if left:
         raise RuntimeError(f"processes still running after stop: {left}")

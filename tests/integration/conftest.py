@@ -10,6 +10,7 @@ for faster iteration; it is reused when found running.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import uuid
 from collections.abc import Generator, Iterator
@@ -18,9 +19,9 @@ from typing import Any
 
 import pytest
 import yaml
-from e2e.cluster import localcluster
 from kubernetes import client, config
 
+from e2e.cluster import localcluster
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,10 +32,9 @@ PORT_BASE = 26000
 class KubeCluster:
     """A running local cluster: kubeconfig, kubectl, helm and API clients."""
 
-    def __init__(self, handle: localcluster.Cluster) -> None:
-        self.handle = handle
-        self.kubeconfig = handle.kubeconfig
-        self.bin = handle.state / "bin"
+    def __init__(self, kubeconfig: Path, bin_dir: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.bin = bin_dir
         self.api = config.new_client_from_config(config_file=str(self.kubeconfig))
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
@@ -74,9 +74,15 @@ class KubeCluster:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[KubeCluster]:
-    keep = os.environ.get("VIGIL_TEST_KEEP_CLUSTER") == "1"
-    handle = localcluster.up(STATE, PORT_BASE)
-    kube = KubeCluster(handle)
+    external = os.environ.get("VIGIL_TEST_KUBECONFIG")
+    keep = external is not None or os.environ.get("VIGIL_TEST_KEEP_CLUSTER") == "1"
+    if external:  # e.g. a kind cluster on a machine with Docker; kubectl and helm come from PATH
+        kubectl = shutil.which("kubectl")
+        assert kubectl, "VIGIL_TEST_KUBECONFIG is set but kubectl is not on PATH"
+        kube = KubeCluster(Path(external), Path(kubectl).parent)
+    else:
+        handle = localcluster.up(STATE, PORT_BASE)
+        kube = KubeCluster(handle.kubeconfig, handle.state / "bin")
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     for path in sorted((REPO / "crds").glob("*.yaml")):
         name = yaml.safe_load(path.read_text())["metadata"]["name"]

@@ -57,6 +57,11 @@ def rejection(cluster: KubeCluster, namespace: str, body: dict[str, Any]) -> str
 # --- admission -------------------------------------------------------------------------
 
 
+def test_plain_kubectl_apply_of_the_crds_succeeds(cluster: KubeCluster) -> None:
+    result = cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    assert "scheduledjobs.vigil.dev" in result.stdout
+
+
 def test_crds_are_established(cluster: KubeCluster) -> None:
     names = {c.metadata.name for c in cluster.apiext.list_custom_resource_definition().items}
     assert {"scheduledjobs.vigil.dev", "workflows.vigil.dev", "schedulebuckets.vigil.dev"} <= names
@@ -82,6 +87,10 @@ def test_a_valid_job_is_admitted_and_defaulted(cluster: KubeCluster, namespace: 
         ("malformed duration", {"expectedMaxInterval": "26 hours"}, "spec.expectedMaxInterval"),
         ("suspend without a reason", {"suspend": True}, "suspendReason"),
         ("bad cron shape", {"cron": "every day"}, "spec.cron"),
+        ("unparsable runAt", {"cron": None, "runAt": "tomorrow at two"}, "spec.runAt"),
+        ("negative duration", {"catchUpWindow": "-5m"}, "spec.catchUpWindow"),
+        ("catch-up limit out of bounds", {"catchUpLimit": 0}, "spec.catchUpLimit"),
+        ("unknown priority", {"priority": "urgent"}, "spec.priority"),
     ],
 )
 def test_bad_input_is_rejected_naming_the_field(

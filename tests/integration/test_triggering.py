@@ -208,6 +208,7 @@ def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
         "hour25": ({"cron": "0 25 * * *"}, "cron"),
         "template": ({"every": "5s", "payloadTemplate": {"date": "{{ periodStart | date "}}, "payloadTemplate"),
         "unknown-var": ({"every": "5s", "payloadTemplate": {"d": "{{ yesterday }}"}}, "payloadTemplate"),
+        "huge": ({"every": "5s", "payload": {"blob": "x" * 40_000}}, "spec.payload"),
     }
     for name, (spec, _) in bad.items():
         create_job(cluster, namespace, name, **spec)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from e2e import nodeagent as agent
 
 START = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)

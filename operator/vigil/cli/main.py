@@ -25,13 +25,27 @@ from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.jobspec import InvalidJob, job_view
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
+EXIT_BAD_INPUT = 2  # as argparse's usage errors: the command was given something it cannot use
+
+
+class BadInput(Exception):
+    """The file or job named on the command line cannot be used; the message says why."""
+
+
+def _read_documents(path: str) -> list[Any]:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        return list(yaml.safe_load_all(text))
+    except OSError as err:
+        raise BadInput(f"{path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise BadInput(f"{path}: not valid YAML: {err}") from None
 
 
 def _load_file(path: str) -> dict[str, Any]:
-    text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    docs = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == "ScheduledJob"]
+    docs = [d for d in _read_documents(path) if isinstance(d, dict) and d.get("kind") == "ScheduledJob"]
     if not docs:
-        raise SystemExit(f"{path}: no ScheduledJob found")
+        raise BadInput(f"{path}: no ScheduledJob found (no document has kind: ScheduledJob)")
     obj = docs[0]
     meta = obj.setdefault("metadata", {})
     meta.setdefault("namespace", "default")
@@ -49,11 +63,18 @@ def _kube_custom() -> Any:
 
 
 def _fetch_job(name: str, namespace: str) -> dict[str, Any]:
+    from kubernetes.client.exceptions import ApiException
+
     from vigil.model import GROUP, VERSION
 
-    obj: dict[str, Any] = _kube_custom().get_namespaced_custom_object(
-        GROUP, VERSION, namespace, "scheduledjobs", name
-    )
+    try:
+        obj: dict[str, Any] = _kube_custom().get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "scheduledjobs", name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            raise BadInput(f'scheduledjob "{name}" not found in namespace "{namespace}"') from None
+        raise
     return obj
 
 
@@ -123,7 +144,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "next" and not (args.file or args.job):
         parser().error("next: give a JOB name or -f FILE")
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except BadInput as err:
+        print(f"kubectl vigil: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 if __name__ == "__main__":

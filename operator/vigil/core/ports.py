@@ -13,6 +13,7 @@ from typing import Protocol
 
 from vigil.core.buckets import Bucket, BucketEntry, Mark
 from vigil.core.chain import EntryPlan, Fire, JobLookup
+from vigil.core.history import AttemptRecord
 
 
 class Clock(Protocol):
@@ -77,4 +78,16 @@ class Ledger(Protocol):
 
         `launched` maps each fired execution id to whether this pass created it.
         """
+        ...
+
+
+class HistoryUnavailable(Exception):
+    """The history database cannot be reached; the caller keeps the records and retries later."""
+
+
+class HistorySink(Protocol):
+    """Where finished and in-flight attempts are recorded for querying (off the firing path)."""
+
+    def write(self, records: list[AttemptRecord]) -> None:
+        """Upsert attempts by (execution id, attempt); raise HistoryUnavailable if unreachable."""
         ...

@@ -5,7 +5,9 @@ visits. Inserts are read-modify-write on the spec with the object's
 resourceVersion (a conflict re-reads and tries again). Fired markers live in the
 status subresource and are written with a merge patch that carries the
 resourceVersion read — the API server refuses it with 409 if anything changed in
-between, which is what makes marking single-fire without any lock.
+between, which is what makes marking single-fire without any lock. A merge patch
+would replace a marker already there, so `mark` first drops every key the bucket
+has already marked: the first writer wins.
 """
 
 from __future__ import annotations
@@ -133,7 +135,8 @@ class KubeBucketStore:
             page = self._api.list_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, **kwargs)
             for obj in page["items"]:
                 minute = parse_minute_label(obj["metadata"]["labels"][LABEL_MINUTE])
-                if minute <= until:
+                # the label is cleared only by complete(): a bucket fully marked since still has it
+                if minute <= until and bucket_from_object(obj).pending():
                     minutes.add(minute)
             token = page["metadata"].get("continue")
             if not token:
@@ -207,9 +210,18 @@ class KubeBucketStore:
             raise
 
     def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+        current = self._get(bucket)
+        if current is None:
+            raise Conflict(f"bucket {bucket} no longer exists")
+        if current["metadata"]["resourceVersion"] != version:
+            raise Conflict(f"bucket {bucket}: version {version} is stale")
+        marked = (current.get("status") or {}).get("fired") or {}
+        fresh = {key: mark for key, mark in marks.items() if key not in marked}
+        if not fresh:
+            return bucket_from_object(current)
         body = {
-            "metadata": {"resourceVersion": version},
-            "status": {"fired": {key: mark_to_dict(mark) for key, mark in marks.items()}},
+            "metadata": {"resourceVersion": version},  # the precondition: 409 if it moved since the read
+            "status": {"fired": {key: mark_to_dict(mark) for key, mark in fresh.items()}},
         }
         try:
             obj = self._api.patch_namespaced_custom_object_status(

@@ -10,8 +10,10 @@ rules follow client-go's leaderelection:
   never by comparing timestamps written by another machine's clock;
 * the leader renews every `renew_period` and gives up if it has not renewed for
   `renew_deadline` (two thirds of the duration), before any standby may take
-  over. Losing the lease calls `on_lost`, which exits the process: a replica that
-  is no longer sure it leads must stop acting at once.
+  over. Losing the lease — renewals failing past the deadline, or another
+  holder's write found in it — calls `on_lost`, which exits the process: a
+  replica that is no longer sure it leads must stop acting at once. The elector
+  itself stops too; it never campaigns again.
 
 Runs in its own thread so a busy trigger pass can never starve the renewals.
 """
@@ -86,7 +88,9 @@ class LeaderElector:
         return self._leading.wait(timeout)
 
     def stop(self) -> None:
+        """Stop campaigning and renewing; a leader no longer counts as one (the Lease expires)."""
         self._stopped.set()
+        self._leading.clear()
 
     def _run(self) -> None:
         cfg = self._config
@@ -98,11 +102,16 @@ class LeaderElector:
             except Exception:
                 log.exception("lease %s/%s: unexpected error", cfg.namespace, cfg.name)
             if self.is_leader and time.monotonic() - self._last_renew > cfg.renew_deadline:
-                log.error("lost leadership: no renewal for %.1fs", time.monotonic() - self._last_renew)
-                self._leading.clear()
-                self._on_lost()
-                return
+                self._lose(f"no renewal for {time.monotonic() - self._last_renew:.1f}s")
             self._stopped.wait(cfg.renew_period if self.is_leader else cfg.renew_period / 2)
+        self._leading.clear()  # a write racing stop() may have set it again
+
+    def _lose(self, why: str) -> None:
+        """Leadership is gone: stop acting and campaigning, then tell the owner."""
+        log.error("lost leadership of lease %s/%s: %s", self._config.namespace, self._config.name, why)
+        self._stopped.set()
+        self._leading.clear()
+        self._on_lost()
 
     def _try_acquire_or_renew(self) -> None:
         cfg = self._config
@@ -123,8 +132,7 @@ class LeaderElector:
             return
         if holder and not self._expired(version, spec.lease_duration_seconds or cfg.lease_duration):
             if self.is_leader:  # someone else holds it while we think we lead: stop at once
-                self._leading.clear()
-                self._on_lost()
+                self._lose(f"the lease is held by {holder}")
             return
         self._write(lease, now, transitions=(spec.lease_transitions or 0) + 1, acquired=now)
 
@@ -171,6 +179,8 @@ class LeaderElector:
         self._became_leader()
 
     def _became_leader(self) -> None:
+        if self._stopped.is_set():  # a write that raced stop() or a loss claims nothing
+            return
         self._last_renew = time.monotonic()
         if not self._leading.is_set():
             log.info("acquired leadership as %s", self._config.identity)

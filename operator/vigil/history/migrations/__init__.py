@@ -1,0 +1,1 @@
+"""Alembic migrations of the history database, run in code by `SqlHistory.migrate()` (no alembic.ini)."""

@@ -1,0 +1,62 @@
+-- The canonical schema of Vigil's history database, one block per dialect, for reading.
+--
+-- It is not applied by the operator: `SqlHistory.migrate()` runs the Alembic migrations
+-- in migrations/versions/. tests/contract/test_history.py applies each block to an empty
+-- database and checks that it equals what the migrations produce, so this file and the
+-- migrations cannot drift apart. Change both together.
+--
+-- One row per execution attempt, upserted by (execution_id, attempt). Times are UTC.
+-- An attempt's record only moves forward (ready -> running -> terminal); the upsert's
+-- WHERE clause keeps a later stage from being overwritten by an earlier one.
+
+-- name: postgresql
+-- Partitioned by day of scheduled_for: retention drops whole partitions, and each day's
+-- partition (attempts_YYYYMMDD, [day, day + 1) UTC) is created on demand before its
+-- first row is written (queries.sql: create_partition). A partitioned table's primary key
+-- must contain the partition key, hence scheduled_for in it; scheduled_for is the
+-- occurrence's nominal time, a function of the execution id, so the idempotency key is
+-- still effectively (execution_id, attempt).
+CREATE TABLE attempts (
+    execution_id  TEXT                     NOT NULL,
+    attempt       SMALLINT                 NOT NULL,
+    namespace     TEXT                     NOT NULL,
+    job           TEXT                     NOT NULL,
+    job_uid       TEXT                     NOT NULL,
+    priority      TEXT                     NOT NULL,
+    state         TEXT                     NOT NULL,
+    reason        TEXT                     NOT NULL,
+    scheduled_for TIMESTAMP WITH TIME ZONE NOT NULL,
+    started_at    TIMESTAMP WITH TIME ZONE,
+    finished_at   TIMESTAMP WITH TIME ZONE,
+    pod           TEXT                     NOT NULL,
+    error         TEXT                     NOT NULL,
+    updated_at    TIMESTAMP WITH TIME ZONE NOT NULL,
+    CONSTRAINT attempts_pkey PRIMARY KEY (execution_id, attempt, scheduled_for)
+) PARTITION BY RANGE (scheduled_for);
+
+-- "The latest attempts of this job": kubectl vigil history, the watchdog.
+CREATE INDEX attempts_job_recent ON attempts (namespace, job, scheduled_for DESC);
+
+-- name: sqlite
+-- The embedded default: one file, no partitions; retention deletes old rows. SQLite has
+-- no time zone type: times are stored as UTC text ('YYYY-MM-DD HH:MM:SS.ffffff'), which
+-- sorts and compares as time does.
+CREATE TABLE attempts (
+    execution_id  TEXT     NOT NULL,
+    attempt       SMALLINT NOT NULL,
+    namespace     TEXT     NOT NULL,
+    job           TEXT     NOT NULL,
+    job_uid       TEXT     NOT NULL,
+    priority      TEXT     NOT NULL,
+    state         TEXT     NOT NULL,
+    reason        TEXT     NOT NULL,
+    scheduled_for DATETIME NOT NULL,
+    started_at    DATETIME,
+    finished_at   DATETIME,
+    pod           TEXT     NOT NULL,
+    error         TEXT     NOT NULL,
+    updated_at    DATETIME NOT NULL,
+    CONSTRAINT attempts_pkey PRIMARY KEY (execution_id, attempt)
+);
+
+CREATE INDEX attempts_job_recent ON attempts (namespace, job, scheduled_for DESC);

@@ -1,0 +1,207 @@
+"""The BucketStore contract, run against every implementation.
+
+The in-memory twin (`vigil.core.memory.MemoryBucketStore`) and the API-server
+adapter (`vigil.kube.buckets.KubeBucketStore`, ScheduleBucket objects in a
+namespace of the test's own) must agree on: idempotent inserts by key; the
+minute an entry lands in; reads confined to one minute; overflow of a hot minute
+into more shards; conditional marks (a stale version is a Conflict) where the
+first marker written for a key stays; which minutes are pending; complete();
+and remove().
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from vigil.core.buckets import MINUTE, Bucket, BucketEntry, Mark, Outcome, entry_key
+from vigil.core.memory import MemoryBucketStore
+from vigil.core.ports import BucketStore, Conflict
+
+SHARDS = 2
+MAX_PER_BUCKET = 5
+MINUTE_0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
+SCHEDULE_HASH = "abc123"
+JOB_UID = "6f1c2a9e-0000-4000-8000-000000000001"
+OTHER_UID = "6f1c2a9e-0000-4000-8000-000000000002"
+MARKED_AT = datetime(2026, 5, 1, 12, 5, 0, 125_000, tzinfo=UTC)  # millisecond precision survives every store
+
+
+@pytest.fixture(params=["memory", pytest.param("kube", marks=pytest.mark.integration)])
+def store(request: pytest.FixtureRequest) -> Iterator[BucketStore]:
+    if request.param == "memory":
+        yield MemoryBucketStore(shards=SHARDS, max_per_bucket=MAX_PER_BUCKET)
+        return
+    from vigil.kube.buckets import KubeBucketStore
+
+    cluster = request.getfixturevalue("cluster")
+    namespace = request.getfixturevalue("namespace")
+    yield KubeBucketStore(cluster.api, namespace=namespace, shards=SHARDS, max_per_bucket=MAX_PER_BUCKET)
+
+
+def entry(nominal: datetime, *, uid: str = JOB_UID, fire_at: datetime | None = None) -> BucketEntry:
+    return BucketEntry(
+        key=entry_key(uid, nominal, SCHEDULE_HASH),
+        namespace="team-a",
+        name=f"job-{uid[-1]}",
+        uid=uid,
+        generation=3,
+        schedule_hash=SCHEDULE_HASH,
+        nominal=nominal,
+        fire_at=fire_at or nominal,
+    )
+
+
+def fired(execution_id: str) -> Mark:
+    return Mark(outcome=Outcome.FIRED, at=MARKED_AT, execution_id=execution_id)
+
+
+def keys(buckets: list[Bucket]) -> set[str]:
+    return {e.key for b in buckets for e in b.entries}
+
+
+def only_bucket(store: BucketStore, minute: datetime) -> Bucket:
+    buckets = store.read_minute(minute)
+    assert len(buckets) == 1, buckets
+    return buckets[0]
+
+
+def insert_all(store: BucketStore, *entries: BucketEntry) -> list[str]:
+    return [store.insert(e) for e in entries]
+
+
+def test_insert_is_idempotent_by_key(store: BucketStore) -> None:
+    occurrence = entry(MINUTE_0 + timedelta(seconds=30))
+
+    first = store.insert(occurrence)
+    second = store.insert(occurrence)
+
+    assert first == second
+    bucket = only_bucket(store, MINUTE_0)
+    assert bucket.name == first
+    assert bucket.entries == (occurrence,)
+
+
+def test_an_entry_lands_in_the_minute_of_its_fire_at_not_its_nominal(store: BucketStore) -> None:
+    jittered = entry(MINUTE_0 + timedelta(seconds=50), fire_at=MINUTE_0 + timedelta(minutes=1, seconds=10.25))
+
+    store.insert(jittered)
+
+    assert store.read_minute(MINUTE_0) == []
+    bucket = only_bucket(store, MINUTE_0 + MINUTE)
+    assert bucket.minute == MINUTE_0 + MINUTE
+    assert bucket.entries == (jittered,)
+
+
+def test_read_minute_returns_only_that_minutes_buckets(store: BucketStore) -> None:
+    last_ms_before = entry(MINUTE_0 - timedelta(milliseconds=1))
+    first_instant = entry(MINUTE_0, uid=OTHER_UID)
+    last_ms = entry(MINUTE_0 + timedelta(seconds=59.999))
+    next_minute = entry(MINUTE_0 + MINUTE, uid=OTHER_UID)
+    insert_all(store, last_ms_before, first_instant, last_ms, next_minute)
+
+    buckets = store.read_minute(MINUTE_0)
+
+    assert keys(buckets) == {first_instant.key, last_ms.key}
+    assert {b.minute for b in buckets} == {MINUTE_0}
+    assert keys(store.read_minute(MINUTE_0 - MINUTE)) == {last_ms_before.key}
+    assert keys(store.read_minute(MINUTE_0 + MINUTE)) == {next_minute.key}
+
+
+def test_a_hot_minute_overflows_into_more_shards_and_reads_back_whole(store: BucketStore) -> None:
+    # One `every: 2s` job: 23 occurrences due in one minute, all with the same home shard.
+    hot = [entry(MINUTE_0 + timedelta(seconds=2 * i)) for i in range(23)]
+
+    names = insert_all(store, *hot)
+
+    buckets = store.read_minute(MINUTE_0)
+    assert keys(buckets) == {e.key for e in hot}
+    assert sum(len(b.entries) for b in buckets) == len(hot)
+    assert len(buckets) == math.ceil(len(hot) / MAX_PER_BUCKET) == len(set(names))
+    assert sorted((len(b.entries) for b in buckets), reverse=True) == [5, 5, 5, 5, 3]
+    assert max(int(b.name.rsplit("-", 1)[1]) for b in buckets) >= SHARDS  # past the configured shards
+
+
+def test_mark_with_the_current_version_succeeds_and_a_stale_version_conflicts(store: BucketStore) -> None:
+    first, second = entry(MINUTE_0), entry(MINUTE_0 + timedelta(seconds=1))
+    insert_all(store, first, second)
+    read = only_bucket(store, MINUTE_0)
+
+    marked = store.mark(read.name, {first.key: fired("exec-1")}, version=read.version)
+
+    assert marked.marks == {first.key: fired("exec-1")}
+    assert marked.version != read.version
+    assert only_bucket(store, MINUTE_0).marks == {first.key: fired("exec-1")}
+    with pytest.raises(Conflict):
+        store.mark(read.name, {second.key: fired("exec-2")}, version=read.version)
+    assert only_bucket(store, MINUTE_0).marks == {first.key: fired("exec-1")}
+
+
+def test_an_insert_after_the_read_makes_that_version_stale(store: BucketStore) -> None:
+    early = entry(MINUTE_0)
+    store.insert(early)
+    read = only_bucket(store, MINUTE_0)
+    store.insert(entry(MINUTE_0 + timedelta(seconds=5)))
+
+    with pytest.raises(Conflict):
+        store.mark(read.name, {early.key: fired("exec-1")}, version=read.version)
+
+
+def test_a_marker_is_never_overwritten_the_first_writer_wins(store: BucketStore) -> None:
+    occurrence, other = entry(MINUTE_0), entry(MINUTE_0 + timedelta(seconds=1))
+    insert_all(store, occurrence, other)
+    read = only_bucket(store, MINUTE_0)
+    store.mark(read.name, {occurrence.key: fired("exec-first")}, version=read.version)
+
+    # A second writer that re-read (fresh version) and marks the same key, plus one more.
+    fresh = only_bucket(store, MINUTE_0)
+    missed = Mark(outcome=Outcome.MISSED, at=MARKED_AT, reason="second writer")
+    result = store.mark(fresh.name, {occurrence.key: missed, other.key: fired("exec-other")}, version=fresh.version)
+
+    expected = {occurrence.key: fired("exec-first"), other.key: fired("exec-other")}
+    assert result.marks == expected
+    assert only_bucket(store, MINUTE_0).marks == expected
+
+
+def test_pending_minutes_lists_past_minutes_with_unmarked_entries_oldest_first(store: BucketStore) -> None:
+    until = MINUTE_0 + 2 * MINUTE
+    unmarked = entry(MINUTE_0)
+    fully_marked = entry(MINUTE_0 + MINUTE)
+    half_marked = [entry(until), entry(until + timedelta(seconds=1))]
+    future = entry(until + MINUTE)
+    insert_all(store, unmarked, fully_marked, *half_marked, future)
+    for minute, done in ((MINUTE_0 + MINUTE, fully_marked), (until, half_marked[0])):
+        bucket = only_bucket(store, minute)
+        store.mark(bucket.name, {done.key: fired(f"exec-{minute:%M}")}, version=bucket.version)
+
+    assert store.pending_minutes(until=until) == [MINUTE_0, until]
+    assert store.pending_minutes(until=until + MINUTE) == [MINUTE_0, until, until + MINUTE]
+    assert store.pending_minutes(until=MINUTE_0 - MINUTE) == []
+
+
+def test_a_completed_minute_is_no_longer_pending_until_a_new_entry_arrives(store: BucketStore) -> None:
+    done = entry(MINUTE_0)
+    store.insert(done)
+    bucket = only_bucket(store, MINUTE_0)
+    store.mark(bucket.name, {done.key: fired("exec-1")}, version=bucket.version)
+
+    store.complete(bucket.name)
+
+    assert store.pending_minutes(until=MINUTE_0 + MINUTE) == []
+    late = entry(MINUTE_0 + timedelta(seconds=30))
+    assert store.insert(late) == bucket.name
+    assert store.pending_minutes(until=MINUTE_0 + MINUTE) == [MINUTE_0]
+
+
+def test_remove_deletes_exactly_one_entry(store: BucketStore) -> None:
+    kept, removed = entry(MINUTE_0), entry(MINUTE_0 + timedelta(seconds=10))
+    name = insert_all(store, kept, removed)[1]
+
+    store.remove(name, removed.key)
+
+    assert only_bucket(store, MINUTE_0).entries == (kept,)
+    store.remove(name, removed.key)  # removing what is gone is a no-op
+    assert only_bucket(store, MINUTE_0).entries == (kept,)

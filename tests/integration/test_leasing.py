@@ -1,0 +1,168 @@
+"""Leader election on a real coordination.k8s.io/v1 Lease.
+
+Two `LeaderElector`s on one Lease: exactly one leads; when the leader stops
+renewing the other takes over within about a lease duration and the Lease's
+transition count goes up; a leader whose Lease is overwritten by another holder
+is told (`on_lost`) and never claims again. Then the same with two real
+`vigil operator` processes: one holds the Lease, and SIGKILLing it hands the
+Lease to the other.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kubernetes import client
+
+from tests.integration.conftest import KubeCluster
+from tests.integration.operators import OperatorFleet
+from tests.waiting import wait_for
+from vigil.kube.leasing import LeaderElector, LeaseConfig
+
+LEASE_NAME = "test-leader"
+LEASE_SECONDS = 2.0
+RENEW_SECONDS = 0.5
+# A standby notices a new Lease version within half a renew period, then waits one lease duration.
+TAKEOVER_TIMEOUT = LEASE_SECONDS + 3.0
+FIRST_LEADER_TIMEOUT = 10.0
+SAMPLE_INTERVAL = 0.05
+OPERATOR_LEASE_SECONDS = 3  # tests/integration/operators.py's shortened Lease
+OPERATOR_FAILOVER_TIMEOUT = 30.0  # process start-up (imports, kopf) plus the Lease expiring
+
+
+class Candidate:
+    """One elector and what it was told."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str, identity: str) -> None:
+        self.identity = identity
+        self.lost = threading.Event()
+        self.losses = 0
+        config = LeaseConfig(
+            namespace=namespace,
+            name=LEASE_NAME,
+            identity=identity,
+            lease_duration=LEASE_SECONDS,
+            renew_period=RENEW_SECONDS,
+        )
+        self.elector = LeaderElector(cluster.api, config, on_lost=self._on_lost)
+
+    def _on_lost(self) -> None:
+        self.losses += 1
+        self.lost.set()
+
+    @property
+    def leads(self) -> bool:
+        return self.elector.is_leader
+
+
+@pytest.fixture
+def candidates(cluster: KubeCluster, namespace: str) -> Iterator[Callable[[str], Candidate]]:
+    started: list[Candidate] = []
+
+    def start(identity: str) -> Candidate:
+        candidate = Candidate(cluster, namespace, identity)
+        candidate.elector.start()
+        started.append(candidate)
+        return candidate
+
+    yield start
+    for candidate in started:
+        candidate.elector.stop()
+
+
+def read_lease(cluster: KubeCluster, namespace: str) -> client.V1Lease:
+    return cluster.coordination.read_namespaced_lease(LEASE_NAME, namespace)
+
+
+def the_leader(*candidates: Candidate) -> Candidate | None:
+    leading = [c for c in candidates if c.leads]
+    assert len(leading) <= 1, f"two leaders at once: {[c.identity for c in leading]}"
+    return leading[0] if leading else None
+
+
+def sample_invariant(check: Callable[[], None], *, seconds: float) -> None:
+    """Run `check` repeatedly for `seconds`: an invariant observed over a window, not a wait."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        check()
+        time.sleep(SAMPLE_INTERVAL)
+
+
+def test_exactly_one_of_two_candidates_leads_and_holds_the_lease(
+    cluster: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
+) -> None:
+    a, b = candidates("a"), candidates("b")
+
+    leader = wait_for(lambda: the_leader(a, b), timeout=FIRST_LEADER_TIMEOUT, what="a leader")
+
+    def still_the_same_leader() -> None:
+        assert the_leader(a, b) is leader
+        assert read_lease(cluster, namespace).spec.holder_identity == leader.identity
+
+    # Sampled over two lease durations: the standby keeps standing by while the leader renews.
+    sample_invariant(still_the_same_leader, seconds=2 * LEASE_SECONDS)
+    assert leader.losses == 0
+
+
+def test_the_standby_takes_over_when_the_leader_stops_renewing(
+    cluster: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
+) -> None:
+    a, b = candidates("a"), candidates("b")
+    leader = wait_for(lambda: the_leader(a, b), timeout=FIRST_LEADER_TIMEOUT, what="a leader")
+    standby = b if leader is a else a
+    before = read_lease(cluster, namespace).spec
+    assert before.holder_identity == leader.identity
+
+    leader.elector.stop()
+    stopped_at = time.monotonic()
+
+    assert not leader.leads  # a stopped elector no longer counts itself leader
+    wait_for(lambda: standby.leads, timeout=TAKEOVER_TIMEOUT, interval=0.05, what=f"{standby.identity} to take over")
+    took = time.monotonic() - stopped_at
+    assert took >= LEASE_SECONDS - RENEW_SECONDS, f"took over after {took:.2f}s, before the Lease could expire"
+    after = read_lease(cluster, namespace).spec
+    assert after.holder_identity == standby.identity
+    assert after.lease_transitions == (before.lease_transitions or 0) + 1
+    assert leader.losses == 0  # stepping down on purpose is not a loss
+
+
+def test_a_leader_whose_lease_is_taken_is_told_and_stops_claiming(
+    cluster: KubeCluster, namespace: str, candidates: Callable[[str], Candidate]
+) -> None:
+    a = candidates("a")
+    wait_for(lambda: a.leads, timeout=FIRST_LEADER_TIMEOUT, what="a to lead")
+
+    # Someone else's write: the holder replaced behind a's back (conditional on what we read).
+    lease = read_lease(cluster, namespace)
+    lease.spec.holder_identity = "intruder"
+    cluster.coordination.replace_namespaced_lease(LEASE_NAME, namespace, lease)
+
+    assert a.lost.wait(TAKEOVER_TIMEOUT), "on_lost was not called"
+    assert not a.leads
+    # The intruder never renews. `a` saw its write first, so were `a` still campaigning it would
+    # be first to find the Lease expired and take it back; a newcomer taking it shows it did not.
+    witness = candidates("witness")
+    wait_for(lambda: witness.leads, timeout=TAKEOVER_TIMEOUT, interval=0.05, what="the witness to take the Lease")
+    assert read_lease(cluster, namespace).spec.holder_identity == "witness"
+    assert not a.leads
+    assert a.losses == 1
+
+
+def test_of_two_operator_processes_one_holds_the_lease_and_the_other_takes_over_after_sigkill(
+    fleet: OperatorFleet,
+) -> None:
+    first, second = fleet.start(), fleet.start()
+
+    holder = fleet.leader(timeout=OPERATOR_FAILOVER_TIMEOUT)
+
+    assert holder.name in {first.name, second.name}
+    survivor = second if holder is first else first
+    assert survivor.alive
+    holder.kill()  # SIGKILL: no chance to release anything
+
+    successor = fleet.leader(timeout=OPERATOR_FAILOVER_TIMEOUT + OPERATOR_LEASE_SECONDS)
+    assert successor is survivor
+    assert fleet.holder() == survivor.name
