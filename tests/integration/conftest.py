@@ -26,7 +26,7 @@ from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 STATE = REPO / ".cluster" / "test"
-PORT_BASE = 26000
+PORT_BASE = int(os.environ.get("VIGIL_TEST_PORT_BASE", "26000"))  # apart from the demo's 16000
 
 
 class KubeCluster:
