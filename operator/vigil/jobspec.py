@@ -17,9 +17,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from vigil.core.chain import CatchUp, CatchUpPolicy, JobView
+from vigil.core.executions import Backoff, RetryPolicy
 from vigil.core.jitter import default_jitter_window
 from vigil.core.schedule import GapPolicy, OverlapPolicy, Schedule, ScheduleKind
 from vigil.core.timeparse import parse_rfc3339
+from vigil.model.common import RetryPolicy as ModelRetryPolicy
 from vigil.model.common import describe_validation_error
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -99,3 +101,16 @@ def job_view(obj: Mapping[str, Any]) -> tuple[JobView, ScheduledJobSpec]:
         last_nominal=parse_rfc3339(last) if last else None,
     )
     return view, spec
+
+
+def retry_policy(raw: Mapping[str, Any]) -> RetryPolicy:
+    """The core's retry policy from a `retry` block as stored (defaults filled in by the model)."""
+    model = ModelRetryPolicy.model_validate(raw or {})
+    return RetryPolicy(
+        max_attempts=model.max_attempts,
+        backoff=Backoff(
+            initial=timedelta(seconds=model.backoff.initial.total_seconds()),
+            factor=model.backoff.factor,
+            max=timedelta(seconds=model.backoff.max.total_seconds()),
+        ),
+    )

@@ -43,6 +43,12 @@ IS_LEADER = Gauge(
 LEADER_TRANSITIONS = Counter(
     "vigil_leader_transitions_total", "Changes of the Lease holder seen by this replica.", registry=REGISTRY
 )
+OLDEST_READY_AGE = Gauge(
+    "vigil_oldest_ready_execution_age_seconds",
+    "Age in seconds of the oldest execution waiting to start (label priority: high, normal, low).",
+    ["priority"],
+    registry=REGISTRY,
+)
 
 
 def record_tick(report: TickReport, *, duration_seconds: float) -> None:

@@ -24,15 +24,21 @@ from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from vigil import metrics
+from vigil.core.dispatch import Capacity
+from vigil.core.history import AttemptRecord
 from vigil.core.trigger import Trigger
+from vigil.history.store import SqlHistory
 from vigil.kube import handlers
 from vigil.kube.buckets import KubeBucketStore
+from vigil.kube.dispatcher import Dispatcher, DispatchReport
 from vigil.kube.events import EventRecorder
+from vigil.kube.executions import ExecutionStore
+from vigil.kube.historyflush import HistoryFlusher
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.launcher import PodLauncher
+from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
-from vigil.kube.results import PodResults
+from vigil.kube.results import JobResults
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil")
@@ -111,6 +117,41 @@ def _trigger_loop(trigger: Trigger, settings: Settings, stop: threading.Event) -
         stop.wait(max(0.0, interval - (time.monotonic() - started)))
 
 
+class MigratingHistory:
+    """The history database, migrated on first use: an unreachable database never delays startup."""
+
+    def __init__(self, dsn: str, *, retention_days: int) -> None:
+        self._dsn = dsn
+        self._retention_days = retention_days
+        self._history: SqlHistory | None = None
+
+    @property
+    def history(self) -> SqlHistory:
+        if self._history is None:
+            history = SqlHistory(self._dsn, retention_days=self._retention_days)
+            history.migrate()
+            self._history = history
+        return self._history
+
+    def write(self, records: list[AttemptRecord]) -> None:
+        self.history.write(records)
+
+
+def _every(stop: threading.Event, interval: float, what: str, step: Any) -> None:
+    """Run `step` every `interval` seconds until stopped; a failing step is logged, never fatal."""
+    while not stop.is_set():
+        try:
+            step()
+        except Exception:
+            log.exception("%s failed; retrying", what)
+        stop.wait(interval)
+
+
+def _record_dispatch(report: DispatchReport) -> None:
+    for priority, age in report.oldest_ready_age.items():
+        metrics.OLDEST_READY_AGE.labels(priority=priority).set(age)
+
+
 def _lost() -> None:
     log.error("leadership lost: exiting so that no stale leader acts")
     logging.shutdown()
@@ -147,17 +188,54 @@ def run(settings: Settings) -> int:
     )
     catalogue = KubeCatalogue(api)
     events = EventRecorder(api, instance=me)
+    executions = ExecutionStore(api)
+    results = JobResults(api, store=executions, events=events, clock=clock)
+    dispatcher = Dispatcher(
+        api,
+        store=executions,
+        catalogue=catalogue,
+        results=results,
+        clock=clock,
+        capacity=Capacity(
+            max_running=settings.dispatch.max_running,
+            reserved_high=settings.dispatch.reserved_high,
+            per_namespace_max=settings.dispatch.per_namespace_max,
+        ),
+    )
     trigger = Trigger(
         store=store,
         catalogue=catalogue,
-        launcher=PodLauncher(api, catalogue=catalogue),
+        launcher=ExecutionLauncher(
+            store=executions,
+            catalogue=catalogue,
+            clock=clock,
+            results=results,
+            pods=client.CoreV1Api(api),
+            on_ready=dispatcher.notify,
+        ),
         ledger=KubeLedger(api, catalogue=catalogue, events=events),
         clock=clock,
     )
+    history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
+    flusher = HistoryFlusher(store=executions, sink=history)
     stop = threading.Event()
-    threading.Thread(target=_trigger_loop, args=(trigger, settings, stop), name="trigger", daemon=True).start()
+    threads = (
+        ("trigger", lambda: _trigger_loop(trigger, settings, stop)),
+        ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=_record_dispatch)),
+        ("history", lambda: _every(stop, 2.0, "history flush", flusher.flush)),
+    )
+    for name, target in threads:
+        threading.Thread(target=target, name=name, daemon=True).start()
 
-    wiring = handlers.Wiring(store=store, events=events, clock=clock, results=PodResults(api, clock=clock))
+    wiring = handlers.Wiring(
+        store=store,
+        events=events,
+        clock=clock,
+        results=results,
+        pods=client.CoreV1Api(api),
+        executions=executions,
+        wake_dispatcher=dispatcher.notify,
+    )
     registry = kopf.get_default_registry()
 
     @kopf.on.startup(registry=registry)

@@ -63,12 +63,45 @@ def env_of(pod: Any) -> dict[str, str]:
     return {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
 
 
+def executions(cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
+    result = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "executions")
+    return list(result["items"])
+
+
 def scheduled_for_by_job(cluster: KubeCluster, namespace: str) -> dict[str, list[str]]:
+    """Each job's executions' nominal times, sorted: one Execution per fired occurrence."""
+    out: dict[str, list[str]] = {}
+    for ex in executions(cluster, namespace):
+        out.setdefault(ex["spec"]["job"]["name"], []).append(ex["spec"]["scheduledFor"])
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def pods_scheduled_for_by_job(cluster: KubeCluster, namespace: str) -> dict[str, list[str]]:
     """Each job's pods' VIGIL_SCHEDULED_FOR values, sorted."""
     out: dict[str, list[str]] = {}
     for pod in vigil_pods(cluster, namespace):
         out.setdefault(pod.metadata.labels["vigil.dev/job"], []).append(env_of(pod)["VIGIL_SCHEDULED_FOR"])
     return {k: sorted(v) for k, v in out.items()}
+
+
+def wait_all_executions_finished(cluster: KubeCluster, namespace: str, *, timeout: float = 120) -> list[dict[str, Any]]:
+    """Every Execution in a final phase (each pod ran), returned."""
+
+    unfinished: list[str] = []
+
+    def probe() -> list[dict[str, Any]] | None:
+        items = executions(cluster, namespace)
+        unfinished[:] = [
+            f"{e['metadata']['name']}:{(e.get('status') or {}).get('phase')}:{(e.get('status') or {}).get('reason')}"
+            for e in items
+            if (e.get("status") or {}).get("phase") not in ("Succeeded", "Dead", "Cancelled")
+        ]
+        return items if items and not unfinished else None
+
+    try:
+        return wait_for(probe, timeout=timeout, what="every execution to finish")
+    except AssertionError as err:
+        raise AssertionError(f"{err}; unfinished: {unfinished[:10]}") from None
 
 
 def duplicates(values: list[str]) -> list[str]:

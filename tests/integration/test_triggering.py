@@ -22,9 +22,11 @@ from tests.integration.jobs import (
     env_of,
     get_job,
     patch_spec,
+    pods_scheduled_for_by_job,
     rfc3339,
     scheduled_for_by_job,
     vigil_pods,
+    wait_all_executions_finished,
     wait_for_ledger,
 )
 from tests.integration.operators import OperatorFleet
@@ -94,7 +96,9 @@ def test_killing_the_leader_mid_firing_loses_and_duplicates_nothing(
     for name in jobs:
         wait_for_ledger(cluster, namespace, name, through=horizon, timeout=90)
         patch_spec(cluster, namespace, name, {"suspend": True, "suspendReason": "end of test"})
+    wait_all_executions_finished(cluster, namespace)
     fired = scheduled_for_by_job(cluster, namespace)
+    assert fired == pods_scheduled_for_by_job(cluster, namespace), "every execution ran exactly one pod"
     for name in jobs:
         stamps = fired[name]
         assert not duplicates(stamps), f"{name} fired an occurrence twice: {duplicates(stamps)}"

@@ -517,6 +517,8 @@ def test_operator_rbac_is_least_privilege(helm: tuple[Path, dict[str, str]]) -> 
     assert namespace_role["metadata"]["namespace"] == NAMESPACE
     assert ("", "pods", "create") in cluster_rules
     assert ("vigil.dev", "scheduledjobs/status", "patch") in cluster_rules
+    assert ("vigil.dev", "executions", "create") in cluster_rules
+    assert ("vigil.dev", "executions/status", "patch") in cluster_rules
     assert ("coordination.k8s.io", "leases", "update") in namespace_rules
     assert ("vigil.dev", "schedulebuckets/status", "patch") in namespace_rules
     assert not any(

@@ -18,7 +18,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vigil.core.buckets import Bucket, Mark
-from vigil.core.chain import CatchUp, CatchUpPolicy, EntryPlan, JobView, first_entry, resume_entry
+from vigil.core.chain import (
+    CatchUp,
+    CatchUpPolicy,
+    EntryPlan,
+    Fire,
+    JobView,
+    first_entry,
+    resume_entry,
+)
 from vigil.core.memory import (
     FakeClock,
     MemoryBucketStore,
@@ -26,6 +34,7 @@ from vigil.core.memory import (
     MemoryLauncher,
     MemoryLedger,
 )
+from vigil.core.ports import Launch
 from vigil.core.schedule import Schedule
 from vigil.core.trigger import Trigger
 
@@ -283,7 +292,7 @@ def test_an_entry_that_keeps_failing_does_not_hold_up_others() -> None:
     w.add(every_job("fine"))
 
     class Fussy(MemoryLauncher):
-        def launch(self, fire):  # type: ignore[no-untyped-def]
+        def launch(self, fire: Fire) -> Launch:
             if fire.job.name == "poison":
                 raise RuntimeError("cannot build the pod")
             return super().launch(fire)
@@ -293,6 +302,21 @@ def test_an_entry_that_keeps_failing_does_not_hold_up_others() -> None:
     )
     w.run_until(T0 + 5 * SECOND)
     assert ("ns", "fine", T0 + 5 * SECOND, "Fired") in w.ledger.outcomes
+
+
+def test_an_occurrence_skipped_at_launch_is_recorded_as_skipped() -> None:
+    w = world()
+    w.add(every_job())
+
+    class Forbids(MemoryLauncher):
+        def launch(self, fire: Fire) -> Launch:
+            return Launch(created=False, skipped="ConcurrencyForbid")
+
+    w.trigger = Trigger(store=w.store, catalogue=w.catalogue, launcher=Forbids(), ledger=w.ledger, clock=w.clock)
+    w.run_until(T0 + 10 * SECOND)
+    assert w.ledger.outcomes[("ns", "job", T0 + 5 * SECOND, "Skipped")] == "ConcurrencyForbid"
+    assert w.ledger.outcomes[("ns", "job", T0 + 10 * SECOND, "Skipped")] == "ConcurrencyForbid"
+    assert any(e.nominal == T0 + 15 * SECOND for _, e in w.store.all_entries()), "the chain goes on"
 
 
 def test_tick_cost_follows_due_work_not_catalogue_size() -> None:

@@ -17,6 +17,7 @@ this module must never do.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -46,6 +47,7 @@ class Reason(StrEnum):
     CATCH_UP_LATEST = "CatchUpPolicyLatest"
     CATCH_UP_LIMIT = "CatchUpLimitReached"
     GAP_TOO_LONG = "GapTooLong"
+    CONCURRENCY_FORBID = "ConcurrencyForbid"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +275,28 @@ def _plan_due(entry: BucketEntry, job: JobView, now: datetime) -> EntryPlan:
         records=tuple(records),
         insert=chain_head(job, after=last),
     )
+
+
+def skip_fires(plan: EntryPlan, skipped: Mapping[str, str], *, now: datetime) -> EntryPlan:
+    """The plan after some fires were skipped at launch (concurrencyPolicy Forbid), recorded as Skipped."""
+    if not skipped:
+        return plan
+    fires = tuple(f for f in plan.fires if f.execution_id not in skipped)
+    records = plan.records + tuple(
+        Record(
+            job_namespace=plan.namespace,
+            job_name=plan.name,
+            occurrence=f.occurrence,
+            outcome=Outcome.SKIPPED,
+            reason=Reason(skipped[f.execution_id]),
+        )
+        for f in plan.fires
+        if f.execution_id in skipped
+    )
+    mark = plan.mark
+    if mark.execution_id is not None and mark.execution_id in skipped:
+        mark = Mark(outcome=Outcome.SKIPPED, at=now, reason=skipped[mark.execution_id])
+    return dataclasses.replace(plan, fires=fires, records=records, mark=mark)
 
 
 def _late(job: JobView, occurrence: Occurrence, now: datetime) -> bool:

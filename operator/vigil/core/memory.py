@@ -22,7 +22,7 @@ from vigil.core.buckets import (
     shard_candidates,
 )
 from vigil.core.chain import EntryPlan, Fire, JobLookup, JobView
-from vigil.core.ports import Conflict
+from vigil.core.ports import Conflict, Launch
 
 
 class FakeClock:
@@ -145,13 +145,13 @@ class MemoryLauncher:
         self.attempts = 0
         self._lock = threading.Lock()
 
-    def launch(self, fire: Fire) -> bool:
+    def launch(self, fire: Fire) -> Launch:
         with self._lock:
             self.attempts += 1
             if fire.execution_id in self.created:
-                return False
+                return Launch(created=False)
             self.created[fire.execution_id] = fire
-            return True
+            return Launch(created=True)
 
 
 class MemoryLedger:

@@ -7,6 +7,7 @@ contract suite runs against every implementation. The core sees only these.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Protocol
@@ -66,9 +67,17 @@ class JobCatalogue(Protocol):
         ...
 
 
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """What launching one fired occurrence did."""
+
+    created: bool  # False: it already existed (a repeated pass), or it was skipped
+    skipped: str = ""  # a reason when the occurrence was not started at all (concurrencyPolicy Forbid)
+
+
 class Launcher(Protocol):
-    def launch(self, fire: Fire) -> bool:
-        """Create the execution; True if created now, False if it already existed."""
+    def launch(self, fire: Fire) -> Launch:
+        """Create the occurrence's execution, idempotently."""
         ...
 
 

@@ -27,7 +27,7 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from vigil.core.buckets import MINUTE, Bucket, Mark, minute_of
-from vigil.core.chain import EntryPlan, plan_entry
+from vigil.core.chain import EntryPlan, plan_entry, skip_fires
 from vigil.core.ports import BucketStore, Clock, Conflict, JobCatalogue, Launcher, Ledger
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class Trigger:
             try:
                 lookup = self._catalogue.lookup(entry.namespace, entry.name)
                 plan = plan_entry(entry, lookup.job, now=now, invalid=lookup.invalid)
-                self._apply(plan, now, report)
+                plan = self._apply(plan, now, report)
             except Exception:  # one bad entry must not hold up the rest; it is retried next pass
                 log.exception("trigger: entry %s of %s/%s failed", entry.key, entry.namespace, entry.name)
                 report.errors += 1
@@ -132,22 +132,28 @@ class Trigger:
             marks[entry.key] = plan.mark
         return self._mark(bucket, marks) if marks else bucket
 
-    def _apply(self, plan: EntryPlan, now: datetime, report: TickReport) -> None:
+    def _apply(self, plan: EntryPlan, now: datetime, report: TickReport) -> EntryPlan:
         if plan.insert is not None:
             self._store.insert(plan.insert)
         launched: dict[str, bool] = {}
+        skipped: dict[str, str] = {}
         for fire in plan.fires:
-            created = self._launcher.launch(fire)
-            launched[fire.execution_id] = created
+            result = self._launcher.launch(fire)
+            if result.skipped:
+                skipped[fire.execution_id] = result.skipped
+                continue
+            launched[fire.execution_id] = result.created
             report.fired += 1
-            if created:
+            if result.created:
                 report.created += 1
                 report.lags.append((self._clock.now() - fire.occurrence.fire_at).total_seconds())
+        plan = skip_fires(plan, skipped, now=now)
         self._ledger.record(plan, launched=launched, now=now)
         report.recorded += len(plan.records)
         report.outcomes["Fired"] += sum(launched.values())
         for record in plan.records:
             report.outcomes[str(record.outcome)] += 1
+        return plan
 
     def _mark(self, bucket: Bucket, marks: dict[str, Mark]) -> Bucket:
         for _ in range(MARK_RETRIES):

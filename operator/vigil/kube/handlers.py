@@ -15,21 +15,25 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import JobView, first_entry, resume_entry
 from vigil.core.conditions import ConditionReason, ConditionType, set_condition
+from vigil.core.executions import Phase, cancel, manual_retry
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
 from vigil.core.ports import BucketStore, Clock
 from vigil.core.schedule import occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.jobspec import InvalidJob, job_view
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.pods import LABEL_EXECUTION, LABEL_MANAGED, MANAGED_BY
-from vigil.kube.results import PodResults
+from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -42,7 +46,10 @@ class Wiring:
     store: BucketStore
     events: EventRecorder
     clock: Clock
-    results: PodResults
+    results: JobResults
+    pods: Any  # CoreV1Api
+    executions: ExecutionStore
+    wake_dispatcher: Callable[[], None]
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -155,6 +162,44 @@ def _mark_invalid(
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED: MANAGED_BY, LABEL_EXECUTION: kopf.PRESENT})
-def pod_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
-    """A Vigil pod changed phase: the job's active/recent lists and last success follow."""
-    memo.wiring.results.observe(body)
+def pod_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    """A Vigil pod changed phase or vanished: its attempt is recorded once it has ended."""
+    wiring: Wiring = memo.wiring
+    wiring.results.observe_pod(body, deleted=type == "DELETED")
+    wiring.wake_dispatcher()  # a slot may have freed
+
+
+@kopf.on.field(GROUP, VERSION, "executions", field="spec.cancel")
+def execution_cancel(body: kopf.Body, new: Any, memo: Any, **_: Any) -> None:
+    """spec.cancel set: stop the execution, delete its pod, never retry."""
+    if not new:
+        return
+    wiring: Wiring = memo.wiring
+    ex = execution_from_object(body)
+    if ex.phase.terminal:
+        return
+    reason = (body.get("spec") or {}).get("cancelReason") or "CancelledByUser"
+    cancelled = cancel(ex, reason="CancelledByUser", now=wiring.clock.now(), message=reason)
+    wiring.results.record(body, cancelled)
+    if ex.pod:
+        try:
+            wiring.pods.delete_namespaced_pod(ex.pod, ex.namespace, grace_period_seconds=5)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+@kopf.on.field(GROUP, VERSION, "executions", field="spec.retryRequests")
+def execution_retry(body: kopf.Body, new: Any, memo: Any, **_: Any) -> None:
+    """spec.retryRequests incremented: run a dead-lettered execution again, same execution id."""
+    wiring: Wiring = memo.wiring
+    status = body.get("status") or {}
+    if int(new or 0) <= int(status.get("observedRetryRequests") or 0):
+        return
+    ex = execution_from_object(body)
+    extra = {"observedRetryRequests": int(new)}
+    if ex.phase is Phase.DEAD:
+        wiring.executions.write(body, manual_retry(ex, now=wiring.clock.now()), extra=extra)
+        wiring.wake_dispatcher()
+    else:
+        wiring.executions.write(body, ex, extra=extra)

@@ -1,93 +1,155 @@
-"""Turning a fired occurrence into its first pod.
+"""From a fired occurrence to its Execution, and from an Execution attempt to its pod.
 
-The pod is named from the execution id and attempt, so when two passes (or two
-leaders in a failover overlap) launch the same occurrence, the API server
-answers the second with 409 AlreadyExists and there is still one pod.
+`ExecutionLauncher` is the trigger's Launcher: it applies the job's
+concurrency policy, then creates the Execution named from the execution id — a
+second create is 409, so a repeated pass never makes a second one. The
+dispatcher later starts attempts within capacity; `PodFactory` builds each
+attempt's pod, named `<execution id>-<attempt>`, with the occurrence in its
+environment.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import Fire
+from vigil.core.executions import ConcurrencyPolicy, cancel, concurrency
+from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
+from vigil.core.ports import Clock, Conflict, Launch
+from vigil.jobspec import parse_spec
+from vigil.kube.executions import ExecutionStore, execution_body, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.pods import build_pod, execution_env
+from vigil.kube.results import JobResults
+from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
-
-FIRST_ATTEMPT = 1
 
 
 class MissingJob(RuntimeError):
     """The job vanished between lookup and launch; the next pass records it."""
 
 
-class PodLauncher:
-    def __init__(self, api: client.ApiClient, *, catalogue: KubeCatalogue) -> None:
-        self._core = client.CoreV1Api(api)
-        self._catalogue = catalogue
+class PodFactory:
+    """Builds the pod of one attempt of one execution."""
 
-    def launch(self, fire: Fire) -> bool:
-        job = fire.job
-        obj = self._catalogue.cached(job.namespace, job.name)
-        spec = self._catalogue.cached_spec(job.namespace, job.name)
-        if obj is None or spec is None:
-            raise MissingJob(f"{job.namespace}/{job.name}")
-        pod = self.pod_for(fire, obj=obj, attempt=FIRST_ATTEMPT)
-        try:
-            self._core.create_namespaced_pod(job.namespace, pod)
-        except ApiException as err:
-            if err.status == 409:
-                return False
-            raise
-        log.info(
-            "fired %s/%s nominal=%s execution=%s pod=%s",
-            job.namespace,
-            job.name,
-            fire.occurrence.nominal.isoformat(),
-            fire.execution_id,
-            pod["metadata"]["name"],
-        )
-        return True
-
-    def pod_for(self, fire: Fire, *, obj: dict[str, Any], attempt: int) -> dict[str, Any]:
-        spec = self._catalogue.cached_spec(fire.job.namespace, fire.job.name)
-        assert spec is not None
-        occ = fire.occurrence
+    def pod_for(
+        self,
+        *,
+        job: Mapping[str, Any],
+        spec: ScheduledJobSpec,
+        execution_id: str,
+        attempt: int,
+        scheduled_for: datetime,
+        period_start: datetime,
+        period_end: datetime,
+    ) -> dict[str, Any]:
+        meta = job["metadata"]
         variables = occurrence_variables(
-            period_start=occ.period_start,
-            period_end=occ.period_end,
-            scheduled_for=occ.nominal,
-            execution_id=fire.execution_id,
-            job_name=fire.job.name,
-            job_namespace=fire.job.namespace,
+            period_start=period_start,
+            period_end=period_end,
+            scheduled_for=scheduled_for,
+            execution_id=execution_id,
+            job_name=meta["name"],
+            job_namespace=meta["namespace"],
         )
         payload = render_payload(
             payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone
         )
-        key: str = fire.execution_id
+        key = execution_id
         if spec.idempotency_key:
             key = render_template_string(
                 spec.idempotency_key, variables, timezone=spec.timezone, field="spec.idempotencyKey"
             )
         env = execution_env(
-            execution_id=fire.execution_id,
+            execution_id=execution_id,
             attempt=attempt,
+            scheduled_for=scheduled_for,
+            period_start=period_start,
+            period_end=period_end,
+            payload_json=payload,
+            idempotency_key=key,
+            job=f"{meta['namespace']}/{meta['name']}",
+        )
+        template = (job.get("spec") or {}).get("template") or {}
+        timeout = timedelta(seconds=spec.timeout.total_seconds()) if spec.timeout is not None else None
+        return build_pod(
+            template=template, owner=job, execution_id=execution_id, attempt=attempt, env=env, timeout=timeout
+        )
+
+
+class ExecutionLauncher:
+    """The trigger's Launcher: concurrency policy, then one Execution per occurrence."""
+
+    def __init__(
+        self,
+        *,
+        store: ExecutionStore,
+        catalogue: KubeCatalogue,
+        clock: Clock,
+        results: JobResults,
+        pods: Any,  # CoreV1Api: deletes the pods of replaced executions
+        on_ready: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._store = store
+        self._catalogue = catalogue
+        self._clock = clock
+        self._results = results
+        self._pods = pods
+        self._on_ready = on_ready
+
+    def launch(self, fire: Fire) -> Launch:
+        job = self._catalogue.cached(fire.job.namespace, fire.job.name)
+        if job is None:
+            raise MissingJob(f"{fire.job.namespace}/{fire.job.name}")
+        spec = parse_spec(job)
+        active = self._store.active_for_job(fire.job.namespace, fire.job.uid)
+        decision = concurrency(
+            ConcurrencyPolicy(str(spec.concurrency_policy)),
+            [execution_from_object(o) for o in active],
+            incoming=ExecutionId(fire.execution_id),
+        )
+        if not decision.start:
+            log.info("skipped %s/%s %s: %s", fire.job.namespace, fire.job.name, fire.execution_id, decision.reason)
+            return Launch(created=False, skipped=str(decision.reason))
+        for obj in active:
+            if obj["metadata"]["name"] in decision.replace:
+                self._replace(obj)
+        occ = fire.occurrence
+        body = execution_body(
+            job=job,
+            execution_id=fire.execution_id,
             scheduled_for=occ.nominal,
             period_start=occ.period_start,
             period_end=occ.period_end,
-            payload_json=payload,
-            idempotency_key=key,
-            job=f"{fire.job.namespace}/{fire.job.name}",
+            source="Trigger",
         )
-        template = (obj.get("spec") or {}).get("template") or {}
-        timeout = timedelta(seconds=spec.timeout.total_seconds()) if spec.timeout is not None else None
-        return build_pod(
-            template=template, owner=obj, execution_id=fire.execution_id, attempt=attempt, env=env, timeout=timeout
-        )
+        created = self._store.create(body)
+        if created:
+            log.info(
+                "fired %s/%s nominal=%s execution=%s",
+                fire.job.namespace, fire.job.name, occ.nominal.isoformat(), fire.execution_id,
+            )  # fmt: skip
+            self._on_ready()
+        return Launch(created=created)
+
+    def _replace(self, obj: Mapping[str, Any]) -> None:
+        """concurrencyPolicy Replace: cancel the running execution and stop its pod."""
+        execution = execution_from_object(obj)
+        try:
+            self._results.record(obj, cancel(execution, reason="Replaced", now=self._clock.now()))
+        except Conflict:
+            log.warning("replace: %s changed concurrently; it is cancelled on the next pass", obj["metadata"]["name"])
+            return
+        if execution.pod:
+            try:
+                self._pods.delete_namespaced_pod(execution.pod, execution.namespace, grace_period_seconds=5)
+            except ApiException as err:
+                if err.status != 404:
+                    raise

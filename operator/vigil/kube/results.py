@@ -1,86 +1,164 @@
-"""What became of a launched pod, written back to its ScheduledJob's status.
+"""What became of an attempt, written to its Execution and to its ScheduledJob.
 
-A finished pod leaves the job's `active` list and joins `recent`; a Succeeded
-one moves LAST SUCCESS, which is what the watchdog asserts. Writes are keyed by
-execution id and attempt, so seeing the same pod event twice changes nothing.
+A pod's phase change (or its disappearance) is classified by the pure
+`vigil.core.podstatus`, folded into the execution by `vigil.core.executions`
+(Succeeded, Backoff with a stored retry time, Dead, Cancelled), and written
+with a version precondition. The job's status follows — active and recent
+executions, LAST SUCCESS (what the watchdog asserts), the DeadLettered
+condition — and Events tell the story: Retrying, DeadLettered, Succeeded.
+Seeing the same pod event twice changes nothing: an attempt is recorded once.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.ports import Clock
+from vigil.core.conditions import ConditionType, set_condition
+from vigil.core.executions import Execution, Phase, finish
+from vigil.core.podstatus import attempt_result, classify_pod, deleted_verdict
+from vigil.core.ports import Clock, Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.kube.jobs import PLURAL
+from vigil.jobspec import retry_policy
+from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
 from vigil.model import GROUP, VERSION
 
+log = logging.getLogger(__name__)
+
 RECENT_SIZE = 20
-FINISHED = ("Succeeded", "Failed")
+REASON_DEAD_LETTERED = "DeadLettered"
+REASON_RETRYING = "Retrying"
+REASON_SUCCEEDED = "Succeeded"
+REASON_CANCELLED = "Cancelled"
 
 
-def pod_outcome(pod: Mapping[str, Any]) -> tuple[str, str | None, str]:
-    """(phase, finishedAt or None, reason) of a pod."""
-    status = pod.get("status") or {}
-    finished: str | None = None
-    reason = status.get("reason") or ""
-    for cs in status.get("containerStatuses") or []:
-        terminated = (cs.get("state") or {}).get("terminated") or {}
-        finished = terminated.get("finishedAt") or finished
-        if terminated and not reason:
-            reason = f"{terminated.get('reason', '')} (exit code {terminated.get('exitCode')})"
-    return status.get("phase") or "Pending", finished, reason
-
-
-class PodResults:
-    def __init__(self, api: client.ApiClient, *, clock: Clock) -> None:
+class JobResults:
+    def __init__(self, api: client.ApiClient, *, store: ExecutionStore, events: EventRecorder, clock: Clock) -> None:
         self._custom = client.CustomObjectsApi(api)
+        self._store = store
+        self._events = events
         self._clock = clock
 
-    def observe(self, pod: Mapping[str, Any]) -> None:
-        phase, finished, reason = pod_outcome(pod)
-        owner = next(
-            (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "ScheduledJob"), None
-        )
-        if phase not in FINISHED or owner is None:
+    def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
+        """A Vigil pod changed (or vanished): record its attempt if it has ended."""
+        labels = pod["metadata"].get("labels") or {}
+        name = labels.get(LABEL_EXECUTION)
+        if not name:
             return
         namespace = pod["metadata"]["namespace"]
+        now = self._clock.now()
+        verdict = classify_pod(pod, now=now)
+        if not verdict.finished:
+            if not deleted:
+                return
+            verdict = deleted_verdict()
+        for _ in range(3):
+            obj = self._store.get(namespace, name)
+            if obj is None:
+                return
+            ex = execution_from_object(obj)
+            attempt = int(labels.get(LABEL_ATTEMPT, ex.attempt))
+            if ex.phase.terminal or ex.recorded(attempt) or attempt != ex.attempt:
+                return
+            policy = retry_policy(obj["spec"].get("retry") or {})
+            try:
+                self.record(obj, finish(ex, attempt_result(verdict, attempt=attempt), policy=policy, now=now))
+                return
+            except Conflict:
+                continue
+
+    def record(self, obj: Mapping[str, Any], ex: Execution) -> None:
+        """Store an execution's transition, then tell its job and the world."""
+        self._store.write(obj, ex)
+        job = self._job(obj)
+        if job is None:
+            return
+        self._update_job(job, ex)
+        self._announce(job, ex)
+
+    def _job(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
+        ref = obj["spec"]["job"]
         try:
-            job = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, owner["name"])
+            job: dict[str, Any] = self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, obj["metadata"]["namespace"], JOBS, ref["name"]
+            )
         except ApiException as err:
             if err.status == 404:
-                return
+                return None
             raise
-        if job["metadata"]["uid"] != owner.get("uid"):
-            return
-        labels = pod["metadata"].get("labels") or {}
-        execution = labels.get(LABEL_EXECUTION, "")
-        attempt = int(labels.get(LABEL_ATTEMPT, "1"))
-        finished_at = finished or format_rfc3339(self._clock.now())
+        return job if job["metadata"]["uid"] == ref["uid"] else None
+
+    def _update_job(self, job: Mapping[str, Any], ex: Execution) -> None:
         status = job.get("status") or {}
-        active = [a for a in status.get("active") or [] if a.get("executionId") != execution]
-        entry = {
-            "executionId": execution,
-            "attempt": attempt,
-            "outcome": phase,
-            "scheduledFor": next(
-                (a.get("scheduledFor") for a in status.get("active") or [] if a.get("executionId") == execution),
-                None,
-            ),
-            "finishedAt": finished_at,
-            "reason": reason,
-        }
-        recent = [r for r in status.get("recent") or [] if (r.get("executionId"), r.get("attempt")) != (execution, attempt)]
-        recent = [*recent, {k: v for k, v in entry.items() if v is not None}][-RECENT_SIZE:]
-        patch: dict[str, Any] = {"active": active, "recent": recent}
-        if phase == "Succeeded":
-            last = status.get("lastSuccessfulTime")
-            if last is None or parse_rfc3339(last) < parse_rfc3339(finished_at):
-                patch["lastSuccessfulTime"] = finished_at
+        now = self._clock.now()
+        patch: dict[str, Any] = {}
+        active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
+        if not ex.phase.terminal:
+            active.append(
+                {
+                    "executionId": ex.execution_id,
+                    "attempt": ex.attempt,
+                    "pod": ex.pod or "",
+                    "scheduledFor": format_rfc3339(ex.scheduled_for),
+                    "startedAt": format_rfc3339(ex.started_at or now),
+                }
+            )
+        patch["active"] = active
+        last = ex.attempts[-1] if ex.attempts else None
+        if last is not None:
+            entry = {
+                "executionId": ex.execution_id,
+                "attempt": last.attempt,
+                "outcome": str(last.outcome),
+                "scheduledFor": format_rfc3339(ex.scheduled_for),
+                "finishedAt": format_rfc3339(last.finished_at or now),
+                "reason": last.reason,
+            }
+            recent = [
+                r for r in status.get("recent") or []
+                if (r.get("executionId"), r.get("attempt")) != (ex.execution_id, last.attempt)
+            ]  # fmt: skip
+            patch["recent"] = [*recent, entry][-RECENT_SIZE:]
+        if ex.phase is Phase.SUCCEEDED and ex.finished_at is not None:
+            previous = status.get("lastSuccessfulTime")
+            if previous is None or parse_rfc3339(previous) < ex.finished_at:
+                patch["lastSuccessfulTime"] = format_rfc3339(ex.finished_at)
+        if ex.phase is Phase.DEAD:
+            patch["conditions"] = set_condition(
+                status.get("conditions") or [],
+                type_=ConditionType.DEAD_LETTERED,
+                status=True,
+                reason=REASON_DEAD_LETTERED,
+                message=f"execution {ex.execution_id} exhausted {ex.attempt} attempts: {ex.reason}",
+                generation=int(job["metadata"].get("generation", 0)),
+                now=now,
+            )
+        meta = job["metadata"]
         self._custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, owner["name"], {"status": patch}
+            GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": patch}
         )
+
+    def _announce(self, job: Mapping[str, Any], ex: Execution) -> None:
+        last = ex.attempts[-1] if ex.attempts else None
+        detail = f"{last.reason}: {last.message}" if last and last.message else (last.reason if last else "")
+        if ex.phase is Phase.BACKOFF and ex.retry_at is not None:
+            self._events.emit(
+                job, type_=WARNING, reason=REASON_RETRYING,
+                message=f"execution {ex.execution_id} attempt {ex.attempt - 1} failed ({detail}); "
+                f"attempt {ex.attempt} at {format_rfc3339(ex.retry_at)}",
+            )  # fmt: skip
+        elif ex.phase is Phase.DEAD:
+            self._events.emit(
+                job, type_=WARNING, reason=REASON_DEAD_LETTERED,
+                message=f"execution {ex.execution_id} dead-lettered after {ex.attempt} attempts ({detail})",
+            )  # fmt: skip
+        elif ex.phase is Phase.CANCELLED:
+            self._events.emit(job, type_=NORMAL, reason=REASON_CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
+        log.info("execution %s/%s -> %s (%s)", ex.namespace, ex.execution_id, ex.phase, detail)

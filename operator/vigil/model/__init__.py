@@ -35,6 +35,15 @@ from vigil.model.common import (
     describe_validation_error,
 )
 from vigil.model.durations import format_duration, parse_duration, parse_positive_duration
+from vigil.model.execution import (
+    EXECUTION,
+    AttemptStatus,
+    ExecutionPhase,
+    ExecutionSource,
+    ExecutionSpec,
+    ExecutionStatus,
+    JobRef,
+)
 from vigil.model.scheduledjob import (
     ACTIVE_MAX_ITEMS,
     OCCURRENCES_MAX_ITEMS,
@@ -82,6 +91,7 @@ from vigil.model.workflow import (
 #: Every Vigil resource kind, in the order their CRDs and reference docs are written.
 ALL_KINDS: tuple[ResourceKind, ...] = (
     SCHEDULED_JOB,
+    EXECUTION,
     WORKFLOW,
     WORKFLOW_DEFINITION,
     SCHEDULE_BUCKET,
@@ -92,6 +102,7 @@ __all__ = [
     "ALL_KINDS",
     "API_VERSION",
     "BUCKET_MAX_OCCURRENCES",
+    "EXECUTION",
     "GROUP",
     "OCCURRENCES_MAX_ITEMS",
     "RECENT_MAX_ITEMS",
@@ -103,6 +114,7 @@ __all__ = [
     "WORKFLOW_DEFINITION",
     "ActiveExecution",
     "Approval",
+    "AttemptStatus",
     "Backoff",
     "BucketOccurrence",
     "CatchUpPolicy",
@@ -116,9 +128,14 @@ __all__ = [
     "DefinitionVersion",
     "Duration",
     "Escalation",
+    "ExecutionPhase",
+    "ExecutionSource",
+    "ExecutionSpec",
+    "ExecutionStatus",
     "FiredMarker",
     "Freshness",
     "GapPolicy",
+    "JobRef",
     "OccurrenceOutcome",
     "OccurrenceRecord",
     "OnError",

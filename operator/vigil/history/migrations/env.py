@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from alembic import context
 
-VERSION_TABLE = "vigil_history_version"  # not `alembic_version`: the database may be shared
+from vigil.history.migrations import VERSION_TABLE
 
 
 def run_online() -> None:
     connection = context.config.attributes.get("connection")
     if connection is None:
         raise RuntimeError("run the history migrations through SqlHistory.migrate()")
-    context.configure(connection=connection, version_table=VERSION_TABLE, transaction_per_migration=True)
+    context.configure(
+        connection=connection, version_table=VERSION_TABLE, transaction_per_migration=True
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -52,7 +52,9 @@ def upgrade() -> None:
         op.create_table(
             "attempts",
             *_columns(),
-            sa.PrimaryKeyConstraint("execution_id", "attempt", "scheduled_for", name="attempts_pkey"),
+            sa.PrimaryKeyConstraint(
+                "execution_id", "attempt", "scheduled_for", name="attempts_pkey"
+            ),
             postgresql_partition_by="RANGE (scheduled_for)",
         )
     else:
@@ -61,7 +63,9 @@ def upgrade() -> None:
             *_columns(),
             sa.PrimaryKeyConstraint("execution_id", "attempt", name="attempts_pkey"),
         )
-    op.create_index("attempts_job_recent", "attempts", ["namespace", "job", sa.text("scheduled_for DESC")])
+    op.create_index(
+        "attempts_job_recent", "attempts", ["namespace", "job", sa.text("scheduled_for DESC")]
+    )
 
 
 def downgrade() -> None:

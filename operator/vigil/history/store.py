@@ -1,0 +1,390 @@
+"""The history database adapter: attempts upserted by (execution id, attempt), read back by job or execution.
+
+`SqlHistory` implements `vigil.core.ports.HistorySink` on SQLite (one file, the
+embedded default) and PostgreSQL (production) with the same SQLAlchemy Core
+statements. The schema is in schema.sql, the raw SQL in queries.sql, and the
+migrations that build the schema in migrations/.
+
+The two databases differ in one place. On PostgreSQL `attempts` is partitioned
+by UTC day of `scheduled_for`: each day's partition is created (idempotently,
+under an advisory lock) before its first row is written, and retention drops
+whole partitions. A partitioned table's primary key must contain the partition
+key, so there the key is (execution_id, attempt, scheduled_for); `scheduled_for`
+is the occurrence's nominal time, a function of the execution id (DESIGN
+invariant 3), so the idempotency key is still effectively (execution id,
+attempt). Callers must give every attempt of an execution the same
+`scheduled_for`. On SQLite retention deletes rows at the same whole-day
+boundary, so both keep exactly the same rows.
+
+A write never moves an attempt backwards (vigil.history.precedence): the
+upsert's WHERE clause is that rule in SQL. Every failure to reach the database
+raises `HistoryUnavailable`, so the caller (BufferedHistory) keeps the records
+and writes them later; writing them twice is harmless.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import Any
+
+import alembic.command
+import alembic.config
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Connection, Dialect, Engine
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
+
+from vigil.core.history import AttemptRecord, AttemptState
+from vigil.core.ports import HistoryUnavailable
+from vigil.history.migrations import SCRIPT_LOCATION
+from vigil.history.precedence import STAGES, TERMINAL_STAGE, key_of, updated_at_of, winners
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+QUERIES_FILE = HERE / "queries.sql"
+
+DEFAULT_RETENTION_DAYS = 30
+DEFAULT_CONNECT_TIMEOUT_SECONDS = 5  # an unreachable server must not hold a writer for long
+SQLITE_BUSY_TIMEOUT_SECONDS = 5.0  # a writer waits this long for another's lock before giving up
+NO_PARTITION_SQLSTATE = "23514"  # "no partition of relation found for row": a day dropped under us
+PARTITION_PREFIX = "attempts_"
+PARTITION_NAME = re.compile(r"^attempts_(\d{8})$")
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """Aware datetimes in, UTC out; stored as UTC (SQLite keeps no zone, so it gets naive UTC)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"history times must be timezone-aware, got naive {value!r}")
+        utc = value.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+metadata = sa.MetaData()
+
+# The table as the statements below see it (the key as on SQLite); the DDL is the migrations'.
+attempts = sa.Table(
+    "attempts",
+    metadata,
+    sa.Column("execution_id", sa.Text, primary_key=True),
+    sa.Column("attempt", sa.SmallInteger, primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("job_uid", sa.Text, nullable=False),
+    sa.Column("priority", sa.Text, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("scheduled_for", UtcDateTime, nullable=False),
+    sa.Column("started_at", UtcDateTime),
+    sa.Column("finished_at", UtcDateTime),
+    sa.Column("pod", sa.Text, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+UPDATED_BY_UPSERT = [
+    c.name for c in attempts.columns if not c.primary_key and c.name != "scheduled_for"
+]
+
+
+def load_blocks(text: str) -> dict[str, str]:
+    """Split a file of `-- name: NAME` blocks into {NAME: SQL}, comments and blank lines removed."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("-- name:"):
+            current = blocks.setdefault(stripped.removeprefix("-- name:").strip(), [])
+        elif current is not None and stripped and not stripped.startswith("--"):
+            current.append(line)
+    return {name: "\n".join(lines).strip() for name, lines in blocks.items()}
+
+
+QUERIES = load_blocks(QUERIES_FILE.read_text(encoding="utf-8"))
+
+
+def normalise_url(dsn: str) -> URL:
+    """The SQLAlchemy URL for a DSN; plain `postgresql://` and `postgres://` mean psycopg 3."""
+    url = sa.make_url(
+        dsn.replace("postgres://", "postgresql://", 1) if dsn.startswith("postgres://") else dsn
+    )
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    if url.get_backend_name() not in ("postgresql", "sqlite"):
+        raise ValueError(
+            f"history database must be SQLite or PostgreSQL, not {url.get_backend_name()!r}"
+        )
+    return url
+
+
+def create_history_engine(dsn: str, *, connect_timeout_seconds: int) -> Engine:
+    url = normalise_url(dsn)
+    if url.get_backend_name() == "postgresql":
+        return sa.create_engine(
+            url, pool_pre_ping=True, connect_args={"connect_timeout": connect_timeout_seconds}
+        )
+    engine = sa.create_engine(
+        url, pool_pre_ping=True, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}
+    )
+
+    @sa.event.listens_for(engine, "connect")
+    def _write_ahead_log(dbapi_connection: Any, _record: Any) -> None:
+        # Write-ahead logging: readers (the CLI) never block the writer, nor it them.
+        dbapi_connection.execute("PRAGMA journal_mode=WAL")
+
+    return engine
+
+
+def _is_outage(error: DBAPIError) -> bool:
+    return error.connection_invalidated or isinstance(
+        error, sa.exc.OperationalError | sa.exc.InterfaceError
+    )
+
+
+@contextlib.contextmanager
+def unavailable_on_outage() -> Iterator[None]:
+    """Turn "cannot reach the database" into HistoryUnavailable; let real errors through."""
+    try:
+        yield
+    except DBAPIError as error:
+        if _is_outage(error):
+            raise HistoryUnavailable(f"history database unreachable: {error.orig}") from error
+        raise
+    except (DisconnectionError, sa.exc.TimeoutError) as error:
+        raise HistoryUnavailable(f"history database unreachable: {error}") from error
+
+
+def day_start(day: date) -> datetime:
+    return datetime.combine(day, time(), tzinfo=UTC)
+
+
+def expiry_cutoff(now: datetime, *, retention_days: int) -> datetime:
+    """Rows scheduled before this instant are expired: whole UTC days, at least `retention_days` old."""
+    return day_start((now.astimezone(UTC) - timedelta(days=retention_days)).date())
+
+
+def partition_name(day: date) -> str:
+    return f"{PARTITION_PREFIX}{day:%Y%m%d}"
+
+
+def partition_day(name: str) -> date | None:
+    match = PARTITION_NAME.match(name)
+    return date.fromisoformat(match.group(1)) if match else None
+
+
+def _stage_sql(state: sa.ColumnElement[Any]) -> sa.ColumnElement[int]:
+    nonterminal = {str(s): stage for s, stage in STAGES.items() if stage < TERMINAL_STAGE}
+    return sa.case(nonterminal, value=state, else_=TERMINAL_STAGE)
+
+
+def _upsert(dialect: str) -> sa.Insert:
+    """INSERT … ON CONFLICT DO UPDATE, only when the new row supersedes the stored one."""
+    insert = postgresql.insert(attempts) if dialect == "postgresql" else sqlite.insert(attempts)
+    key = ["execution_id", "attempt"] + (["scheduled_for"] if dialect == "postgresql" else [])
+    new, old = insert.excluded, attempts.c
+    supersedes = sa.or_(
+        _stage_sql(new.state) > _stage_sql(old.state),
+        sa.and_(_stage_sql(new.state) == _stage_sql(old.state), new.updated_at >= old.updated_at),
+    )
+    return insert.on_conflict_do_update(
+        index_elements=key, set_={name: new[name] for name in UPDATED_BY_UPSERT}, where=supersedes
+    )
+
+
+def _require_aware(record: AttemptRecord) -> None:
+    for name in ("scheduled_for", "started_at", "finished_at", "updated_at"):
+        value = getattr(record, name)
+        if value is not None and value.tzinfo is None:
+            raise ValueError(
+                f"{name} of {key_of(record)} is naive: history times must be timezone-aware"
+            )
+
+
+def _row(record: AttemptRecord) -> dict[str, Any]:
+    _require_aware(record)
+    return {
+        "execution_id": record.execution_id,
+        "attempt": record.attempt,
+        "namespace": record.namespace,
+        "job": record.job,
+        "job_uid": record.job_uid,
+        "priority": record.priority,
+        "state": str(record.state),
+        "reason": record.reason,
+        "scheduled_for": record.scheduled_for,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "pod": record.pod,
+        "error": record.error,
+        "updated_at": updated_at_of(record),
+    }
+
+
+def _record(row: sa.RowMapping) -> AttemptRecord:
+    fields = {str(name): value for name, value in row.items()}
+    return AttemptRecord(**{**fields, "state": AttemptState(row["state"])})
+
+
+@dataclass(frozen=True)
+class Expiry:
+    """What one retention pass removed: rows scheduled before `cutoff`."""
+
+    cutoff: datetime
+    partitions_dropped: list[str]  # PostgreSQL
+    rows_deleted: int  # SQLite
+
+
+class SqlHistory:
+    """The history sink and its queries, on SQLite or PostgreSQL (see the module docstring)."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        retention_days: int = DEFAULT_RETENTION_DAYS,
+        connect_timeout_seconds: int = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+    ) -> None:
+        if retention_days < 1:
+            raise ValueError("retention_days must be at least 1")
+        self.retention_days = retention_days
+        self.engine = create_history_engine(dsn, connect_timeout_seconds=connect_timeout_seconds)
+        self.partitioned = self.engine.dialect.name == "postgresql"
+        self._upsert = _upsert(self.engine.dialect.name)
+        self._known_partitions: set[date] = set()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration; a no-op when it is there already."""
+        config = alembic.config.Config()
+        config.set_main_option("script_location", str(SCRIPT_LOCATION))
+        with unavailable_on_outage(), self.engine.begin() as connection:
+            if self.partitioned:
+                connection.exec_driver_sql(QUERIES["lock_ddl"])
+            config.attributes["connection"] = connection
+            alembic.command.upgrade(config, "head")
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def write(self, records: list[AttemptRecord]) -> None:
+        """Upsert attempts by (execution id, attempt); raise HistoryUnavailable if unreachable."""
+        rows = [_row(record) for record in winners(records)]
+        if not rows:
+            return
+        with unavailable_on_outage():
+            try:
+                self._write_rows(rows)
+            except IntegrityError as error:
+                if (
+                    not self.partitioned
+                    or getattr(error.orig, "sqlstate", None) != NO_PARTITION_SQLSTATE
+                ):
+                    raise
+                self._known_partitions.clear()  # another replica's retention dropped a day we knew
+                self._write_rows(rows)
+
+    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+        if self.partitioned:
+            self._ensure_partitions({row["scheduled_for"].astimezone(UTC).date() for row in rows})
+        with self.engine.begin() as connection:
+            connection.execute(self._upsert, rows)
+
+    def _ensure_partitions(self, days: Iterable[date]) -> None:
+        missing = sorted(set(days) - self._known_partitions)
+        if not missing:
+            return
+        with self.engine.begin() as connection:  # its own short transaction: DDL locks the parent
+            connection.exec_driver_sql(QUERIES["lock_ddl"])
+            for day in missing:
+                statement = QUERIES["create_partition"].format(
+                    partition=partition_name(day),
+                    start=day_start(day).isoformat(),
+                    end=day_start(day + timedelta(days=1)).isoformat(),
+                )
+                connection.exec_driver_sql(statement)
+        self._known_partitions.update(missing)
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def drop_expired_partitions(self, now: datetime) -> Expiry:
+        """Remove every whole UTC day older than `retention_days` before `now`.
+
+        PostgreSQL drops those days' partitions; SQLite deletes their rows.
+        """
+        cutoff = expiry_cutoff(now, retention_days=self.retention_days)
+        with unavailable_on_outage(), self.engine.begin() as connection:
+            if not self.partitioned:
+                deleted = connection.execute(
+                    sa.delete(attempts).where(attempts.c.scheduled_for < cutoff)
+                )
+                return Expiry(cutoff=cutoff, partitions_dropped=[], rows_deleted=deleted.rowcount)
+            dropped = self._drop_partitions_before(connection, cutoff.date())
+        if dropped:
+            log.info(
+                "history retention dropped %d partitions: %s", len(dropped), ", ".join(dropped)
+            )
+        return Expiry(cutoff=cutoff, partitions_dropped=dropped, rows_deleted=0)
+
+    def _drop_partitions_before(self, connection: Connection, cutoff: date) -> list[str]:
+        connection.exec_driver_sql(QUERIES["lock_ddl"])
+        names = connection.exec_driver_sql(QUERIES["list_partitions"]).scalars().all()
+        dropped: list[str] = []
+        for name in names:
+            day = partition_day(name)
+            if day is not None and day < cutoff:
+                connection.exec_driver_sql(QUERIES["drop_partition"].format(partition=name))
+                self._known_partitions.discard(day)
+                dropped.append(name)
+        return dropped
+
+    def partitions(self) -> list[str]:
+        """The daily partitions that exist (PostgreSQL; always empty on SQLite), oldest first."""
+        if not self.partitioned:
+            return []
+        with unavailable_on_outage(), self.engine.connect() as connection:
+            return list(connection.exec_driver_sql(QUERIES["list_partitions"]).scalars().all())
+
+    # -- queries -------------------------------------------------------------------------------
+
+    def attempts_for_job(
+        self, namespace: str, job: str, *, limit: int = 100
+    ) -> list[AttemptRecord]:
+        """The job's most recent attempts, newest occurrence first (then the latest attempt first)."""
+        query = (
+            sa.select(attempts)
+            .where(attempts.c.namespace == namespace, attempts.c.job == job)
+            .order_by(attempts.c.scheduled_for.desc(), attempts.c.attempt.desc())
+            .limit(limit)
+        )
+        return self._records(query)
+
+    def timeline(self, execution_id: str) -> list[AttemptRecord]:
+        """Every attempt of one execution, first attempt first."""
+        query = (
+            sa.select(attempts)
+            .where(attempts.c.execution_id == execution_id)
+            .order_by(attempts.c.attempt)
+        )
+        return self._records(query)
+
+    def _records(self, query: sa.Select[Any]) -> list[AttemptRecord]:
+        with unavailable_on_outage(), self.engine.connect() as connection:
+            return [_record(row) for row in connection.execute(query).mappings()]

@@ -1,0 +1,196 @@
+"""The leader's dispatcher: retries that have come due, and attempts started within capacity.
+
+Each pass reads the executions that are Ready, Running or in Backoff (by the
+phase label: what is in flight, never the history), moves due retries to
+Ready, asks `vigil.core.dispatch.choose` which Ready ones may start — global
+cap, reserved high-priority slots, per-namespace caps, round-robin across
+namespaces — and starts them: pod first (named from execution id and attempt,
+so a repeat is a 409), then the Running transition. Every wait is a stored
+`retryAt`, so a restarted leader picks up exactly where the old one stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.dispatch import Capacity, choose, oldest_ready_age
+from vigil.core.executions import (
+    Execution,
+    Phase,
+    as_candidate,
+    finish,
+    is_retry_due,
+    retry_due,
+    running_counts,
+    start,
+)
+from vigil.core.ids import ExecutionId, pod_name
+from vigil.core.podstatus import PodPhase, attempt_result, classify_pod
+from vigil.core.ports import Clock, Conflict
+from vigil.core.timeparse import parse_rfc3339
+from vigil.jobspec import InvalidJob, parse_spec, retry_policy
+from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.launcher import PodFactory
+from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
+from vigil.kube.results import JobResults
+
+log = logging.getLogger(__name__)
+
+RECONCILE_EVERY = timedelta(seconds=10)
+
+
+@dataclasses.dataclass
+class DispatchReport:
+    retried: int = 0
+    started: int = 0
+    stuck: int = 0
+    ready: int = 0
+    running: int = 0
+    oldest_ready_age: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        store: ExecutionStore,
+        catalogue: KubeCatalogue,
+        results: JobResults,
+        clock: Clock,
+        capacity: Capacity,
+        pending_limit: timedelta = timedelta(minutes=5),
+    ) -> None:
+        self._api = api
+        self._core = client.CoreV1Api(api)
+        self._store = store
+        self._catalogue = catalogue
+        self._results = results
+        self._clock = clock
+        self._capacity = capacity
+        self._pending_limit = pending_limit
+        self._pods = PodFactory()
+        self._wake = threading.Event()
+        self._last_reconcile: datetime | None = None
+
+    def notify(self) -> None:
+        """Something became Ready: run a pass now rather than at the next interval."""
+        self._wake.set()
+
+    def run(self, stop: threading.Event, *, interval: float, on_report: Any = None) -> None:
+        while not stop.is_set():
+            self._wake.clear()
+            try:
+                report = self.dispatch()
+                if on_report is not None:
+                    on_report(report)
+            except Exception:
+                log.exception("dispatch pass failed; retrying")
+            self._wake.wait(interval)
+
+    def dispatch(self) -> DispatchReport:
+        now = self._clock.now()
+        report = DispatchReport()
+        flight = {
+            (o["metadata"]["namespace"], o["metadata"]["name"]): (o, execution_from_object(o))
+            for o in self._store.in_phase(Phase.READY, Phase.RUNNING, Phase.BACKOFF)
+        }
+        for key, (obj, ex) in list(flight.items()):
+            if is_retry_due(ex, now):
+                due = retry_due(ex, now=now)
+                flight[key] = (self._write(obj, due), due)
+                report.retried += 1
+        executions = [ex for _, ex in flight.values()]
+        ready = [as_candidate(ex) for ex in executions if ex.phase is Phase.READY]
+        report.ready, report.oldest_ready_age = len(ready), oldest_ready_age(ready, now)
+        running = running_counts(executions)
+        report.running = running.total
+        for chosen in choose(ready, running, self._capacity):
+            obj, ex = flight[(chosen.namespace, chosen.execution_id)]
+            if self._start(obj, ex, now):
+                report.started += 1
+        if self._last_reconcile is None or now - self._last_reconcile > RECONCILE_EVERY:
+            self._last_reconcile = now
+            report.stuck = self._reconcile_running([v for v in flight.values() if v[1].phase is Phase.RUNNING], now)
+        return report
+
+    def _write(self, obj: Mapping[str, Any], ex: Execution) -> dict[str, Any]:
+        return self._store.write(obj, ex)
+
+    def _start(self, obj: Mapping[str, Any], ex: Execution, now: datetime) -> bool:
+        spec_obj = obj["spec"]
+        job = self._catalogue.fetch(ex.namespace, spec_obj["job"]["name"])
+        if job is None or job["metadata"]["uid"] != spec_obj["job"]["uid"]:
+            return False  # the job is gone; garbage collection removes its executions
+        try:
+            spec = parse_spec(job)
+            pod = self._pods.pod_for(
+                job=job,
+                spec=spec,
+                execution_id=ex.execution_id,
+                attempt=ex.attempt,
+                scheduled_for=ex.scheduled_for,
+                period_start=parse_rfc3339(spec_obj["periodStart"]),
+                period_end=parse_rfc3339(spec_obj["periodEnd"]),
+            )
+        except (InvalidJob, ValueError) as err:
+            log.warning("execution %s/%s cannot start: %s", ex.namespace, ex.execution_id, err)
+            return False
+        name = pod["metadata"]["name"]
+        try:
+            self._core.create_namespaced_pod(ex.namespace, pod)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        try:
+            self._write(obj, start(ex, pod=name, now=now))
+        except Conflict:
+            return False  # moved meanwhile (cancelled, say); the next pass sees the new state
+        log.info("started %s/%s attempt %d as pod %s", ex.namespace, ex.execution_id, ex.attempt, name)
+        return True
+
+    def _reconcile_running(self, running: list[tuple[dict[str, Any], Execution]], now: datetime) -> int:
+        """Look at each running attempt's pod: an end whose event was missed (no leader was
+        watching) is recorded now; a pod gone is a failed attempt; a pod pending past the limit
+        (image pull errors, unschedulable) fails its attempt. Returns how many were stuck."""
+        stuck = 0
+        for obj, ex in running:
+            name = ex.pod or pod_name(ExecutionId(ex.execution_id), ex.attempt)
+            try:
+                pod = self._api.sanitize_for_serialization(self._core.read_namespaced_pod(name, ex.namespace))
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                self._results.observe_pod(_vanished(obj, ex, name), deleted=True)
+                continue
+            verdict = classify_pod(pod, now=now, pending_limit=self._pending_limit)
+            if verdict.finished and verdict.reason != "StuckPending":
+                self._results.observe_pod(pod)
+            elif verdict.phase is PodPhase.FAILED:
+                policy = retry_policy(obj["spec"].get("retry") or {})
+                result = attempt_result(verdict, attempt=ex.attempt)
+                self._results.record(obj, finish(ex, result, policy=policy, now=now))
+                self._core.delete_namespaced_pod(name, ex.namespace, grace_period_seconds=0)
+                stuck += 1
+        return stuck
+
+
+def _vanished(obj: Mapping[str, Any], ex: Execution, name: str) -> dict[str, Any]:
+    """A stand-in for a pod that no longer exists, carrying the labels that identify its attempt."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": ex.namespace,
+            "labels": {LABEL_EXECUTION: obj["metadata"]["name"], LABEL_ATTEMPT: str(ex.attempt)},
+        },
+        "status": {"phase": "Unknown"},
+    }

@@ -1,0 +1,107 @@
+"""Writing executions to the history database, off the firing path and without losing any.
+
+Every Execution transition labels the object `vigil.dev/history=pending`; this
+flusher lists the pending ones, writes one row per attempt (an upsert keyed on
+execution id and attempt), and only then labels them `written`. While the
+database is unreachable nothing is lost and nothing waits on it: the pending
+label *is* the buffer, durable in the API server, and the rows go in when it
+returns — once each, because the write is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from vigil.core.executions import Execution, Phase
+from vigil.core.history import AttemptRecord, AttemptState
+from vigil.core.ports import HistorySink, HistoryUnavailable
+from vigil.kube.executions import LABEL_HISTORY, ExecutionStore, execution_from_object
+
+log = logging.getLogger(__name__)
+
+BATCH = 200
+
+_STATE = {
+    Phase.READY: AttemptState.READY,
+    Phase.RUNNING: AttemptState.RUNNING,
+    Phase.BACKOFF: AttemptState.FAILED,
+    Phase.SUCCEEDED: AttemptState.SUCCEEDED,
+    Phase.DEAD: AttemptState.DEAD,
+    Phase.CANCELLED: AttemptState.CANCELLED,
+}
+
+
+def attempt_records(obj: Mapping[str, Any], ex: Execution) -> list[AttemptRecord]:
+    """One row per attempt: finished ones from their results, the current one from the phase."""
+    spec = obj["spec"]
+    common = {
+        "execution_id": ex.execution_id,
+        "namespace": ex.namespace,
+        "job": ex.job,
+        "job_uid": spec["job"]["uid"],
+        "priority": str(ex.priority),
+        "scheduled_for": ex.scheduled_for,
+    }
+    rows: list[AttemptRecord] = []
+    for result in ex.attempts:
+        state = AttemptState.SUCCEEDED if result.outcome == "Succeeded" else AttemptState.FAILED
+        if result.outcome == "Cancelled":
+            state = AttemptState.CANCELLED
+        if result.attempt == ex.attempt and ex.phase is Phase.DEAD:
+            state = AttemptState.DEAD
+        rows.append(
+            AttemptRecord(
+                **common,
+                attempt=result.attempt,
+                state=state,
+                reason=result.reason,
+                started_at=result.started_at,
+                finished_at=result.finished_at,
+                pod=f"{ex.execution_id}-{result.attempt}",
+                error=result.message,
+            )
+        )
+    if not ex.recorded(ex.attempt) and ex.phase in (Phase.READY, Phase.RUNNING):
+        rows.append(
+            AttemptRecord(
+                **common,
+                attempt=ex.attempt,
+                state=_STATE[ex.phase],
+                reason=ex.reason,
+                started_at=ex.started_at,
+                pod=ex.pod or "",
+            )
+        )
+    return rows
+
+
+class HistoryFlusher:
+    def __init__(self, *, store: ExecutionStore, sink: HistorySink) -> None:
+        self._store = store
+        self._sink = sink
+        self.pending = 0  # the buffer's depth, for the metric
+
+    def flush(self) -> int:
+        """Write every pending execution; returns how many were written (0 while the database is down)."""
+        objs = self._store.select(selector=f"{LABEL_HISTORY}=pending")
+        self.pending = len(objs)
+        written = 0
+        for start in range(0, len(objs), BATCH):
+            batch = objs[start : start + BATCH]
+            records = [r for obj in batch for r in attempt_records(obj, execution_from_object(obj))]
+            try:
+                self._sink.write(records)
+            except HistoryUnavailable as err:
+                log.warning("history database unavailable; %d executions stay buffered: %s", len(objs) - written, err)
+                return written
+            for obj in batch:
+                self._mark_written(obj)
+            written += len(batch)
+        self.pending = len(objs) - written
+        return written
+
+    def _mark_written(self, obj: Mapping[str, Any]) -> None:
+        # Conditional on the version written: a transition since then keeps the label pending.
+        self._store.label(obj, {LABEL_HISTORY: "written"}, version=obj["metadata"]["resourceVersion"])
