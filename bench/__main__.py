@@ -35,16 +35,20 @@ from typing import Any
 
 from kubernetes import client, config, watch
 
+from bench import history as history_bench
 from e2e.cluster import localcluster
 from vigil.core.buckets import BucketEntry, entry_key, minute_of
+from vigil.core.ids import execution_id
 from vigil.core.memory import FakeClock
 from vigil.core.trigger import Trigger
 from vigil.jobspec import schedule_hash
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import EventRecorder
+from vigil.kube.executions import ExecutionStore, execution_body
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.launcher import PodLauncher
+from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.ledger import KubeLedger
+from vigil.kube.results import JobResults
 
 REPO = Path(__file__).resolve().parents[1]
 STATE = REPO / ".cluster" / "bench"
@@ -117,7 +121,7 @@ class Arrivals:
         w = watch.Watch()
         for event in w.stream(list_fn, namespace, timeout_seconds=300):
             if event["type"] == "ADDED":
-                k = key(event["object"])
+                k = key(event["raw_object"] if isinstance(event["object"], dict) else event["object"])
                 if k is not None:
                     self.seen.setdefault(k, time.time())
             if self._stop.is_set():
@@ -131,7 +135,7 @@ class Arrivals:
         return [t - base.timestamp() for t in self.seen.values()]
 
 
-def fire_lag_vigil(b: Bench, count: int) -> list[float]:
+def fire_lag_vigil(b: Bench, count: int) -> tuple[list[float], list[float]]:
     ns = b.namespace("bench-vigil")
     opns = b.namespace("bench-op")
     log = STATE / "logs" / "bench-operator.log"
@@ -139,6 +143,8 @@ def fire_lag_vigil(b: Bench, count: int) -> list[float]:
     cfg.write_text(
         f"namespace: {opns}\nleaderElection: {{leaseDurationSeconds: 15, renewPeriodSeconds: 5}}\n"
         f"trigger: {{tickMilliseconds: 250}}\nhttp: {{metricsPort: 0, apiPort: 0}}\n"
+        f"dispatch: {{maxRunning: {count * 2}, perNamespaceMax: {count * 2}, reservedHigh: 0}}\n"
+        f"history: {{dsn: 'sqlite:///{STATE}/bench-lag-history.db'}}\n"
     )
     with log.open("ab") as out:
         proc = subprocess.Popen(
@@ -161,10 +167,18 @@ def fire_lag_vigil(b: Bench, count: int) -> list[float]:
             env = {e.name: e.value for e in pod.spec.containers[0].env or []}
             return str(pod.metadata.name) if env.get("VIGIL_SCHEDULED_FOR") == stamp else None
 
+        def ex_key(ex: Any) -> str | None:
+            return str(ex["metadata"]["name"]) if ex["spec"]["scheduledFor"] == stamp else None
+
+        def list_executions(namespace: str, **kwargs: Any) -> Any:
+            return b.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "executions", **kwargs)
+
+        executions = Arrivals(list_executions, ns, ex_key)
         pods = Arrivals(b.core.list_namespaced_pod, ns, key)
-        wait_until(target + timedelta(seconds=50), lambda: len(pods.seen) >= count)
+        wait_until(target + timedelta(seconds=90), lambda: len(pods.seen) >= count)
+        executions.stop()
         pods.stop()
-        return pods.offsets(target)
+        return executions.offsets(target), pods.offsets(target)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -199,6 +213,59 @@ def fire_lag_cronjob(b: Bench, count: int) -> tuple[list[float], list[float]]:
         return jobs.offsets(target), pods.offsets(target)
     finally:
         b.core.delete_namespace(ns)
+
+
+def executions_rate(b: Bench, count: int) -> tuple[float, float]:
+    """Executions per second through the pod path: `count` Ready executions to Succeeded.
+
+    One operator (dispatch cap 100), a job whose pod runs `true`; the executions are
+    created at once (as a backfill would) and the clock runs from the first creation to
+    the last Succeeded. Returns (executions/s, seconds).
+    """
+    ns = b.namespace("bench-exec")
+    opns = b.namespace("bench-execop")
+    cfg = STATE / "bench-exec-operator.yaml"
+    cfg.write_text(
+        f"namespace: {opns}\ndispatch: {{maxRunning: 100, perNamespaceMax: 100, reservedHigh: 0}}\n"
+        f"http: {{metricsPort: 0, apiPort: 0}}\nhistory: {{dsn: 'sqlite:///{STATE}/bench-history.db'}}\n"
+    )
+    with (STATE / "logs" / "bench-exec-operator.log").open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vigil.cli.main", "operator", "--config", str(cfg)],
+            stdout=out, stderr=subprocess.STDOUT, env={**b.env, "POD_NAME": "bench-exec"},
+        )  # fmt: skip
+    try:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": "throughput"},
+            "spec": {"every": "24h", "template": {"spec": {"containers": [CONTAINER]}}},
+        }  # fmt: skip
+        job = b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs", body)
+        base = datetime(2026, 1, 1, tzinfo=UTC)
+        started = time.monotonic()
+
+        def make(i: int) -> None:
+            nominal = base + timedelta(minutes=i)
+            b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "executions", execution_body(
+                job=job, execution_id=execution_id(job["metadata"]["uid"], nominal), scheduled_for=nominal,
+                period_start=nominal - timedelta(minutes=1), period_end=nominal, source="Backfill",
+            ))  # fmt: skip
+
+        b.create_many(count, make)
+
+        def succeeded() -> int:
+            items = b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "executions")["items"]
+            return sum((i.get("status") or {}).get("phase") == "Succeeded" for i in items)
+
+        deadline = time.monotonic() + 600
+        while succeeded() < count and time.monotonic() < deadline:
+            time.sleep(0.5)
+        elapsed = time.monotonic() - started
+        return count / elapsed, elapsed
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        b.core.delete_namespace(ns)
+        b.core.delete_namespace(opns)
 
 
 def wait_until(deadline: datetime, done: Callable[[], bool]) -> None:
@@ -248,11 +315,16 @@ def tick_cost(b: Bench, *, due: int, catalogued: int) -> tuple[float, int, int]:
     counting = CountingStore(store)
     catalogue = KubeCatalogue(b.api)
     clock = FakeClock(now + timedelta(seconds=1))
+    events = EventRecorder(b.api, instance="bench")
     trigger = Trigger(
         store=counting,
         catalogue=catalogue,
-        launcher=PodLauncher(b.api, catalogue=catalogue),
-        ledger=KubeLedger(b.api, catalogue=catalogue, events=EventRecorder(b.api, instance="bench")),
+        launcher=ExecutionLauncher(
+            store=ExecutionStore(b.api), catalogue=catalogue, clock=clock,
+            results=JobResults(b.api, store=ExecutionStore(b.api), events=events, clock=clock),
+            pods=b.core,
+        ),
+        ledger=KubeLedger(b.api, catalogue=catalogue, events=events),
         clock=clock,
     )
     trigger.rescan()
@@ -286,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--catalogue", type=int, default=100_000)
     parser.add_argument("--skip-cronjob", action="store_true")
+    parser.add_argument("--executions", type=int, default=300)
+    parser.add_argument("--history-records", type=int, default=20_000)
     args = parser.parse_args(argv)
 
     cluster = localcluster.up(STATE, PORT_BASE)
@@ -306,19 +380,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  ratio large/small: time {large[0] / small[0]:.2f}, reads {large[1] / max(1, small[1]):.2f}")
 
         print(f"\n## fire lag: {args.jobs} jobs due in the same minute (jitter off)")
-        vigil = fire_lag_vigil(b, args.jobs)
-        print(f"  vigil   pod observed - fire time: {summary(vigil)}")
+        vigil_ex, vigil = fire_lag_vigil(b, args.jobs)
+        print(f"  vigil   Execution observed - fire time: {summary(vigil_ex)}")
+        print(f"  vigil   pod observed - fire time:       {summary(vigil)}")
         if not args.skip_cronjob:
             jobs, pods = fire_lag_cronjob(b, args.jobs)
-            print(f"  cronjob Job observed - schedule:  {summary(jobs)}")
-            print(f"  cronjob pod observed - schedule:  {summary(pods)}")
+            print(f"  cronjob Job observed - schedule:       {summary(jobs)}")
+            print(f"  cronjob pod observed - schedule:       {summary(pods)}")
             if vigil and pods:
                 print(
                     f"  ratio cronjob/vigil (pod, p50): {percentile(pods, 0.5) / max(1e-3, percentile(vigil, 0.5)):.1f}x,"
                     f" (pod, p99): {percentile(pods, 0.99) / max(1e-3, percentile(vigil, 0.99)):.1f}x"
                 )
+
+        print(f"\n## executions through the pod path: {args.executions} executions, dispatch cap 100")
+        rate, seconds = executions_rate(b, args.executions)
+        print(f"  {rate:.1f} executions/s ({args.executions} Ready -> Succeeded in {seconds:.1f}s)")
     finally:
         localcluster.down(STATE)
+    print()
+    history_bench.main(["--records", str(args.history_records)])
     return 0
 
 

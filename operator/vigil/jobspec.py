@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from vigil.core.chain import CatchUp, CatchUpPolicy, JobView
+from vigil.core.chain import CatchUp, JobView
 from vigil.core.executions import Backoff, RetryPolicy
 from vigil.core.jitter import default_jitter_window
-from vigil.core.schedule import GapPolicy, OverlapPolicy, Schedule, ScheduleKind
+from vigil.core.schedule import Schedule, ScheduleKind
 from vigil.core.timeparse import parse_rfc3339
 from vigil.model.common import RetryPolicy as ModelRetryPolicy
 from vigil.model.common import describe_validation_error
@@ -59,8 +59,8 @@ def schedule_hash(obj: Mapping[str, Any]) -> str:
 def schedule_of(spec: ScheduledJobSpec, obj: Mapping[str, Any]) -> Schedule:
     common: dict[str, Any] = {
         "timezone": spec.timezone,
-        "gap": GapPolicy(str(spec.daylight_saving.gap)),
-        "overlap": OverlapPolicy(str(spec.daylight_saving.overlap)),
+        "gap": spec.daylight_saving.gap,
+        "overlap": spec.daylight_saving.overlap,
     }
     if spec.run_at is not None:
         return Schedule(kind=ScheduleKind.ONCE, run_at=spec.run_at.replace(microsecond=0), **common)
@@ -93,7 +93,7 @@ def job_view(obj: Mapping[str, Any]) -> tuple[JobView, ScheduledJobSpec]:
         schedule_hash=schedule_hash(obj),
         jitter=jitter,
         catch_up=CatchUp(
-            policy=CatchUpPolicy(str(spec.catch_up_policy)),
+            policy=spec.catch_up_policy,
             window=timedelta(seconds=spec.catch_up_window.total_seconds()),
             limit=spec.catch_up_limit,
         ),

@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import kopf
@@ -26,8 +25,10 @@ from prometheus_client import start_http_server
 from vigil import metrics
 from vigil.core.dispatch import Capacity
 from vigil.core.history import AttemptRecord
+from vigil.core.ports import Clock
 from vigil.core.trigger import Trigger
 from vigil.history.store import SqlHistory
+from vigil.httpapi import ApiServer
 from vigil.kube import handlers
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.dispatcher import Dispatcher, DispatchReport
@@ -44,6 +45,7 @@ from vigil.settings import Settings
 log = logging.getLogger("vigil")
 
 EXIT_LOST_LEADERSHIP = 75  # EX_TEMPFAIL: restart me
+RETENTION_EVERY_SECONDS = 3600.0  # history is kept in whole days; hourly is plenty
 
 
 class SystemClock:
@@ -65,35 +67,17 @@ def identity() -> str:
     return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
 
 
-class _Health(BaseHTTPRequestHandler):
-    elector: LeaderElector | None = None
-
-    def do_GET(self) -> None:
-        if self.path in ("/healthz", "/readyz"):
-            body = b"ok\n"
-            self.send_response(200)
-        elif self.path == "/leader":
-            holder = self.elector.holder if self.elector else None
-            body = f"{holder or ''}\n".encode()
-            self.send_response(200)
-        else:
-            body = b"not found\n"
-            self.send_response(404)
-        self.send_header("Content-Type", "text/plain")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-
-def _serve(settings: Settings, elector: LeaderElector) -> None:
+def _serve(
+    settings: Settings, elector: LeaderElector, executions: ExecutionStore, history: MigratingHistory
+) -> None:
     if settings.http.metrics_port:
         start_http_server(settings.http.metrics_port, registry=metrics.REGISTRY)
     if settings.http.api_port:
-        _Health.elector = elector
-        server = ThreadingHTTPServer(("", settings.http.api_port), _Health)
-        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+        ApiServer(
+            leader=lambda: elector.holder,
+            find_execution=executions.find,
+            timeline=lambda execution_id: history.history.timeline(execution_id),
+        ).serve(settings.http.api_port)
 
 
 def _trigger_loop(trigger: Trigger, settings: Settings, stop: threading.Event) -> None:
@@ -124,14 +108,24 @@ class MigratingHistory:
         self._dsn = dsn
         self._retention_days = retention_days
         self._history: SqlHistory | None = None
+        self._lock = threading.Lock()
 
     @property
     def history(self) -> SqlHistory:
-        if self._history is None:
-            history = SqlHistory(self._dsn, retention_days=self._retention_days)
-            history.migrate()
-            self._history = history
-        return self._history
+        with self._lock:
+            if self._history is None:
+                history = SqlHistory(self._dsn, retention_days=self._retention_days)
+                try:
+                    history.migrate()
+                except Exception:
+                    history.close()
+                    raise
+                self._history = history
+            return self._history
+
+    def expire(self, clock: Clock) -> None:
+        """Drop history older than the retention (whole days; partitions on PostgreSQL)."""
+        self.history.drop_expired_partitions(clock.now())
 
     def write(self, records: list[AttemptRecord]) -> None:
         self.history.write(records)
@@ -174,7 +168,9 @@ def run(settings: Settings) -> int:
         on_lost=_lost,
         on_transition=lambda holder: metrics.LEADER_TRANSITIONS.inc(),
     )
-    _serve(settings, elector)
+    executions = ExecutionStore(api)
+    history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
+    _serve(settings, elector, executions, history)
     elector.start()
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
     elector.wait_until_leader()
@@ -188,7 +184,6 @@ def run(settings: Settings) -> int:
     )
     catalogue = KubeCatalogue(api)
     events = EventRecorder(api, instance=me)
-    executions = ExecutionStore(api)
     results = JobResults(api, store=executions, events=events, clock=clock)
     dispatcher = Dispatcher(
         api,
@@ -216,13 +211,13 @@ def run(settings: Settings) -> int:
         ledger=KubeLedger(api, catalogue=catalogue, events=events),
         clock=clock,
     )
-    history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
     flusher = HistoryFlusher(store=executions, sink=history)
     stop = threading.Event()
     threads = (
         ("trigger", lambda: _trigger_loop(trigger, settings, stop)),
         ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=_record_dispatch)),
         ("history", lambda: _every(stop, 2.0, "history flush", flusher.flush)),
+        ("retention", lambda: _every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
     )
     for name, target in threads:
         threading.Thread(target=target, name=name, daemon=True).start()

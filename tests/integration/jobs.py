@@ -122,3 +122,60 @@ def wait_for_ledger(
         return entries if any(e["nominal"] >= stamp for e in entries) else None
 
     return wait_for(probe, timeout=timeout, what=f"{name}'s ledger to reach {stamp}")
+
+
+# --- Executions -------------------------------------------------------------------------------
+
+EXECUTIONS = "executions"
+FINAL_PHASES = ("Succeeded", "Dead", "Cancelled")
+
+
+def get_execution(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, EXECUTIONS, name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return obj
+
+
+def patch_execution_spec(cluster: KubeCluster, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    """A merge patch on the Execution's spec: the user's levers (cancel, retryRequests)."""
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS, name, {"spec": spec})
+
+
+def execution_status(obj: dict[str, Any] | None) -> dict[str, Any]:
+    return dict((obj or {}).get("status") or {})
+
+
+def wait_execution_phase(
+    cluster: KubeCluster, namespace: str, name: str, phase: str, *, timeout: float = 60, attempt: int | None = None
+) -> dict[str, Any]:
+    """The Execution once it is in `phase` (and at `attempt`, when given)."""
+
+    def probe() -> dict[str, Any] | None:
+        obj = get_execution(cluster, namespace, name)
+        status = execution_status(obj)
+        if status.get("phase") != phase or (attempt is not None and status.get("attempt") != attempt):
+            return None
+        return obj
+
+    return wait_for(probe, timeout=timeout, what=f"execution {name} in {phase}")
+
+
+def execution_pods(cluster: KubeCluster, namespace: str, execution_id: str) -> list[Any]:
+    """Every attempt's pod of one execution, first attempt first."""
+    pods = cluster.core.list_namespaced_pod(namespace, label_selector=f"vigil.dev/execution-id={execution_id}").items
+    return sorted(pods, key=lambda p: int(p.metadata.labels["vigil.dev/attempt"]))
+
+
+def events_about(cluster: KubeCluster, namespace: str, name: str, reason: str) -> list[Any]:
+    selector = f"involvedObject.name={name},reason={reason}"
+    return list(cluster.core.list_namespaced_event(namespace, field_selector=selector).items)
+
+
+def parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -190,13 +190,20 @@ WALL_MINUTES = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2
 def _croniter_reads_days_differently(expression: str) -> bool:
     """Day fields whose restricted-ness the two readers decide differently.
 
-    croniter counts '*/1' as restricted where Vigil, like Kubernetes, reads '*';
-    and a step of 1 from the first value ('0/1') covers the whole range, which
-    croniter reads as unrestricted and Vigil as restricted. Either changes how
-    day-of-month and day-of-week combine, so such expressions are left out.
+    Vigil, like Kubernetes, counts a day field as unrestricted only when it is
+    written '*' or '?'; croniter also when it expands to the whole range ('0-6',
+    '0/1', '*/1'). That changes how day-of-month and day-of-week combine, so
+    such expressions are left out of the comparison.
     """
+    spec = parse_cron(expression)
+    whole_month = spec.days_of_month == frozenset(range(1, 32))
+    whole_week = spec.days_of_week == frozenset(range(7))
     day_fields = expression.split()[2:5:2]
-    return any(item.endswith("/1") for field in day_fields for item in field.split(","))
+    return (
+        any(item.endswith("/1") for field in day_fields for item in field.split(","))
+        or (spec.day_of_month_restricted and whole_month)
+        or (spec.day_of_week_restricted and whole_week)
+    )
 
 
 @settings(max_examples=PROPERTY_EXAMPLES, deadline=None)

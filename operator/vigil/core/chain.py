@@ -30,6 +30,8 @@ EXPANSION_CAP = 10_000  # occurrences enumerated for one late entry; catchUpLimi
 
 
 class CatchUpPolicy(StrEnum):
+    """What to do with occurrences missed while nothing could fire them."""
+
     ALL = "All"
     LATEST = "Latest"
     NONE = "None"

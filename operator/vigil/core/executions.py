@@ -218,6 +218,8 @@ class ConcurrencyDecision:
 
 
 class ConcurrencyPolicy(StrEnum):
+    """What to do when an occurrence fires while an earlier one still runs."""
+
     ALLOW = "Allow"
     FORBID = "Forbid"
     REPLACE = "Replace"

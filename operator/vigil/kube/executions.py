@@ -87,6 +87,11 @@ class ExecutionStore:
             raise
         return obj
 
+    def find(self, execution_id: str) -> dict[str, Any] | None:
+        """The Execution with this id, in whichever namespace (ids are unique by construction)."""
+        found = self.select(selector=f"{LABEL_EXECUTION}={execution_id}")
+        return found[0] if found else None
+
     def select(self, *, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
         if namespace:
             result = self._custom.list_namespaced_custom_object(

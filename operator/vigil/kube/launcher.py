@@ -18,7 +18,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import Fire
-from vigil.core.executions import ConcurrencyPolicy, cancel, concurrency
+from vigil.core.executions import cancel, concurrency
 from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
 from vigil.core.ports import Clock, Conflict, Launch
@@ -111,7 +111,7 @@ class ExecutionLauncher:
         spec = parse_spec(job)
         active = self._store.active_for_job(fire.job.namespace, fire.job.uid)
         decision = concurrency(
-            ConcurrencyPolicy(str(spec.concurrency_policy)),
+            spec.concurrency_policy,
             [execution_from_object(o) for o in active],
             incoming=ExecutionId(fire.execution_id),
         )

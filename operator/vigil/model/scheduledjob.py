@@ -13,7 +13,6 @@ payload templates parse.
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from typing import Annotated, Any, Self
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -27,6 +26,11 @@ from pydantic import (
 )
 
 from vigil.core.buckets import Outcome
+from vigil.core.chain import CatchUpPolicy as CoreCatchUpPolicy
+from vigil.core.dispatch import Priority as CorePriority
+from vigil.core.executions import ConcurrencyPolicy as CoreConcurrencyPolicy
+from vigil.core.schedule import GapPolicy as CoreGapPolicy
+from vigil.core.schedule import OverlapPolicy as CoreOverlapPolicy
 from vigil.core.timeparse import CRON_FIELD_COUNT, CRON_MACROS, parse_cron
 from vigil.model.common import (
     AGE_COLUMN,
@@ -127,42 +131,12 @@ TimezoneName = Annotated[
 # Policies
 
 
-class GapPolicy(StrEnum):
-    """A local time that does not exist (clocks spring forward over it)."""
-
-    SHIFT = "Shift"
-    SKIP = "Skip"
-
-
-class OverlapPolicy(StrEnum):
-    """A local time that happens twice (clocks fall back over it)."""
-
-    ONCE = "Once"
-    TWICE = "Twice"
-
-
-class CatchUpPolicy(StrEnum):
-    """What to do with occurrences missed while nothing could fire them."""
-
-    ALL = "All"
-    LATEST = "Latest"
-    NONE = "None"
-
-
-class ConcurrencyPolicy(StrEnum):
-    """What to do when an occurrence fires while an earlier one still runs."""
-
-    ALLOW = "Allow"
-    FORBID = "Forbid"
-    REPLACE = "Replace"
-
-
-class Priority(StrEnum):
-    """Dispatch priority: high has reserved capacity, not just a place in the queue."""
-
-    HIGH = "high"
-    NORMAL = "normal"
-    LOW = "low"
+# The policies are the core's own enums, so a parsed spec hands the core exactly its types.
+GapPolicy = CoreGapPolicy
+OverlapPolicy = CoreOverlapPolicy
+CatchUpPolicy = CoreCatchUpPolicy
+ConcurrencyPolicy = CoreConcurrencyPolicy
+Priority = CorePriority
 
 
 #: What became of one occurrence: the core's own enum, so status and trigger never disagree.

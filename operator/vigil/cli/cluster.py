@@ -1,0 +1,92 @@
+"""The API server as the CLI sees it: a connection, a default namespace, and lookups by name.
+
+Only the verbs that need a cluster create a `Cluster` (`next -f` never does).
+The namespace defaults to the kubeconfig context's, as kubectl's does. A name
+that does not exist is the user's mistake, so lookups turn 404 into `BadInput`
+naming the object and the namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from vigil.cli.errors import BadInput
+from vigil.core.executions import Execution
+from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.model import GROUP, VERSION
+
+JOBS = "scheduledjobs"
+DEFAULT_NAMESPACE = "default"  # kubectl's, when the context names none
+
+
+class Cluster:
+    """A connection made from the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+
+    def __init__(self) -> None:
+        try:
+            self.api = config.new_client_from_config()
+            _, current = config.list_kube_config_contexts()
+        except ConfigException as err:
+            raise BadInput(f"cannot use the kubeconfig: {err}") from None
+        context = (current or {}).get("context") or {}
+        self.default_namespace: str = context.get("namespace") or DEFAULT_NAMESPACE
+        self.custom = client.CustomObjectsApi(self.api)
+        self.executions = ExecutionStore(self.api)
+
+    def namespace(self, given: str | None) -> str:
+        """The namespace named with -n, else the context's."""
+        return given or self.default_namespace
+
+    def find_job(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj
+
+    def job(self, name: str, namespace: str) -> dict[str, Any]:
+        obj = self.find_job(name, namespace)
+        if obj is None:
+            raise BadInput(f'scheduledjob "{name}" not found in namespace "{namespace}"')
+        return obj
+
+    def jobs_named(self, name: str) -> list[dict[str, Any]]:
+        """The ScheduledJobs called `name` in every namespace."""
+        result = self.custom.list_cluster_custom_object(
+            GROUP, VERSION, JOBS, field_selector=f"metadata.name={name}"
+        )
+        return list(result["items"])
+
+    def execution(self, name: str, namespace: str) -> dict[str, Any]:
+        obj = self.executions.get(namespace, name)
+        if obj is None:
+            raise BadInput(f'execution "{name}" not found in namespace "{namespace}"')
+        return obj
+
+
+def read_execution(obj: dict[str, Any]) -> Execution:
+    """The core's record of an Execution object; BadInput naming it if its status is unreadable."""
+    try:
+        return execution_from_object(obj)
+    except (KeyError, ValueError) as err:
+        meta = obj.get("metadata") or {}
+        raise BadInput(
+            f'execution "{meta.get("name")}" in namespace "{meta.get("namespace")}" cannot be read: {err}'
+        ) from None
+
+
+def add_namespace_options(parser: argparse.ArgumentParser, *, listing: bool = False) -> None:
+    """-n/--namespace, and for verbs that list, -A/--all-namespaces (the two exclude each other)."""
+    group: argparse._ActionsContainer = parser.add_mutually_exclusive_group() if listing else parser
+    group.add_argument("-n", "--namespace", help="the namespace (default: the kubeconfig context's)")
+    if listing:
+        group.add_argument(
+            "-A", "--all-namespaces", action="store_true", help="list across every namespace"
+        )

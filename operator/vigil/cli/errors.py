@@ -1,0 +1,40 @@
+"""How `kubectl vigil` fails: one line on stderr and an exit code, never a traceback.
+
+A user who mistypes a job name, a date, or retries an execution that is not
+dead gets `BadInput` (exit 2, as argparse's own usage errors). An API server
+that refuses a request or cannot be reached is not the user's input, so it gets
+exit 1 with the server's own message. Anything else is a bug and keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
+
+EXIT_BAD_INPUT = 2  # as argparse's usage errors: the command was given something it cannot use
+EXIT_API_FAILURE = 1  # the API server refused or could not be reached
+
+
+class BadInput(Exception):
+    """The command cannot do what was asked with this input; the message says why."""
+
+
+def api_failure(err: BaseException) -> str | None:
+    """A one-line description of an API server failure, or None when `err` is something else."""
+    if isinstance(err, ApiException):
+        return f"the API server answered {err.status} {err.reason}: {_server_message(err)}"
+    if isinstance(err, HTTPError):
+        return f"cannot reach the API server: {err}"
+    return None
+
+
+def _server_message(err: ApiException) -> str:
+    try:
+        body = json.loads(err.body or "")
+    except (TypeError, ValueError):
+        return str(err.body or "").strip() or "(no message)"
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or "(no message)")

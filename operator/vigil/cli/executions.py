@@ -1,0 +1,195 @@
+"""Looking at executions: `executions JOB`, `describe EXECUTION` and `dead-letters`.
+
+Each verb reads Execution objects (a job's by its uid label, dead letters by
+the phase label) and prints what their status says. The labels only narrow the
+list: a label a crash left stale is corrected by the status, which is what the
+rows show. The table builders are pure functions of the objects and `now`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
+from vigil.cli.errors import BadInput
+from vigil.cli.tables import age, cell, human_duration, precise_duration, relative, render_table
+from vigil.core.executions import AttemptResult, Execution, Phase, format_time
+from vigil.core.timeparse import parse_rfc3339
+from vigil.kube.executions import LABEL_PHASE
+from vigil.kube.pods import LABEL_JOB_UID
+
+Table = tuple[list[str], list[list[object]]]
+EXECUTION_COLUMNS = ["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "REASON", "AGE"]
+DEAD_LETTER_COLUMNS = ["NAMESPACE", "JOB", "EXECUTION", "ATTEMPTS", "LAST REASON", "DEAD FOR"]
+ATTEMPT_COLUMNS = ["ATTEMPT", "OUTCOME", "REASON", "EXIT CODE", "STARTED", "FINISHED", "DURATION", "MESSAGE"]
+RUNNING_OUTCOME = "Running"  # the current attempt, not yet recorded
+DEFAULT_SOURCE = "Trigger"
+
+
+def created_at(obj: Mapping[str, Any]) -> datetime | None:
+    stamp = (obj.get("metadata") or {}).get("creationTimestamp")
+    return parse_rfc3339(stamp) if stamp else None
+
+
+# --- executions JOB ---------------------------------------------------------------------------
+
+
+def execution_table(objs: Iterable[Mapping[str, Any]], *, now: datetime, with_namespace: bool = False) -> Table:
+    """One row per Execution, newest occurrence first."""
+    read = [(obj, read_execution(dict(obj))) for obj in objs]
+    read.sort(key=lambda pair: (pair[1].scheduled_for, pair[1].execution_id), reverse=True)
+    rows: list[list[object]] = []
+    for obj, ex in read:
+        row: list[object] = [
+            ex.execution_id, format_time(ex.scheduled_for), ex.phase, ex.attempt, ex.reason, age(created_at(obj), now)
+        ]
+        rows.append([ex.namespace, *row] if with_namespace else row)
+    return (["NAMESPACE", *EXECUTION_COLUMNS] if with_namespace else list(EXECUTION_COLUMNS)), rows
+
+
+def cmd_executions(args: argparse.Namespace) -> int:
+    cluster = Cluster()
+    if args.all_namespaces:
+        jobs = cluster.jobs_named(args.job)
+        if not jobs:
+            raise BadInput(f'scheduledjob "{args.job}" not found in any namespace')
+        where = "any namespace"
+    else:
+        namespace = cluster.namespace(args.namespace)
+        jobs = [cluster.job(args.job, namespace)]
+        where = f'namespace "{namespace}"'
+    uids = ",".join(job["metadata"]["uid"] for job in jobs)
+    objs = cluster.executions.select(
+        selector=f"{LABEL_JOB_UID} in ({uids})",
+        namespace=None if args.all_namespaces else jobs[0]["metadata"]["namespace"],
+    )
+    if not objs:
+        print(f'No executions of scheduledjob "{args.job}" in {where}.', file=sys.stderr)
+        return 0
+    print(render_table(*execution_table(objs, now=datetime.now(UTC), with_namespace=args.all_namespaces)))
+    return 0
+
+
+# --- describe EXECUTION -----------------------------------------------------------------------
+
+
+def phase_since(ex: Execution) -> datetime:
+    """When the execution entered its current phase."""
+    if ex.finished_at is not None:  # terminal phases
+        return ex.finished_at
+    if ex.phase is Phase.RUNNING and ex.started_at is not None:
+        return ex.started_at
+    if ex.phase is Phase.BACKOFF and ex.attempts and ex.attempts[-1].finished_at is not None:
+        return ex.attempts[-1].finished_at
+    return ex.ready_since
+
+
+def attempt_rows(ex: Execution, *, now: datetime) -> list[list[object]]:
+    """One row per recorded attempt, and one for the attempt running now."""
+    rows = [_attempt_row(result) for result in ex.attempts]
+    if ex.phase is Phase.RUNNING and not ex.recorded(ex.attempt):
+        started = ex.started_at
+        ran = precise_duration(now - started) if started is not None else None
+        rows.append([ex.attempt, RUNNING_OUTCOME, None, None, _time(started), None, ran, f"pod {ex.pod}"])
+    return rows
+
+
+def _attempt_row(result: AttemptResult) -> list[object]:
+    ran = None
+    if result.started_at is not None and result.finished_at is not None:
+        ran = precise_duration(result.finished_at - result.started_at)
+    message = " ".join(result.message.split())  # one line per attempt
+    return [
+        result.attempt, result.outcome, result.reason, result.exit_code,
+        _time(result.started_at), _time(result.finished_at), ran, message,
+    ]  # fmt: skip
+
+
+def describe_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
+    """The execution's timeline: what it is for, where it stands, then every attempt."""
+    ex = read_execution(dict(obj))
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    since = phase_since(ex)
+    fields: list[tuple[str, object]] = [
+        ("Name", ex.execution_id),
+        ("Namespace", ex.namespace),
+        ("Job", ex.job),
+        ("Source", spec.get("source") or DEFAULT_SOURCE),
+        ("Scheduled for", format_time(ex.scheduled_for)),
+        ("Period", f"{cell(spec.get('periodStart'))} → {cell(spec.get('periodEnd'))}"),
+        ("Priority", ex.priority),
+        ("Phase", f"{ex.phase} since {format_time(since)} ({relative(since, now)}), reason {cell(ex.reason)}"),
+    ]
+    if ex.retry_at is not None:
+        fields.append(("Retry at", f"{format_time(ex.retry_at)} ({relative(ex.retry_at, now)})"))
+    if spec.get("cancel") and not ex.phase.terminal:
+        fields.append(("Cancel", f"requested ({cell(spec.get('cancelReason'))}); the operator stops it"))
+    requests = int(spec.get("retryRequests") or 0)
+    if requests:
+        fields.append(("Retry requests", f"{requests} (acted on {int(status.get('observedRetryRequests') or 0)})"))
+    width = max(len(label) for label, _ in fields) + 2
+    lines = [f"{label + ':':{width}}{value}" for label, value in fields]
+    attempts = attempt_rows(ex, now=now)
+    lines.append("")
+    lines.extend(render_table(ATTEMPT_COLUMNS, attempts).splitlines() if attempts else ["Attempts: none yet"])
+    return lines
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    cluster = Cluster()
+    obj = cluster.execution(args.execution, cluster.namespace(args.namespace))
+    print("\n".join(describe_lines(obj, now=datetime.now(UTC))))
+    return 0
+
+
+# --- dead-letters -----------------------------------------------------------------------------
+
+
+def dead_letter_table(objs: Iterable[Mapping[str, Any]], *, now: datetime) -> Table:
+    """Dead executions (by status, whatever the label says), by namespace, job, then oldest first."""
+    dead = [ex for ex in (read_execution(dict(obj)) for obj in objs) if ex.phase is Phase.DEAD]
+    dead.sort(key=lambda ex: (ex.namespace, ex.job, ex.finished_at or now, ex.execution_id))
+    rows: list[list[object]] = [
+        [ex.namespace, ex.job, ex.execution_id, ex.attempt, ex.reason, human_duration(now - (ex.finished_at or now))]
+        for ex in dead
+    ]
+    return list(DEAD_LETTER_COLUMNS), rows
+
+
+def cmd_dead_letters(args: argparse.Namespace) -> int:
+    cluster = Cluster()
+    namespace = None if args.all_namespaces else cluster.namespace(args.namespace)
+    objs = cluster.executions.select(selector=f"{LABEL_PHASE}={Phase.DEAD}", namespace=namespace)
+    headers, rows = dead_letter_table(objs, now=datetime.now(UTC))
+    if not rows:
+        where = "any namespace" if namespace is None else f'namespace "{namespace}"'
+        print(f"No dead executions in {where}.", file=sys.stderr)
+        return 0
+    print(render_table(headers, rows))
+    return 0
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else format_time(value)
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the verbs of this module on the CLI's subparsers."""
+    ex = sub.add_parser("executions", help="a job's executions, newest first")
+    ex.add_argument("job", help="a ScheduledJob")
+    add_namespace_options(ex, listing=True)
+    ex.set_defaults(func=cmd_executions)
+
+    de = sub.add_parser("describe", help="an execution's timeline: every attempt and why it ended")
+    de.add_argument("execution", help="an execution id (the Execution's name)")
+    add_namespace_options(de)
+    de.set_defaults(func=cmd_describe)
+
+    dl = sub.add_parser("dead-letters", help="executions whose every attempt failed (phase Dead)")
+    add_namespace_options(dl, listing=True)
+    dl.set_defaults(func=cmd_dead_letters)
+

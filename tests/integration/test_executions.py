@@ -1,0 +1,288 @@
+"""The execution layer against the real API server, with real operator processes and real pods.
+
+Retries keep one execution id across attempt pods, waiting a full-jitter
+backoff stored as `retryAt`; a leader SIGKILLed during a backoff is replaced
+and the retry still happens once, at the stored time; dead letters are
+announced and can be retried by hand; cancellation stops a running attempt for
+good; concurrency policies Forbid and Replace; dispatch fairness between
+namespaces and high priority during a backfill; and the history database kept
+off the firing path through a PostgreSQL outage, with nothing lost.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from vigil.core.executions import Backoff, RetryPolicy, backoff_cap, backoff_delay
+from vigil.core.history import AttemptState
+from vigil.core.ids import execution_id
+from vigil.history.store import SqlHistory
+
+from tests.integration.conftest import KubeCluster
+from tests.integration.jobs import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    condition,
+    create_job,
+    env_of,
+    events_about,
+    execution_pods,
+    execution_status,
+    executions,
+    get_execution,
+    get_job,
+    ledger,
+    parse_time,
+    patch_execution_spec,
+    patch_spec,
+    rfc3339,
+    vigil_pods,
+    wait_execution_phase,
+)
+from tests.integration.operators import OperatorFleet
+from tests.waiting import wait_for
+
+#: Seconds the dispatcher may take beyond a due time: its 1 s poll, the pod event's way back, and
+#: whole-second Kubernetes timestamps.
+DISPATCH_SLACK_SECONDS = 3.0
+FIRST_FIRE_DELAY = timedelta(seconds=2)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def history_dsn(fleet: OperatorFleet) -> str:
+    return f"sqlite:///{fleet.workdir}/history.db"
+
+
+def history_states(dsn: str, ex_id: str) -> list[tuple[int, str]]:
+    history = SqlHistory(dsn)
+    try:
+        return [(r.attempt, str(r.state)) for r in history.timeline(ex_id)]
+    except Exception:  # the operator may not have created the database yet
+        return []
+    finally:
+        history.close()
+
+
+def one_off(cluster: KubeCluster, namespace: str, name: str, **spec: Any) -> str:
+    """A job due FIRST_FIRE_DELAY from now; returns its execution id (a function of uid and runAt)."""
+    run_at = (now() + FIRST_FIRE_DELAY).replace(microsecond=0) + timedelta(seconds=1)
+    job = create_job(cluster, namespace, name, runAt=rfc3339(run_at), **spec)
+    return execution_id(job["metadata"]["uid"], run_at)
+
+
+def retry_spec(*, max_attempts: int, initial: str, factor: float = 2.0, max_: str = "10s") -> dict[str, Any]:
+    return {"maxAttempts": max_attempts, "backoff": {"initial": initial, "factor": factor, "max": max_}}
+
+
+def test_retries_keep_the_execution_id_and_wait_a_jittered_backoff(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    ex_id = one_off(
+        cluster, namespace, "flaky",
+        command='test "$VIGIL_ATTEMPT" -ge 3',
+        retry=retry_spec(max_attempts=3, initial="2s", factor=2, max_="10s"),
+    )  # fmt: skip
+    done = wait_execution_phase(cluster, namespace, ex_id, "Succeeded", timeout=90)
+    status = execution_status(done)
+    assert status["attempt"] == 3
+    assert [a["outcome"] for a in status["attempts"]] == ["Failed", "Failed", "Succeeded"]
+    assert [a["reason"] for a in status["attempts"]] == ["ExitCode1", "ExitCode1", "Completed"]
+
+    pods = execution_pods(cluster, namespace, ex_id)
+    assert [p.metadata.name for p in pods] == [f"{ex_id}-1", f"{ex_id}-2", f"{ex_id}-3"]
+    assert [env_of(p)["VIGIL_EXECUTION_ID"] for p in pods] == [ex_id] * 3
+    assert [env_of(p)["VIGIL_ATTEMPT"] for p in pods] == ["1", "2", "3"]
+
+    backoff = Backoff(initial=timedelta(seconds=2), factor=2, max=timedelta(seconds=10))
+    for k in (1, 2):
+        finished = parse_time(status["attempts"][k - 1]["finishedAt"])
+        created = pods[k].metadata.creation_timestamp
+        gap = (created - finished).total_seconds()
+        cap = backoff_cap(backoff, attempt=k).total_seconds()
+        assert 0 <= gap <= cap + DISPATCH_SLACK_SECONDS, f"attempt {k + 1} came {gap}s after {k} (cap {cap}s)"
+
+    dsn = history_dsn(fleet)
+    rows = wait_for(
+        lambda: (states := history_states(dsn, ex_id))[-1:] == [(3, "succeeded")] and states,
+        timeout=30,
+        what="three history rows",
+    )
+    assert rows == [(1, "failed"), (2, "failed"), (3, "succeeded")]
+
+
+#: Long enough for a leader to be killed and replaced while the execution waits.
+CRASH_BACKOFF = Backoff(initial=timedelta(seconds=12), factor=2, max=timedelta(seconds=12))
+#: The shortest stored wait that leaves room to kill the leader during it.
+CRASH_MIN_DELAY = timedelta(seconds=7)
+#: Lease expiry plus a new process's start: how long after its start a successor may take to act.
+TAKEOVER_SLACK_SECONDS = 4.0
+
+
+def _job_with_a_long_first_backoff(cluster: KubeCluster, namespace: str, run_at: datetime) -> str:
+    """Create jobs until one's first retry waits at least CRASH_MIN_DELAY; delete the others.
+
+    The wait is a deterministic function of the execution id (uid and nominal
+    time), so the test can choose a job whose backoff leaves time for the crash.
+    """
+    policy = RetryPolicy(max_attempts=2, backoff=CRASH_BACKOFF)
+    retry = retry_spec(max_attempts=2, initial="12s", factor=2, max_="12s")
+    for i in range(40):
+        name = f"crash-{i}"
+        job = create_job(cluster, namespace, name, runAt=rfc3339(run_at), command='test "$VIGIL_ATTEMPT" -ge 2', retry=retry)
+        ex_id = execution_id(job["metadata"]["uid"], run_at)
+        if backoff_delay(policy, attempt=1, execution_id=ex_id) >= CRASH_MIN_DELAY:
+            return ex_id
+        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    raise AssertionError("no job with a long enough first backoff in 40 tries")
+
+
+def test_a_leader_killed_during_backoff_is_replaced_and_the_retry_happens_once_at_retry_at(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    run_at = (now() + timedelta(seconds=8)).replace(microsecond=0)
+    ex_id = _job_with_a_long_first_backoff(cluster, namespace, run_at)
+    waiting = wait_execution_phase(cluster, namespace, ex_id, "Backoff", timeout=60, attempt=2)
+    retry_at = parse_time(execution_status(waiting)["retryAt"])
+
+    fleet.leader().kill()
+    killed_at = now()
+    assert killed_at < retry_at, "the leader must die during the backoff"
+    successor = fleet.start()
+    assert fleet.leader(timeout=60) is successor
+    took_over = now()
+
+    done = wait_execution_phase(cluster, namespace, ex_id, "Succeeded", timeout=60)
+    pods = execution_pods(cluster, namespace, ex_id)
+    assert [p.metadata.name for p in pods] == [f"{ex_id}-1", f"{ex_id}-2"]
+    created = pods[1].metadata.creation_timestamp
+    assert created >= retry_at.replace(microsecond=0), f"retried at {created}, before retryAt {retry_at}"
+    due = max(retry_at, took_over)
+    assert (created - due).total_seconds() <= DISPATCH_SLACK_SECONDS, f"retried at {created}, due {due}"
+    assert [a["attempt"] for a in execution_status(done)["attempts"]] == [1, 2]
+
+
+def test_a_dead_letter_is_announced_and_a_retry_request_runs_it_again_with_the_same_id(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    ex_id = one_off(cluster, namespace, "doomed", command="exit 3", retry=retry_spec(max_attempts=2, initial="1s"))
+    dead = wait_execution_phase(cluster, namespace, ex_id, "Dead", timeout=60)
+    assert execution_status(dead)["attempt"] == 2
+    assert execution_status(dead)["reason"] == "ExitCode3"
+
+    def dead_lettered() -> dict[str, Any] | None:
+        cond = condition(get_job(cluster, namespace, "doomed"), "DeadLettered")
+        return cond if cond and cond["status"] == "True" else None
+
+    cond = wait_for(dead_lettered, timeout=30, what="the DeadLettered condition")
+    assert ex_id in cond["message"]
+    events = wait_for(lambda: events_about(cluster, namespace, "doomed", "DeadLettered"), timeout=30, what="event")
+    assert events[0].type == "Warning" and ex_id in events[0].message
+
+    patch_execution_spec(cluster, namespace, ex_id, {"retryRequests": 1})
+    third = wait_for(
+        lambda: next((p for p in execution_pods(cluster, namespace, ex_id) if p.metadata.name == f"{ex_id}-3"), None),
+        timeout=60,
+        what="a third attempt pod",
+    )
+    assert env_of(third)["VIGIL_EXECUTION_ID"] == ex_id
+    assert env_of(third)["VIGIL_ATTEMPT"] == "3"
+    again = wait_execution_phase(cluster, namespace, ex_id, "Dead", timeout=60, attempt=3)
+    assert [a["attempt"] for a in execution_status(again)["attempts"]] == [1, 2, 3]
+    assert execution_status(again)["observedRetryRequests"] == 1
+
+
+def test_cancelling_a_running_execution_deletes_its_pod_and_never_retries(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    ex_id = one_off(cluster, namespace, "long", command="sleep 300", retry=retry_spec(max_attempts=3, initial="1s"))
+
+    def pod_running() -> bool:
+        pods = execution_pods(cluster, namespace, ex_id)
+        return bool(pods) and pods[0].status.phase == "Running"
+
+    wait_for(pod_running, timeout=60, what="the attempt's pod to run")
+    wait_execution_phase(cluster, namespace, ex_id, "Running", timeout=30)
+    patch_execution_spec(cluster, namespace, ex_id, {"cancel": True})
+
+    cancelled = wait_execution_phase(cluster, namespace, ex_id, "Cancelled", timeout=30)
+    assert execution_status(cancelled)["reason"] == "CancelledByUser"
+    assert [a["outcome"] for a in execution_status(cancelled)["attempts"]] == ["Cancelled"]
+    wait_for(lambda: not execution_pods(cluster, namespace, ex_id), timeout=60, what="the pod to be deleted")
+    time.sleep(3)  # the scenario: longer than the 1 s backoff a retry would have waited
+    assert not execution_pods(cluster, namespace, ex_id), "a cancelled execution was retried"
+    assert execution_status(get_execution(cluster, namespace, ex_id))["phase"] == "Cancelled"
+
+    dsn = history_dsn(fleet)
+    rows = wait_for(lambda: history_states(dsn, ex_id) == [(1, str(AttemptState.CANCELLED))], timeout=30, what="row")
+    assert rows
+
+
+def _every_3s_sleeping(cluster: KubeCluster, namespace: str, name: str, policy: str) -> None:
+    create_job(cluster, namespace, name, every="3s", jitter="0s", command="sleep 20", concurrencyPolicy=policy)
+
+
+def _by_schedule(cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
+    return sorted(executions(cluster, namespace), key=lambda e: e["spec"]["scheduledFor"])
+
+
+def test_concurrency_forbid_skips_occurrences_while_one_runs(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    _every_3s_sleeping(cluster, namespace, "single", "Forbid")
+
+    def two_skipped() -> list[dict[str, Any]] | None:
+        skipped = [e for e in ledger(cluster, namespace, "single") if e["outcome"] == "Skipped"]
+        return skipped if len(skipped) >= 2 else None
+
+    skipped = wait_for(two_skipped, timeout=60, what="two Skipped occurrences")
+    patch_spec(cluster, namespace, "single", {"suspend": True, "suspendReason": "end of test"})
+    assert {e["reason"] for e in skipped} == {"ConcurrencyForbid"}
+    runs = executions(cluster, namespace)
+    assert len(runs) == 1, [e["metadata"]["name"] for e in runs]
+    assert execution_status(runs[0])["phase"] == "Running"
+    assert [p.metadata.name for p in vigil_pods(cluster, namespace)] == [f"{runs[0]['metadata']['name']}-1"]
+
+
+def test_concurrency_replace_cancels_the_running_execution_and_starts_the_new_one(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    _every_3s_sleeping(cluster, namespace, "latest", "Replace")
+    first = wait_for(lambda: _by_schedule(cluster, namespace), timeout=60, what="a first execution")[0]
+    first_id = first["metadata"]["name"]
+    wait_execution_phase(cluster, namespace, first_id, "Running", timeout=30)
+    wait_for(lambda: len(_by_schedule(cluster, namespace)) >= 2, timeout=30, what="a second execution")
+    second_id = _by_schedule(cluster, namespace)[1]["metadata"]["name"]
+
+    replaced = wait_execution_phase(cluster, namespace, first_id, "Cancelled", timeout=30)
+    assert execution_status(replaced)["reason"] == "Replaced"
+    wait_for(lambda: not execution_pods(cluster, namespace, first_id), timeout=60, what="the replaced pod gone")
+
+    def second_started() -> bool:
+        status = execution_status(get_execution(cluster, namespace, second_id))
+        return bool(status.get("pod") or status.get("attempts"))
+
+    wait_for(second_started, timeout=30, what="the second execution to start")
+    patch_spec(cluster, namespace, "latest", {"suspend": True, "suspendReason": "end of test"})
+    newest = _by_schedule(cluster, namespace)[-1]
+    wait_execution_phase(cluster, namespace, newest["metadata"]["name"], "Running", timeout=30)
+    for older in _by_schedule(cluster, namespace)[:-1]:
+        assert execution_status(older)["phase"] == "Cancelled" and execution_status(older)["reason"] == "Replaced"
