@@ -59,3 +59,109 @@ def record_tick(report: TickReport, *, duration_seconds: float) -> None:
         TRIGGER_LAG.observe(max(0.0, lag))
     for outcome, count in report.outcomes.items():
         OCCURRENCES.labels(outcome=outcome).inc(count)
+    BUCKETS_PENDING.set(report.pending_buckets)
+
+# --- executions and history -------------------------------------------------------------------
+
+EXECUTIONS = Counter(
+    "vigil_executions_total",
+    "Execution attempts that ended, by outcome (label outcome: Succeeded, Failed, Cancelled, Dead).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+DUPLICATE_ATTEMPTS = Counter(
+    "vigil_duplicate_attempts_total",
+    "Times two live pods were seen for one execution id (no labels): the case idempotency must absorb.",
+    registry=REGISTRY,
+)
+HISTORY_BUFFER = Gauge(
+    "vigil_history_buffer_depth",
+    "Executions whose attempts wait to be written to the history database (no labels).",
+    registry=REGISTRY,
+)
+BUCKETS_PENDING = Gauge(
+    "vigil_buckets_pending",
+    "Schedule buckets at or before now that still hold unhandled occurrences (no labels).",
+    registry=REGISTRY,
+)
+
+# --- the watchdog: what did not happen --------------------------------------------------------
+
+SECONDS_SINCE_SUCCESS = Gauge(
+    "vigil_job_seconds_since_last_success",
+    "Seconds since the job last succeeded, or since it was enabled if never (labels namespace, job).",
+    ["namespace", "job"],
+    registry=REGISTRY,
+)
+OVERDUE = Gauge(
+    "vigil_job_overdue",
+    "1 while the job is past its expectedMaxInterval (labels namespace, job, reason: NotFired, NotStarted, "
+    "Overran, Failing).",
+    ["namespace", "job", "reason"],
+    registry=REGISTRY,
+)
+CHAIN_BROKEN = Gauge(
+    "vigil_schedule_chain_broken",
+    "1 while an enabled recurring job has no future occurrence scheduled (labels namespace, job).",
+    ["namespace", "job"],
+    registry=REGISTRY,
+)
+DEAD_LETTER_AGE = Gauge(
+    "vigil_dead_letter_age_seconds",
+    "Seconds since an execution was dead-lettered (labels namespace, job, execution_id).",
+    ["namespace", "job", "execution_id"],
+    registry=REGISTRY,
+)
+DEAD_LETTERS = Gauge(
+    "vigil_dead_letters", "Dead-lettered executions (label namespace).", ["namespace"], registry=REGISTRY
+)
+OUTPUT_STALE = Gauge(
+    "vigil_job_output_stale",
+    "1 while the job's declared output is older than its freshness maxAge (labels namespace, job).",
+    ["namespace", "job"],
+    registry=REGISTRY,
+)
+OUTPUT_AGE = Gauge(
+    "vigil_job_output_age_seconds",
+    "Age in seconds of the job's declared output (labels namespace, job).",
+    ["namespace", "job"],
+    registry=REGISTRY,
+)
+SUSPENDED_SECONDS = Gauge(
+    "vigil_job_suspended_seconds",
+    "Seconds a job has been suspended (labels namespace, job).",
+    ["namespace", "job"],
+    registry=REGISTRY,
+)
+
+def record_execution(phase: str, *, attempt_outcome: str | None) -> None:
+    """An execution moved: count the attempt that ended, and the dead letter if it died."""
+    if attempt_outcome:
+        EXECUTIONS.labels(outcome=attempt_outcome).inc()
+    if phase == "Dead":
+        EXECUTIONS.labels(outcome="Dead").inc()
+
+
+WATCHDOG_GAUGES = (
+    SECONDS_SINCE_SUCCESS,
+    OVERDUE,
+    CHAIN_BROKEN,
+    DEAD_LETTER_AGE,
+    DEAD_LETTERS,
+    OUTPUT_STALE,
+    OUTPUT_AGE,
+    SUSPENDED_SECONDS,
+)
+
+
+_PUBLISHED: dict[int, set[tuple[str, ...]]] = {}  # label sets replace_gauge has set, per gauge
+
+
+def replace_gauge(gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
+    """Set a labelled gauge to exactly `values`: series of jobs that are gone disappear."""
+    published = _PUBLISHED.setdefault(id(gauge), set())
+    for labels in published - set(values):
+        gauge.remove(*labels)
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+    _PUBLISHED[id(gauge)] = set(values)

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from datetime import UTC, datetime
@@ -22,8 +21,9 @@ import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from vigil import metrics
+from vigil import logs, metrics
 from vigil.core.dispatch import Capacity
+from vigil.core.executions import Execution
 from vigil.core.history import AttemptRecord
 from vigil.core.ports import Clock
 from vigil.core.trigger import Trigger
@@ -141,7 +141,18 @@ def _every(stop: threading.Event, interval: float, what: str, step: Any) -> None
         stop.wait(interval)
 
 
+def _record_transition(before: Execution, after: Execution) -> None:
+    ended = after.attempts[len(before.attempts) :]
+    metrics.record_execution(str(after.phase), attempt_outcome=str(ended[-1].outcome) if ended else None)
+
+
+def _flush_history(flusher: HistoryFlusher) -> None:
+    flusher.flush()
+    metrics.HISTORY_BUFFER.set(flusher.pending)
+
+
 def _record_dispatch(report: DispatchReport) -> None:
+    metrics.DUPLICATE_ATTEMPTS.inc(report.duplicates)
     for priority, age in report.oldest_ready_age.items():
         metrics.OLDEST_READY_AGE.labels(priority=priority).set(age)
 
@@ -184,7 +195,7 @@ def run(settings: Settings) -> int:
     )
     catalogue = KubeCatalogue(api)
     events = EventRecorder(api, instance=me)
-    results = JobResults(api, store=executions, events=events, clock=clock)
+    results = JobResults(api, store=executions, events=events, clock=clock, on_transition=_record_transition)
     dispatcher = Dispatcher(
         api,
         store=executions,
@@ -216,7 +227,7 @@ def run(settings: Settings) -> int:
     threads = (
         ("trigger", lambda: _trigger_loop(trigger, settings, stop)),
         ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=_record_dispatch)),
-        ("history", lambda: _every(stop, 2.0, "history flush", flusher.flush)),
+        ("history", lambda: _every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
         ("retention", lambda: _every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
     )
     for name, target in threads:
@@ -252,10 +263,5 @@ def run(settings: Settings) -> int:
 
 
 def main(settings: Settings) -> int:
-    logging.basicConfig(
-        level=settings.logging.level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handler call is noise
+    logs.configure(level=settings.logging.level, format=settings.logging.format)
     return run(settings)

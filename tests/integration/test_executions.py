@@ -13,13 +13,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
-
-from vigil.core.executions import Backoff, RetryPolicy, backoff_cap, backoff_delay
-from vigil.core.history import AttemptState
-from vigil.core.ids import execution_id
-from vigil.history.store import SqlHistory
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import (
@@ -45,6 +39,10 @@ from tests.integration.jobs import (
 )
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
+from vigil.core.executions import Backoff, RetryPolicy, backoff_cap, backoff_delay
+from vigil.core.history import AttemptState
+from vigil.core.ids import execution_id
+from vigil.history.store import SqlHistory
 
 #: Seconds the dispatcher may take beyond a due time: its 1 s poll, the pod event's way back, and
 #: whole-second Kubernetes timestamps.

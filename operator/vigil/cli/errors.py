@@ -3,7 +3,8 @@
 A user who mistypes a job name, a date, or retries an execution that is not
 dead gets `BadInput` (exit 2, as argparse's own usage errors). An API server
 that refuses a request or cannot be reached is not the user's input, so it gets
-exit 1 with the server's own message. Anything else is a bug and keeps its
+exit 1 with the server's own message (so does an object that kept changing
+under a conditional write). Anything else is a bug and keeps its
 traceback.
 """
 
@@ -22,12 +23,18 @@ class BadInput(Exception):
     """The command cannot do what was asked with this input; the message says why."""
 
 
+class Contention(Exception):
+    """An object kept changing under a conditional write; trying again later may succeed."""
+
+
 def api_failure(err: BaseException) -> str | None:
     """A one-line description of an API server failure, or None when `err` is something else."""
     if isinstance(err, ApiException):
         return f"the API server answered {err.status} {err.reason}: {_server_message(err)}"
     if isinstance(err, HTTPError):
         return f"cannot reach the API server: {err}"
+    if isinstance(err, Contention):
+        return str(err)
     return None
 
 

@@ -4,8 +4,18 @@
     kubectl vigil next -f FILE|JOB [--from RFC3339] [--count N]
                                           the next occurrences (no cluster needed with -f)
     kubectl vigil occurrences JOB         the trigger ledger: each occurrence's outcome
+    kubectl vigil executions JOB          the job's executions, newest first
+    kubectl vigil describe EXECUTION      an execution's timeline, attempt by attempt
+    kubectl vigil dead-letters [-A]       executions whose every attempt failed
+    kubectl vigil retry EXECUTION         run a dead execution once more (same execution id)
+    kubectl vigil cancel EXECUTION|JOB    cancel an execution, or all in-flight ones of a job
+    kubectl vigil backfill JOB --from DATE --to DATE [--dry-run]
+                                          create the executions of past occurrences
 
-Installed as `kubectl-vigil`, kubectl finds it as a plugin.
+Installed as `kubectl-vigil`, kubectl finds it as a plugin. Verbs that read the
+cluster take -n/--namespace (default: the kubeconfig context's namespace).
+Every input the command cannot use — a file, a name, a date, a refused action —
+ends with one line on stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -20,16 +30,15 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
+from vigil.cli import backfill, executions, interventions
+from vigil.cli.cluster import Cluster, add_namespace_options
+from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT, BadInput, api_failure
 from vigil.core.schedule import next_occurrences, occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.jobspec import InvalidJob, job_view
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
-EXIT_BAD_INPUT = 2  # as argparse's usage errors: the command was given something it cannot use
-
-
-class BadInput(Exception):
-    """The file or job named on the command line cannot be used; the message says why."""
+__all__ = ["EXIT_BAD_INPUT", "BadInput", "main", "parser"]  # tests and scripts import these from here
 
 
 def _read_documents(path: str) -> list[Any]:
@@ -55,37 +64,20 @@ def _load_file(path: str) -> dict[str, Any]:
     return dict(obj)
 
 
-def _kube_custom() -> Any:
-    from kubernetes import client, config  # the cluster is needed only for these verbs
-
-    config.load_kube_config()
-    return client.CustomObjectsApi()
-
-
-def _fetch_job(name: str, namespace: str) -> dict[str, Any]:
-    from kubernetes.client.exceptions import ApiException
-
-    from vigil.model import GROUP, VERSION
-
-    try:
-        obj: dict[str, Any] = _kube_custom().get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "scheduledjobs", name
-        )
-    except ApiException as err:
-        if err.status == 404:
-            raise BadInput(f'scheduledjob "{name}" not found in namespace "{namespace}"') from None
-        raise
-    return obj
+def _fetch_job(name: str, namespace: str | None) -> dict[str, Any]:
+    cluster = Cluster()
+    return cluster.job(name, cluster.namespace(namespace))
 
 
 def cmd_next(args: argparse.Namespace) -> int:
     obj = _load_file(args.file) if args.file else _fetch_job(args.job, args.namespace)
     try:
         view, spec = job_view(obj)
+        start = parse_rfc3339(args.start) if args.start else datetime.now(UTC)
     except InvalidJob as err:
-        print(f"invalid ScheduledJob: {err}", file=sys.stderr)
-        return 2
-    start = parse_rfc3339(args.start) if args.start else datetime.now(UTC)
+        raise BadInput(f"invalid ScheduledJob: {err}") from None
+    except ValueError as err:
+        raise BadInput(f"--from: {err}") from None
     zone = spec.timezone
     print(f"{'NOMINAL (UTC)':22} {'FIRE AT (UTC)':26} {'LOCAL (' + zone + ')':28} PERIOD START (UTC)")
     for nominal in next_occurrences(view.schedule, start, count=args.count):
@@ -130,13 +122,17 @@ def parser() -> argparse.ArgumentParser:
     nx.add_argument("-f", "--file", help="a ScheduledJob manifest (no cluster needed); - for stdin")
     nx.add_argument("--from", dest="start", help="start after this RFC 3339 time (default: now)")
     nx.add_argument("--count", type=int, default=5)
-    nx.add_argument("-n", "--namespace", default="default")
+    add_namespace_options(nx)
     nx.set_defaults(func=cmd_next)
 
     oc = sub.add_parser("occurrences", help="the trigger ledger of a job")
     oc.add_argument("job")
-    oc.add_argument("-n", "--namespace", default="default")
+    add_namespace_options(oc)
     oc.set_defaults(func=cmd_occurrences)
+
+    executions.add_parsers(sub)
+    interventions.add_parsers(sub)
+    backfill.add_parsers(sub)
     return p
 
 
@@ -149,6 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BadInput as err:
         print(f"kubectl vigil: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except Exception as err:
+        failure = api_failure(err)
+        if failure is None:
+            raise  # a bug: keep the traceback
+        print(f"kubectl vigil: {failure}", file=sys.stderr)
+        return EXIT_API_FAILURE
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ class TickReport:
     created: int = 0
     recorded: int = 0
     errors: int = 0
+    pending_buckets: int = 0  # buckets left holding occurrences whose fire time has come
     lags: list[float] = dataclasses.field(default_factory=list)  # seconds, creation - fire time
     outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
 
@@ -108,6 +109,8 @@ class Trigger:
         for bucket in self._store.read_minute(minute):
             report.buckets += 1
             bucket = self._process(bucket, now, report)
+            if bucket.due(now):
+                report.pending_buckets += 1
             if bucket.pending():
                 settled = False
             elif closed:

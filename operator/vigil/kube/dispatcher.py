@@ -53,6 +53,7 @@ class DispatchReport:
     retried: int = 0
     started: int = 0
     stuck: int = 0
+    duplicates: int = 0  # newly seen: two live pods for one execution
     ready: int = 0
     running: int = 0
     oldest_ready_age: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -81,6 +82,7 @@ class Dispatcher:
         self._pods = PodFactory()
         self._wake = threading.Event()
         self._last_reconcile: datetime | None = None
+        self._duplicates_seen: set[tuple[str, str, int]] = set()
 
     def notify(self) -> None:
         """Something became Ready: run a pass now rather than at the next interval."""
@@ -120,6 +122,7 @@ class Dispatcher:
                 report.started += 1
         if self._last_reconcile is None or now - self._last_reconcile > RECONCILE_EVERY:
             self._last_reconcile = now
+            report.duplicates = self._count_duplicates([v[1] for v in flight.values() if v[1].phase is Phase.RUNNING])
             report.stuck = self._reconcile_running([v for v in flight.values() if v[1].phase is Phase.RUNNING], now)
         return report
 
@@ -157,6 +160,20 @@ class Dispatcher:
             return False  # moved meanwhile (cancelled, say); the next pass sees the new state
         log.info("started %s/%s attempt %d as pod %s", ex.namespace, ex.execution_id, ex.attempt, name)
         return True
+
+    def _count_duplicates(self, running: list[Execution]) -> int:
+        """Executions with more than one live pod (an old attempt still running beside a new one)."""
+        new = 0
+        for ex in running:
+            pods = self._core.list_namespaced_pod(
+                ex.namespace, label_selector=f"{LABEL_EXECUTION}={ex.execution_id}"
+            ).items
+            live = [p for p in pods if p.status.phase in ("Pending", "Running") and not p.metadata.deletion_timestamp]
+            key = (ex.namespace, ex.execution_id, ex.attempt)
+            if len(live) > 1 and key not in self._duplicates_seen:
+                self._duplicates_seen.add(key)
+                new += 1
+        return new
 
     def _reconcile_running(self, running: list[tuple[dict[str, Any], Execution]], now: datetime) -> int:
         """Look at each running attempt's pod: an end whose event was missed (no leader was

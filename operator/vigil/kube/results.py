@@ -12,7 +12,7 @@ Seeing the same pod event twice changes nothing: an attempt is recorded once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -40,11 +40,20 @@ REASON_CANCELLED = "Cancelled"
 
 
 class JobResults:
-    def __init__(self, api: client.ApiClient, *, store: ExecutionStore, events: EventRecorder, clock: Clock) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        store: ExecutionStore,
+        events: EventRecorder,
+        clock: Clock,
+        on_transition: Callable[[Execution, Execution], None] = lambda before, after: None,
+    ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._store = store
         self._events = events
         self._clock = clock
+        self._on_transition = on_transition
 
     def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
         """A Vigil pod changed (or vanished): record its attempt if it has ended."""
@@ -77,6 +86,7 @@ class JobResults:
     def record(self, obj: Mapping[str, Any], ex: Execution) -> None:
         """Store an execution's transition, then tell its job and the world."""
         self._store.write(obj, ex)
+        self._on_transition(execution_from_object(obj), ex)
         job = self._job(obj)
         if job is None:
             return

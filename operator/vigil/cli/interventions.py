@@ -1,0 +1,164 @@
+"""Acting on executions: `retry EXECUTION` and `cancel EXECUTION|JOB`.
+
+The CLI never writes an execution's status — that is the operator's. It pulls
+the levers the spec offers (`spec.retryRequests`, `spec.cancel`) and the
+operator's handlers react (vigil.kube.handlers). A retry is a read-modify-write
+of a counter, so the patch carries the resourceVersion it read and starts over
+on 409: two people retrying at once cannot lose an increment. Each verb
+refuses, with exit 2, what the operator would ignore (retrying a live
+execution, cancelling a finished one), so the user is never told "done" about
+nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
+from vigil.cli.errors import BadInput, Contention
+from vigil.cli.tables import render_table
+from vigil.core.executions import Execution, Phase, format_time
+from vigil.kube.executions import PLURAL
+from vigil.model import GROUP, VERSION
+
+#: Conditional writes tried before giving up on an execution that keeps changing.
+MAX_CONFLICT_ROUNDS = 5
+WHY_NOT_RETRIED = {
+    Phase.SUCCEEDED: "it has already succeeded",
+    Phase.CANCELLED: "a cancelled execution is never run again",
+}
+STILL_IN_FLIGHT = "it is still in flight and retries by itself while attempts remain"
+
+
+# --- retry ------------------------------------------------------------------------------------
+
+
+def retry_refusal(name: str, namespace: str, phase: Phase) -> str:
+    why = WHY_NOT_RETRIED.get(phase, STILL_IN_FLIGHT)
+    return f'execution "{name}" in namespace "{namespace}" is {phase}, not Dead: only a dead letter can be retried ({why})'
+
+
+def request_retry(cluster: Cluster, name: str, namespace: str) -> int:
+    """Add one to spec.retryRequests of a Dead execution; the attempt number it will run as."""
+    for _ in range(MAX_CONFLICT_ROUNDS):
+        obj = cluster.execution(name, namespace)
+        ex = read_execution(obj)
+        if ex.phase is not Phase.DEAD:
+            raise BadInput(retry_refusal(name, namespace, ex.phase))
+        requests = int((obj.get("spec") or {}).get("retryRequests") or 0)
+        patch = {
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+            "spec": {"retryRequests": requests + 1},
+        }
+        try:
+            cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+        except ApiException as err:
+            if err.status == 409:  # changed since we read it: read again, decide again
+                continue
+            raise
+        return ex.attempt + 1
+    raise Contention(f'execution "{name}" in namespace "{namespace}" kept changing; try again')
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    cluster = Cluster()
+    attempt = request_retry(cluster, args.execution, cluster.namespace(args.namespace))
+    print(
+        f"execution {args.execution} will run again as attempt {attempt} with the same execution id "
+        "(the operator starts it when a slot is free)"
+    )
+    return 0
+
+
+# --- cancel -----------------------------------------------------------------------------------
+
+
+def cancel_spec(reason: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"cancel": True}
+    if reason:
+        spec["cancelReason"] = reason
+    return spec
+
+
+def cancel_execution(cluster: Cluster, obj: Mapping[str, Any], *, reason: str | None) -> Execution:
+    """Set spec.cancel on an execution that has not finished; BadInput if it has."""
+    meta = obj["metadata"]
+    ex = read_execution(dict(obj))
+    if ex.phase.terminal:
+        raise BadInput(
+            f'execution "{meta["name"]}" in namespace "{meta["namespace"]}" is already {ex.phase}: nothing to cancel'
+        )
+    cluster.executions.patch_spec(meta["namespace"], meta["name"], cancel_spec(reason))
+    return ex
+
+
+def cancel_job(cluster: Cluster, job: Mapping[str, Any], *, reason: str | None) -> list[Execution]:
+    """Set spec.cancel on every in-flight execution of a job (by status; the label only narrows)."""
+    meta = job["metadata"]
+    cancelled = []
+    for obj in cluster.executions.active_for_job(meta["namespace"], meta["uid"]):
+        ex = read_execution(obj)
+        if ex.phase.terminal:
+            continue
+        try:
+            cluster.executions.patch_spec(meta["namespace"], obj["metadata"]["name"], cancel_spec(reason))
+        except ApiException as err:
+            if err.status == 404:  # gone since the list (its job was deleted): nothing left to stop
+                continue
+            raise
+        cancelled.append(ex)
+    return cancelled
+
+
+def _print_execution_cancelled(ex: Execution, *, also_a_job: bool) -> None:
+    stops = "deletes its pod" if ex.phase is Phase.RUNNING else "stops it"
+    print(f"execution {ex.execution_id} ({ex.phase}, attempt {ex.attempt}): cancel requested; "
+          f"the operator {stops} and never retries it")  # fmt: skip
+    if also_a_job:
+        print(f'note: "{ex.execution_id}" also names a ScheduledJob; only the execution was cancelled '
+              "(add --job to cancel the job's in-flight executions)")  # fmt: skip
+
+
+def _print_job_cancelled(name: str, namespace: str, cancelled: list[Execution]) -> None:
+    if not cancelled:
+        print(f'scheduledjob {name} in namespace "{namespace}" has no in-flight executions '
+              "(Ready, Running or Backoff): nothing to cancel")  # fmt: skip
+        return
+    print(f"scheduledjob {name}: cancel requested for {len(cancelled)} in-flight execution(s)")
+    rows = [[ex.execution_id, format_time(ex.scheduled_for), ex.phase, ex.attempt] for ex in cancelled]
+    print(render_table(["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT"], rows))
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    cluster = Cluster()
+    namespace = cluster.namespace(args.namespace)
+    execution = None if args.job else cluster.executions.get(namespace, args.name)
+    if execution is not None:
+        ex = cancel_execution(cluster, execution, reason=args.reason)
+        _print_execution_cancelled(ex, also_a_job=cluster.find_job(args.name, namespace) is not None)
+        return 0
+    job = cluster.find_job(args.name, namespace)
+    if job is None:
+        what = "scheduledjob" if args.job else "execution or scheduledjob"
+        raise BadInput(f'no {what} named "{args.name}" in namespace "{namespace}"')
+    _print_job_cancelled(args.name, namespace, cancel_job(cluster, job, reason=args.reason))
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """Register the verbs of this module on the CLI's subparsers."""
+    rt = sub.add_parser("retry", help="run a dead execution once more, with the same execution id")
+    rt.add_argument("execution", help="an execution id in phase Dead")
+    add_namespace_options(rt)
+    rt.set_defaults(func=cmd_retry)
+
+    ca = sub.add_parser("cancel", help="cancel an execution, or every in-flight execution of a job")
+    ca.add_argument("name", help="an execution id, or a ScheduledJob's name")
+    ca.add_argument("--reason", help="why (kept in spec.cancelReason and the attempt's message)")
+    ca.add_argument("--job", action="store_true", help="NAME is a ScheduledJob even if an execution has that name")
+    add_namespace_options(ca)
+    ca.set_defaults(func=cmd_cancel)
