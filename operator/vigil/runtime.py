@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +41,9 @@ from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
 from vigil.kube.results import JobResults
+from vigil.kube.watchdog import Assessed, Watchdog
+from vigil.kube.watchfacts import FactGatherer
+from vigil.model.durations import parse_duration
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil")
@@ -141,6 +145,81 @@ def _every(stop: threading.Event, interval: float, what: str, step: Any) -> None
         stop.wait(interval)
 
 
+def build_watchdog(
+    api: client.ApiClient,
+    settings: Settings,
+    *,
+    executions: ExecutionStore,
+    events: EventRecorder,
+    clock: Clock,
+    store: KubeBucketStore,
+) -> Watchdog:
+    return Watchdog(
+        api,
+        gatherer=FactGatherer(api, operator_namespace=settings.namespace, executions=executions),
+        events=events,
+        clock=clock,
+        suspended_max_age=parse_duration(settings.watchdog.suspended_max_age),
+        store=store,
+        repair=settings.audit.repair,
+        publish=_publish_watchdog,
+    )
+
+
+def _watch(watchdog: Watchdog, settings: Settings, stop: threading.Event) -> None:
+    """Watchdog passes every interval; the schedule-integrity audit every audit interval."""
+    last_audit = float("-inf")
+    while not stop.is_set():
+        audit = time.monotonic() - last_audit >= settings.audit.interval_seconds
+        try:
+            watchdog.check(audit=audit)
+            if audit:
+                last_audit = time.monotonic()
+        except Exception:
+            log.exception("watchdog pass failed; retrying")
+        stop.wait(settings.watchdog.interval_seconds)
+
+
+def _publish_watchdog(assessed: list[Assessed]) -> None:
+    Series = dict[tuple[str, ...], float]
+    since: Series = {}
+    overdue: Series = {}
+    broken: Series = {}
+    stale: Series = {}
+    output_age: Series = {}
+    suspended: Series = {}
+    dead_ages: Series = {}
+    dead_counts: Series = {}
+    for item in assessed:
+        key = (item.facts.namespace, item.facts.name)
+        report = item.report
+        since[key] = report.seconds_since_success
+        if report.overdue.applicable and report.overdue.status:
+            overdue[(*key, str(report.overdue.reason))] = 1.0
+        if report.chain.applicable:
+            broken[key] = 1.0 if report.chain.status else 0.0
+        if report.freshness.applicable:
+            stale[key] = 1.0 if report.freshness.status else 0.0
+            if report.freshness.age_seconds is not None:
+                output_age[key] = report.freshness.age_seconds
+        if item.facts.suspended and report.suspension.age_seconds is not None:
+            suspended[key] = report.suspension.age_seconds
+        for dead in report.dead_letters:
+            dead_ages[(*key, dead.execution_id)] = dead.age_seconds
+            dead_counts[(item.facts.namespace,)] = dead_counts.get((item.facts.namespace,), 0.0) + 1
+    for gauge, values in (
+        (metrics.SECONDS_SINCE_SUCCESS, since),
+        (metrics.OVERDUE, overdue),
+        (metrics.CHAIN_BROKEN, broken),
+        (metrics.OUTPUT_STALE, stale),
+        (metrics.OUTPUT_AGE, output_age),
+        (metrics.SUSPENDED_SECONDS, suspended),
+        (metrics.DEAD_LETTER_AGE, dead_ages),
+        (metrics.DEAD_LETTERS, dead_counts),
+    ):
+        metrics.replace_gauge(gauge, values)
+
+
 def _record_transition(before: Execution, after: Execution) -> None:
     ended = after.attempts[len(before.attempts) :]
     metrics.record_execution(str(after.phase), attempt_outcome=str(ended[-1].outcome) if ended else None)
@@ -224,12 +303,15 @@ def run(settings: Settings) -> int:
     )
     flusher = HistoryFlusher(store=executions, sink=history)
     stop = threading.Event()
-    threads = (
+    threads: list[tuple[str, Callable[[], None]]] = [
         ("trigger", lambda: _trigger_loop(trigger, settings, stop)),
         ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=_record_dispatch)),
         ("history", lambda: _every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
         ("retention", lambda: _every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
-    )
+    ]
+    if settings.watchdog.enabled and settings.watchdog.mode == "operator":
+        watchdog = build_watchdog(api, settings, executions=executions, events=events, clock=clock, store=store)
+        threads.append(("watchdog", lambda: _watch(watchdog, settings, stop)))
     for name, target in threads:
         threading.Thread(target=target, name=name, daemon=True).start()
 
@@ -262,6 +344,40 @@ def run(settings: Settings) -> int:
     return 0
 
 
-def main(settings: Settings) -> int:
+def run_watchdog(settings: Settings) -> int:
+    """The watchdog alone, as its own Deployment: it shares no process with the trigger."""
+    api = api_client()
+    clock = SystemClock()
+    me = identity()
+    elector = LeaderElector(
+        api,
+        LeaseConfig(
+            namespace=settings.namespace,
+            name=settings.watchdog.lease_name,
+            identity=me,
+            lease_duration=settings.leader_election.lease_duration_seconds,
+            renew_period=settings.leader_election.renew_period_seconds,
+        ),
+        on_lost=_lost,
+    )
+    executions = ExecutionStore(api)
+    history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
+    _serve(settings, elector, executions, history)
+    elector.start()
+    log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
+    elector.wait_until_leader()
+    store = KubeBucketStore(
+        api,
+        namespace=settings.namespace,
+        shards=settings.trigger.shards,
+        max_per_bucket=settings.trigger.max_occurrences_per_bucket,
+    )
+    events = EventRecorder(api, instance=me)
+    watchdog = build_watchdog(api, settings, executions=executions, events=events, clock=clock, store=store)
+    _watch(watchdog, settings, threading.Event())
+    return 0
+
+
+def main(settings: Settings, *, watchdog_only: bool = False) -> int:
     logs.configure(level=settings.logging.level, format=settings.logging.format)
-    return run(settings)
+    return run_watchdog(settings) if watchdog_only else run(settings)

@@ -17,6 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from vigil.model.durations import DURATION_PATTERN
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True)
@@ -65,9 +67,18 @@ class History(_Section):
 
 
 class Watchdog(_Section):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Assert expected intervals, chains, freshness, suspensions.")
+    mode: str = Field(
+        "operator",
+        pattern="^(operator|separate)$",
+        description="operator: the trigger leader runs it; separate: only `vigil watchdog` (its own "
+        "Deployment, so it does not share the trigger's blind spots) runs it.",
+    )
     interval_seconds: float = Field(30.0, gt=0, description="Seconds between watchdog passes.")
-    suspended_max_age: str = Field("168h", description="Suspended longer than this is reported.")
+    suspended_max_age: str = Field(
+        "168h", pattern=DURATION_PATTERN, description="A job suspended longer than this is reported."
+    )
+    lease_name: str = Field("vigil-watchdog", description="Lease the separate watchdog replicas elect on.")
 
 
 class Audit(_Section):

@@ -1,0 +1,161 @@
+"""The watchdog on the cluster: assert, every pass, that what should have happened did.
+
+Each pass gathers every job's facts (`watchfacts`), asks the pure rules
+(`vigil.core.watchdog.assess_job`) for verdicts, and makes them visible where
+people look: conditions on the ScheduledJob (`Overdue`, `ScheduleChainBroken`,
+`OutputStale`, `SuspendedTooLong` — written only when they change), a Warning
+Event when one turns true and a Normal one when it clears, and the metrics the
+alerts read (through `publish`, so this adapter never imports the metrics
+module). With `repair`, a broken chain gets its head back: re-entered from the
+last occurrence it handled, so the gap goes through the catch-up policy and is
+fired or recorded as Missed — never skipped.
+
+It runs in the trigger leader, or as its own Deployment so that it does not
+share the trigger's blind spots (`vigil watchdog`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.chain import chain_head, resume_entry
+from vigil.core.conditions import set_condition
+from vigil.core.ports import BucketStore, Clock
+from vigil.core.watchdog import Finding, JobFacts, JobReport, assess_job
+from vigil.jobspec import InvalidJob, job_view
+from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.jobs import PLURAL as JOBS
+from vigil.kube.watchfacts import FactGatherer
+from vigil.model import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+
+REASON_REPAIRED = "ChainRepaired"
+REASON_RECOVERED = "Recovered"
+
+
+@dataclasses.dataclass(frozen=True)
+class Assessed:
+    job: Mapping[str, Any]
+    facts: JobFacts
+    report: JobReport
+
+
+class Watchdog:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        gatherer: FactGatherer,
+        events: EventRecorder,
+        clock: Clock,
+        suspended_max_age: timedelta,
+        store: BucketStore | None = None,
+        repair: bool = False,
+        publish: Callable[[list[Assessed]], None] = lambda assessed: None,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._gatherer = gatherer
+        self._events = events
+        self._clock = clock
+        self._suspended_max_age = suspended_max_age
+        self._store = store
+        self._repair = repair and store is not None
+        self._publish = publish
+
+    def assess(self, *, audit: bool = True) -> list[Assessed]:
+        """Every job's verdicts, without acting on them (what `kubectl vigil audit` prints)."""
+        now = self._clock.now()
+        return [
+            Assessed(job, facts, assess_job(facts, now, suspended_max_age=self._suspended_max_age))
+            for job, facts in self._gatherer.facts(now, read_buckets=audit)
+        ]
+
+    def check(self, *, audit: bool = True) -> list[Assessed]:
+        """One pass: verdicts → conditions, Events, repairs, metrics.
+
+        `audit` includes the schedule-integrity check (it reads every pending
+        bucket, so it may run less often than the rest).
+        """
+        assessed = self.assess(audit=audit)
+        now = self._clock.now()
+        for item in assessed:
+            try:
+                self._apply(item, now, audit=audit)
+                if audit and self._repair and item.report.chain.repair_needed:
+                    self.repair(item.job, now)
+            except ApiException as err:
+                if err.status != 404:  # a job deleted meanwhile is simply gone
+                    log.warning("watchdog: %s/%s: %s", item.facts.namespace, item.facts.name, err.reason)
+        self._publish(assessed)
+        return assessed
+
+    def _apply(self, item: Assessed, now: datetime, *, audit: bool) -> None:
+        status = item.job.get("status") or {}
+        old = list(status.get("conditions") or [])
+        generation = int(item.job["metadata"].get("generation", 0))
+        findings = [f for f in item.report.findings if audit or f is not item.report.chain]
+        new = old
+        for finding in findings:
+            new = self._condition(new, finding, generation, now)
+        if new == old:
+            return
+        meta = item.job["metadata"]
+        self._custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": {"conditions": new}}
+        )
+        before = {c["type"]: c.get("status") for c in old}
+        for finding in findings:
+            was = before.get(str(finding.kind))
+            if finding.applicable and finding.status and was != "True":
+                self._events.emit(item.job, type_=WARNING, reason=str(finding.kind), message=finding.message)
+                log.warning("%s %s/%s: %s", finding.kind, meta["namespace"], meta["name"], finding.message)
+            elif was == "True" and not finding.status:
+                self._events.emit(
+                    item.job, type_=NORMAL, reason=REASON_RECOVERED, message=f"{finding.kind} cleared: {finding.message}"
+                )
+
+    @staticmethod
+    def _condition(conditions: list[dict[str, Any]], finding: Finding, generation: int, now: datetime) -> list[dict[str, Any]]:
+        if not finding.applicable:
+            return [c for c in conditions if c.get("type") != str(finding.kind)]
+        return set_condition(
+            conditions,
+            type_=str(finding.kind),
+            status=finding.status,
+            reason=str(finding.reason),
+            message=finding.message,
+            generation=generation,
+            now=now,
+        )
+
+    def repair(self, job: Mapping[str, Any], now: datetime) -> bool:
+        """Re-enter a broken chain's head from the last occurrence it handled; True if inserted."""
+        if self._store is None:
+            return False
+        try:
+            view, _ = job_view(job)
+        except InvalidJob:
+            return False
+        last = ((job.get("status") or {}).get("chain") or {}).get("lastNominal")
+        if last:
+            head = chain_head(view, after=datetime.fromisoformat(last.replace("Z", "+00:00")))
+            entry = resume_entry(view, paused_at=head.nominal, now=now) if head is not None else None
+        else:
+            entry = chain_head(view, after=now)
+        if entry is None:
+            return False
+        self._store.insert(entry)
+        self._events.emit(
+            job, type_=NORMAL, reason=REASON_REPAIRED,
+            message=f"schedule chain re-entered at {entry.nominal.isoformat()}; the catch-up policy decides the gap",
+        )  # fmt: skip
+        log.warning("repaired the schedule chain of %s/%s", job["metadata"]["namespace"], job["metadata"]["name"])
+        return True

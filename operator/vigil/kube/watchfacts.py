@@ -1,0 +1,162 @@
+"""Gathering what the watchdog needs to know about every ScheduledJob, from the API server.
+
+One pass reads the whole catalogue once — the jobs, the in-flight and dead
+executions, the schedule buckets that still hold future occurrences, and each
+declared output's ConfigMap — and turns each job into the core's `JobFacts`.
+This is deliberately not on the firing path: it runs every `watchdog.interval`
+(default 30 s), whatever the trigger is doing, and reads the buckets themselves
+rather than trusting the job's own `status.nextRun`, because the failure it
+exists to catch is the one where the two disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.executions import Phase
+from vigil.core.timeparse import parse_rfc3339
+from vigil.core.watchdog import JobFacts
+from vigil.jobspec import InvalidJob, parse_spec
+from vigil.kube.buckets import LABEL_PENDING
+from vigil.kube.buckets import PLURAL as BUCKETS
+from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.jobs import PLURAL as JOBS
+from vigil.model import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+
+
+def _time(value: str | None) -> datetime | None:
+    return parse_rfc3339(value) if value else None
+
+
+def _condition(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
+
+
+def _delta(value: Any) -> timedelta | None:
+    return timedelta(seconds=value.total_seconds()) if value is not None else None
+
+
+class FactGatherer:
+    def __init__(self, api: client.ApiClient, *, operator_namespace: str, executions: ExecutionStore) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._core = client.CoreV1Api(api)
+        self._operator_namespace = operator_namespace
+        self._executions = executions
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return list(self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS)["items"])
+
+    def future_heads(self, now: datetime) -> dict[str, datetime]:
+        """Job uid → its earliest unhandled occurrence in the buckets (the chain head)."""
+        heads: dict[str, datetime] = {}
+        buckets = self._custom.list_namespaced_custom_object(
+            GROUP, VERSION, self._operator_namespace, BUCKETS, label_selector=f"{LABEL_PENDING}=true"
+        )["items"]
+        for bucket in buckets:
+            fired = (bucket.get("status") or {}).get("fired") or {}
+            for entry in (bucket.get("spec") or {}).get("occurrences") or []:
+                if entry["key"] in fired:
+                    continue
+                nominal = parse_rfc3339(entry["nominal"])
+                uid = entry["uid"]
+                heads[uid] = min(heads.get(uid, nominal), nominal)
+        return heads
+
+    def facts(self, now: datetime, *, read_buckets: bool = True) -> list[tuple[dict[str, Any], JobFacts]]:
+        """Every valid job with what the watchdog needs.
+
+        Without `read_buckets` the chain heads are not looked up (every job then
+        reads as having none): the caller must ignore the schedule-integrity verdict.
+        """
+        jobs = self.jobs()
+        heads = self.future_heads(now) if read_buckets else {}
+        active: dict[str, list[Any]] = defaultdict(list)
+        for obj in self._executions.in_phase(Phase.READY, Phase.RUNNING, Phase.BACKOFF):
+            active[obj["spec"]["job"]["uid"]].append(execution_from_object(obj))
+        dead: dict[str, list[tuple[str, datetime]]] = defaultdict(list)
+        for obj in self._executions.in_phase(Phase.DEAD):
+            ex = execution_from_object(obj)
+            dead[obj["spec"]["job"]["uid"]].append((ex.execution_id, ex.finished_at or now))
+        out = []
+        for job in jobs:
+            try:
+                out.append((job, self._job_facts(job, heads, active, dead)))
+            except InvalidJob:
+                continue  # the Invalid condition already says why; the watchdog has nothing to assert
+        return out
+
+    def _job_facts(
+        self,
+        job: Mapping[str, Any],
+        heads: Mapping[str, datetime],
+        active: Mapping[str, Iterable[Any]],
+        dead: Mapping[str, list[tuple[str, datetime]]],
+    ) -> JobFacts:
+        spec = parse_spec(job)
+        meta, status = job["metadata"], job.get("status") or {}
+        uid = meta["uid"]
+        created = parse_rfc3339(meta["creationTimestamp"])
+        suspended_condition = _condition(status, "Suspended")
+        suspended_since = None
+        enabled_since = created
+        if suspended_condition is not None and suspended_condition.get("lastTransitionTime"):
+            changed = parse_rfc3339(suspended_condition["lastTransitionTime"])
+            if suspended_condition.get("status") == "True":
+                suspended_since = changed
+            else:
+                enabled_since = max(created, changed)
+        ledger = status.get("occurrences") or []
+        fired = [_time(e.get("at")) for e in ledger if e.get("outcome") == "Fired"]
+        failures = [_time(r.get("finishedAt")) for r in status.get("recent") or [] if r.get("outcome") == "Failed"]
+        in_flight = list(active.get(uid, ()))
+        running = [ex.started_at for ex in in_flight if ex.phase is Phase.RUNNING and ex.started_at]
+        waiting = [ex.ready_since for ex in in_flight if ex.phase in (Phase.READY, Phase.BACKOFF)]
+        output_time, output_error = self._output(meta["namespace"], spec)
+        return JobFacts(
+            namespace=meta["namespace"],
+            name=meta["name"],
+            recurring=spec.run_at is None,
+            enabled_since=enabled_since,
+            suspended=spec.suspend,
+            suspended_since=suspended_since if spec.suspend else None,
+            suspend_reason=spec.suspend_reason,
+            suspended_by=spec.suspended_by,
+            expected_max_interval=_delta(spec.expected_max_interval),
+            expected_duration=_delta(spec.expected_duration),
+            last_success=_time(status.get("lastSuccessfulTime")),
+            last_fired=max((f for f in fired if f), default=None),
+            last_failure=max((f for f in failures if f), default=None),
+            running_since=min(running, default=None),
+            ready_since=min(waiting, default=None),
+            next_occurrence=heads.get(uid),
+            dead_letters=tuple(sorted(dead.get(uid, []), key=lambda d: d[1])),
+            output_time=output_time,
+            output_max_age=_delta(spec.freshness.max_age) if spec.freshness else None,
+            output_error=output_error,
+        )
+
+    def _output(self, namespace: str, spec: Any) -> tuple[datetime | None, str | None]:
+        """The job's declared output timestamp (freshness), read independently of the scheduler."""
+        if spec.freshness is None:
+            return None, None
+        ref = spec.freshness.config_map
+        try:
+            cm = self._core.read_namespaced_config_map(ref.name, namespace)
+        except ApiException as err:
+            return None, f"ConfigMap {namespace}/{ref.name}: {err.reason}"
+        value = (cm.data or {}).get(ref.key)
+        if not value:
+            return None, f"ConfigMap {namespace}/{ref.name} has no key {ref.key}"
+        try:
+            return parse_rfc3339(value.strip()), None
+        except ValueError as err:
+            return None, f"ConfigMap {namespace}/{ref.name} key {ref.key}: {err}"
