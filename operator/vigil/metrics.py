@@ -96,7 +96,7 @@ SECONDS_SINCE_SUCCESS = Gauge(
 OVERDUE = Gauge(
     "vigil_job_overdue",
     "1 while the job is past its expectedMaxInterval (labels namespace, job, reason: NotFired, NotStarted, "
-    "Overran, Failing).",
+    "Overran, Failing, StillRunning).",
     ["namespace", "job", "reason"],
     registry=REGISTRY,
 )

@@ -56,7 +56,7 @@ class FactGatherer:
         return list(self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS)["items"])
 
     def future_heads(self, now: datetime) -> dict[str, datetime]:
-        """Job uid → its earliest unhandled occurrence in the buckets (the chain head)."""
+        """Job uid → the fire time of its earliest unhandled occurrence in the buckets (the chain head)."""
         heads: dict[str, datetime] = {}
         buckets = self._custom.list_namespaced_custom_object(
             GROUP, VERSION, self._operator_namespace, BUCKETS, label_selector=f"{LABEL_PENDING}=true"
@@ -66,9 +66,9 @@ class FactGatherer:
             for entry in (bucket.get("spec") or {}).get("occurrences") or []:
                 if entry["key"] in fired:
                     continue
-                nominal = parse_rfc3339(entry["nominal"])
+                fire_at = parse_rfc3339(entry["fireAt"])
                 uid = entry["uid"]
-                heads[uid] = min(heads.get(uid, nominal), nominal)
+                heads[uid] = min(heads.get(uid, fire_at), fire_at)
         return heads
 
     def facts(self, now: datetime, *, read_buckets: bool = True) -> list[tuple[dict[str, Any], JobFacts]]:
