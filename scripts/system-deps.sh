@@ -3,6 +3,9 @@
 #   openssl      — the local control plane's certificates
 #   postgresql   — the history database's production backend, started by the test tooling
 #   golang       — builds the control plane (skipped when a go toolchain is already on PATH)
+#   prometheus   — /usr/bin/prometheus and /usr/bin/promtool for the alert tests. The tests start
+#                  their own server on a free loopback port; the packaged service is never used, and
+#                  its postinst is kept from starting it (policy-rc.d, then the unit is disabled).
 set -euo pipefail
 missing=()
 command -v openssl >/dev/null || missing+=(openssl)
@@ -11,6 +14,7 @@ command -v python3 >/dev/null || missing+=(python3 python3-venv)
 if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
   missing+=(postgresql)
 fi
+command -v promtool >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "missing system packages: ${missing[*]} — install them with your package manager" >&2
@@ -18,5 +22,15 @@ if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
 fi
 echo "installing system packages: ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
+# Packages with a service (postgresql, prometheus) must not start it: the tests run their own.
+# invoke-rc.d and deb-systemd-invoke ask policy-rc.d; exit code 101 means "do not start".
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+  chmod +x /usr/sbin/policy-rc.d
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
+  systemctl disable --now prometheus.service >/dev/null 2>&1 || true  # not at boot either
+fi

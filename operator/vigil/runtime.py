@@ -15,7 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -59,12 +59,17 @@ class SystemClock:
         return datetime.now(UTC)
 
 
+API_CONNECTIONS = 32  # the trigger, dispatcher, watchdog, history and kopf's handler threads share it
+
+
 def api_client() -> client.ApiClient:
+    configuration = client.Configuration()
     try:
-        config.load_incluster_config()
+        config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        config.load_kube_config()
-    return client.ApiClient()
+        config.load_kube_config(client_configuration=configuration)
+    configuration.connection_pool_maxsize = API_CONNECTIONS
+    return client.ApiClient(configuration)
 
 
 def identity() -> str:
@@ -160,6 +165,7 @@ def build_watchdog(
         events=events,
         clock=clock,
         suspended_max_age=parse_duration(settings.watchdog.suspended_max_age),
+        chain_grace=timedelta(seconds=settings.audit.chain_grace_seconds),
         store=store,
         repair=settings.audit.repair,
         publish=_publish_watchdog,

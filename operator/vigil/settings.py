@@ -84,6 +84,11 @@ class Watchdog(_Section):
 class Audit(_Section):
     interval_seconds: float = Field(300.0, gt=0, description="Seconds between schedule-integrity audits.")
     repair: bool = Field(False, description="Re-insert a broken chain's next occurrence when found.")
+    chain_grace_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="Seconds a chain head may be late (or a new job may lack one) before it counts as broken.",
+    )
 
 
 class Http(_Section):

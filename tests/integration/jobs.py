@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
 from tests.waiting import wait_for
 
 GROUP, VERSION, PLURAL = "vigil.dev", "v1alpha1", "scheduledjobs"
+MANAGED_SELECTOR = "app.kubernetes.io/managed-by=vigil"
 
 
 def rfc3339(at: datetime) -> str:
@@ -179,3 +184,84 @@ def events_about(cluster: KubeCluster, namespace: str, name: str, reason: str) -
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def make_namespace(cluster: KubeCluster, prefix: str = "t") -> str:
+    """A fresh namespace with its default service account ready (pods need it); the caller deletes it."""
+    name = f"{prefix}-{uuid.uuid4().hex[:10]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+    def sa_ready() -> bool:
+        try:
+            cluster.core.read_namespaced_service_account("default", name)
+        except ApiException:
+            return False
+        return True
+
+    wait_for(sa_ready, timeout=60, what=f"default service account in {name}")
+    return name
+
+
+class PodCreations:
+    """Every Vigil pod created in some namespaces, in creation order, recorded by a watch.
+
+    A watch delivers a pod's ADDED event with the object as it was created, so
+    its resourceVersion is the creation's revision: sorting on it gives the
+    exact order the API server created them in (one etcd, one revision counter,
+    shared with every other object — so it also orders pods against, say, the
+    creation of an Execution).
+    """
+
+    def __init__(self, cluster: KubeCluster, namespaces: set[str]) -> None:
+        self._cluster = cluster
+        self._namespaces = namespaces
+        self._created: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch = watch.Watch()
+        self.error: str | None = None
+        start = cluster.core.list_pod_for_all_namespaces(label_selector=MANAGED_SELECTOR, limit=1)
+        self._version: str = start.metadata.resource_version
+        self._thread = threading.Thread(target=self._run, name="pod-creations", daemon=True)
+        self._thread.start()
+
+    def ordered(self) -> list[tuple[str, str, int]]:
+        """(namespace, pod name, creation revision), oldest first."""
+        if self.error:
+            raise AssertionError(self.error)
+        with self._lock:
+            items = [(ns, name, rv) for (ns, name), rv in self._created.items()]
+        return sorted(items, key=lambda item: item[2])
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._watch.stop()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except ApiException as err:
+                if err.status == 410:  # expired: the order could no longer be complete
+                    self.error = f"pod watch expired at {self._version}: creation order incomplete"
+                    return
+            except Exception:  # a dropped connection: resume from the last revision seen
+                time.sleep(0.2)  # not synchronisation: a pause before reconnecting
+
+    def _follow(self) -> None:
+        stream = self._watch.stream(
+            self._cluster.core.list_pod_for_all_namespaces,
+            label_selector=MANAGED_SELECTOR,
+            resource_version=self._version,
+            timeout_seconds=60,
+        )
+        for event in stream:
+            pod = event["object"]
+            self._version = pod.metadata.resource_version
+            if event["type"] == "ADDED" and pod.metadata.namespace in self._namespaces:
+                key = (pod.metadata.namespace, pod.metadata.name)
+                with self._lock:
+                    self._created.setdefault(key, int(pod.metadata.resource_version))
+            if self._stop.is_set():
+                return

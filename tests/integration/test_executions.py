@@ -12,14 +12,18 @@ off the firing path through a PostgreSQL outage, with nothing lost.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import (
+    EXECUTIONS,
     GROUP,
     PLURAL,
     VERSION,
+    PodCreations,
     condition,
     create_job,
     env_of,
@@ -30,6 +34,7 @@ from tests.integration.jobs import (
     get_execution,
     get_job,
     ledger,
+    make_namespace,
     parse_time,
     patch_execution_spec,
     patch_spec,
@@ -43,6 +48,7 @@ from vigil.core.executions import Backoff, RetryPolicy, backoff_cap, backoff_del
 from vigil.core.history import AttemptState
 from vigil.core.ids import execution_id
 from vigil.history.store import SqlHistory
+from vigil.kube.executions import execution_body
 
 #: Seconds the dispatcher may take beyond a due time: its 1 s poll, the pod event's way back, and
 #: whole-second Kubernetes timestamps.
@@ -284,3 +290,119 @@ def test_concurrency_replace_cancels_the_running_execution_and_starts_the_new_on
     wait_execution_phase(cluster, namespace, newest["metadata"]["name"], "Running", timeout=30)
     for older in _by_schedule(cluster, namespace)[:-1]:
         assert execution_status(older)["phase"] == "Cancelled" and execution_status(older)["reason"] == "Replaced"
+
+
+FAIR_SLOTS = 20
+FAIR_DISPATCH = {"maxRunning": FAIR_SLOTS, "perNamespaceMax": FAIR_SLOTS, "reservedHigh": 0}
+BACKFILL_SIZE = 300  # the default run; `make stress` runs STRESS_BACKFILL_SIZE
+STRESS_BACKFILL_SIZE = 1000
+OTHER_SIZE = 10
+CREATE_THREADS = 8
+FAR_FUTURE = timedelta(days=1)  # the jobs' own schedule never fires during the test
+
+
+def _create_executions(cluster: KubeCluster, job: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """`count` Executions of `job` for distinct past nominal times, created as fast as possible."""
+    uid, namespace = job["metadata"]["uid"], job["metadata"]["namespace"]
+    base = now().replace(microsecond=0) - timedelta(hours=1)
+    bodies = []
+    for i in range(count):
+        nominal = base + timedelta(seconds=i)
+        body = execution_body(
+            job=job, execution_id=execution_id(uid, nominal), scheduled_for=nominal,
+            period_start=nominal - timedelta(seconds=1), period_end=nominal, source="Backfill",
+        )  # fmt: skip
+        bodies.append(body)
+
+    def create(body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = cluster.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, EXECUTIONS, body
+        )
+        return created
+
+    with ThreadPoolExecutor(max_workers=CREATE_THREADS) as pool:
+        return list(pool.map(create, bodies))
+
+
+def _running(cluster: KubeCluster, *namespaces: str) -> int:
+    return sum(
+        len(cluster.custom.list_namespaced_custom_object(
+            GROUP, VERSION, ns, EXECUTIONS, label_selector="vigil.dev/phase=Running")["items"])
+        for ns in namespaces
+    )  # fmt: skip
+
+
+def _started(pods: PodCreations, namespace: str, *, at_least: int) -> list[tuple[str, int]] | None:
+    """(pod name, creation revision) of the namespace's pods in start order, once there are enough."""
+    started = [(name, rv) for ns, name, rv in pods.ordered() if ns == namespace]
+    return started if len(started) >= at_least else None
+
+
+def _execution_of(pod: str) -> str:
+    return pod.rsplit("-", 1)[0]
+
+
+def _fairness_scenario(cluster: KubeCluster, tmp_path: Path, backfill_size: int) -> None:
+    """A's backfill holds every slot when B's few arrive: B's start in the slots that free next,
+    long before A's 10% mark; then a high-priority one takes the very next slot."""
+    fleet = OperatorFleet(cluster, tmp_path, dispatch=FAIR_DISPATCH)
+    ns_a, ns_b = make_namespace(cluster, "fair-a"), make_namespace(cluster, "fair-b")
+    pods = PodCreations(cluster, {ns_a, ns_b})
+    try:
+        run_at = rfc3339(now() + FAR_FUTURE)
+        job_a = create_job(cluster, ns_a, "backfill", runAt=run_at, command="sleep 1")
+        job_b = create_job(cluster, ns_b, "other", runAt=run_at, command="sleep 1")
+        urgent = create_job(cluster, ns_b, "urgent", runAt=run_at, command="sleep 1", priority="high")
+        began = time.monotonic()
+        _create_executions(cluster, job_a, backfill_size)
+        print(f"created {backfill_size} in A in {time.monotonic() - began:.1f}s")
+        fleet.start()
+        fleet.leader()
+        wait_for(lambda: _running(cluster, ns_a) >= FAIR_SLOTS, timeout=180, what="A's backfill in every slot")
+        a_before = len(_started(pods, ns_a, at_least=0) or [])
+        others = {o["metadata"]["name"] for o in _create_executions(cluster, job_b, OTHER_SIZE)}
+
+        mark = backfill_size // 10
+        b_started = wait_for(lambda: _started(pods, ns_b, at_least=OTHER_SIZE), timeout=180, what="B's to start")
+        a_started = wait_for(lambda: _started(pods, ns_a, at_least=mark), timeout=300, what="A's 10% mark")
+        last_b = max(rv for _, rv in b_started)
+        a_ahead = sum(rv < last_b for _, rv in a_started)
+        print(f"A started {a_before} before B arrived and {a_ahead} before B's last; 10% mark is {mark}")
+        assert {_execution_of(name) for name, _ in b_started} == others
+        assert last_b < a_started[mark - 1][1], f"B's last start came after A's {mark}th ({a_ahead} A's before it)"
+
+        _high_priority_takes_the_next_slot(cluster, pods, job=urgent, namespaces=(ns_a, ns_b))
+    finally:
+        pods.stop()
+        fleet.stop()
+        for ns in (ns_a, ns_b, fleet.namespace):
+            cluster.core.delete_namespace(ns)
+
+
+def _high_priority_takes_the_next_slot(
+    cluster: KubeCluster, pods: PodCreations, *, job: dict[str, Any], namespaces: tuple[str, str]
+) -> None:
+    """Created while every slot is busy, a high-priority execution starts before any other whose
+    dispatch pass began after it existed (reservedHigh 0: it waits for a slot, not behind a queue)."""
+    wait_for(lambda: _running(cluster, *namespaces) >= FAIR_SLOTS, timeout=120, what="every slot busy")
+    high = _create_executions(cluster, job, 1)[0]
+    ready_at, ready_rv = now(), int(high["metadata"]["resourceVersion"])
+    pod = f"{high['metadata']['name']}-1"
+
+    def started() -> list[tuple[str, str, int]] | None:
+        order = pods.ordered()
+        return order if any(name == pod for _, name, _ in order) else None
+
+    order = wait_for(started, timeout=120, what="the high-priority execution to start")
+    high_rv = next(rv for _, name, rv in order if name == pod)
+    overtaking = [(ns, name) for ns, name, rv in order if ready_rv < rv < high_rv]
+    for ns, name in overtaking:  # each from a pass that had listed before the high one existed
+        started_at = parse_time(execution_status(get_execution(cluster, ns, _execution_of(name)))["startedAt"])
+        assert started_at <= ready_at, f"{name} started at {started_at}, after high priority was ready at {ready_at}"
+    print(f"high priority started after {len(overtaking)} others already being started")
+
+
+def test_dispatch_is_fair_between_namespaces_and_high_priority_goes_first(
+    cluster: KubeCluster, tmp_path: Path
+) -> None:
+    _fairness_scenario(cluster, tmp_path, BACKFILL_SIZE)

@@ -230,6 +230,7 @@ def test_scheduled_job_columns_answer_is_it_healthy() -> None:
         "Next Run": ".status.nextRun",
         "Last Scheduled": ".status.lastScheduleTime",
         "Last Success": ".status.lastSuccessfulTime",
+        "Health": '.status.conditions[?(@.type=="Overdue")].reason',
         "Ready": '.status.conditions[?(@.type=="Ready")].status',
         "Age": ".metadata.creationTimestamp",
     }

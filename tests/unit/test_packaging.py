@@ -469,11 +469,16 @@ def test_service_monitor_needs_the_prometheus_operator_api(
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
 
-def test_prometheus_rule_placeholder_renders_no_object(helm: tuple[Path, dict[str, str]]) -> None:
-    objects = render(
-        helm, "--set", "prometheusRule.enabled=true", "--api-versions", "monitoring.coreos.com/v1"
+def test_prometheus_rule_needs_the_prometheus_operator_api(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    enabled = ("--set", "prometheusRule.enabled=true", "--set", "prometheusRule.labels.release=kps")
+    assert find(render(helm, *enabled), "PrometheusRule") == []
+    rule = the_one(
+        render(helm, *enabled, "--api-versions", "monitoring.coreos.com/v1"), "PrometheusRule"
     )
-    assert find(objects, "PrometheusRule") == []
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    assert rule["spec"]["groups"][0]["rules"], "no rules rendered (tests/unit/test_alerts.py has more)"
 
 
 def test_history_dsn_from_an_existing_secret(helm: tuple[Path, dict[str, str]]) -> None:

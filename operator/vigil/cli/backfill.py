@@ -212,8 +212,8 @@ def add_parsers(sub: Any) -> None:
     """Register the verb of this module on the CLI's subparsers."""
     bf = sub.add_parser("backfill", help="create the executions of past occurrences (idempotent)")
     bf.add_argument("job", help="a ScheduledJob")
-    bf.add_argument("--from", dest="start", required=True, help="YYYY-MM-DD (in the job's timezone) or RFC 3339")
-    bf.add_argument("--to", dest="end", required=True, help="YYYY-MM-DD (that day included) or RFC 3339")
+    bf.add_argument("--from", dest="start", metavar="DATE", required=True, help="YYYY-MM-DD (in the job's timezone) or RFC 3339")
+    bf.add_argument("--to", dest="end", metavar="DATE", required=True, help="YYYY-MM-DD (that day included) or RFC 3339")
     bf.add_argument("--dry-run", action="store_true", help="list what would be created; create nothing")
     bf.add_argument("--limit", type=positive_int, default=DEFAULT_LIMIT,
                     help=f"refuse more occurrences than this (default {DEFAULT_LIMIT})")  # fmt: skip

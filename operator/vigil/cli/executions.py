@@ -3,7 +3,9 @@
 Each verb reads Execution objects (a job's by its uid label, dead letters by
 the phase label) and prints what their status says. The labels only narrow the
 list: a label a crash left stale is corrected by the status, which is what the
-rows show. The table builders are pure functions of the objects and `now`.
+rows show. The table builders are pure functions of the objects and `now`; an object
+whose status cannot be read is named on stderr and left out of a list, so one
+bad object never hides the others.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ RUNNING_OUTCOME = "Running"  # the current attempt, not yet recorded
 DEFAULT_SOURCE = "Trigger"
 
 
+def readable(objs: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Execution]]:
+    """Each object with its execution record; one that cannot be read is named on stderr and left out."""
+    out = []
+    for obj in objs:
+        try:
+            out.append((obj, read_execution(dict(obj))))
+        except BadInput as err:
+            print(f"kubectl vigil: warning: {err}; left out", file=sys.stderr)
+    return out
+
+
 def created_at(obj: Mapping[str, Any]) -> datetime | None:
     stamp = (obj.get("metadata") or {}).get("creationTimestamp")
     return parse_rfc3339(stamp) if stamp else None
@@ -40,7 +53,7 @@ def created_at(obj: Mapping[str, Any]) -> datetime | None:
 
 def execution_table(objs: Iterable[Mapping[str, Any]], *, now: datetime, with_namespace: bool = False) -> Table:
     """One row per Execution, newest occurrence first."""
-    read = [(obj, read_execution(dict(obj))) for obj in objs]
+    read = readable(objs)
     read.sort(key=lambda pair: (pair[1].scheduled_for, pair[1].execution_id), reverse=True)
     rows: list[list[object]] = []
     for obj, ex in read:
@@ -151,7 +164,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def dead_letter_table(objs: Iterable[Mapping[str, Any]], *, now: datetime) -> Table:
     """Dead executions (by status, whatever the label says), by namespace, job, then oldest first."""
-    dead = [ex for ex in (read_execution(dict(obj)) for obj in objs) if ex.phase is Phase.DEAD]
+    dead = [ex for _, ex in readable(objs) if ex.phase is Phase.DEAD]
     dead.sort(key=lambda ex: (ex.namespace, ex.job, ex.finished_at or now, ex.execution_id))
     rows: list[list[object]] = [
         [ex.namespace, ex.job, ex.execution_id, ex.attempt, ex.reason, human_duration(now - (ex.finished_at or now))]

@@ -13,6 +13,7 @@ nothing.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,6 +33,7 @@ WHY_NOT_RETRIED = {
     Phase.CANCELLED: "a cancelled execution is never run again",
 }
 STILL_IN_FLIGHT = "it is still in flight and retries by itself while attempts remain"
+REQUESTED, ALREADY_REQUESTED = "cancel requested", "cancel already requested"
 
 
 # --- retry ------------------------------------------------------------------------------------
@@ -84,53 +86,77 @@ def cancel_spec(reason: str | None) -> dict[str, Any]:
     return spec
 
 
-def cancel_execution(cluster: Cluster, obj: Mapping[str, Any], *, reason: str | None) -> Execution:
-    """Set spec.cancel on an execution that has not finished; BadInput if it has."""
+@dataclasses.dataclass(frozen=True)
+class CancelRequest:
+    """An execution whose spec.cancel was set; `repeated` when it already was (the operator has not acted yet)."""
+
+    execution: Execution
+    repeated: bool
+
+    @property
+    def outcome(self) -> str:
+        return ALREADY_REQUESTED if self.repeated else REQUESTED
+
+
+def _request_cancel(cluster: Cluster, obj: Mapping[str, Any], *, reason: str | None) -> CancelRequest:
+    """Set spec.cancel (and the reason, when given) on an execution not yet final."""
+    meta = obj["metadata"]
+    repeated = bool((obj.get("spec") or {}).get("cancel"))
+    cluster.executions.patch_spec(meta["namespace"], meta["name"], cancel_spec(reason))
+    return CancelRequest(read_execution(dict(obj)), repeated=repeated)
+
+
+def cancel_execution(cluster: Cluster, obj: Mapping[str, Any], *, reason: str | None) -> CancelRequest:
+    """Cancel one execution; BadInput if it has already finished."""
     meta = obj["metadata"]
     ex = read_execution(dict(obj))
     if ex.phase.terminal:
         raise BadInput(
             f'execution "{meta["name"]}" in namespace "{meta["namespace"]}" is already {ex.phase}: nothing to cancel'
         )
-    cluster.executions.patch_spec(meta["namespace"], meta["name"], cancel_spec(reason))
-    return ex
+    return _request_cancel(cluster, obj, reason=reason)
 
 
-def cancel_job(cluster: Cluster, job: Mapping[str, Any], *, reason: str | None) -> list[Execution]:
-    """Set spec.cancel on every in-flight execution of a job (by status; the label only narrows)."""
+def cancel_job(cluster: Cluster, job: Mapping[str, Any], *, reason: str | None) -> list[CancelRequest]:
+    """Cancel every in-flight execution of a job (by status; the phase label only narrows the list)."""
     meta = job["metadata"]
-    cancelled = []
+    requests = []
     for obj in cluster.executions.active_for_job(meta["namespace"], meta["uid"]):
-        ex = read_execution(obj)
-        if ex.phase.terminal:
+        if read_execution(obj).phase.terminal:
             continue
         try:
-            cluster.executions.patch_spec(meta["namespace"], obj["metadata"]["name"], cancel_spec(reason))
+            requests.append(_request_cancel(cluster, obj, reason=reason))
         except ApiException as err:
             if err.status == 404:  # gone since the list (its job was deleted): nothing left to stop
                 continue
             raise
-        cancelled.append(ex)
-    return cancelled
+    return sorted(requests, key=lambda request: request.execution.scheduled_for)
 
 
-def _print_execution_cancelled(ex: Execution, *, also_a_job: bool) -> None:
+def _print_execution_cancelled(request: CancelRequest, *, also_a_job: bool) -> None:
+    ex = request.execution
     stops = "deletes its pod" if ex.phase is Phase.RUNNING else "stops it"
-    print(f"execution {ex.execution_id} ({ex.phase}, attempt {ex.attempt}): cancel requested; "
+    print(f"execution {ex.execution_id} ({ex.phase}, attempt {ex.attempt}): {request.outcome}; "
           f"the operator {stops} and never retries it")  # fmt: skip
     if also_a_job:
         print(f'note: "{ex.execution_id}" also names a ScheduledJob; only the execution was cancelled '
               "(add --job to cancel the job's in-flight executions)")  # fmt: skip
 
 
-def _print_job_cancelled(name: str, namespace: str, cancelled: list[Execution]) -> None:
-    if not cancelled:
+def _print_job_cancelled(name: str, namespace: str, requests: list[CancelRequest]) -> None:
+    if not requests:
         print(f'scheduledjob {name} in namespace "{namespace}" has no in-flight executions '
               "(Ready, Running or Backoff): nothing to cancel")  # fmt: skip
         return
-    print(f"scheduledjob {name}: cancel requested for {len(cancelled)} in-flight execution(s)")
-    rows = [[ex.execution_id, format_time(ex.scheduled_for), ex.phase, ex.attempt] for ex in cancelled]
-    print(render_table(["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT"], rows))
+    repeated = sum(request.repeated for request in requests)
+    print(f"scheduledjob {name}: cancel requested for {len(requests)} in-flight execution(s) "
+          f"({repeated} of them already requested before)")  # fmt: skip
+    rows = [
+        [r.execution.execution_id, format_time(r.execution.scheduled_for), r.execution.phase, r.execution.attempt,
+         r.outcome]
+        for r in requests
+    ]  # fmt: skip
+    print(render_table(["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "CANCEL"], rows))
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
@@ -138,8 +164,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     namespace = cluster.namespace(args.namespace)
     execution = None if args.job else cluster.executions.get(namespace, args.name)
     if execution is not None:
-        ex = cancel_execution(cluster, execution, reason=args.reason)
-        _print_execution_cancelled(ex, also_a_job=cluster.find_job(args.name, namespace) is not None)
+        request = cancel_execution(cluster, execution, reason=args.reason)
+        _print_execution_cancelled(request, also_a_job=cluster.find_job(args.name, namespace) is not None)
         return 0
     job = cluster.find_job(args.name, namespace)
     if job is None:

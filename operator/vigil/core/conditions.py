@@ -22,6 +22,10 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     OVERDUE = "Overdue"
     DEAD_LETTERED = "DeadLettered"
+    # set by the watchdog (vigil.core.watchdog)
+    SCHEDULE_CHAIN_BROKEN = "ScheduleChainBroken"
+    OUTPUT_STALE = "OutputStale"
+    SUSPENDED_TOO_LONG = "SuspendedTooLong"
 
 
 class ConditionReason(StrEnum):

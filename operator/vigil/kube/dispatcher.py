@@ -37,7 +37,7 @@ from vigil.core.podstatus import PodPhase, attempt_result, classify_pod
 from vigil.core.ports import Clock, Conflict
 from vigil.core.timeparse import parse_rfc3339
 from vigil.jobspec import InvalidJob, parse_spec, retry_policy
-from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.executions import ExecutionStore, readable
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import PodFactory
 from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
@@ -46,6 +46,8 @@ from vigil.kube.results import JobResults
 log = logging.getLogger(__name__)
 
 RECONCILE_EVERY = timedelta(seconds=10)
+START_WRITE_TRIES = 3  # conflicts on recording a start (metadata changes) before giving up for this pass
+MIN_PASS_GAP = 0.2  # seconds between two passes at least
 
 
 @dataclasses.dataclass
@@ -97,19 +99,23 @@ class Dispatcher:
                     on_report(report)
             except Exception:
                 log.exception("dispatch pass failed; retrying")
-            self._wake.wait(interval)
+            stop.wait(MIN_PASS_GAP)  # a burst of wake-ups (pods ending) becomes one pass, not hundreds
+            self._wake.wait(max(0.0, interval - MIN_PASS_GAP))
 
     def dispatch(self) -> DispatchReport:
         now = self._clock.now()
         report = DispatchReport()
         flight = {
-            (o["metadata"]["namespace"], o["metadata"]["name"]): (o, execution_from_object(o))
-            for o in self._store.in_phase(Phase.READY, Phase.RUNNING, Phase.BACKOFF)
+            (o["metadata"]["namespace"], o["metadata"]["name"]): (o, ex)
+            for o, ex in readable(self._store.in_phase(Phase.READY, Phase.RUNNING, Phase.BACKOFF))
         }
         for key, (obj, ex) in list(flight.items()):
             if is_retry_due(ex, now):
                 due = retry_due(ex, now=now)
-                flight[key] = (self._write(obj, due), due)
+                try:
+                    flight[key] = (self._write(obj, due), due)
+                except Conflict:
+                    continue  # changed meanwhile (a label, a cancel): the next pass reads it again
                 report.retried += 1
         executions = [ex for _, ex in flight.values()]
         ready = [as_candidate(ex) for ex in executions if ex.phase is Phase.READY]
@@ -153,13 +159,46 @@ class Dispatcher:
             self._core.create_namespaced_pod(ex.namespace, pod)
         except ApiException as err:
             if err.status != 409:
-                raise
-        try:
-            self._write(obj, start(ex, pod=name, now=now))
-        except Conflict:
-            return False  # moved meanwhile (cancelled, say); the next pass sees the new state
+                # Refused (its namespace is being deleted, a quota, a webhook): this one waits for
+                # a later pass, and the rest of this pass still starts.
+                log.warning("execution %s/%s: pod %s not created: %s %s", ex.namespace, ex.execution_id,
+                            name, err.status, err.reason)  # fmt: skip
+                return False
+        if not self._record_start(obj, ex, pod=name, now=now):
+            return False
         log.info("started %s/%s attempt %d as pod %s", ex.namespace, ex.execution_id, ex.attempt, name)
         return True
+
+    def _record_start(self, obj: Mapping[str, Any], ex: Execution, *, pod: str, now: datetime) -> bool:
+        """Ready → Running, once the pod exists. A conflict is usually a metadata change (the
+        history label, kopf's annotations): read again and retry, or a slot would hold a pod while
+        its execution still counts as Ready. If the execution moved on meanwhile without this
+        attempt being recorded (cancelled), the pod just created must not run: delete it."""
+        attempt = ex.attempt
+        for _ in range(START_WRITE_TRIES):
+            try:
+                self._write(obj, start(ex, pod=pod, now=now))
+                return True
+            except Conflict:
+                fresh = self._store.get(ex.namespace, obj["metadata"]["name"])
+                current = readable([fresh]) if fresh is not None else []
+                if not current:
+                    return False
+                obj, ex = current[0]
+                if ex.phase is Phase.RUNNING and ex.pod == pod:
+                    return True
+                if ex.phase is not Phase.READY or ex.attempt != attempt:
+                    if not ex.recorded(attempt):
+                        self._delete_pod(pod, ex.namespace)
+                    return False
+        return False
+
+    def _delete_pod(self, name: str, namespace: str) -> None:
+        try:
+            self._core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
 
     def _count_duplicates(self, running: list[Execution]) -> int:
         """Executions with more than one live pod (an old attempt still running beside a new one)."""
@@ -195,8 +234,11 @@ class Dispatcher:
             elif verdict.phase is PodPhase.FAILED:
                 policy = retry_policy(obj["spec"].get("retry") or {})
                 result = attempt_result(verdict, attempt=ex.attempt)
-                self._results.record(obj, finish(ex, result, policy=policy, now=now))
-                self._core.delete_namespaced_pod(name, ex.namespace, grace_period_seconds=0)
+                try:
+                    self._results.record(obj, finish(ex, result, policy=policy, now=now))
+                except Conflict:
+                    continue  # changed meanwhile: the next reconciliation looks again
+                self._delete_pod(name, ex.namespace)
                 stuck += 1
         return stuck
 

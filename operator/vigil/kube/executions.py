@@ -10,7 +10,7 @@ the resourceVersion read, so two writers cannot both move the same execution.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -45,6 +45,10 @@ LABEL_PHASE = "vigil.dev/phase"
 LABEL_PRIORITY = "vigil.dev/priority"
 LABEL_HISTORY = "vigil.dev/history"  # "pending" until every attempt is in the history database
 ACTIVE_PHASES = (Phase.READY, Phase.RUNNING, Phase.BACKOFF)
+#: Status keys `execution_to_dict` leaves out when unset. The status is written as a merge patch,
+#: where an absent key keeps its old value: each must be sent as null to be removed (a retryAt
+#: left over from Backoff would make the stored execution unreadable).
+OPTIONAL_STATUS_KEYS = ("retryAt", "startedAt", "finishedAt", "pod")
 
 
 def execution_from_object(obj: Mapping[str, Any]) -> Execution:
@@ -61,6 +65,21 @@ def execution_from_object(obj: Mapping[str, Any]) -> Execution:
         now=parse_rfc3339(obj["metadata"]["creationTimestamp"]),
         priority=Priority(spec.get("priority", "normal")),
     )
+
+
+def readable(objs: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], Execution]]:
+    """Each object with its execution record; one that cannot be read is logged and left out.
+
+    A single malformed Execution must not stall dispatching or history writing for all the others.
+    """
+    out: list[tuple[dict[str, Any], Execution]] = []
+    for obj in objs:
+        try:
+            out.append((obj, execution_from_object(obj)))
+        except (KeyError, ValueError) as err:
+            meta = obj.get("metadata") or {}
+            log.error("execution %s/%s is unreadable, skipped: %s", meta.get("namespace"), meta.get("name"), err)
+    return out
 
 
 class ExecutionStore:
@@ -118,7 +137,8 @@ class ExecutionStore:
         trust the status and `repair_label` puts it right.
         """
         meta = obj["metadata"]
-        status = {**execution_to_dict(execution), **(extra or {})}
+        cleared = dict.fromkeys(OPTIONAL_STATUS_KEYS)
+        status = {**cleared, **execution_to_dict(execution), **(extra or {})}
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         try:
             self._custom.patch_namespaced_custom_object_status(

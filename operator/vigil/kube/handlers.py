@@ -26,7 +26,7 @@ from vigil.core.chain import JobView, first_entry, resume_entry
 from vigil.core.conditions import ConditionReason, ConditionType, set_condition
 from vigil.core.executions import Phase, cancel, manual_retry
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
-from vigil.core.ports import BucketStore, Clock
+from vigil.core.ports import BucketStore, Clock, Conflict
 from vigil.core.schedule import occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.jobspec import InvalidJob, job_view
@@ -38,6 +38,10 @@ from vigil.model import GROUP, VERSION
 from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
+
+#: Seconds before a user's cancel or retry request is applied again after a conflicting write (the
+#: history flusher's label, say): kopf's default for a failed handler is a whole minute.
+CONFLICT_RETRY_SECONDS = 1.0
 
 @dataclasses.dataclass
 class Wiring:
@@ -180,7 +184,10 @@ def execution_cancel(body: kopf.Body, new: Any, memo: Any, **_: Any) -> None:
         return
     reason = (body.get("spec") or {}).get("cancelReason") or "CancelledByUser"
     cancelled = cancel(ex, reason="CancelledByUser", now=wiring.clock.now(), message=reason)
-    wiring.results.record(body, cancelled)
+    try:
+        wiring.results.record(body, cancelled)
+    except Conflict as err:
+        raise kopf.TemporaryError(str(err), delay=CONFLICT_RETRY_SECONDS) from err
     if ex.pod:
         try:
             wiring.pods.delete_namespaced_pod(ex.pod, ex.namespace, grace_period_seconds=5)
@@ -198,8 +205,11 @@ def execution_retry(body: kopf.Body, new: Any, memo: Any, **_: Any) -> None:
         return
     ex = execution_from_object(body)
     extra = {"observedRetryRequests": int(new)}
-    if ex.phase is Phase.DEAD:
-        wiring.executions.write(body, manual_retry(ex, now=wiring.clock.now()), extra=extra)
-        wiring.wake_dispatcher()
-    else:
-        wiring.executions.write(body, ex, extra=extra)
+    try:
+        if ex.phase is Phase.DEAD:
+            wiring.executions.write(body, manual_retry(ex, now=wiring.clock.now()), extra=extra)
+            wiring.wake_dispatcher()
+        else:
+            wiring.executions.write(body, ex, extra=extra)
+    except Conflict as err:
+        raise kopf.TemporaryError(str(err), delay=CONFLICT_RETRY_SECONDS) from err

@@ -17,7 +17,7 @@ from typing import Any
 from vigil.core.executions import Execution, Phase
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.ports import HistorySink, HistoryUnavailable
-from vigil.kube.executions import LABEL_HISTORY, ExecutionStore, execution_from_object
+from vigil.kube.executions import LABEL_HISTORY, ExecutionStore, readable
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class HistoryFlusher:
         written = 0
         for start in range(0, len(objs), BATCH):
             batch = objs[start : start + BATCH]
-            records = [r for obj in batch for r in attempt_records(obj, execution_from_object(obj))]
+            records = [r for obj, ex in readable(batch) for r in attempt_records(obj, ex)]
             try:
                 self._sink.write(records)
             except HistoryUnavailable as err:

@@ -31,6 +31,8 @@ from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
 
+REPLACE_TRIES = 3  # conflicting writes tolerated while cancelling a replaced execution
+
 
 class MissingJob(RuntimeError):
     """The job vanished between lookup and launch; the next pass records it."""
@@ -140,13 +142,27 @@ class ExecutionLauncher:
         return Launch(created=created)
 
     def _replace(self, obj: Mapping[str, Any]) -> None:
-        """concurrencyPolicy Replace: cancel the running execution and stop its pod."""
-        execution = execution_from_object(obj)
-        try:
-            self._results.record(obj, cancel(execution, reason="Replaced", now=self._clock.now()))
-        except Conflict:
-            log.warning("replace: %s changed concurrently; it is cancelled on the next pass", obj["metadata"]["name"])
-            return
+        """concurrencyPolicy Replace: cancel the running execution and stop its pod.
+
+        A conflicting write (a label changed, a pod ended) is read again and retried: the new
+        execution is created only once the old one is cancelled, else the launch fails and the
+        trigger repeats it.
+        """
+        meta = obj["metadata"]
+        for _ in range(REPLACE_TRIES):
+            execution = execution_from_object(obj)
+            if execution.phase.terminal:
+                return
+            try:
+                self._results.record(obj, cancel(execution, reason="Replaced", now=self._clock.now()))
+                break
+            except Conflict:
+                fresh = self._store.get(meta["namespace"], meta["name"])
+                if fresh is None:
+                    return
+                obj = fresh
+        else:
+            raise Conflict(f"replace: {meta['namespace']}/{meta['name']} kept changing; the trigger retries")
         if execution.pod:
             try:
                 self._pods.delete_namespaced_pod(execution.pod, execution.namespace, grace_period_seconds=5)

@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from vigil.core.chain import chain_head, resume_entry
 from vigil.core.conditions import set_condition
 from vigil.core.ports import BucketStore, Clock
-from vigil.core.watchdog import Finding, JobFacts, JobReport, assess_job
+from vigil.core.watchdog import DEFAULT_CHAIN_GRACE, Finding, JobFacts, JobReport, assess_job
 from vigil.jobspec import InvalidJob, job_view
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.jobs import PLURAL as JOBS
@@ -57,6 +57,7 @@ class Watchdog:
         events: EventRecorder,
         clock: Clock,
         suspended_max_age: timedelta,
+        chain_grace: timedelta = DEFAULT_CHAIN_GRACE,
         store: BucketStore | None = None,
         repair: bool = False,
         publish: Callable[[list[Assessed]], None] = lambda assessed: None,
@@ -66,6 +67,7 @@ class Watchdog:
         self._events = events
         self._clock = clock
         self._suspended_max_age = suspended_max_age
+        self._chain_grace = chain_grace
         self._store = store
         self._repair = repair and store is not None
         self._publish = publish
@@ -74,7 +76,11 @@ class Watchdog:
         """Every job's verdicts, without acting on them (what `kubectl vigil audit` prints)."""
         now = self._clock.now()
         return [
-            Assessed(job, facts, assess_job(facts, now, suspended_max_age=self._suspended_max_age))
+            Assessed(
+                job,
+                facts,
+                assess_job(facts, now, suspended_max_age=self._suspended_max_age, chain_grace=self._chain_grace),
+            )
             for job, facts in self._gatherer.facts(now, read_buckets=audit)
         ]
 

@@ -493,6 +493,11 @@ SCHEDULED_JOB = ResourceKind(
             description="Last successful execution.",
         ),
         PrinterColumn(
+            name="Health",
+            json_path='.status.conditions[?(@.type=="Overdue")].reason',
+            description="The watchdog's verdict: OnSchedule, or why the job is overdue.",
+        ),
+        PrinterColumn(
             name="Ready",
             json_path='.status.conditions[?(@.type=="Ready")].status',
             description="The Ready condition.",
