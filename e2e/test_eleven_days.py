@@ -13,15 +13,17 @@ every pod succeeds (OutputStale).
 from __future__ import annotations
 
 import socket
+import subprocess
+import time
 import urllib.request
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
 
-from tests.integration.conftest import KubeCluster
-from tests.integration.jobs import condition, create_job, get_job
+from tests.integration.conftest import REPO, KubeCluster
+from tests.integration.jobs import condition, create_job, get_job, wait_for_ledger
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
 from vigil.kube.buckets import PLURAL as BUCKETS
@@ -182,3 +184,71 @@ def test_output_that_stops_updating_is_stale_even_though_pods_succeed(
     finally:
         fleet.stop()
         cluster.core.delete_namespace(fleet.namespace)
+
+
+def kubectl_vigil(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**cluster.env, "PATH": f"{REPO / '.venv' / 'bin'}:{cluster.env['PATH']}"}
+    return subprocess.run(
+        [str(cluster.bin / "kubectl"), "vigil", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def test_audit_reports_and_repairs_a_broken_chain(cluster: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    fleet = OperatorFleet(cluster, tmp_path, watchdog={"enabled": False})
+    fleet.start()
+    fleet.leader()
+    try:
+        job = create_job(
+            cluster, namespace, "chain", every="2s", jitter="0s", catchUpPolicy="None", catchUpWindow="3s"
+        )
+        wait_for(lambda: (get_job(cluster, namespace, "chain").get("status") or {}).get("lastScheduleTime"),
+                 timeout=60, what="a first fire")  # fmt: skip
+        break_the_chain(cluster, fleet.namespace, job["metadata"]["uid"])
+
+        def audit_finds_it() -> subprocess.CompletedProcess[str] | None:
+            result = kubectl_vigil(cluster, "audit", "--operator-namespace", fleet.namespace, "--grace-seconds", "2")
+            return result if "ScheduleChainBroken" in result.stdout and "chain" in result.stdout else None
+
+        found = wait_for(audit_finds_it, timeout=180, what="the audit to find the broken chain")
+        assert found.returncode == 1, found.stdout + found.stderr
+        time.sleep(6)  # the scenario: the broken chain stays broken for a while, so its gap is late
+        repaired = kubectl_vigil(
+            cluster, "audit", "--repair", "--operator-namespace", fleet.namespace, "--grace-seconds", "2"
+        )
+        assert "repaired 1" in repaired.stdout, repaired.stdout + repaired.stderr
+        after = datetime.now(UTC)
+        entries = wait_for_ledger(cluster, namespace, "chain", through=after + timedelta(seconds=4), timeout=60)
+        assert any(e["outcome"] == "Missed" for e in entries), "the gap went through the catch-up policy"
+    finally:
+        fleet.stop()
+        cluster.core.delete_namespace(fleet.namespace)
+
+
+def test_the_watchdog_can_run_as_its_own_process(cluster: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    fleet = OperatorFleet(cluster, tmp_path, watchdog={**WATCHDOG, "mode": "separate"}, audit=AUDIT)
+    fleet.start()
+    watchdog = fleet.start("watchdog")
+    fleet.leader()
+    try:
+        create_job(
+            cluster, namespace, "failing", command="exit 1", every="2s", jitter="0s",
+            expectedMaxInterval="6s", retry={"maxAttempts": 1},
+        )  # fmt: skip
+        overdue = wait_for(lambda: condition_true(cluster, namespace, "failing", "Overdue"), timeout=60, what="Overdue")
+        assert overdue["reason"] == "Failing"
+        lease = cluster.coordination.read_namespaced_lease("vigil-watchdog", fleet.namespace)
+        assert lease.spec.holder_identity == watchdog.name
+        assert "watchdog pass" not in (tmp_path / "op-1.log").read_text(), "the operator left the watchdog alone"
+    finally:
+        fleet.stop()
+        cluster.core.delete_namespace(fleet.namespace)
+
+
+def test_report_suspended_lists_owner_reason_and_age(cluster: KubeCluster, namespace: str) -> None:
+    create_job(
+        cluster, namespace, "paused", every="1h", suspend=True,
+        suspendReason="upstream outage INC-42", suspendedBy="alice",
+    )  # fmt: skip
+    result = kubectl_vigil(cluster, "report", "suspended", "-n", namespace)
+    assert result.returncode == 0, result.stderr
+    assert "paused" in result.stdout and "alice" in result.stdout and "INC-42" in result.stdout

@@ -63,13 +63,14 @@ class OperatorFleet:
         self.config = workdir / "operator.yaml"
         self.config.write_text(yaml.safe_dump(config))
 
-    def start(self) -> OperatorProcess:
+    def start(self, command: str = "operator") -> OperatorProcess:
+        """Start `vigil operator` (or `vigil watchdog`, the watchdog's own Deployment) with this fleet's config."""
         self._count += 1
-        name = f"op-{self._count}"
+        name = f"op-{self._count}" if command == "operator" else f"{command}-{self._count}"
         log = self.workdir / f"{name}.log"
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "vigil.cli.main", "operator", "--config", str(self.config)],
+                [sys.executable, "-m", "vigil.cli.main", command, "--config", str(self.config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -30,7 +30,7 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from vigil.cli import backfill, executions, interventions
+from vigil.cli import backfill, executions, interventions, watch
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT, BadInput, api_failure
 from vigil.core.schedule import next_occurrences, occurrence_at
@@ -133,6 +133,7 @@ def parser() -> argparse.ArgumentParser:
     executions.add_parsers(sub)
     interventions.add_parsers(sub)
     backfill.add_parsers(sub)
+    watch.add_parsers(sub)
     return p
 
 
