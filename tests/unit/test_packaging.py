@@ -32,6 +32,7 @@ import yaml
 import vigil.model
 from vigil.model.common import ResourceKind
 from vigil.model.durations import DURATION_PATTERN
+from vigil.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "vigil"
@@ -64,8 +65,14 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
     "trigger": {"tickMilliseconds": 250, "shards": 4, "maxOccurrencesPerBucket": 2000},
     "dispatch": {"maxRunning": 100, "reservedHigh": 10, "perNamespaceMax": 50},
     "history": {"dsn": "sqlite:////var/lib/vigil/history.db", "retentionDays": 30},
-    "watchdog": {"enabled": True, "intervalSeconds": 30, "suspendedMaxAge": "168h"},
-    "audit": {"intervalSeconds": 300, "repair": False},
+    "watchdog": {
+        "enabled": True,
+        "intervalSeconds": 30,
+        "suspendedMaxAge": "168h",
+        "mode": "operator",
+        "leaseName": "vigil-watchdog",
+    },
+    "audit": {"intervalSeconds": 300, "repair": False, "chainGraceSeconds": 120},
     "http": {"metricsPort": 9090, "apiPort": 8080},
     "logging": {"format": "text", "level": "INFO"},
 }
@@ -414,7 +421,9 @@ def test_default_config_file_has_exactly_the_operator_shape(
     helm: tuple[Path, dict[str, str]],
 ) -> None:
     config_map = the_one(render(helm), "ConfigMap", f"{RELEASE}-config")
-    assert yaml.safe_load(config_map["data"]["config.yaml"]) == DEFAULT_OPERATOR_CONFIG
+    rendered = yaml.safe_load(config_map["data"]["config.yaml"])
+    assert rendered == DEFAULT_OPERATOR_CONFIG
+    Settings.model_validate(rendered)  # the operator accepts exactly what the chart writes
 
 
 def test_operator_runs_hardened_with_its_ports_and_probes(
@@ -624,3 +633,15 @@ def test_chart_renders_the_crds_it_ships_unchanged(helm: tuple[Path, dict[str, s
         for crd in (load_yaml(path) for path in CHART_CRDS.glob("*.yaml"))
     }
     assert rendered == shipped
+
+
+def test_the_watchdog_can_be_its_own_deployment(helm: tuple[Path, dict[str, str]]) -> None:
+    objects = render(helm, "--set", "config.watchdog.mode=separate")
+    watchdog = the_one(objects, "Deployment", f"{RELEASE}-watchdog")
+    container = watchdog["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][0] == "watchdog"
+    selector = watchdog["spec"]["selector"]["matchLabels"]
+    operator = the_one(objects, "Deployment", RELEASE)
+    assert selector != operator["spec"]["selector"]["matchLabels"], "each Deployment selects only its own pods"
+    assert the_one(objects, "Service", f"{RELEASE}-watchdog")["spec"]["selector"] == selector
+    assert not [o for o in render(helm) if o["metadata"]["name"] == f"{RELEASE}-watchdog"]

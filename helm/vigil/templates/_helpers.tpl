@@ -53,6 +53,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* Selector labels of the separate watchdog pods. */}}
+{{- define "vigil.watchdog.selectorLabels" -}}
+{{ include "vigil.selectorLabels" . }}
+app.kubernetes.io/component: watchdog
+{{- end }}
+
 {{/* Selector labels of the bundled PostgreSQL pod. */}}
 {{- define "vigil.postgresql.selectorLabels" -}}
 {{ include "vigil.selectorLabels" . }}

@@ -7,15 +7,17 @@ restart a chain a suspension paused, and publish the schedule's summary and
 conditions. The trigger does the firing; these handlers only seed it.
 
 Pod phase changes of Vigil's pods → the job's active/recent lists and its last
-success. kopf's own bookkeeping lives in annotations (see `configure`), apart
-from the user-facing conditions.
+success. An Execution's spec.cancel or spec.retryRequests → cancel it or run a
+dead letter again (level-triggered, so kopf keeps no annotation on Executions).
+kopf's own bookkeeping lives in annotations (see `configure`), apart from the
+user-facing conditions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +26,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import JobView, first_entry, resume_entry
 from vigil.core.conditions import ConditionReason, ConditionType, set_condition
-from vigil.core.executions import Phase, cancel, manual_retry
+from vigil.core.executions import TERMINAL_PHASES, ExecutionReason, Phase, cancel, manual_retry
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
 from vigil.core.ports import BucketStore, Clock, Conflict
 from vigil.core.schedule import occurrence_at
@@ -39,9 +41,7 @@ from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
 
-#: Seconds before a user's cancel or retry request is applied again after a conflicting write (the
-#: history flusher's label, say): kopf's default for a failed handler is a whole minute.
-CONFLICT_RETRY_SECONDS = 1.0
+CONFLICT_TRIES = 5  # conflicting writes tolerated while applying a user's cancel or retry request
 
 @dataclasses.dataclass
 class Wiring:
@@ -173,21 +173,52 @@ def pod_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     wiring.wake_dispatcher()  # a slot may have freed
 
 
-@kopf.on.field(GROUP, VERSION, "executions", field="spec.cancel")
-def execution_cancel(body: kopf.Body, new: Any, memo: Any, **_: Any) -> None:
-    """spec.cancel set: stop the execution, delete its pod, never retry."""
-    if not new:
+@kopf.on.event(GROUP, VERSION, "executions")
+def execution_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    """The user's levers on an Execution, level-triggered: spec.cancel set on one not yet
+    finished, spec.retryRequests above status.observedRetryRequests.
+
+    An event handler, not a field handler: kopf would otherwise write its own annotation on
+    every Execution when it is created (doubling the writes of a backfill and racing the
+    dispatcher's conditional writes). Comparing spec with status on each event needs no
+    memory, and a request made while no operator ran is seen when the next one lists them.
+    """
+    if type == "DELETED":
         return
-    wiring: Wiring = memo.wiring
-    ex = execution_from_object(body)
-    if ex.phase.terminal:
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    if spec.get("cancel") and status.get("phase") not in TERMINAL_PHASES:
+        _with_fresh_reads(memo.wiring, body, _cancel_execution)
+    elif int(spec.get("retryRequests") or 0) > int(status.get("observedRetryRequests") or 0):
+        _with_fresh_reads(memo.wiring, body, _retry_execution)
+
+
+def _with_fresh_reads(
+    wiring: Wiring, body: Mapping[str, Any], act: Callable[[Wiring, Mapping[str, Any]], None]
+) -> None:
+    """Apply `act`; after a conflicting write (the history label, say), read the object again and retry."""
+    obj: Mapping[str, Any] | None = body
+    for _ in range(CONFLICT_TRIES):
+        if obj is None:
+            return
+        try:
+            act(wiring, obj)
+            return
+        except Conflict:
+            meta = obj["metadata"]
+            obj = wiring.executions.get(meta["namespace"], meta["name"])
+    meta = body["metadata"]
+    log.warning("execution %s/%s kept changing; its request waits for its next change", meta["namespace"], meta["name"])
+
+
+def _cancel_execution(wiring: Wiring, obj: Mapping[str, Any]) -> None:
+    """spec.cancel: stop the execution, delete its pod, never retry."""
+    ex = execution_from_object(obj)
+    if ex.phase.terminal or not (obj.get("spec") or {}).get("cancel"):
         return
-    reason = (body.get("spec") or {}).get("cancelReason") or "CancelledByUser"
-    cancelled = cancel(ex, reason="CancelledByUser", now=wiring.clock.now(), message=reason)
-    try:
-        wiring.results.record(body, cancelled)
-    except Conflict as err:
-        raise kopf.TemporaryError(str(err), delay=CONFLICT_RETRY_SECONDS) from err
+    message = (obj.get("spec") or {}).get("cancelReason") or ExecutionReason.CANCELLED_BY_USER
+    now = wiring.clock.now()
+    cancelled = cancel(ex, reason=ExecutionReason.CANCELLED_BY_USER, now=now, message=message)
+    wiring.results.record(obj, cancelled)
     if ex.pod:
         try:
             wiring.pods.delete_namespaced_pod(ex.pod, ex.namespace, grace_period_seconds=5)
@@ -196,20 +227,15 @@ def execution_cancel(body: kopf.Body, new: Any, memo: Any, **_: Any) -> None:
                 raise
 
 
-@kopf.on.field(GROUP, VERSION, "executions", field="spec.retryRequests")
-def execution_retry(body: kopf.Body, new: Any, memo: Any, **_: Any) -> None:
+def _retry_execution(wiring: Wiring, obj: Mapping[str, Any]) -> None:
     """spec.retryRequests incremented: run a dead-lettered execution again, same execution id."""
-    wiring: Wiring = memo.wiring
-    status = body.get("status") or {}
-    if int(new or 0) <= int(status.get("observedRetryRequests") or 0):
+    requested = int((obj.get("spec") or {}).get("retryRequests") or 0)
+    if requested <= int((obj.get("status") or {}).get("observedRetryRequests") or 0):
         return
-    ex = execution_from_object(body)
-    extra = {"observedRetryRequests": int(new)}
-    try:
-        if ex.phase is Phase.DEAD:
-            wiring.executions.write(body, manual_retry(ex, now=wiring.clock.now()), extra=extra)
-            wiring.wake_dispatcher()
-        else:
-            wiring.executions.write(body, ex, extra=extra)
-    except Conflict as err:
-        raise kopf.TemporaryError(str(err), delay=CONFLICT_RETRY_SECONDS) from err
+    ex = execution_from_object(obj)
+    extra = {"observedRetryRequests": requested}
+    if ex.phase is Phase.DEAD:
+        wiring.executions.write(obj, manual_retry(ex, now=wiring.clock.now()), extra=extra)
+        wiring.wake_dispatcher()
+    else:
+        wiring.executions.write(obj, ex, extra=extra)
