@@ -248,15 +248,15 @@ def _lost() -> None:
     os._exit(EXIT_LOST_LEADERSHIP)
 
 
-def run(settings: Settings) -> int:
-    api = api_client()
-    clock = SystemClock()
-    me = identity()
+def _campaign(
+    api: client.ApiClient, settings: Settings, *, lease_name: str, me: str
+) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
+    """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
     elector = LeaderElector(
         api,
         LeaseConfig(
             namespace=settings.namespace,
-            name=settings.leader_election.lease_name,
+            name=lease_name,
             identity=me,
             lease_duration=settings.leader_election.lease_duration_seconds,
             renew_period=settings.leader_election.renew_period_seconds,
@@ -268,6 +268,14 @@ def run(settings: Settings) -> int:
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
     _serve(settings, elector, executions, history)
     elector.start()
+    return elector, executions, history
+
+
+def run(settings: Settings) -> int:
+    api = api_client()
+    clock = SystemClock()
+    me = identity()
+    elector, executions, history = _campaign(api, settings, lease_name=settings.leader_election.lease_name, me=me)
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
     elector.wait_until_leader()
     metrics.IS_LEADER.set(1)
@@ -355,21 +363,7 @@ def run_watchdog(settings: Settings) -> int:
     api = api_client()
     clock = SystemClock()
     me = identity()
-    elector = LeaderElector(
-        api,
-        LeaseConfig(
-            namespace=settings.namespace,
-            name=settings.watchdog.lease_name,
-            identity=me,
-            lease_duration=settings.leader_election.lease_duration_seconds,
-            renew_period=settings.leader_election.renew_period_seconds,
-        ),
-        on_lost=_lost,
-    )
-    executions = ExecutionStore(api)
-    history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
-    _serve(settings, elector, executions, history)
-    elector.start()
+    elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me)
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
     elector.wait_until_leader()
     store = KubeBucketStore(
