@@ -106,7 +106,6 @@ class Dispatcher:
 
     def dispatch(self) -> DispatchReport:
         now = self._clock.now()
-        import time as _t; _t0 = _t.monotonic()  # TEMPDEBUG
         report = DispatchReport()
         flight = {
             (o["metadata"]["namespace"], o["metadata"]["name"]): (o, ex)
@@ -126,9 +125,7 @@ class Dispatcher:
         running = running_counts(executions)
         report.running = running.total
         chosen = [flight[(c.namespace, c.execution_id)] for c in choose(ready, running, self._capacity)]
-        _t1 = _t.monotonic()  # TEMPDEBUG
         report.started = self._start_all(chosen, now)
-        log.info("TEMPDEBUG pass: list+parse %.2fs, %d in flight, %d chosen, starts %.2fs", _t1 - _t0, len(flight), len(chosen), _t.monotonic() - _t1)  # TEMPDEBUG
         if self._last_reconcile is None or now - self._last_reconcile > RECONCILE_EVERY:
             self._last_reconcile = now
             report.duplicates = self._count_duplicates([v[1] for v in flight.values() if v[1].phase is Phase.RUNNING])
