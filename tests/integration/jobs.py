@@ -132,7 +132,6 @@ def wait_for_ledger(
 # --- Executions -------------------------------------------------------------------------------
 
 EXECUTIONS = "executions"
-FINAL_PHASES = ("Succeeded", "Dead", "Cancelled")
 
 
 def get_execution(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
@@ -202,6 +201,9 @@ def make_namespace(cluster: KubeCluster, prefix: str = "t") -> str:
     return name
 
 
+WATCH_SECONDS = 5  # each watch request's length: how long stopping the recorder may take
+
+
 class PodCreations:
     """Every Vigil pod created in some namespaces, in creation order, recorded by a watch.
 
@@ -236,7 +238,7 @@ class PodCreations:
     def stop(self) -> None:
         self._stop.set()
         self._watch.stop()
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=2 * WATCH_SECONDS)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -254,7 +256,7 @@ class PodCreations:
             self._cluster.core.list_pod_for_all_namespaces,
             label_selector=MANAGED_SELECTOR,
             resource_version=self._version,
-            timeout_seconds=60,
+            timeout_seconds=WATCH_SECONDS,
         )
         for event in stream:
             pod = event["object"]

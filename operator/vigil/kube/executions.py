@@ -133,8 +133,9 @@ class ExecutionStore:
     ) -> dict[str, Any]:
         """Store a transition: status (conditional on the object's resourceVersion), then the phase label.
 
-        The label is a mirror for listing; if a crash leaves it stale, readers
-        trust the status and `repair_label` puts it right.
+        The label is a mirror for listing. If a crash lands between the two writes
+        the label is stale: the dispatcher reads phases from status, never from the
+        label, and the next transition of the same execution rewrites it.
         """
         meta = obj["metadata"]
         cleared = dict.fromkeys(OPTIONAL_STATUS_KEYS)

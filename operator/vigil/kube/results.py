@@ -111,15 +111,18 @@ class JobResults:
         patch: dict[str, Any] = {}
         active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
         if not ex.phase.terminal:
-            active.append(
-                {
-                    "executionId": ex.execution_id,
-                    "attempt": ex.attempt,
-                    "pod": ex.pod or "",
-                    "scheduledFor": format_rfc3339(ex.scheduled_for),
-                    "startedAt": format_rfc3339(ex.started_at or now),
-                }
-            )
+            entry = {
+                "executionId": ex.execution_id,
+                "attempt": ex.attempt,
+                "scheduledFor": format_rfc3339(ex.scheduled_for),
+            }
+            # Waiting in Backoff (or Ready) the next attempt has no pod and no start yet; an empty
+            # pod name is not a name, and the API server would refuse the whole status patch.
+            if ex.pod:
+                entry["pod"] = ex.pod
+            if ex.started_at is not None:
+                entry["startedAt"] = format_rfc3339(ex.started_at)
+            active.append(entry)
         patch["active"] = active
         last = ex.attempts[-1] if ex.attempts else None
         if last is not None:

@@ -76,7 +76,7 @@ class ExecutionSpec(SpecModel):
     retry_requests: int = Field(
         default=0,
         ge=0,
-        description="Increment to run a dead-lettered (or cancelled) execution again, same execution id.",
+        description="Increment to run a dead-lettered execution again, same execution id.",
     )
 
 
