@@ -314,6 +314,7 @@ def run(settings: Settings) -> int:
         ),
         ledger=KubeLedger(api, catalogue=catalogue, events=events),
         clock=clock,
+        workers=settings.trigger.workers,
     )
     flusher = HistoryFlusher(store=executions, sink=history)
     stop = threading.Event()

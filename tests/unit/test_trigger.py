@@ -98,13 +98,15 @@ class World:
         return sorted(f.occurrence.nominal for f in self.launcher.created.values())
 
 
-def world(start: datetime = T0) -> World:
+def world(start: datetime = T0, *, workers: int = 1) -> World:
     clock = FakeClock(start)
     store = MemoryBucketStore(shards=2)
     catalogue = MemoryCatalogue()
     launcher = MemoryLauncher()
     ledger = MemoryLedger(catalogue)
-    trigger = Trigger(store=store, catalogue=catalogue, launcher=launcher, ledger=ledger, clock=clock)
+    trigger = Trigger(
+        store=store, catalogue=catalogue, launcher=launcher, ledger=ledger, clock=clock, workers=workers
+    )
     return World(clock, store, catalogue, launcher, ledger, trigger)
 
 
@@ -166,6 +168,16 @@ def test_a_pass_that_dies_before_marking_does_not_fire_again() -> None:
     assert not w.store.pending_minutes(until=w.clock.now()) or all(
         not b.due(w.clock.now()) for b in w.store.read_minute(T0)
     )
+
+
+def test_a_hot_minute_applied_by_several_workers_fires_each_occurrence_once() -> None:
+    w = world(workers=4)
+    for i in range(200):
+        w.add(every_job(f"job{i}"))
+    w.run_until(T0 + 20 * SECOND)
+    assert len(w.launcher.created) == 200 * 4
+    assert w.launcher.attempts == len(w.launcher.created)
+    assert len([k for k in w.ledger.outcomes if k[3] == "Fired"]) == 200 * 4
 
 
 def test_two_triggers_overlapping_still_fire_each_occurrence_once() -> None:

@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
-from vigil.core.buckets import MINUTE, Bucket, Mark, minute_of
+from vigil.core.buckets import MINUTE, Bucket, BucketEntry, Mark, minute_of
 from vigil.core.chain import EntryPlan, plan_entry, skip_fires
 from vigil.core.ports import BucketStore, Clock, Conflict, JobCatalogue, Launcher, Ledger
 
@@ -50,6 +51,16 @@ class TickReport:
     recorded: int = 0
     errors: int = 0
     pending_buckets: int = 0  # buckets left holding occurrences whose fire time has come
+
+    def merge(self, other: TickReport) -> None:
+        """Add the counts of a part of this pass (one job's entries) into this report."""
+        self.entries += other.entries
+        self.fired += other.fired
+        self.created += other.created
+        self.recorded += other.recorded
+        self.errors += other.errors
+        self.lags.extend(other.lags)
+        self.outcomes.update(other.outcomes)
     lags: list[float] = dataclasses.field(default_factory=list)  # seconds, creation - fire time
     outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
 
@@ -63,6 +74,7 @@ class Trigger:
         launcher: Launcher,
         ledger: Ledger,
         clock: Clock,
+        workers: int = 1,
     ) -> None:
         self._store = store
         self._catalogue = catalogue
@@ -70,6 +82,9 @@ class Trigger:
         self._ledger = ledger
         self._clock = clock
         self._cursor: datetime | None = None
+        # Entries of different jobs are independent, so a hot minute is applied `workers` jobs at a
+        # time; one job's entries stay in order on one thread (its ledger is read-modify-write).
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trigger") if workers > 1 else None
 
     @property
     def cursor(self) -> datetime | None:
@@ -121,8 +136,25 @@ class Trigger:
         due = bucket.due(now)
         if not due:
             return bucket
-        marks: dict[str, Mark] = {}
+        by_job: dict[tuple[str, str], list[BucketEntry]] = {}
         for entry in due:
+            by_job.setdefault((entry.namespace, entry.name), []).append(entry)
+        groups = list(by_job.values())
+        if self._pool is None or len(groups) == 1:
+            parts = [self._apply_group(group, now) for group in groups]
+        else:
+            parts = list(self._pool.map(lambda group: self._apply_group(group, now), groups))
+        marks: dict[str, Mark] = {}
+        for part_marks, part in parts:
+            marks.update(part_marks)
+            report.merge(part)
+        return self._mark(bucket, marks) if marks else bucket
+
+    def _apply_group(self, entries: list[BucketEntry], now: datetime) -> tuple[dict[str, Mark], TickReport]:
+        """One job's due entries, in fire-time order; returns their markers and what was done."""
+        report = TickReport(now=now)
+        marks: dict[str, Mark] = {}
+        for entry in entries:
             report.entries += 1
             try:
                 lookup = self._catalogue.lookup(entry.namespace, entry.name)
@@ -133,7 +165,7 @@ class Trigger:
                 report.errors += 1
                 continue
             marks[entry.key] = plan.mark
-        return self._mark(bucket, marks) if marks else bucket
+        return marks, report
 
     def _apply(self, plan: EntryPlan, now: datetime, report: TickReport) -> EntryPlan:
         if plan.insert is not None:
