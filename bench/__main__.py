@@ -57,6 +57,16 @@ GROUP, VERSION = "vigil.dev", "v1alpha1"
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 
 
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not gone in 10 s (as a Deployment's grace period would)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -180,8 +190,7 @@ def fire_lag_vigil(b: Bench, count: int) -> tuple[list[float], list[float]]:
         pods.stop()
         return executions.offsets(target), pods.offsets(target)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_process(proc)
         b.core.delete_namespace(ns)
 
 
@@ -262,8 +271,7 @@ def executions_rate(b: Bench, count: int) -> tuple[float, float]:
         elapsed = time.monotonic() - started
         return count / elapsed, elapsed
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_process(proc)
         b.core.delete_namespace(ns)
         b.core.delete_namespace(opns)
 
