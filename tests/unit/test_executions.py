@@ -367,7 +367,7 @@ def test_an_execution_refuses_inconsistent_fields() -> None:
 
 def test_naive_times_are_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        start(fresh(), pod="p", now=datetime(2026, 1, 1))  # noqa: DTZ001
+        start(fresh(), pod="p", now=datetime(2026, 1, 1))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
 
 
 # --- backoff ----------------------------------------------------------------------------------
@@ -518,7 +518,7 @@ def test_a_repeated_firing_never_skips_or_cancels_itself(policy: ConcurrencyPoli
 
 def test_unknown_concurrency_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="Sometimes"):
-        concurrency("Sometimes", [])  # type: ignore[arg-type]
+        concurrency("Sometimes", [])  # type: ignore[arg-type] - the wrong type on purpose: it must be refused
 
 
 # --- dispatch views ---------------------------------------------------------------------------

@@ -649,12 +649,12 @@ def test_naive_times_are_refused_with_the_field_named(field: str) -> None:
 
 def test_naive_dead_letter_time_is_refused() -> None:
     with pytest.raises(ValueError, match="dead letter ex-1"):
-        nightly(dead_letters=((ExecutionId("ex-1"), datetime(2026, 8, 1)),))  # noqa: DTZ001
+        nightly(dead_letters=((ExecutionId("ex-1"), datetime(2026, 8, 1)),))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
 
 
 def test_naive_now_is_refused() -> None:
     with pytest.raises(ValueError, match="now"):
-        assess_overdue(nightly(), datetime(2026, 8, 1))  # noqa: DTZ001
+        assess_overdue(nightly(), datetime(2026, 8, 1))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
 
 
 @pytest.mark.parametrize("field", ["expected_max_interval", "expected_duration", "output_max_age"])
