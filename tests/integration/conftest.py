@@ -25,7 +25,8 @@ from e2e.cluster import localcluster
 from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
-STATE = REPO / ".cluster" / "test"
+#: One state directory per cluster; VIGIL_TEST_CLUSTER lets parallel runs keep theirs apart.
+STATE = REPO / ".cluster" / os.environ.get("VIGIL_TEST_CLUSTER", "test")
 PORT_BASE = int(os.environ.get("VIGIL_TEST_PORT_BASE", "26000"))  # apart from the demo's 16000
 
 
