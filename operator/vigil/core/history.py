@@ -3,13 +3,19 @@
 The row is the same whichever tier produced it and whichever database stores
 it; it is written idempotently keyed on (execution id, attempt), so a record
 buffered through an outage and written twice is still one row.
+
+Workflows are mirrored the same way, one row per entry of a workflow's
+append-only history (`WorkflowEventRecord`), keyed on (workflow uid, position):
+an entry never changes once appended, so writing it again keeps the first row.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
 
 class AttemptState(StrEnum):
@@ -37,3 +43,24 @@ class AttemptRecord:
     pod: str = ""
     error: str = ""
     updated_at: datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowEventRecord:
+    """One entry of a workflow's append-only history, as the history database keeps it.
+
+    The key is (`workflow_uid`, `seq`): the uid tells apart two workflows that had the
+    same name at different times, and `seq` is the entry's 0-based position in that
+    workflow's history. `event`, `step`, `attempt` and `at` are copied out of the entry
+    for querying; `data` is the whole entry as plain JSON data (what the status holds).
+    """
+
+    namespace: str
+    workflow: str
+    workflow_uid: str
+    seq: int
+    event: str
+    step: str | None
+    attempt: int | None
+    at: datetime  # timezone-aware; read back as UTC
+    data: Mapping[str, Any]

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from vigil.core.buckets import Bucket, BucketEntry, Mark
 from vigil.core.chain import EntryPlan, Fire, JobLookup
-from vigil.core.history import AttemptRecord
+from vigil.core.history import AttemptRecord, WorkflowEventRecord
 
 
 class Clock(Protocol):
@@ -99,4 +99,13 @@ class HistorySink(Protocol):
 
     def write(self, records: list[AttemptRecord]) -> None:
         """Upsert attempts by (execution id, attempt); raise HistoryUnavailable if unreachable."""
+        ...
+
+
+class WorkflowHistorySink(Protocol):
+    """Where workflow history entries are mirrored for querying (off the orchestration path)."""
+
+    def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
+        """Insert entries by (workflow uid, seq), keeping a row already there (entries never
+        change); raise HistoryUnavailable if the database is unreachable."""
         ...

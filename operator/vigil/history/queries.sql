@@ -1,9 +1,11 @@
 -- Raw SQL the history adapter runs besides its SQLAlchemy Core statements (store.py):
--- PostgreSQL partition upkeep and DDL locking. One statement per named block.
+-- PostgreSQL partition upkeep and DDL locking, and the workflow_events statements (both
+-- databases). One statement per named block.
 --
 -- DDL takes no bind parameters, so {partition}, {start} and {end} are formatted in by
 -- store.py — always from a date it computed (attempts_YYYYMMDD, ISO timestamps), never
--- from a record's text.
+-- from a record's text. The workflow_events statements take :name bind parameters, typed
+by store.py (times as UTC, `data` as JSON/JSONB).
 
 -- name: lock_ddl
 -- Serialises schema changes (migrations, creating and dropping partitions) between
@@ -25,3 +27,44 @@ ORDER BY child.relname;
 -- name: drop_partition
 -- Retention: a whole day at once, no row-by-row DELETE and no vacuum debt.
 DROP TABLE IF EXISTS {partition};
+
+-- name: insert_workflow_event
+-- One history entry. An entry never changes once appended, so a key already present keeps
+-- its row: writing a batch twice (an answer lost in an outage) is harmless.
+INSERT INTO workflow_events (workflow_uid, seq, namespace, workflow, event, step, attempt, at, data)
+VALUES (:workflow_uid, :seq, :namespace, :workflow, :event, :step, :attempt, :at, :data)
+ON CONFLICT (workflow_uid, seq) DO NOTHING;
+
+-- name: latest_workflow_events
+-- The history of the newest workflow of this name: several can have had the name over time
+-- (deleted, created again), one uid each; the newest is the one with the latest entry (the
+-- uid breaks a tie, so the answer is the same every time).
+SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data
+FROM workflow_events
+WHERE workflow_uid = (
+    SELECT workflow_uid
+    FROM workflow_events
+    WHERE namespace = :namespace AND workflow = :workflow
+    GROUP BY workflow_uid
+    ORDER BY max(at) DESC, workflow_uid DESC
+    LIMIT 1
+)
+ORDER BY seq;
+
+-- name: workflow_events_of_uid
+-- The history of one workflow, named by its uid as well.
+SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data
+FROM workflow_events
+WHERE namespace = :namespace AND workflow = :workflow AND workflow_uid = :workflow_uid
+ORDER BY seq;
+
+-- name: expire_workflow_events
+-- Retention: a workflow's rows go together, once every one is older than :cutoff, so no
+-- history is left without its beginning (a workflow still writing keeps its old entries).
+DELETE FROM workflow_events
+WHERE at < :cutoff
+  AND NOT EXISTS (
+    SELECT 1
+    FROM workflow_events AS newer
+    WHERE newer.workflow_uid = workflow_events.workflow_uid AND newer.at >= :cutoff
+  );

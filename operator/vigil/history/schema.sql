@@ -8,6 +8,13 @@
 -- One row per execution attempt, upserted by (execution_id, attempt). Times are UTC.
 -- An attempt's record only moves forward (ready -> running -> terminal); the upsert's
 -- WHERE clause keeps a later stage from being overwritten by an earlier one.
+--
+-- One row per entry of a workflow's append-only history (workflow_events), inserted by
+-- (workflow_uid, seq) with ON CONFLICT DO NOTHING: an entry never changes once appended,
+-- so a repeated write keeps the row already there. `data` is the whole entry; the other
+-- columns are copied out of it for querying. Not partitioned on either database: retention
+-- deletes a workflow's rows together, once every one of them is older than the retention
+-- (queries.sql: expire_workflow_events), so a history is never cut short at the front.
 
 -- name: postgresql
 -- Partitioned by day of scheduled_for: retention drops whole partitions, and each day's
@@ -37,6 +44,26 @@ CREATE TABLE attempts (
 -- "The latest attempts of this job": kubectl vigil history, the watchdog.
 CREATE INDEX attempts_job_recent ON attempts (namespace, job, scheduled_for DESC);
 
+-- Migration 0002.
+CREATE TABLE workflow_events (
+    workflow_uid TEXT                     NOT NULL,
+    seq          INTEGER                  NOT NULL,
+    namespace    TEXT                     NOT NULL,
+    workflow     TEXT                     NOT NULL,
+    event        TEXT                     NOT NULL,
+    step         TEXT,
+    attempt      INTEGER,
+    at           TIMESTAMP WITH TIME ZONE NOT NULL,
+    data         JSONB                    NOT NULL,
+    CONSTRAINT workflow_events_pkey PRIMARY KEY (workflow_uid, seq)
+);
+
+-- "This workflow's history, in order": the newest workflow of that name, then its entries.
+CREATE INDEX workflow_events_workflow ON workflow_events (namespace, workflow, seq);
+
+-- Retention: finds the old rows without reading the rest.
+CREATE INDEX workflow_events_at ON workflow_events (at);
+
 -- name: sqlite
 -- The embedded default: one file, no partitions; retention deletes old rows. SQLite has
 -- no time zone type: times are stored as UTC text ('YYYY-MM-DD HH:MM:SS.ffffff'), which
@@ -60,3 +87,21 @@ CREATE TABLE attempts (
 );
 
 CREATE INDEX attempts_job_recent ON attempts (namespace, job, scheduled_for DESC);
+
+-- Migration 0002. JSON is stored as text.
+CREATE TABLE workflow_events (
+    workflow_uid TEXT     NOT NULL,
+    seq          INTEGER  NOT NULL,
+    namespace    TEXT     NOT NULL,
+    workflow     TEXT     NOT NULL,
+    event        TEXT     NOT NULL,
+    step         TEXT,
+    attempt      INTEGER,
+    at           DATETIME NOT NULL,
+    data         JSON     NOT NULL,
+    CONSTRAINT workflow_events_pkey PRIMARY KEY (workflow_uid, seq)
+);
+
+CREATE INDEX workflow_events_workflow ON workflow_events (namespace, workflow, seq);
+
+CREATE INDEX workflow_events_at ON workflow_events (at);

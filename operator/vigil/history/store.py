@@ -1,4 +1,5 @@
-"""The history database adapter: attempts upserted by (execution id, attempt), read back by job or execution.
+"""The history database adapter: attempts upserted by (execution id, attempt), read back by job or execution;
+workflow history entries inserted by (workflow uid, seq), read back by workflow.
 
 `SqlHistory` implements `vigil.core.ports.HistorySink` on SQLite (one file, the
 embedded default) and PostgreSQL (production) with the same SQLAlchemy Core
@@ -20,6 +21,16 @@ A write never moves an attempt backwards (vigil.history.precedence): the
 upsert's WHERE clause is that rule in SQL. Every failure to reach the database
 raises `HistoryUnavailable`, so the caller (BufferedHistory) keeps the records
 and writes them later; writing them twice is harmless.
+
+Workflow history (`write_workflow_events`, `workflow_events`) is the
+`WorkflowHistorySink`: an append-only log, so a write is an insert that keeps
+the row already there (ON CONFLICT DO NOTHING) and needs no precedence rule.
+Its statements are the named queries in queries.sql, on both databases; the
+table is not partitioned, and retention deletes a workflow's rows together once
+all of them are older than the cutoff, so a history read back is never missing
+its beginning. A workflow's name can be reused (deleted, created again): reads
+by name return the newest incarnation — the uid with the latest entry — unless
+a uid is given.
 """
 
 from __future__ import annotations
@@ -27,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
@@ -40,7 +51,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 
-from vigil.core.history import AttemptRecord, AttemptState
+from vigil.core.history import AttemptRecord, AttemptState, WorkflowEventRecord
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.migrations import SCRIPT_LOCATION
 from vigil.history.precedence import STAGES, TERMINAL_STAGE, key_of, updated_at_of, winners
@@ -56,6 +67,7 @@ SQLITE_BUSY_TIMEOUT_SECONDS = 5.0  # a writer waits this long for another's lock
 NO_PARTITION_SQLSTATE = "23514"  # "no partition of relation found for row": a day dropped under us
 PARTITION_PREFIX = "attempts_"
 PARTITION_NAME = re.compile(r"^attempts_(\d{8})$")
+WORKFLOW_EVENTS_BATCH = 500  # entries per insert transaction: ~20-30 ms on either database here
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -99,6 +111,24 @@ attempts = sa.Table(
     sa.Column("error", sa.Text, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
 )
+# Workflow history entries as the named queries see them; the DDL is migration 0002's.
+# `data` is JSON as text on SQLite, JSONB on PostgreSQL (the migration's type, so casts match).
+JsonData = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+
+workflow_events = sa.Table(
+    "workflow_events",
+    metadata,
+    sa.Column("workflow_uid", sa.Text, primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("workflow", sa.Text, nullable=False),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("step", sa.Text),
+    sa.Column("attempt", sa.Integer),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Column("data", JsonData, nullable=False),
+)
+
 UPDATED_BY_UPSERT = [
     c.name for c in attempts.columns if not c.primary_key and c.name != "scheduled_for"
 ]
@@ -118,6 +148,17 @@ def load_blocks(text: str) -> dict[str, str]:
 
 
 QUERIES = load_blocks(QUERIES_FILE.read_text(encoding="utf-8"))
+
+# The workflow_events named queries, their binds and result columns typed as the table's.
+WORKFLOW_EVENT_TYPES: dict[str, sa.types.TypeEngine[Any]] = {"at": UtcDateTime(), "data": JsonData}
+INSERT_WORKFLOW_EVENT = sa.text(QUERIES["insert_workflow_event"]).bindparams(
+    *(sa.bindparam(name, type_=type_) for name, type_ in WORKFLOW_EVENT_TYPES.items())
+)
+LATEST_WORKFLOW_EVENTS = sa.text(QUERIES["latest_workflow_events"]).columns(**WORKFLOW_EVENT_TYPES)
+WORKFLOW_EVENTS_OF_UID = sa.text(QUERIES["workflow_events_of_uid"]).columns(**WORKFLOW_EVENT_TYPES)
+EXPIRE_WORKFLOW_EVENTS = sa.text(QUERIES["expire_workflow_events"]).bindparams(
+    sa.bindparam("cutoff", type_=UtcDateTime())
+)
 
 
 def normalise_url(dsn: str) -> URL:
@@ -242,13 +283,32 @@ def _record(row: sa.RowMapping) -> AttemptRecord:
     return AttemptRecord(**{**fields, "state": AttemptState(row["state"])})
 
 
+def _workflow_event_row(record: WorkflowEventRecord) -> dict[str, Any]:
+    if record.at.tzinfo is None:
+        raise ValueError(
+            f"at of workflow event {record.workflow_uid}#{record.seq} is naive: "
+            "history times must be timezone-aware"
+        )
+    if record.seq < 0:
+        raise ValueError(f"seq of workflow event {record.workflow_uid} is negative: {record.seq}")
+    row = {c.name: getattr(record, c.name) for c in workflow_events.columns}
+    return {**row, "data": dict(record.data)}
+
+
+def _batches(rows: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
 @dataclass(frozen=True)
 class Expiry:
-    """What one retention pass removed: rows scheduled before `cutoff`."""
+    """What one retention pass removed: rows scheduled before `cutoff`, and workflows whose
+    every history entry is before it."""
 
     cutoff: datetime
     partitions_dropped: list[str]  # PostgreSQL
     rows_deleted: int  # SQLite
+    workflow_events_deleted: int  # both
 
 
 class SqlHistory:
@@ -322,26 +382,54 @@ class SqlHistory:
                 connection.exec_driver_sql(statement)
         self._known_partitions.update(missing)
 
+    def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
+        """Insert workflow history entries by (workflow uid, seq), keeping rows already there.
+
+        Batches of WORKFLOW_EVENTS_BATCH, one transaction each: after a failure some
+        batches may be in, and writing all the records again is harmless.
+        Raises HistoryUnavailable if the database is unreachable.
+        """
+        rows = [_workflow_event_row(record) for record in records]
+        with unavailable_on_outage():
+            for batch in _batches(rows, WORKFLOW_EVENTS_BATCH):
+                with self.engine.begin() as connection:
+                    connection.execute(INSERT_WORKFLOW_EVENT, list(batch))
+
     # -- retention -----------------------------------------------------------------------------
 
     def drop_expired_partitions(self, now: datetime) -> Expiry:
         """Remove every whole UTC day older than `retention_days` before `now`.
 
-        PostgreSQL drops those days' partitions; SQLite deletes their rows.
+        PostgreSQL drops those days' partitions of attempts; SQLite deletes their rows.
+        On both, a workflow's history rows are deleted once all of them are that old.
         """
         cutoff = expiry_cutoff(now, retention_days=self.retention_days)
-        with unavailable_on_outage(), self.engine.begin() as connection:
-            if not self.partitioned:
-                deleted = connection.execute(
-                    sa.delete(attempts).where(attempts.c.scheduled_for < cutoff)
-                )
-                return Expiry(cutoff=cutoff, partitions_dropped=[], rows_deleted=deleted.rowcount)
-            dropped = self._drop_partitions_before(connection, cutoff.date())
+        dropped: list[str] = []
+        deleted = 0
+        with unavailable_on_outage():
+            with self.engine.begin() as connection:
+                if self.partitioned:
+                    dropped = self._drop_partitions_before(connection, cutoff.date())
+                else:
+                    deleted = connection.execute(
+                        sa.delete(attempts).where(attempts.c.scheduled_for < cutoff)
+                    ).rowcount
+            # Its own transaction, after the one holding the DDL lock: row locks are never
+            # held while waiting for that lock.
+            with self.engine.begin() as connection:
+                events = connection.execute(EXPIRE_WORKFLOW_EVENTS, {"cutoff": cutoff}).rowcount
         if dropped:
             log.info(
                 "history retention dropped %d partitions: %s", len(dropped), ", ".join(dropped)
             )
-        return Expiry(cutoff=cutoff, partitions_dropped=dropped, rows_deleted=0)
+        if events:
+            log.info("history retention deleted %d workflow history entries", events)
+        return Expiry(
+            cutoff=cutoff,
+            partitions_dropped=dropped,
+            rows_deleted=deleted,
+            workflow_events_deleted=events,
+        )
 
     def _drop_partitions_before(self, connection: Connection, cutoff: date) -> list[str]:
         connection.exec_driver_sql(QUERIES["lock_ddl"])
@@ -384,6 +472,23 @@ class SqlHistory:
             .order_by(attempts.c.attempt)
         )
         return self._records(query)
+
+    def workflow_events(
+        self, namespace: str, workflow: str, *, uid: str | None = None
+    ) -> list[WorkflowEventRecord]:
+        """A workflow's history entries in order (by seq).
+
+        Without `uid`, those of the newest workflow of that name: the uid with the latest
+        entry (`at`), should the name have been deleted and used again.
+        """
+        where = {"namespace": namespace, "workflow": workflow}
+        if uid is None:
+            query, params = LATEST_WORKFLOW_EVENTS, where
+        else:
+            query, params = WORKFLOW_EVENTS_OF_UID, {**where, "workflow_uid": uid}
+        with unavailable_on_outage(), self.engine.connect() as connection:
+            rows = connection.execute(query, params).mappings()
+            return [WorkflowEventRecord(**{str(k): v for k, v in row.items()}) for row in rows]
 
     def _records(self, query: sa.Select[Any]) -> list[AttemptRecord]:
         with unavailable_on_outage(), self.engine.connect() as connection:
