@@ -8,6 +8,8 @@ composition root hands them to the recording helpers here.
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from vigil.core.trigger import TickReport
@@ -165,3 +167,29 @@ def replace_gauge(gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
     for labels, value in values.items():
         gauge.labels(*labels).set(value)
     _PUBLISHED[id(gauge)] = set(values)
+
+# --- workflows --------------------------------------------------------------------------------
+
+WORKFLOW_EVENTS = Counter(
+    "vigil_workflow_events_total",
+    "Workflow history entries recorded (label event: StepStarted, StepFailed, Escalated, "
+    "WorkflowSucceeded, ... — inputs and decisions alike).",
+    ["event"],
+    registry=REGISTRY,
+)
+WORKFLOW_STEPS_STUCK = Gauge(
+    "vigil_workflow_steps_stuck",
+    "Steps running past their expectedDuration (labels namespace, workflow).",
+    ["namespace", "workflow"],
+    registry=REGISTRY,
+)
+
+
+def record_workflow_pass(*, namespace: str, workflow: str, events: list[str], stuck: int) -> None:
+    for event in events:
+        WORKFLOW_EVENTS.labels(event=event).inc()
+    if stuck:
+        WORKFLOW_STEPS_STUCK.labels(namespace=namespace, workflow=workflow).set(stuck)
+    else:
+        with contextlib.suppress(KeyError):
+            WORKFLOW_STEPS_STUCK.remove(namespace, workflow)

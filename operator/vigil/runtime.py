@@ -25,12 +25,12 @@ from prometheus_client import start_http_server
 from vigil import logs, metrics
 from vigil.core.dispatch import Capacity
 from vigil.core.executions import Execution
-from vigil.core.history import AttemptRecord
+from vigil.core.history import AttemptRecord, WorkflowEventRecord
 from vigil.core.ports import Clock
 from vigil.core.trigger import Trigger
 from vigil.history.store import SqlHistory
 from vigil.httpapi import ApiServer
-from vigil.kube import handlers
+from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.dispatcher import Dispatcher, DispatchReport
 from vigil.kube.events import EventRecorder
@@ -43,6 +43,7 @@ from vigil.kube.ledger import KubeLedger
 from vigil.kube.results import JobResults
 from vigil.kube.watchdog import Assessed, Watchdog
 from vigil.kube.watchfacts import FactGatherer
+from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
 from vigil.model.durations import parse_duration
 from vigil.settings import Settings
 
@@ -138,6 +139,9 @@ class MigratingHistory:
 
     def write(self, records: list[AttemptRecord]) -> None:
         self.history.write(records)
+
+    def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
+        self.history.write_workflow_events(records)
 
 
 def _every(stop: threading.Event, interval: float, what: str, step: Any) -> None:
@@ -242,6 +246,15 @@ def _record_dispatch(report: DispatchReport) -> None:
         metrics.OLDEST_READY_AGE.labels(priority=priority).set(age)
 
 
+def _record_workflow_pass(done: Pass) -> None:
+    metrics.record_workflow_pass(
+        namespace=done.namespace,
+        workflow=done.name,
+        events=[str(record.event) for record in done.records],
+        stuck=len(done.stuck),
+    )
+
+
 def _lost() -> None:
     log.error("leadership lost: exiting so that no stale leader acts")
     logging.shutdown()
@@ -317,11 +330,21 @@ def run(settings: Settings) -> int:
         workers=settings.trigger.workers,
     )
     flusher = HistoryFlusher(store=executions, sink=history)
+    engine = WorkflowEngine(
+        WorkflowApi(api),
+        clock=clock,
+        events=events,
+        history=history,
+        workers=settings.workflows.workers,
+        rescan_seconds=settings.workflows.rescan_seconds,
+        on_pass=_record_workflow_pass,
+    )
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
         ("trigger", lambda: _trigger_loop(trigger, settings, stop)),
         ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=_record_dispatch)),
         ("history", lambda: _every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
+        ("workflows", lambda: engine.run(stop)),
         ("retention", lambda: _every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
     ]
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
@@ -351,7 +374,7 @@ def run(settings: Settings) -> int:
                 registry=registry,
                 clusterwide=True,
                 standalone=True,
-                memo=kopf.Memo(wiring=wiring),
+                memo=kopf.Memo(wiring=wiring, workflows=engine),
             )
         )
     finally:

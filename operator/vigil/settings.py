@@ -62,6 +62,18 @@ class Dispatch(_Section):
     per_namespace_max: int = Field(50, ge=1, description="Running executions per namespace.")
 
 
+class Workflows(_Section):
+    workers: int = Field(
+        4, ge=1, le=64, description="Workflows advanced at once (never two passes on one workflow)."
+    )
+    rescan_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds between scans for unfinished workflows: the safety net behind watches "
+        "and timers, and how a new leader resumes every in-flight workflow.",
+    )
+
+
 class History(_Section):
     dsn: str = Field(
         "sqlite:////var/lib/vigil/history.db", description="SQLAlchemy URL of the history database."
@@ -109,6 +121,7 @@ class Settings(_Section):
     leader_election: LeaderElection = LeaderElection()
     trigger: Trigger = Trigger()
     dispatch: Dispatch = Dispatch()
+    workflows: Workflows = Workflows()
     history: History = History()
     watchdog: Watchdog = Watchdog()
     audit: Audit = Audit()

@@ -1,0 +1,89 @@
+"""kopf handlers for workflows: they only queue work for the engine, or report bad input.
+
+Workflow changes and changes of workflow step pods queue the workflow for a pass
+of :class:`vigil.kube.workflows.WorkflowEngine`; the engine does everything
+else. Event handlers, not change handlers: kopf then keeps no annotation of its
+own on the objects, so the engine's conditional status writes race nothing.
+
+A WorkflowDefinition is checked when it changes for what its schema cannot say
+(unknown dependencies, cycles): an ``Invalid`` condition and a Warning Event
+name the problem, and workflows that reference the broken version are refused
+when they start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from vigil.core.conditions import set_condition
+from vigil.kube.events import WARNING
+from vigil.kube.pods import LABEL_MANAGED
+from vigil.kube.workflowpods import LABEL_WORKFLOW, MANAGED_BY_WORKFLOWS
+from vigil.kube.workflows import DEFINITIONS, PLURAL
+from vigil.model import GROUP, VERSION
+from vigil.model.workflow import WorkflowDefinitionSpec
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+def workflow_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    if type != "DELETED":
+        memo.workflows.notify(body["metadata"]["namespace"], body["metadata"]["name"])
+
+
+@kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED: MANAGED_BY_WORKFLOWS, LABEL_WORKFLOW: kopf.PRESENT})
+def workflow_pod_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
+    for owner in body["metadata"].get("ownerReferences") or []:
+        if owner.get("kind") == "Workflow":
+            memo.workflows.notify(body["metadata"]["namespace"], owner["name"])
+
+
+def definition_problem(spec: Mapping[str, Any]) -> str | None:
+    """What is wrong with a WorkflowDefinition's spec, naming the field; None when valid."""
+    try:
+        WorkflowDefinitionSpec.model_validate(spec)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"spec.{where}: {first['msg']}" if where else f"spec: {first['msg']}"
+    return None
+
+
+@kopf.on.event(GROUP, VERSION, DEFINITIONS)
+def definition_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
+    if type == "DELETED":
+        return
+    meta, status = body["metadata"], body.get("status") or {}
+    generation = int(meta.get("generation") or 0)
+    if status.get("observedGeneration") == generation:
+        return
+    problem = definition_problem(body.get("spec") or {})
+    now: datetime = memo.wiring.clock.now()
+    conditions = set_condition(
+        status.get("conditions") or [],
+        type_="Invalid",
+        status=problem is not None,
+        reason="InvalidSpec" if problem else "Valid",
+        message=problem or "",
+        generation=generation,
+        now=now,
+    )
+    patch = {
+        "metadata": {"resourceVersion": meta["resourceVersion"]},
+        "status": {"conditions": conditions, "observedGeneration": generation},
+    }
+    try:
+        memo.workflows.api.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], DEFINITIONS, meta["name"], patch
+        )
+    except ApiException as err:
+        if err.status in (404, 409):
+            return  # gone, or changed: the next event checks again
+        raise
+    if problem:
+        memo.wiring.events.emit(dict(body), type_=WARNING, reason="InvalidSpec", message=problem)

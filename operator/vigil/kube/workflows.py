@@ -1,0 +1,666 @@
+"""The workflow engine: record inputs, decide, write status, then act.
+
+One pass over a Workflow (``reconcile``):
+
+1. Read it. A workflow without a pinned definition is started: the inline
+   steps or the referenced WorkflowDefinition version are copied into status.
+2. Fold ``status.history`` into state. Gather the inputs that are new — users'
+   requests in ``spec.requests`` not yet recorded, results of the step pods the
+   state wants, timers whose time has come — and record each with the
+   decisions it leads to (:func:`vigil.core.orchestrator.record_input`).
+3. Write the status with the resourceVersion it was read at: a concurrent
+   writer makes this a 409 and the pass starts again from the top, so two
+   passes can never both record a decision.
+4. Only then act: create the pods the state wants (a pod that exists is
+   adopted: its name derives from the step's execution id and the attempt),
+   delete running pods the state no longer wants, post Events.
+
+Everything an action depends on is in the written status, so a crash at any
+point is repaired by the next pass — in this process or a new one. Passes are
+level-triggered: pod and Workflow changes queue the workflow, timers queue it
+at their recorded time, and a periodic rescan queues every unfinished one (that
+is also how a fresh operator resumes all in-flight workflows).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.conditions import set_condition
+from vigil.core.history import WorkflowEventRecord
+from vigil.core.ids import ExecutionId, pod_name
+from vigil.core.orchestrator import (
+    WantedPod,
+    current,
+    inputs_for,
+    next_wakeup,
+    progress,
+    record_input,
+    stuck_steps,
+    timers,
+    wanted_pods,
+)
+from vigil.core.ports import Clock, HistoryUnavailable, WorkflowHistorySink
+from vigil.core.timeparse import format_rfc3339
+from vigil.core.workflow import (
+    Definition,
+    Event,
+    Record,
+    WorkflowState,
+    fold,
+    parse_output,
+    records_from_data,
+)
+from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.workflowpods import LABEL_WORKFLOW_UID, pod_result, workflow_pod
+from vigil.model import GROUP, VERSION
+from vigil.workflowspec import (
+    InvalidWorkflow,
+    definition_of,
+    parse_workflow_spec,
+    pin,
+    step_templates,
+)
+
+log = logging.getLogger(__name__)
+
+PLURAL = "workflows"
+DEFINITIONS = "workflowdefinitions"
+CONFLICT_TRIES = 8  # concurrent status writers tolerated in one pass
+INPUT_ROUNDS = 10  # new inputs gathered per pass before writing (results can make timers due)
+RETRY_AFTER_ERROR = timedelta(seconds=5)
+CONDITION_INVALID = "Invalid"
+CONDITION_STUCK = "Stuck"
+FINISHED_PHASES = ("Succeeded", "Failed", "Compensated", "Cancelled")
+
+#: Decisions and inputs that deserve an Event: (type, reason).
+EVENTS: dict[Event, tuple[str, str]] = {
+    Event.STEP_FAILED: (WARNING, "StepFailed"),
+    Event.STEP_SKIPPED: (NORMAL, "StepSkipped"),
+    Event.ESCALATED: (WARNING, "ApprovalEscalated"),
+    Event.REQUEST_REFUSED: (WARNING, "RequestRefused"),
+    Event.APPROVED: (NORMAL, "StepApproved"),
+    Event.REJECTED: (WARNING, "StepRejected"),
+    Event.COMPLETED_MANUALLY: (NORMAL, "StepCompletedManually"),
+    Event.RETRY_REQUESTED: (NORMAL, "StepRetryRequested"),
+    Event.CANCEL_REQUESTED: (NORMAL, "CancelRequested"),
+    Event.COMPENSATION_STARTED: (NORMAL, "CompensationStarted"),
+    Event.COMPENSATION_FAILED: (WARNING, "CompensationFailed"),
+    Event.WORKFLOW_SUCCEEDED: (NORMAL, "WorkflowSucceeded"),
+    Event.WORKFLOW_FAILED: (WARNING, "WorkflowFailed"),
+    Event.WORKFLOW_COMPENSATING: (WARNING, "WorkflowCompensating"),
+    Event.WORKFLOW_COMPENSATED: (NORMAL, "WorkflowCompensated"),
+    Event.WORKFLOW_CANCELLED: (NORMAL, "WorkflowCancelled"),
+}
+
+REQUEST_EVENTS = {
+    "approve": Event.APPROVED,
+    "reject": Event.REJECTED,
+    "retry": Event.RETRY_REQUESTED,
+    "complete": Event.COMPLETED_MANUALLY,
+    "cancel": Event.CANCEL_REQUESTED,
+}
+
+Key = tuple[str, str]
+
+
+class Conflict(Exception):
+    """The workflow changed since it was read; the pass starts again."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """What one pass recorded (for metrics and tests)."""
+
+    namespace: str
+    name: str
+    records: tuple[Record, ...]
+    stuck: tuple[str, ...]
+    phase: str
+
+
+class WorkflowApi:
+    """The Kubernetes calls the engine makes."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj
+
+    def definition(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, DEFINITIONS, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj
+
+    def list_all(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)[
+            "items"
+        ]
+        return items
+
+    def write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> None:
+        """Replace the status, conditional on the resourceVersion ``obj`` was read at."""
+        meta = obj["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
+            )
+        except ApiException as err:
+            if err.status in (404, 409):
+                raise Conflict(meta["name"]) from err
+            raise
+
+    def pods(self, namespace: str, uid: str) -> dict[str, dict[str, Any]]:
+        listed = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WORKFLOW_UID}={uid}")
+        found: dict[str, dict[str, Any]] = {}
+        for pod in listed.items:
+            data: dict[str, Any] = self.core.api_client.sanitize_for_serialization(pod)
+            found[data["metadata"]["name"]] = data
+        return found
+
+    def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
+        try:
+            self.core.create_namespaced_pod(namespace, body)
+        except ApiException as err:
+            if err.status != 409:  # AlreadyExists: adopted
+                raise
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+class WorkflowEngine:
+    """Runs every workflow's passes: a few worker threads, never two on one workflow at once."""
+
+    def __init__(
+        self,
+        api: WorkflowApi,
+        *,
+        clock: Clock,
+        events: EventRecorder | None,
+        history: WorkflowHistorySink | None = None,
+        workers: int = 4,
+        rescan_seconds: float = 30.0,
+        on_pass: Callable[[Pass], None] | None = None,
+    ) -> None:
+        self.api = api
+        self._clock = clock
+        self._events = events
+        self._history = history
+        self._workers = workers
+        self._rescan_seconds = rescan_seconds
+        self._on_pass = on_pass
+        self._lock = threading.Condition()
+        self._ready: deque[Key] = deque()
+        self._queued: set[Key] = set()
+        self._busy: set[Key] = set()
+        self._again: set[Key] = set()
+        self._timers: list[tuple[datetime, Key]] = []
+
+    # --- queueing -----------------------------------------------------------------------------
+
+    def notify(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        with self._lock:
+            if key in self._busy:
+                self._again.add(key)
+            elif key not in self._queued:
+                self._queued.add(key)
+                self._ready.append(key)
+                self._lock.notify()
+
+    def _wake_at(self, key: Key, at: datetime) -> None:
+        with self._lock:
+            heapq.heappush(self._timers, (at, key))
+            self._lock.notify()
+
+    def _take(self, stop: threading.Event) -> Key | None:
+        with self._lock:
+            while not stop.is_set():
+                now = self._clock.now()
+                while self._timers and self._timers[0][0] <= now:
+                    _, key = heapq.heappop(self._timers)
+                    if key not in self._queued:
+                        self._queued.add(key)
+                        self._ready.append(key)
+                for _ in range(len(self._ready)):
+                    key = self._ready.popleft()
+                    if key in self._busy:
+                        self._again.add(key)
+                        self._queued.discard(key)
+                        continue
+                    self._queued.discard(key)
+                    self._busy.add(key)
+                    return key
+                wait = 0.5
+                if self._timers:
+                    wait = min(wait, max(0.01, (self._timers[0][0] - now).total_seconds()))
+                self._lock.wait(wait)
+        return None
+
+    def _release(self, key: Key) -> None:
+        with self._lock:
+            self._busy.discard(key)
+            if key in self._again:
+                self._again.discard(key)
+                if key not in self._queued:
+                    self._queued.add(key)
+                    self._ready.append(key)
+                    self._lock.notify()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._ready and not self._busy
+
+    def rescan(self) -> int:
+        """Queue every workflow that is unfinished or not yet mirrored; the count queued."""
+        queued = 0
+        for obj in self.api.list_all():
+            status = obj.get("status") or {}
+            unfinished = status.get("phase") not in FINISHED_PHASES
+            unmirrored = self._history is not None and int(status.get("historyMirrored") or 0) < len(
+                status.get("history") or []
+            )
+            if unfinished or unmirrored:
+                meta = obj["metadata"]
+                self.notify(meta["namespace"], meta["name"])
+                queued += 1
+        return queued
+
+    def run(self, stop: threading.Event) -> None:
+        threads = [
+            threading.Thread(target=self._work, args=(stop,), name=f"workflows-{n}", daemon=True)
+            for n in range(self._workers)
+        ]
+        for thread in threads:
+            thread.start()
+        while not stop.is_set():
+            try:
+                self.rescan()
+            except Exception:
+                log.exception("workflow rescan failed")
+            stop.wait(self._rescan_seconds)
+
+    def _work(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            key = self._take(stop)
+            if key is None:
+                return
+            wake: datetime | None
+            try:
+                wake = self.reconcile(*key)
+            except Exception:
+                log.exception("workflow %s/%s: pass failed; retrying", *key)
+                wake = self._clock.now() + RETRY_AFTER_ERROR
+            finally:
+                self._release(key)
+            if wake is not None:
+                self._wake_at(key, wake)
+
+    # --- one pass -----------------------------------------------------------------------------
+
+    def reconcile(self, namespace: str, name: str) -> datetime | None:
+        """One pass; the time the workflow next needs one (a timer), if any."""
+        for _ in range(CONFLICT_TRIES):
+            obj = self.api.get(namespace, name)
+            if obj is None:
+                return None
+            try:
+                return self._pass(obj)
+            except Conflict:
+                continue
+        log.warning("workflow %s/%s: status kept changing; next pass later", namespace, name)
+        return self._clock.now() + RETRY_AFTER_ERROR
+
+    def submit(self, namespace: str, name: str, record: Record) -> list[Record]:
+        """Record an input that arrived from outside (an approval callback) and what it led to.
+
+        Returns the records appended (the input first), once they are in the API server;
+        raises LookupError when the workflow or its definition is not there.
+        """
+        for _ in range(CONFLICT_TRIES):
+            obj = self.api.get(namespace, name)
+            status = (obj or {}).get("status") or {}
+            if obj is None or not status.get("definition"):
+                raise LookupError(f"workflow {namespace}/{name} not found or not started")
+            definition = definition_of(status["definition"], uid=obj["metadata"]["uid"])
+            history = records_from_data(status.get("history") or [])
+            state = fold(definition, history)
+            added = record_input(definition, state, record)
+            new_status = self._status(
+                obj,
+                definition,
+                state,
+                [*history, *added],
+                int(status.get("historyMirrored") or 0),
+                (),
+                record.at,
+            )
+            try:
+                self.api.write_status(obj, new_status)
+            except Conflict:
+                continue
+            self._announce(obj, added, (), status)
+            self.notify(namespace, name)  # the pass acts on it
+            return added
+        raise RuntimeError(f"workflow {namespace}/{name} kept changing; try again")
+
+    def _pass(self, obj: dict[str, Any]) -> datetime | None:
+        status = obj.get("status") or {}
+        now = self._clock.now()
+        if not status.get("definition"):
+            return self._start(obj, now)
+        uid = obj["metadata"]["uid"]
+        pinned = status["definition"]
+        definition = definition_of(pinned, uid=uid)
+        history = records_from_data(status.get("history") or [])
+        state = fold(definition, history)
+        pods = self.api.pods(obj["metadata"]["namespace"], uid)
+        new = self._record_inputs(obj, definition, state, pods, now)
+        stuck = tuple(stuck_steps(definition, state, now=now))
+        mirrored = self._mirror(obj, history, int(status.get("historyMirrored") or 0))
+        new_status = self._status(obj, definition, state, [*history, *new], mirrored, stuck, now)
+        if new_status != status:
+            self.api.write_status(obj, new_status)
+        self._act(obj, pinned, definition, state, pods)
+        self._announce(obj, new, stuck, status)
+        if self._on_pass is not None:
+            self._on_pass(
+                Pass(obj["metadata"]["namespace"], obj["metadata"]["name"], tuple(new), stuck, str(state.phase))
+            )
+        return self._next_pass(definition, state, now)
+
+    def _next_pass(self, definition: Definition, state: WorkflowState, now: datetime) -> datetime | None:
+        wakes = [at for at in (next_wakeup(state),) if at is not None]
+        for step in definition.steps:
+            folded = state.steps[step.id]
+            if step.expected_duration and folded.attempt_started_at and folded.phase == "Running":
+                due = folded.attempt_started_at + step.expected_duration
+                if due > now:
+                    wakes.append(due + timedelta(seconds=1))
+        return min(wakes) if wakes else None
+
+    def _start(self, obj: dict[str, Any], now: datetime) -> datetime | None:
+        meta = obj["metadata"]
+        status = obj.get("status") or {}
+        try:
+            spec = parse_workflow_spec(obj.get("spec") or {})
+            referenced = None
+            if spec.definition_ref is not None:
+                referenced = self.api.definition(meta["namespace"], spec.definition_ref.name)
+            pinned = pin(spec, definition=referenced)
+            pinned["parameters"] = dict(spec.parameters)
+            definition = definition_of(pinned, uid=meta["uid"])
+        except (InvalidWorkflow, ValueError) as error:
+            return self._invalid(obj, status, error, now)
+        state = fold(definition, [])
+        records = record_input(definition, state, Record(Event.WORKFLOW_STARTED, now))
+        conditions = set_condition(
+            status.get("conditions") or [],
+            type_=CONDITION_INVALID,
+            status=False,
+            reason="Valid",
+            message="",
+            generation=meta.get("generation", 0),
+            now=now,
+        )
+        new_status = self._status(obj, definition, state, records, 0, (), now)
+        new_status["conditions"] = conditions
+        new_status["definition"] = pinned
+        self.api.write_status(obj, new_status)
+        self._act(obj, pinned, definition, state, {})
+        self._announce(obj, records, (), status)
+        return next_wakeup(state)
+
+    def _invalid(
+        self, obj: dict[str, Any], status: Mapping[str, Any], error: Exception, now: datetime
+    ) -> datetime | None:
+        meta = obj["metadata"]
+        message = str(error)
+        conditions = set_condition(
+            status.get("conditions") or [],
+            type_=CONDITION_INVALID,
+            status=True,
+            reason="InvalidSpec",
+            message=message,
+            generation=meta.get("generation", 0),
+            now=now,
+        )
+        before = [c for c in status.get("conditions") or [] if c.get("type") == CONDITION_INVALID]
+        if before and before[0].get("status") == "True" and before[0].get("message") == message:
+            return now + timedelta(seconds=30)  # already reported; a missing definition may appear
+        self.api.write_status(
+            obj,
+            {**status, "phase": "Pending", "conditions": conditions, "observedGeneration": meta.get("generation")},
+        )
+        if self._events is not None:
+            self._events.emit(obj, type_=WARNING, reason="InvalidSpec", message=message)
+        return now + timedelta(seconds=30)
+
+    def _record_inputs(
+        self,
+        obj: Mapping[str, Any],
+        definition: Definition,
+        state: WorkflowState,
+        pods: Mapping[str, Mapping[str, Any]],
+        now: datetime,
+    ) -> list[Record]:
+        new: list[Record] = []
+        for request in (obj.get("spec") or {}).get("requests") or []:
+            if request.get("id") not in state.requests:
+                new += record_input(definition, state, _request_input(request, now))
+        for _ in range(INPUT_ROUNDS):
+            found = [
+                result
+                for wanted in wanted_pods(definition, state)
+                if (pod := pods.get(_pod_name(wanted))) is not None
+                and (result := pod_result(pod, wanted, now=now)) is not None
+            ]
+            found += [timer.record(now=now) for timer in timers(state) if timer.at <= now]
+            if not found:
+                break
+            for record in found:
+                new += record_input(definition, state, record)
+        return new
+
+    def _mirror(self, obj: Mapping[str, Any], history: Sequence[Record], mirrored: int) -> int:
+        """Write the recorded-but-unmirrored history to the database; the new mirrored count."""
+        if self._history is None or mirrored >= len(history):
+            return mirrored
+        meta = obj["metadata"]
+        rows = [
+            WorkflowEventRecord(
+                namespace=meta["namespace"],
+                workflow=meta["name"],
+                workflow_uid=meta["uid"],
+                seq=seq,
+                event=str(record.event),
+                step=record.step,
+                attempt=record.attempt,
+                at=record.at,
+                data=record.to_data(),
+            )
+            for seq, record in enumerate(history[mirrored:], start=mirrored)
+        ]
+        try:
+            self._history.write_workflow_events(rows)
+        except HistoryUnavailable:
+            return mirrored  # kept in status; written on a later pass
+        return len(history)
+
+    def _status(
+        self,
+        obj: Mapping[str, Any],
+        definition: Definition,
+        state: WorkflowState,
+        history: Sequence[Record],
+        mirrored: int,
+        stuck: Sequence[str],
+        now: datetime,
+    ) -> dict[str, Any]:
+        meta = obj["metadata"]
+        status = dict(obj.get("status") or {})
+        conditions = set_condition(
+            status.get("conditions") or [],
+            type_=CONDITION_STUCK,
+            status=bool(stuck),
+            reason="PastExpectedDuration" if stuck else "OnTime",
+            message=f"running past expectedDuration: {', '.join(stuck)}" if stuck else "",
+            generation=meta.get("generation", 0),
+            now=now,
+        )
+        status.update(
+            {
+                "observedGeneration": meta.get("generation"),
+                "phase": str(state.phase),
+                "history": [record.to_data() for record in history],
+                "historyMirrored": mirrored,
+                "steps": {step_id: _step_summary(folded) for step_id, folded in state.steps.items()},
+                "progress": progress(definition, state),
+                "current": current(definition, state),
+                "conditions": conditions,
+            }
+        )
+        if state.started_at is not None:
+            status["startedAt"] = format_rfc3339(state.started_at)
+        if state.finished_at is not None:
+            status["finishedAt"] = format_rfc3339(state.finished_at)
+        else:
+            status.pop("finishedAt", None)
+        return status
+
+    def _act(
+        self,
+        obj: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+        definition: Definition,
+        state: WorkflowState,
+        pods: Mapping[str, Mapping[str, Any]],
+    ) -> None:
+        namespace = obj["metadata"]["namespace"]
+        wanted = {_pod_name(w): w for w in wanted_pods(definition, state)}
+        templates = step_templates(pinned)
+        for name, want in wanted.items():
+            if name in pods:
+                continue
+            template, compensate = templates[want.step]
+            body = workflow_pod(
+                workflow=obj,
+                wanted=want,
+                template=compensate if want.compensation else template,
+                inputs=inputs_for(definition, state, want.step),
+                parameters=pinned.get("parameters") or {},
+                output=state.steps[want.step].output,
+            )
+            self.api.create_pod(namespace, body)
+        for name, pod in pods.items():
+            finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+            if name not in wanted and not finished and not deleting:
+                self.api.delete_pod(namespace, name)
+
+    def _announce(
+        self,
+        obj: Mapping[str, Any],
+        new: Sequence[Record],
+        stuck: Sequence[str],
+        before: Mapping[str, Any],
+    ) -> None:
+        if self._events is None:
+            return
+        for record in new:
+            kind = EVENTS.get(record.event)
+            if kind is not None:
+                self._events.emit(obj, type_=kind[0], reason=kind[1], message=_describe(record))
+        was_stuck = any(
+            c.get("type") == CONDITION_STUCK and c.get("status") == "True"
+            for c in before.get("conditions") or []
+        )
+        if stuck and not was_stuck:
+            self._events.emit(
+                obj,
+                type_=WARNING,
+                reason="StepStuck",
+                message=f"running past expectedDuration: {', '.join(stuck)}",
+            )
+
+
+def _pod_name(wanted: WantedPod) -> str:
+    return pod_name(ExecutionId(wanted.execution_id), wanted.attempt)
+
+
+def _request_input(request: Mapping[str, Any], now: datetime) -> Record:
+    event = REQUEST_EVENTS[request["action"]]
+    detail: dict[str, Any] = {"request": request["id"], "by": request.get("by", "")}
+    for key in ("byGroups", "reason"):
+        if request.get(key):
+            detail[key] = request[key]
+    if event is Event.COMPLETED_MANUALLY:
+        detail["output"] = parse_output(request.get("output"))
+    return Record(event, now, step=request.get("step"), detail=detail)
+
+
+def _step_summary(folded: Any) -> dict[str, Any]:
+    summary: dict[str, Any] = {"phase": str(folded.phase), "attempts": folded.attempt}
+    for key, value in (
+        ("startedAt", folded.started_at),
+        ("finishedAt", folded.finished_at),
+        ("retryAt", folded.retry_at),
+        ("deadline", folded.deadline),
+    ):
+        if value is not None:
+            summary[key] = format_rfc3339(value)
+    if folded.reason:
+        summary["reason"] = folded.reason
+    if folded.decided_by:
+        summary["decidedBy"] = folded.decided_by
+    if folded.manual:
+        summary["manual"] = True
+    if folded.approvers:
+        summary["approvers"] = list(folded.approvers)
+        summary["level"] = folded.level
+    if folded.compensation is not None:
+        summary["compensation"] = str(folded.compensation.phase)
+    return summary
+
+
+def _describe(record: Record) -> str:
+    parts = [str(record.event)]
+    if record.step:
+        parts.append(f"step {record.step}")
+    for key in ("reason", "by", "message", "approvers"):
+        value = record.detail.get(key)
+        if value:
+            parts.append(f"{key}: {value}")
+    return "; ".join(parts)

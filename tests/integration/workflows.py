@@ -1,0 +1,120 @@
+"""Helpers for tests that run Workflows through a real operator and inspect what happened."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from tests.integration.conftest import KubeCluster
+from tests.waiting import wait_for
+
+GROUP, VERSION = "vigil.dev", "v1alpha1"
+WORKFLOWS, DEFINITIONS = "workflows", "workflowdefinitions"
+FINISHED = ("Succeeded", "Failed", "Compensated", "Cancelled")
+
+
+def pod_step(step_id: str, *deps: str, command: str = "true", **extra: Any) -> dict[str, Any]:
+    """A pod step running ``sh -c command``; ``$VIGIL_INPUTS`` and friends are in its env."""
+    step: dict[str, Any] = {
+        "id": step_id,
+        "type": "pod",
+        "template": {"spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", command]}]}},
+    }
+    if deps:
+        step["dependsOn"] = list(deps)
+    step.update(extra)
+    return step
+
+
+def emit(output: dict[str, Any], *, then: str = "") -> str:
+    """A command that writes ``output`` as its termination message (the step's output)."""
+    text = json.dumps(output).replace("'", "")
+    return f"printf '%s' '{text}' > \"$TERMINATION_MESSAGE_PATH\"" + (f"; {then}" if then else "")
+
+
+def create_workflow(cluster: KubeCluster, namespace: str, name: str, **spec: Any) -> dict[str, Any]:
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workflow", "metadata": {"name": name}, "spec": spec}
+    obj: dict[str, Any] = cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, body)
+    return obj
+
+
+def get_workflow(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
+    return obj
+
+
+def wait_phase(cluster: KubeCluster, namespace: str, name: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        obj = get_workflow(cluster, namespace, name)
+        return obj if (obj.get("status") or {}).get("phase") in phases else None
+
+    return wait_for(reached, timeout=timeout, what=f"workflow {name} in {phases}")
+
+
+def wait_step(cluster: KubeCluster, namespace: str, name: str, step: str, phase: str, *, timeout: float = 120) -> dict[str, Any]:
+    def reached() -> dict[str, Any] | None:
+        obj = get_workflow(cluster, namespace, name)
+        steps = (obj.get("status") or {}).get("steps") or {}
+        return obj if (steps.get(step) or {}).get("phase") == phase else None
+
+    return wait_for(reached, timeout=timeout, what=f"step {step} of {name} {phase}")
+
+
+def history(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list((obj.get("status") or {}).get("history") or [])
+
+
+def events_of(obj: dict[str, Any], *kinds: str) -> list[dict[str, Any]]:
+    return [entry for entry in history(obj) if entry["event"] in kinds]
+
+
+def step_pods(cluster: KubeCluster, namespace: str, name: str) -> list[Any]:
+    uid = get_workflow(cluster, namespace, name)["metadata"]["uid"]
+    return list(cluster.core.list_namespaced_pod(namespace, label_selector=f"vigil.dev/workflow-uid={uid}").items)
+
+
+def pods_per_step(cluster: KubeCluster, namespace: str, name: str, *, compensation: bool = False) -> Counter[str]:
+    flag = "true" if compensation else "false"
+    return Counter(
+        pod.metadata.labels["vigil.dev/step"]
+        for pod in step_pods(cluster, namespace, name)
+        if pod.metadata.labels.get("vigil.dev/compensation") == flag
+    )
+
+
+def env_of(pod: Any) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None}
+
+
+def append_request(api: Any, namespace: str, name: str, **item: Any) -> dict[str, Any]:
+    """Append one item to spec.requests with a JSON patch (as `kubectl vigil` does)."""
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(api)
+    obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
+    item = {"id": f"r-{uuid.uuid4().hex[:10]}", **item}
+    existing = (obj.get("spec") or {}).get("requests")
+    patch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
+        {"op": "add", "path": "/spec/requests/-", "value": item}
+        if existing is not None
+        else {"op": "add", "path": "/spec/requests", "value": [item]},
+    ]
+    result: dict[str, Any] = custom.api_client.call_api(
+        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{WORKFLOWS}/{name}",
+        "PATCH",
+        body=patch,
+        header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
+        response_type="object",
+        auth_settings=["BearerToken"],
+        _return_http_data_only=True,
+    )
+    return result
+
+
+def refused(error: ApiException) -> str:
+    return str(error.body or error.reason)
