@@ -2,7 +2,8 @@
 
 The `cluster` fixture starts etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler and the local node agent once per session (in `.cluster/test`,
-on ports apart from the demo's), installs Vigil's CRDs, and stops everything at
+on ports apart from the demo's), installs Vigil's CRDs and the workflow-requests
+ValidatingAdmissionPolicy (the chart's copy, as it is), and stops everything at
 the end. Set VIGIL_TEST_KEEP_CLUSTER=1 to leave it running between sessions
 for faster iteration; it is reused when found running.
 """
@@ -28,6 +29,8 @@ REPO = Path(__file__).resolve().parents[2]
 #: One state directory per cluster; VIGIL_TEST_CLUSTER lets parallel runs keep theirs apart.
 STATE = REPO / ".cluster" / os.environ.get("VIGIL_TEST_CLUSTER", "test")
 PORT_BASE = int(os.environ.get("VIGIL_TEST_PORT_BASE", "26000"))  # apart from the demo's 16000
+#: The workflow-requests ValidatingAdmissionPolicy and its binding: the one copy the chart renders.
+ADMISSION_POLICY = REPO / "helm" / "vigil" / "files" / "admission" / "workflow-requests.yaml"
 
 
 class KubeCluster:
@@ -88,11 +91,41 @@ def cluster() -> Iterator[KubeCluster]:
     for path in sorted((REPO / "crds").glob("*.yaml")):
         name = yaml.safe_load(path.read_text())["metadata"]["name"]
         kube.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{name}")
+    kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ADMISSION_POLICY))
+    wait_for(
+        lambda: workflow_requests_enforced(kube),
+        timeout=60,
+        what="the workflow-requests admission policy to be enforced",
+    )
     try:
         yield kube
     finally:
         if not keep:
             localcluster.down(STATE)
+
+
+def workflow_requests_enforced(kube: KubeCluster) -> bool:
+    """Whether the API server already refuses a request written in someone else's name.
+
+    A policy takes effect a moment after it is created; a server-side dry run asks without
+    writing anything.
+    """
+    probe = {
+        "apiVersion": "vigil.dev/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "admission-probe"},
+        "spec": {
+            "steps": [{"id": "wait", "type": "wait", "wait": {"duration": "1s"}}],
+            "requests": [{"id": "probe", "action": "cancel", "by": "nobody-at-all"}],
+        },
+    }
+    try:
+        kube.custom.create_namespaced_custom_object(
+            "vigil.dev", "v1alpha1", "default", "workflows", probe, dry_run="All"
+        )
+    except client.ApiException as error:
+        return error.status == 403 and "workflow-requests" in str(error.body)
+    return False
 
 
 @pytest.fixture

@@ -549,11 +549,13 @@ def test_user_roles_aggregate_and_approval_is_a_custom_verb(
     objects = render(helm)
     edit = the_one(objects, "ClusterRole", f"{RELEASE}-edit")
     view = the_one(objects, "ClusterRole", f"{RELEASE}-view")
-    approver = the_one(objects, "ClusterRole", f"{RELEASE}-approver")
+    approver = the_one(objects, "ClusterRole", f"{RELEASE}-workflow-approver")
     assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     assert ("vigil.dev", "workflowdefinitions", "create") in rules_of(edit)
-    assert rules_of(approver) == {("vigil.dev", "workflows", "approve")}
+    assert rules_of(approver) == {
+        ("vigil.dev", "workflows", verb) for verb in ("approve", "get", "list", "watch", "patch")
+    }
     assert "rbac.authorization.k8s.io/aggregate-to-edit" not in approver["metadata"]["labels"]
 
 

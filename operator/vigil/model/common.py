@@ -104,17 +104,23 @@ class CelRule:
     """One ``x-kubernetes-validations`` entry: a CEL rule and the message shown when it fails.
 
     ``field_path`` (e.g. ``".suspendReason"``) makes the API server report the error against
-    that field instead of the object holding the rule.
+    that field instead of the object holding the rule. ``message_expression`` is a CEL string
+    expression shown instead of ``message`` when it evaluates (it can name the offending item,
+    e.g. ``'version ' + string(self.version) + ...``); ``message`` stays the fallback and what
+    the reference docs print.
     """
 
     rule: str
     message: str
+    message_expression: str | None = None
     field_path: str | None = None
     reason: Literal["FieldValueInvalid", "FieldValueRequired", "FieldValueForbidden"] | None = None
 
     def as_schema(self) -> dict[str, str]:
         """The rule as the CRD writes it."""
         entry = {"rule": self.rule, "message": self.message}
+        if self.message_expression is not None:
+            entry["messageExpression"] = self.message_expression
         if self.field_path is not None:
             entry["fieldPath"] = self.field_path
         if self.reason is not None:

@@ -2,7 +2,7 @@
 
 It reads the same structural schemas that go into ``crds/``, so the reference cannot say
 something the API server does not enforce; ``crdgen --docs FILE`` writes it and a test fails
-when it drifts. Types used in several places (the pod template, the workflow spec) are
+when it drifts. Types used in several places (the pod template, the workflow template) are
 documented once and linked.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from vigil.model import GROUP, VERSION, PodTemplate, ResourceKind, WorkflowSpec
+from vigil.model import GROUP, VERSION, PodTemplate, ResourceKind, WorkflowTemplate
 from vigil.model.durations import DURATION_PATTERN
 
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
@@ -37,10 +37,10 @@ HEADER = (
 #: Types documented once, by model: their section title and anchor.
 SHARED_TYPES: tuple[tuple[type[BaseModel], str, str], ...] = (
     (PodTemplate, "Pod template", "pod-template"),
-    (WorkflowSpec, "Workflow spec", "workflow-spec"),
+    (WorkflowTemplate, "Workflow template", "workflow-template"),
 )
-#: Shared types that get a section of their own (the workflow spec has one under Workflow).
-OWN_SECTIONS = (PodTemplate,)
+#: Shared types that get a section of their own.
+OWN_SECTIONS = (PodTemplate, WorkflowTemplate)
 
 TABLE_HEAD = ("| Field | Type | Default | Description |", "|---|---|---|---|")
 

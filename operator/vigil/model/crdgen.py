@@ -76,7 +76,7 @@ KEY_ORDER = (
     VALIDATIONS,
 )
 #: Keys of one CEL rule, in the order they are written.
-RULE_KEY_ORDER = ("rule", "message", "fieldPath", "reason")
+RULE_KEY_ORDER = ("rule", "message", "messageExpression", "fieldPath", "reason")
 #: pydantic JSON Schema keys that carry nothing for the API server.
 DROPPED_KEYS = frozenset({"title", "$defs"})
 #: Keys a sibling of ``$ref``/``anyOf`` may contribute (they describe the use, not the type).

@@ -55,7 +55,7 @@ from vigil.model.common import (
     count_set,
     names_of_set_fields,
 )
-from vigil.model.workflow import WorkflowSpec
+from vigil.model.workflow import WorkflowTemplate
 
 # --------------------------------------------------------------------------------------------
 # Cron and time zones
@@ -323,9 +323,11 @@ class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
         default=None,
         description="The pod to run for each execution. One of template, workflowTemplate.",
     )
-    workflow_template: WorkflowSpec | None = Field(
+    workflow_template: WorkflowTemplate | None = Field(
         default=None,
-        description="A workflow to start for each occurrence. One of template, workflowTemplate.",
+        description="A workflow to start for each occurrence: each occurrence creates one "
+        "Workflow named from its execution id, with these steps (or this definitionRef), "
+        "onFailure and parameters. One of template, workflowTemplate.",
     )
     freshness: Freshness | None = Field(
         default=None,

@@ -6,12 +6,26 @@ shape of each step, unique ids, a pod step having a pod template — is a CEL ru
 constraint here; what it cannot — that every ``dependsOn`` names a step and that the steps form
 no cycle — is a pydantic validator, reported by the operator as an ``Invalid`` condition.
 
+``spec.requests`` is how people steer a running workflow (approve, reject, retry, complete,
+cancel): an append-only list written by ``kubectl vigil approve|reject|...``. Three layers guard
+it. The CRD makes each item immutable once written (a transition rule correlated by the item's
+``id``); the ValidatingAdmissionPolicy in ``helm/vigil/files/admission/workflow-requests.yaml``
+checks that a new item's ``by`` and ``byGroups`` are the writer's own and that approvals come
+from someone holding the ``approve`` verb; the models here check what neither can (``output``
+is JSON). :func:`added_requests` and :func:`check_requests_unchanged` are the Python twins of
+the policy's and the transition rule's view of an update.
+
+A WorkflowDefinition's versions are immutable in the one way that matters to running
+workflows: a step, once in a version, is never removed or renamed there (a transition rule;
+:func:`check_definition_update` is its twin). Adding steps or versions is fine.
+
 The status is mostly the orchestrator's data (pinned definition, history, folded step states),
 kept as free-form objects so that its format can evolve without a CRD change.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Self
@@ -20,6 +34,7 @@ from pydantic import Field, StringConstraints, field_validator, model_validator
 
 from vigil.model.common import (
     AGE_COLUMN,
+    DNS_LABEL_PATTERN,
     CelRule,
     Condition,
     ObjectName,
@@ -57,10 +72,41 @@ StepId = Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN, max_length=ST
 #: An approver: a user or group name as the approval API sees it, e.g. ``user:alice``.
 Approver = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 
+#: Most requests one workflow may hold. Bounds the object's size (a request's output may be
+#: 32 KiB) and the CEL cost of the immutability rule and the admission policy.
+REQUESTS_MAX_ITEMS = 500
+#: Longest request id; ids are DNS labels, so a CLI can derive them from names and time.
+REQUEST_ID_MAX_LENGTH = 63
+#: Longest user or group name in a request (Kubernetes user names are at most this long in
+#: practice: a service account's is ``system:serviceaccount:<ns>:<name>``).
+REQUEST_USER_MAX_LENGTH = 253
+#: Most groups one request may claim.
+REQUEST_GROUPS_MAX_ITEMS = 50
+#: Longest reason text.
+REQUEST_REASON_MAX_LENGTH = 1024
+#: Longest ``output`` (JSON text) of a complete request.
+REQUEST_OUTPUT_MAX_LENGTH = 32768
+
 MESSAGE_STEPS_OR_DEFINITION = "exactly one of steps or definitionRef must be set"
 MESSAGE_WAIT_DURATION_OR_UNTIL = "exactly one of duration or until must be set"
 MESSAGE_SELF_DEPENDENCY = "a step cannot depend on itself"
 MESSAGE_ESCALATE_NEEDS_APPROVAL = "onTimeout escalate and approve apply only to approval steps"
+MESSAGE_REQUEST_NEEDS_STEP = "step is required unless action is cancel"
+MESSAGE_OUTPUT_ONLY_ON_COMPLETE = "output is allowed only with action complete"
+_IMMUTABLE_REASON = "cannot be changed once written; append a new request (with a new id) instead"
+MESSAGE_REQUEST_IMMUTABLE = f"a request {_IMMUTABLE_REASON}"
+MESSAGE_DEFINITION_STEPS_KEPT = "steps cannot be removed or renamed; add a new version"
+
+# What the workflow-requests ValidatingAdmissionPolicy says (the policy file carries the same
+# words, and a test holds them together): the CLI can recognise a refusal by them.
+#: ``by`` of a new request is not the writer's user name.
+MESSAGE_BY_IS_WRITER = "must be the user name of whoever writes the request"
+#: A ``byGroups`` entry of a new request is not one of the writer's groups.
+MESSAGE_GROUPS_OF_WRITER = "must be a group of whoever writes the request"
+#: A new approve or reject request from someone without the ``approve`` verb.
+MESSAGE_APPROVE_VERB = (
+    "approving or rejecting a step needs the 'approve' verb on workflows.vigil.dev"
+)
 
 
 class StepType(StrEnum):
@@ -324,8 +370,152 @@ _WORKFLOW_RULES = cel_rules(
 )
 
 
-class WorkflowSpec(SpecModel, json_schema_extra=_WORKFLOW_RULES):
-    """A DAG of steps to run once, given inline (steps) or by reference (definitionRef). The
+class RequestAction(StrEnum):
+    """What a request asks of the workflow."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    RETRY = "retry"
+    COMPLETE = "complete"
+    CANCEL = "cancel"
+
+
+#: The actions that decide an approval step: they need the ``approve`` verb on the workflow.
+APPROVAL_ACTIONS = frozenset({RequestAction.APPROVE, RequestAction.REJECT})
+
+RequestId = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=REQUEST_ID_MAX_LENGTH, pattern=DNS_LABEL_PATTERN),
+]
+UserName = Annotated[str, StringConstraints(min_length=1, max_length=REQUEST_USER_MAX_LENGTH)]
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def check_json_text(text: str) -> str:
+    """Raise ValueError unless ``text`` is one JSON value (object, array, string, number, ...).
+
+    Strict JSON: Python's extensions ``NaN`` and ``Infinity`` are refused too.
+    """
+    try:
+        json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as error:
+        raise ValueError(f"not valid JSON: {error}") from None
+    return text
+
+
+_REQUEST_RULES = cel_rules(
+    CelRule(
+        rule="self.action == 'cancel' || has(self.step)",
+        message=MESSAGE_REQUEST_NEEDS_STEP,
+        field_path=".step",
+        reason="FieldValueRequired",
+    ),
+    CelRule(
+        rule="!has(self.output) || self.action == 'complete'",
+        message=MESSAGE_OUTPUT_ONLY_ON_COMPLETE,
+        field_path=".output",
+        reason="FieldValueForbidden",
+    ),
+    CelRule(
+        rule="self == oldSelf",
+        message=MESSAGE_REQUEST_IMMUTABLE,
+        message_expression=f"'request ' + self.id + ' {_IMMUTABLE_REASON}'",
+    ),
+)
+
+
+class WorkflowRequest(SpecModel, json_schema_extra=_REQUEST_RULES):
+    """One lever pulled by a person: approve or reject an approval step, retry a failed step,
+    complete a step by hand, or cancel. Written by `kubectl vigil` (approve, reject, retry,
+    complete, cancel); immutable once written. Admission checks that `by` and `byGroups` are
+    the writer's own and that approve and reject come from a user with the `approve` verb on
+    the workflow."""
+
+    id: RequestId = Field(
+        description="The request's unique id (a DNS label, at most 63 characters). The "
+        "operator acts on each id once."
+    )
+    action: RequestAction = Field(
+        description="approve or reject an approval step (needs the `approve` verb on "
+        "workflows.vigil.dev); retry a failed step; complete a step by hand with an output; "
+        "cancel the workflow (or, with step, that step)."
+    )
+    step: StepId | None = Field(
+        default=None,
+        description="The id of the step the request acts on. Required unless action is cancel.",
+    )
+    by: UserName = Field(
+        description="Who made the request: must be exactly the Kubernetes user name of whoever "
+        "writes it (checked at admission)."
+    )
+    by_groups: list[UserName] = Field(
+        default_factory=list,
+        max_length=REQUEST_GROUPS_MAX_ITEMS,
+        description="Groups the author acts as, e.g. for approval steps whose approvers name a "
+        "group: each must be one of the writer's Kubernetes groups (checked at admission).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    reason: Annotated[str, StringConstraints(max_length=REQUEST_REASON_MAX_LENGTH)] | None = (
+        Field(default=None, description="Why, for the record.")
+    )
+    output: Annotated[str, StringConstraints(max_length=REQUEST_OUTPUT_MAX_LENGTH)] | None = (
+        Field(
+            default=None,
+            description="The step's output as JSON text (complete only). Text that is not JSON "
+            "makes the workflow Invalid.",
+        )
+    )
+    at: Timestamp | None = Field(
+        default=None, description="When the request was made (informational; set by the CLI)."
+    )
+
+    @field_validator("output")
+    @classmethod
+    def _output_is_json(cls, output: str | None) -> str | None:
+        return None if output is None else check_json_text(output)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.action != RequestAction.CANCEL and self.step is None:
+            raise ValueError(f"request {self.id!r}: {MESSAGE_REQUEST_NEEDS_STEP}")
+        if self.output is not None and self.action != RequestAction.COMPLETE:
+            raise ValueError(f"request {self.id!r}: {MESSAGE_OUTPUT_ONLY_ON_COMPLETE}")
+        return self
+
+
+def added_requests(
+    old: Sequence[WorkflowRequest] | None, new: Sequence[WorkflowRequest]
+) -> list[WorkflowRequest]:
+    """The requests of ``new`` whose id is not in ``old``: what the admission policy checks.
+
+    ``old`` is None on create. A request removed and written again with the same id counts as
+    new (and is checked again), exactly as the policy sees it.
+    """
+    known = {request.id for request in old or ()}
+    return [request for request in new if request.id not in known]
+
+
+def check_requests_unchanged(
+    old: Sequence[WorkflowRequest], new: Sequence[WorkflowRequest]
+) -> None:
+    """Raise ValueError if a request in both ``old`` and ``new`` (by id) differs.
+
+    The twin of the CRD's transition rule: requests may be appended (or removed), never
+    changed.
+    """
+    before = {request.id: request for request in old}
+    for request in new:
+        previous = before.get(request.id)
+        if previous is not None and previous != request:
+            raise ValueError(f"request {request.id} {_IMMUTABLE_REASON}")
+
+
+class WorkflowTemplate(SpecModel, json_schema_extra=_WORKFLOW_RULES):
+    """A DAG of steps to run once, given inline (steps) or by reference (definitionRef): a
+    Workflow's spec without its requests, and what a ScheduledJob's workflowTemplate holds. The
     definition is copied into status when the workflow starts, so later edits of a
     WorkflowDefinition never touch running instances."""
 
@@ -355,6 +545,31 @@ class WorkflowSpec(SpecModel, json_schema_extra=_WORKFLOW_RULES):
         if (self.steps is None) == (self.definition_ref is None):
             raise ValueError(MESSAGE_STEPS_OR_DEFINITION)
         return self
+
+
+class WorkflowSpec(WorkflowTemplate):
+    """A DAG of steps to run once, given inline (steps) or by reference (definitionRef), and the
+    requests people have made of it. The definition is copied into status when the workflow
+    starts, so later edits of a WorkflowDefinition never touch running instances."""
+
+    requests: list[WorkflowRequest] = Field(
+        default_factory=list,
+        max_length=REQUESTS_MAX_ITEMS,
+        description="Approvals, rejections, retries, manual completions and cancellations, "
+        "appended by `kubectl vigil approve|reject|retry|complete|cancel`. Append-only: an "
+        "item cannot be changed once written (it can be removed).",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+    )
+
+    @field_validator("requests")
+    @classmethod
+    def _unique_request_ids(cls, requests: list[WorkflowRequest]) -> list[WorkflowRequest]:
+        seen: set[str] = set()
+        for request in requests:
+            if request.id in seen:
+                raise ValueError(f"duplicate request id {request.id!r}")
+            seen.add(request.id)
+        return requests
 
 
 class WorkflowStatus(StatusModel):
@@ -402,12 +617,31 @@ WORKFLOW = ResourceKind(
         PrinterColumn(name="Current", json_path=".status.current", description="Running now."),
         AGE_COLUMN,
     ),
-    operator_checks=_GRAPH_CHECKS,
+    operator_checks=(
+        *_GRAPH_CHECKS,
+        "`requests[].output` is JSON text.",
+        "Request ids are unique (also enforced at admission, as the list is keyed by id).",
+    ),
 )
 
 
-class DefinitionVersion(SpecModel):
-    """One immutable version of a workflow definition."""
+# A transition rule: the versions list is keyed by `version`, so oldSelf is the same version as
+# it was. Written with the sets library rather than `all(exists(...))`: the API server estimates
+# the nested loop at 200 x 200 comparisons per version and refuses it (6.8x over budget), while
+# sets.contains is estimated linearly. The message is formatted with `format` because the cost
+# of `string(int)` is estimated as unbounded.
+_VERSION_RULES = cel_rules(
+    CelRule(
+        rule="sets.contains(self.steps.map(t, t.id), oldSelf.steps.map(s, s.id))",
+        message=MESSAGE_DEFINITION_STEPS_KEPT,
+        message_expression=f"'version %d: {MESSAGE_DEFINITION_STEPS_KEPT}'.format([self.version])",
+    )
+)
+
+
+class DefinitionVersion(SpecModel, json_schema_extra=_VERSION_RULES):
+    """One version of a workflow definition. Workflows pin a version when they start; within
+    a version, steps may be added but never removed or renamed: add a new version instead."""
 
     version: int = Field(ge=1, description="The version number, referenced by definitionRef.")
     steps: list[Step] = steps_field(required=True)
@@ -449,6 +683,25 @@ class WorkflowDefinitionSpec(SpecModel):
     def version(self, number: int) -> DefinitionVersion | None:
         """The version numbered ``number``, if this definition has it."""
         return next((entry for entry in self.versions if entry.version == number), None)
+
+
+def check_definition_update(old: WorkflowDefinitionSpec, new: WorkflowDefinitionSpec) -> None:
+    """Raise ValueError if a version in both ``old`` and ``new`` lost a step id.
+
+    The twin of the CRD's transition rule on each version: steps may be added to a version,
+    and versions added or deleted, but a step is never removed from or renamed in a version.
+    """
+    for before in old.versions:
+        after = new.version(before.version)
+        if after is None:
+            continue
+        kept = {step.id for step in after.steps}
+        missing = [step.id for step in before.steps if step.id not in kept]
+        if missing:
+            raise ValueError(
+                f"version {before.version}: {MESSAGE_DEFINITION_STEPS_KEPT} "
+                f"(missing: {', '.join(missing)})"
+            )
 
 
 class WorkflowDefinitionStatus(StatusModel):
