@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.operators import OperatorFleet
 from tests.integration.workflows import (
+    DEFINITIONS,
+    GROUP,
+    VERSION,
     create_workflow,
     emit,
     env_of,
@@ -27,6 +34,7 @@ from tests.integration.workflows import (
     wait_phase,
 )
 from tests.waiting import wait_for
+from vigil.core.ids import execution_id
 
 FAST_RETRY = {"maxAttempts": 2, "backoff": {"initial": "1s", "max": "2s"}}
 
@@ -152,3 +160,73 @@ def test_a_cyclic_workflow_is_invalid_and_names_the_cycle(
     condition = wait_for(invalid, timeout=60, what="Invalid condition")
     assert "cycle" in str(condition["message"]) and "a -> b -> a" in str(condition["message"])
     assert wait_phase(cluster, namespace, "fine", "Succeeded")["status"]["phase"] == "Succeeded"
+
+
+def test_a_running_instance_keeps_its_pinned_definition_when_the_definition_is_edited(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": "publish"},
+        "spec": {"versions": [{"version": 1, "steps": [
+            pod_step("first", command="sleep 2"),
+            pod_step("second", "first", command=emit({"from": "v1"})),
+        ]}]},
+    }  # fmt: skip
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, body)
+    create_workflow(cluster, namespace, "pinned", definitionRef={"name": "publish", "version": 1})
+    wait_for(
+        lambda: (get_workflow(cluster, namespace, "pinned").get("status") or {}).get("definition"),
+        timeout=60,
+        what="the definition pinned",
+    )
+    edited = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish")
+    edited["spec"]["versions"][0]["steps"][1] = pod_step("second", "first", command="exit 9")
+    edited["spec"]["versions"].append({"version": 2, "steps": [pod_step("other")]})
+    cluster.custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish", edited)
+
+    renamed = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish")
+    renamed["spec"]["versions"][0]["steps"][1]["id"] = "renamed"
+    with pytest.raises(ApiException) as refused:
+        cluster.custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish", renamed)
+    assert refused.value.status == 422
+    assert "removed or renamed" in str(refused.value.body)
+
+    done = wait_phase(cluster, namespace, "pinned", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["status"]["definition"]["source"]["version"] == 1
+    outputs = {e["step"]: e.get("output") for e in events_of(done, "PodSucceeded")}
+    assert outputs["second"] == {"from": "v1"}
+
+
+def test_a_scheduled_workflow_starts_one_workflow_per_occurrence_named_from_its_execution_id(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    run_at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+    job = cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ScheduledJob",
+        "metadata": {"name": "nightly-flow"},
+        "spec": {
+            "runAt": run_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "workflowTemplate": {"parameters": {"region": "eu"}, "steps": [
+                pod_step("extract", command='printf \'%s\' "$VIGIL_PARAMETERS" > "$TERMINATION_MESSAGE_PATH"'),
+                pod_step("load", "extract"),
+            ]},
+        },
+    })  # fmt: skip
+    expected = execution_id(job["metadata"]["uid"], run_at)
+    done = wait_phase(cluster, namespace, expected, "Succeeded", "Failed", timeout=120)
+    assert done["status"]["phase"] == "Succeeded"
+    params = {e["step"]: e.get("output") for e in events_of(done, "PodSucceeded")}["extract"]
+    assert params["region"] == "eu"
+    assert params["scheduledFor"] == run_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert params["executionId"] == expected
+    assert done["metadata"]["ownerReferences"][0]["name"] == "nightly-flow"
+    listed = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "workflows")["items"]
+    assert [w["metadata"]["name"] for w in listed] == [expected]

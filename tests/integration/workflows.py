@@ -49,7 +49,12 @@ def get_workflow(cluster: KubeCluster, namespace: str, name: str) -> dict[str, A
 
 def wait_phase(cluster: KubeCluster, namespace: str, name: str, *phases: str, timeout: float = 120) -> dict[str, Any]:
     def reached() -> dict[str, Any] | None:
-        obj = get_workflow(cluster, namespace, name)
+        try:
+            obj = get_workflow(cluster, namespace, name)
+        except ApiException as error:
+            if error.status == 404:
+                return None  # not created yet
+            raise
         return obj if (obj.get("status") or {}).get("phase") in phases else None
 
     return wait_for(reached, timeout=timeout, what=f"workflow {name} in {phases}")

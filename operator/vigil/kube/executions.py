@@ -85,6 +85,7 @@ def readable(objs: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], Execu
 class ExecutionStore:
     def __init__(self, api: client.ApiClient) -> None:
         self._custom = client.CustomObjectsApi(api)
+        self.api_client = api
 
     def create(self, body: dict[str, Any]) -> bool:
         """Create an Execution; False if it already exists (a repeat of the same occurrence)."""

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from kubernetes.client import CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import Fire
@@ -22,11 +23,21 @@ from vigil.core.executions import cancel, concurrency
 from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
 from vigil.core.ports import Clock, Conflict, Launch
+from vigil.core.timeparse import format_rfc3339
 from vigil.jobspec import parse_spec
 from vigil.kube.executions import ExecutionStore, execution_body, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.pods import build_pod, execution_env
+from vigil.kube.pods import (
+    ANNOTATION_SCHEDULED_FOR,
+    LABEL_EXECUTION,
+    LABEL_JOB,
+    LABEL_JOB_UID,
+    build_pod,
+    execution_env,
+    label_value,
+)
 from vigil.kube.results import JobResults
+from vigil.model import GROUP, VERSION
 from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
@@ -86,6 +97,64 @@ class PodFactory:
         )
 
 
+def workflow_body(job: Mapping[str, Any], fire: Fire) -> dict[str, Any]:
+    """The Workflow an occurrence of a workflowTemplate job starts, its period in parameters."""
+    meta = job["metadata"]
+    occ = fire.occurrence
+    spec = dict((job.get("spec") or {}).get("workflowTemplate") or {})
+    spec["parameters"] = {
+        **(spec.get("parameters") or {}),
+        "scheduledFor": format_rfc3339(occ.nominal),
+        "periodStart": format_rfc3339(occ.period_start),
+        "periodEnd": format_rfc3339(occ.period_end),
+        "executionId": fire.execution_id,
+        "job": meta["name"],
+    }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Workflow",
+        "metadata": {
+            "name": fire.execution_id,
+            "namespace": meta["namespace"],
+            "labels": {
+                LABEL_JOB: label_value(meta["name"]),
+                LABEL_JOB_UID: meta["uid"],
+                LABEL_EXECUTION: fire.execution_id,
+            },
+            "annotations": {ANNOTATION_SCHEDULED_FOR: format_rfc3339(occ.nominal)},
+            "ownerReferences": [
+                {
+                    "apiVersion": f"{GROUP}/{VERSION}",
+                    "kind": "ScheduledJob",
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+class WorkflowCreator:
+    """Creates the Workflow of one occurrence; False when it exists already."""
+
+    def __init__(self, api: Any) -> None:
+        self._custom = CustomObjectsApi(api)
+
+    def create(self, body: dict[str, Any]) -> bool:
+        try:
+            self._custom.create_namespaced_custom_object(
+                GROUP, VERSION, body["metadata"]["namespace"], "workflows", body
+            )
+        except ApiException as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+
 class ExecutionLauncher:
     """The trigger's Launcher: concurrency policy, then one Execution per occurrence."""
 
@@ -105,12 +174,15 @@ class ExecutionLauncher:
         self._results = results
         self._pods = pods
         self._on_ready = on_ready
+        self._workflows = WorkflowCreator(store.api_client)
 
     def launch(self, fire: Fire) -> Launch:
         job = self._catalogue.cached(fire.job.namespace, fire.job.name)
         if job is None:
             raise MissingJob(f"{fire.job.namespace}/{fire.job.name}")
         spec = parse_spec(job)
+        if spec.workflow_template is not None:
+            return self._launch_workflow(job, fire)
         active = self._store.active_for_job(fire.job.namespace, fire.job.uid)
         decision = concurrency(
             spec.concurrency_policy,
@@ -139,6 +211,17 @@ class ExecutionLauncher:
                 fire.job.namespace, fire.job.name, occ.nominal.isoformat(), fire.execution_id,
             )  # fmt: skip
             self._on_ready()
+        return Launch(created=created)
+
+    def _launch_workflow(self, job: Mapping[str, Any], fire: Fire) -> Launch:
+        """A workflowTemplate job: one Workflow per occurrence, named from its execution id.
+
+        The concurrency policy does not apply (a workflow has no single pod to replace); the
+        Workflow's own name makes a repeated launch a 409, never a second workflow.
+        """
+        created = self._workflows.create(workflow_body(job, fire))
+        if created:
+            log.info("fired %s/%s workflow %s", fire.job.namespace, fire.job.name, fire.execution_id)
         return Launch(created=created)
 
     def _replace(self, obj: Mapping[str, Any]) -> None:
