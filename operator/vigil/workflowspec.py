@@ -117,7 +117,7 @@ def _step_def(step: Step) -> StepDef:
             Level(approvers=tuple(level.approvers), after=timedelta(seconds=level.after.total_seconds()))
             for level in (approval.escalation if approval else [])
         ),
-        on_exhausted=TimeoutAction(str(getattr(approval, "on_exhausted", "fail"))),
+        on_exhausted=TimeoutAction(str(approval.on_exhausted)) if approval else TimeoutAction.FAIL,
         wait_for=_seconds(step.wait.duration) if step.wait else None,
         wait_until=step.wait.until if step.wait else None,
         expected_duration=_seconds(step.expected_duration),

@@ -109,14 +109,8 @@ def append_request(api: Any, namespace: str, name: str, **item: Any) -> dict[str
         if existing is not None
         else {"op": "add", "path": "/spec/requests", "value": [item]},
     ]
-    result: dict[str, Any] = custom.api_client.call_api(
-        f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{WORKFLOWS}/{name}",
-        "PATCH",
-        body=patch,
-        header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
-        response_type="object",
-        auth_settings=["BearerToken"],
-        _return_http_data_only=True,
+    result: dict[str, Any] = custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, WORKFLOWS, name, patch, _content_type="application/json-patch+json"
     )
     return result
 

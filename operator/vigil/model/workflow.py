@@ -154,11 +154,21 @@ class WorkflowPhase(StrEnum):
     CANCELLED = "Cancelled"
 
 
+class Exhausted(StrEnum):
+    """What an escalated approval comes to when every level's time has run out."""
+
+    FAIL = "fail"
+    SKIP = "skip"
+    APPROVE = "approve"
+
+
 class Escalation(SpecModel):
     """One escalation level: after this long without a decision, these approvers are asked too."""
 
     after: PositiveDuration = Field(
-        description="How long after the step started waiting this level applies."
+        description="How long this level waits for a decision before the next level (or, "
+        "after the last, onExhausted) applies. The first level starts when the step's "
+        "timeout passes."
     )
     approvers: list[Approver] = Field(
         min_length=1, max_length=APPROVERS_MAX_ITEMS, description="Who is added at this level."
@@ -176,7 +186,12 @@ class Approval(SpecModel):
     escalation: list[Escalation] = Field(
         default_factory=list,
         max_length=ESCALATION_MAX_ITEMS,
-        description="Levels of escalation, in order of their `after`.",
+        description="Levels of escalation, in order, used when onTimeout is escalate.",
+    )
+    on_exhausted: Exhausted = Field(
+        default=Exhausted.FAIL,
+        description="With onTimeout escalate: what the step comes to when the last level's "
+        "time runs out with no decision: fail, skip, or approve.",
     )
 
 
@@ -588,6 +603,11 @@ class WorkflowStatus(StatusModel):
         default_factory=list,
         description="The append-only record of what happened, as plain data; the workflow's "
         "state is a fold over it.",
+    )
+    history_mirrored: int | None = Field(
+        default=None,
+        ge=0,
+        description="How many history entries are written to the history database.",
     )
     steps: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="The folded state of each step, by step id."
