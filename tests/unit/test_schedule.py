@@ -709,3 +709,11 @@ def test_once_fires_only_after_its_time_and_has_an_empty_period() -> None:
     assert previous_occurrence(schedule, utc("2026-08-01T03:01")) == utc("2026-08-01T03:00")
     with pytest.raises(ValueError, match="no occurrence before"):
         previous_occurrence(schedule, utc("2026-08-01T03:00"))
+
+
+@pytest.mark.parametrize(
+    ("expression", "days"),
+    [("* * * * 1/2", {1, 3, 5}), ("* * * * 0/3", {0, 3, 6}), ("* * * * 5-7", {5, 6, 0})],
+)
+def test_day_of_week_steps_stop_at_saturday_as_in_kubernetes(expression: str, days: set[int]) -> None:
+    assert set(parse_cron(expression).days_of_week) == days

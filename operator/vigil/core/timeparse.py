@@ -67,13 +67,18 @@ class _FieldSpec:
     high: int
     names: tuple[str, ...] = ()  # names[i] is the value low + i
     allows_question_mark: bool = False
+    #: Where an open-ended stepped item (``N/step``) stops, when not at ``high``: the
+    #: day-of-week field accepts 7 as Sunday but, as in Kubernetes, ``1/2`` means 1,3,5.
+    stepped_high: int | None = None
 
 
 _MINUTE = _FieldSpec("minute", 0, 59)
 _HOUR = _FieldSpec("hour", 0, 23)
 _DAY_OF_MONTH = _FieldSpec("day-of-month", 1, 31, allows_question_mark=True)
 _MONTH = _FieldSpec("month", 1, 12, names=_MONTH_NAMES)
-_DAY_OF_WEEK = _FieldSpec("day-of-week", 0, 7, names=_WEEKDAY_NAMES, allows_question_mark=True)
+_DAY_OF_WEEK = _FieldSpec(
+    "day-of-week", 0, 7, names=_WEEKDAY_NAMES, allows_question_mark=True, stepped_high=6
+)
 _SUNDAY_ALIAS = 7
 #: Items that leave a day field unrestricted (the field then defers to the other one).
 _STAR_ITEMS = frozenset({"*", "?", "*/1", "?/1"})
@@ -190,7 +195,7 @@ def _parse_item(item: str, spec: _FieldSpec) -> set[int]:
             raise ValueError(f"{spec.name} range {range_text!r} must ascend")
     else:
         low = _parse_value(range_text, spec)
-        high = spec.high if slash else low
+        high = (spec.stepped_high or spec.high) if slash else low
     return set(range(low, high + 1, step))
 
 
