@@ -10,6 +10,8 @@ kubectl="$state/bin/kubectl"
 echo "== installing the CRDs"
 $kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
 $kubectl wait --for=condition=Established --timeout=60s crd --all >/dev/null
+# The admission policy that checks who makes a workflow request (see docs/workflows.md).
+$kubectl apply -f helm/vigil/files/admission/workflow-requests.yaml >/dev/null
 $kubectl create namespace vigil-system --dry-run=client -o yaml | $kubectl apply -f - >/dev/null
 
 pidfile="$state/pids/operator.pid"
@@ -36,12 +38,22 @@ for _ in $(seq 1 90); do
   sleep 1
 done
 
+echo "== waiting for the video-publish workflow to reach its approval step"
+for _ in $(seq 1 60); do
+  if [ "$($kubectl get wf video-publish -o jsonpath='{.status.steps.approve.phase}' 2>/dev/null)" = Running ]; then break; fi
+  sleep 1
+done
+
 echo
 echo "\$ kubectl get sj,wf"
 $kubectl get sj,wf
 echo
 echo "\$ kubectl get pods -l app.kubernetes.io/managed-by=vigil"
 $kubectl get pods -l app.kubernetes.io/managed-by=vigil
+echo
+echo "\$ kubectl vigil timeline video-publish"
+.venv/bin/kubectl-vigil timeline video-publish
+echo "(approve it as an editor: kubectl vigil approve video-publish approve --reason 'looks good')"
 echo
 echo "\$ kubectl vigil next reconcile-daily --count 3"
 .venv/bin/kubectl-vigil next reconcile-daily --count 3

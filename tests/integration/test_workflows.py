@@ -23,6 +23,7 @@ from tests.integration.workflows import (
     DEFINITIONS,
     GROUP,
     VERSION,
+    append_request,
     create_workflow,
     emit,
     env_of,
@@ -230,3 +231,28 @@ def test_a_scheduled_workflow_starts_one_workflow_per_occurrence_named_from_its_
     assert done["metadata"]["ownerReferences"][0]["name"] == "nightly-flow"
     listed = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "workflows")["items"]
     assert [w["metadata"]["name"] for w in listed] == [expected]
+
+
+def test_a_step_past_its_expected_duration_sets_stuck_and_cancel_stops_it(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    create_workflow(cluster, namespace, "slow", steps=[pod_step("crawl", command="sleep 120", expectedDuration="2s")])
+
+    def stuck() -> dict[str, object] | None:
+        status = get_workflow(cluster, namespace, "slow").get("status") or {}
+        found = [c for c in status.get("conditions") or [] if c["type"] == "Stuck" and c["status"] == "True"]
+        return found[0] if found else None
+
+    assert "crawl" in str(wait_for(stuck, timeout=60, what="the Stuck condition")["message"])
+    append_request(cluster.api, namespace, "slow", action="cancel", by="vigil-admin", reason="too slow")
+    done = wait_phase(cluster, namespace, "slow", "Cancelled", "Failed", "Succeeded")
+    assert done["status"]["phase"] == "Cancelled"
+    assert done["status"]["steps"]["crawl"]["phase"] == "Cancelled"
+
+    def pod_stopped() -> bool:
+        pods = step_pods(cluster, namespace, "slow")
+        return all(p.metadata.deletion_timestamp or p.status.phase in ("Succeeded", "Failed") for p in pods)
+
+    wait_for(pod_stopped, timeout=60, what="the step's pod stopped")
