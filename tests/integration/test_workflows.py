@@ -36,6 +36,7 @@ from tests.integration.workflows import (
 )
 from tests.waiting import wait_for
 from vigil.core.ids import execution_id
+from vigil.history.store import SqlHistory
 
 FAST_RETRY = {"maxAttempts": 2, "backoff": {"initial": "1s", "max": "2s"}}
 
@@ -60,6 +61,9 @@ def test_a_diamond_runs_once_per_step_and_outputs_flow_to_dependents(
     done = wait_phase(cluster, namespace, "diamond", "Succeeded", "Failed")
     assert done["status"]["phase"] == "Succeeded"
     assert done["status"]["progress"] == "4/4"
+    table = cluster.kubectl("get", "wf", "diamond", "-n", namespace).stdout.split("\n")
+    assert table[0].split() == ["NAME", "PHASE", "PROGRESS", "CURRENT", "AGE"]
+    assert table[1].split()[:3] == ["diamond", "Succeeded", "4/4"]
     assert pods_per_step(cluster, namespace, "diamond") == {"a": 1, "b": 1, "c": 1, "d": 1}
     outputs = {e["step"]: e.get("output") for e in events_of(done, "PodSucceeded")}
     assert outputs["a"] == {"step": "a", "inputs": {}}
@@ -256,3 +260,26 @@ def test_a_step_past_its_expected_duration_sets_stuck_and_cancel_stops_it(
         return all(p.metadata.deletion_timestamp or p.status.phase in ("Succeeded", "Failed") for p in pods)
 
     wait_for(pod_stopped, timeout=60, what="the step's pod stopped")
+
+
+def test_the_history_is_mirrored_into_the_history_database(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    create_workflow(cluster, namespace, "mirrored", steps=diamond_steps())
+    done = wait_phase(cluster, namespace, "mirrored", "Succeeded", "Failed")
+    history = SqlHistory(f"sqlite:///{fleet.workdir}/history.db", retention_days=30)
+    try:
+        rows = wait_for(
+            lambda: (found := history.workflow_events(namespace, "mirrored"))
+            and len(found) == len(done["status"]["history"])
+            and found,
+            timeout=30,
+            what="every history entry in the database",
+        )
+    finally:
+        history.close()
+    assert [dict(row.data) for row in rows] == done["status"]["history"]
+    assert [row.seq for row in rows] == list(range(len(rows)))
+    assert {row.workflow_uid for row in rows} == {done["metadata"]["uid"]}

@@ -371,6 +371,7 @@ class WorkflowEngine:
                 self.api.write_status(obj, new_status)
             except Conflict:
                 continue
+            self._mirror(obj, [*history, *added], len(history))
             self._announce(obj, added, (), status)
             self.notify(namespace, name)  # the pass acts on it
             return added
@@ -393,6 +394,9 @@ class WorkflowEngine:
         new_status = self._status(obj, definition, state, [*history, *new], mirrored, stuck, now)
         if new_status != status:
             self.api.write_status(obj, new_status)
+            # Now recorded: mirror them at once, best effort. The counter in status catches up on
+            # a later pass (rewriting is idempotent), and after an outage that pass writes them.
+            self._mirror(obj, [*history, *new], len(history))
         self._act(obj, pinned, definition, state, pods)
         self._announce(obj, new, stuck, status)
         if self._on_pass is not None:
@@ -439,6 +443,7 @@ class WorkflowEngine:
         new_status["conditions"] = conditions
         new_status["definition"] = pinned
         self.api.write_status(obj, new_status)
+        self._mirror(obj, records, 0)
         self._act(obj, pinned, definition, state, {})
         self._announce(obj, records, (), status)
         return next_wakeup(state)
