@@ -33,6 +33,7 @@ from tests.integration.workflows import (
     pods_per_step,
     step_pods,
     wait_phase,
+    wait_step,
 )
 from tests.waiting import wait_for
 from vigil.core.ids import execution_id
@@ -283,3 +284,35 @@ def test_the_history_is_mirrored_into_the_history_database(
     assert [dict(row.data) for row in rows] == done["status"]["history"]
     assert [row.seq for row in rows] == list(range(len(rows)))
     assert {row.workflow_uid for row in rows} == {done["metadata"]["uid"]}
+
+
+def test_retry_reruns_only_the_failed_step_and_complete_stands_in_for_a_stuck_one(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    echo_inputs = 'printf \'%s\' "$VIGIL_INPUTS" > "$TERMINATION_MESSAGE_PATH"'
+    create_workflow(cluster, namespace, "ops", steps=[
+        pod_step("fetch", command=emit({"rows": 3})),
+        pod_step("flaky", "fetch", command='test "$VIGIL_ATTEMPT" -ge 3', retry=FAST_RETRY),
+        pod_step("hang", "fetch", command="sleep 300"),
+        pod_step("report", "flaky", "hang", command=echo_inputs),
+    ])  # fmt: skip
+    failed = wait_phase(cluster, namespace, "ops", "Failed", "Succeeded")
+    assert failed["status"]["phase"] == "Failed"
+    assert failed["status"]["steps"]["flaky"]["reason"] == "AttemptsExhausted"
+    assert failed["status"]["steps"]["hang"]["phase"] == "Cancelled"
+
+    append_request(cluster.api, namespace, "ops", action="retry", step="flaky", by="vigil-admin")
+    wait_step(cluster, namespace, "ops", "hang", "Running")
+    append_request(
+        cluster.api, namespace, "ops", action="complete", step="hang", by="vigil-admin", output='{"done": "by hand"}'
+    )
+    done = wait_phase(cluster, namespace, "ops", "Succeeded", "Failed")
+    assert done["status"]["phase"] == "Succeeded"
+    assert done["status"]["steps"]["hang"]["manual"] is True
+    assert done["status"]["steps"]["hang"]["decidedBy"] == "vigil-admin"
+    report = {e["step"]: e.get("output") for e in events_of(done, "PodSucceeded")}["report"]
+    assert report["hang"] == {"done": "by hand"}
+    counts = pods_per_step(cluster, namespace, "ops")
+    assert counts["fetch"] == 1 and counts["flaky"] == 3 and counts["report"] == 1
