@@ -3,12 +3,15 @@
 Only the verbs that need a cluster create a `Cluster` (`next -f` never does).
 The namespace defaults to the kubeconfig context's, as kubectl's does. A name
 that does not exist is the user's mistake, so lookups turn 404 into `BadInput`
-naming the object and the namespace.
+naming the object and the namespace. `whoami` asks the API server who the
+caller is (a SelfSubjectReview), so that what the CLI writes in someone's name
+is exactly the name admission will check it against.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from kubernetes import client, config
@@ -21,7 +24,16 @@ from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.model import GROUP, VERSION
 
 JOBS = "scheduledjobs"
+WORKFLOWS = "workflows"
 DEFAULT_NAMESPACE = "default"  # kubectl's, when the context names none
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """Who the caller is, as the API server authenticated them."""
+
+    username: str
+    groups: tuple[str, ...] = ()
 
 
 class Cluster:
@@ -63,6 +75,33 @@ class Cluster:
             GROUP, VERSION, JOBS, field_selector=f"metadata.name={name}"
         )
         return list(result["items"])
+
+    def find_workflow(self, name: str, namespace: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, WORKFLOWS, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj
+
+    def workflow(self, name: str, namespace: str) -> dict[str, Any]:
+        obj = self.find_workflow(name, namespace)
+        if obj is None:
+            raise BadInput(f'workflow "{name}" not found in namespace "{namespace}"')
+        return obj
+
+    def whoami(self) -> Identity:
+        """The caller's user name and groups, from a SelfSubjectReview (authentication.k8s.io/v1)."""
+        review = client.AuthenticationV1Api(self.api).create_self_subject_review(
+            client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
+        )
+        info = review.status.user_info if review.status is not None else None
+        if info is None or not info.username:
+            raise BadInput("the API server did not say who you are (its SelfSubjectReview names no user)")
+        return Identity(username=info.username, groups=tuple(info.groups or ()))
 
     def execution(self, name: str, namespace: str) -> dict[str, Any]:
         obj = self.executions.get(namespace, name)

@@ -4,8 +4,9 @@ A user who mistypes a job name, a date, or retries an execution that is not
 dead gets `BadInput` (exit 2, as argparse's own usage errors). An API server
 that refuses a request or cannot be reached is not the user's input, so it gets
 exit 1 with the server's own message (so does an object that kept changing
-under a conditional write). Anything else is a bug and keeps its
-traceback.
+under a conditional write, a request that admission or the operator turned
+down, and a request the operator did not act on in time: `Refused`).
+Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -27,18 +28,23 @@ class Contention(Exception):
     """An object kept changing under a conditional write; trying again later may succeed."""
 
 
+class Refused(Exception):
+    """Someone else turned the request down or did not act on it: admission, the operator."""
+
+
 def api_failure(err: BaseException) -> str | None:
     """A one-line description of an API server failure, or None when `err` is something else."""
     if isinstance(err, ApiException):
-        return f"the API server answered {err.status} {err.reason}: {_server_message(err)}"
+        return f"the API server answered {err.status} {err.reason}: {server_message(err)}"
     if isinstance(err, HTTPError):
         return f"cannot reach the API server: {err}"
-    if isinstance(err, Contention):
+    if isinstance(err, Contention | Refused):
         return str(err)
     return None
 
 
-def _server_message(err: ApiException) -> str:
+def server_message(err: ApiException) -> str:
+    """The `message` of the API server's Status answer (its body as text when it is not one)."""
     try:
         body = json.loads(err.body or "")
     except (TypeError, ValueError):

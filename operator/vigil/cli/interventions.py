@@ -1,4 +1,4 @@
-"""Acting on executions: `retry EXECUTION` and `cancel EXECUTION|JOB`.
+"""Acting on executions: `retry EXECUTION` and `cancel EXECUTION|JOB` (and their workflow forms).
 
 The CLI never writes an execution's status — that is the operator's. It pulls
 the levers the spec offers (`spec.retryRequests`, `spec.cancel`) and the
@@ -8,23 +8,31 @@ on 409: two people retrying at once cannot lose an increment. Each verb
 refuses, with exit 2, what the operator would ignore (retrying a live
 execution, cancelling a finished one), so the user is never told "done" about
 nothing.
+
+The same two verbs steer workflows (vigil.cli.workflows): `retry WF STEP`
+(a second name makes it a workflow step) and `cancel WF`. `cancel NAME` looks
+for an execution, then a ScheduledJob, then a Workflow, and acts on the first
+it finds; a kind the caller may not read is passed over, and `--job` or
+`--workflow` skips the search.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from vigil.cli import workflows
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput, Contention
 from vigil.cli.tables import render_table
 from vigil.core.executions import Execution, Phase, format_time
 from vigil.kube.executions import PLURAL
 from vigil.model import GROUP, VERSION
+from vigil.model.workflow import RequestAction
 
 #: Conditional writes tried before giving up on an execution that keeps changing.
 MAX_CONFLICT_ROUNDS = 5
@@ -67,10 +75,15 @@ def request_retry(cluster: Cluster, name: str, namespace: str) -> int:
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
+    if args.step is not None:
+        return workflows.request(args, RequestAction.RETRY, workflow=args.name)
+    if args.reason is not None:
+        raise BadInput("--reason goes with a workflow step (retry WORKFLOW STEP --reason TEXT); "
+                       "an execution's retry takes none")  # fmt: skip
     cluster = Cluster()
-    attempt = request_retry(cluster, args.execution, cluster.namespace(args.namespace))
+    attempt = request_retry(cluster, args.name, cluster.namespace(args.namespace))
     print(
-        f"execution {args.execution} will run again as attempt {attempt} with the same execution id "
+        f"execution {args.name} will run again as attempt {attempt} with the same execution id "
         "(the operator starts it when a slot is free)"
     )
     return 0
@@ -159,32 +172,61 @@ def _print_job_cancelled(name: str, namespace: str, requests: list[CancelRequest
     print(render_table(["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "CANCEL"], rows))
 
 
+def _visible(find: Callable[[], Mapping[str, Any] | None], kind: str, hidden: list[str]) -> Mapping[str, Any] | None:
+    """What `find` finds; None (and `kind` noted in `hidden`) if the caller may not read that kind."""
+    try:
+        return find()
+    except ApiException as err:
+        if err.status != 403:
+            raise
+        hidden.append(kind)
+        return None
+
+
 def cmd_cancel(args: argparse.Namespace) -> int:
+    if args.workflow:
+        return workflows.request(args, RequestAction.CANCEL, workflow=args.name)
     cluster = Cluster()
     namespace = cluster.namespace(args.namespace)
-    execution = None if args.job else cluster.executions.get(namespace, args.name)
+    hidden: list[str] = []
+    execution = None
+    if not args.job:
+        execution = _visible(lambda: cluster.executions.get(namespace, args.name), "executions", hidden)
     if execution is not None:
         request = cancel_execution(cluster, execution, reason=args.reason)
         _print_execution_cancelled(request, also_a_job=cluster.find_job(args.name, namespace) is not None)
         return 0
-    job = cluster.find_job(args.name, namespace)
-    if job is None:
-        what = "scheduledjob" if args.job else "execution or scheduledjob"
-        raise BadInput(f'no {what} named "{args.name}" in namespace "{namespace}"')
-    _print_job_cancelled(args.name, namespace, cancel_job(cluster, job, reason=args.reason))
-    return 0
+    job = _visible(lambda: cluster.find_job(args.name, namespace), "scheduledjobs", hidden)
+    if job is not None:
+        _print_job_cancelled(args.name, namespace, cancel_job(cluster, job, reason=args.reason))
+        return 0
+    if not args.job and _visible(lambda: cluster.find_workflow(args.name, namespace), "workflows", hidden):
+        return workflows.request(args, RequestAction.CANCEL, workflow=args.name, cluster=cluster)
+    what = "scheduledjob" if args.job else "workflow, execution or scheduledjob"
+    unreadable = f" (you may not read {' or '.join(hidden)} there)" if hidden else ""
+    raise BadInput(f'no {what} named "{args.name}" in namespace "{namespace}"{unreadable}')
 
 
 def add_parsers(sub: Any) -> None:
     """Register the verbs of this module on the CLI's subparsers."""
-    rt = sub.add_parser("retry", help="run a dead execution once more, with the same execution id")
-    rt.add_argument("execution", help="an execution id in phase Dead")
+    rt = sub.add_parser(
+        "retry", help="run a dead execution once more (same execution id), or a failed workflow step"
+    )
+    rt.add_argument("name", metavar="EXECUTION|WORKFLOW", help="an execution id in phase Dead, or a Workflow")
+    rt.add_argument("step", nargs="?", metavar="STEP", help="with a Workflow: the failed step to run again")
+    rt.add_argument("--reason", help="with a workflow step: why, for the record")
+    workflows.add_wait_options(rt)
     add_namespace_options(rt)
     rt.set_defaults(func=cmd_retry)
 
-    ca = sub.add_parser("cancel", help="cancel an execution, or every in-flight execution of a job")
-    ca.add_argument("name", help="an execution id, or a ScheduledJob's name")
-    ca.add_argument("--reason", help="why (kept in spec.cancelReason and the attempt's message)")
-    ca.add_argument("--job", action="store_true", help="NAME is a ScheduledJob even if an execution has that name")
+    ca = sub.add_parser(
+        "cancel", help="cancel an execution, every in-flight execution of a job, or a workflow"
+    )
+    ca.add_argument("name", help="an execution id, a ScheduledJob's name or a Workflow's name")
+    ca.add_argument("--reason", help="why (kept in spec.cancelReason, or the workflow's request)")
+    kind = ca.add_mutually_exclusive_group()
+    kind.add_argument("--job", action="store_true", help="NAME is a ScheduledJob even if an execution has that name")
+    kind.add_argument("--workflow", action="store_true", help="NAME is a Workflow (no search)")
+    workflows.add_wait_options(ca)
     add_namespace_options(ca)
     ca.set_defaults(func=cmd_cancel)

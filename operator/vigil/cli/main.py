@@ -11,11 +11,22 @@
     kubectl vigil cancel EXECUTION|JOB    cancel an execution, or all in-flight ones of a job
     kubectl vigil backfill JOB --from DATE --to DATE [--dry-run]
                                           create the executions of past occurrences
+    kubectl vigil approve|reject WF STEP --reason TEXT
+                                          decide a workflow's approval step
+    kubectl vigil retry WF STEP [--reason TEXT]
+                                          run a failed workflow step again
+    kubectl vigil complete WF STEP --output JSON [--reason TEXT]
+                                          finish a workflow step by hand
+    kubectl vigil cancel [--workflow] WF [--reason TEXT]
+                                          cancel a workflow
+    kubectl vigil timeline WF [--events]  a workflow's steps (or its whole history)
 
 Installed as `kubectl-vigil`, kubectl finds it as a plugin. Verbs that read the
 cluster take -n/--namespace (default: the kubeconfig context's namespace).
 Every input the command cannot use — a file, a name, a date, a refused action —
-ends with one line on stderr and exit code 2.
+ends with one line on stderr and exit code 2. What the API server, its
+admission or the operator turns down ends with one line and exit code 1. The
+workflow verbs wait for the operator to record the request (--no-wait not to).
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from vigil.cli import backfill, executions, interventions, watch
+from vigil.cli import backfill, executions, interventions, timeline, watch, workflows
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT, BadInput, api_failure
 from vigil.core.schedule import next_occurrences, occurrence_at
@@ -132,6 +143,8 @@ def parser() -> argparse.ArgumentParser:
 
     executions.add_parsers(sub)
     interventions.add_parsers(sub)
+    workflows.add_parsers(sub)
+    timeline.add_parsers(sub)
     backfill.add_parsers(sub)
     watch.add_parsers(sub)
     return p

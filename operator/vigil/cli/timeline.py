@@ -1,0 +1,307 @@
+"""Where a workflow stands: `timeline WF`, a row per step, and `timeline WF --events`, its history.
+
+    kubectl vigil timeline WF [--events] [-n NS]
+
+Both read `status.history`, the workflow's record of truth, and fold it with the
+core's own `fold` over the pinned definition (`status.definition`): the state
+shown is the state the operator acts on, not the summary it last wrote to
+`status.steps`. Steps come in definition order. The details that state does
+not keep — who approved and why, the last failure of a step that later
+succeeded, a retry asked for by hand — are read from the step's records, and an
+input the operator refused (the record right after it is its RequestRefused)
+never counts. A workflow the operator has not started yet shows its inline
+steps as Pending. Pure functions of the object and `now`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from vigil.cli.cluster import Cluster, add_namespace_options
+from vigil.cli.errors import BadInput
+from vigil.cli.tables import precise_duration, relative, render_table
+from vigil.core.executions import format_time
+from vigil.core.orchestrator import current, progress
+from vigil.core.workflow import (
+    ACTIVE_PHASES,
+    DONE_PHASES,
+    Definition,
+    Event,
+    Record,
+    StepDef,
+    StepKind,
+    StepPhase,
+    StepState,
+    WorkflowState,
+    fold,
+    records_from_data,
+)
+from vigil.workflowspec import definition_of
+
+STEP_COLUMNS = ["STEP", "TYPE", "PHASE", "ATTEMPTS", "STARTED", "DURATION", "DETAIL"]
+EVENT_COLUMNS = ["TIME", "EVENT", "STEP", "ATTEMPT", "DETAIL"]
+#: Longest value shown in an event's DETAIL (an output or a message can be kilobytes).
+DETAIL_VALUE_MAX = 60
+#: Conditions worth a line under the header when true.
+SHOWN_CONDITIONS = ("Invalid", "Stuck")
+DECISIONS = frozenset({Event.APPROVED, Event.REJECTED, Event.COMPLETED_MANUALLY})
+
+
+@dataclasses.dataclass(frozen=True)
+class Folded:
+    """A Workflow object read: its definition (None if unknown yet), history and folded state."""
+
+    name: str
+    namespace: str
+    pinned: bool
+    definition: Definition | None
+    records: list[Record]
+    state: WorkflowState
+
+
+def read_workflow(obj: Mapping[str, Any]) -> Folded:
+    """Fold the object's history over its pinned definition (or inline steps, before it starts)."""
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    pinned = status.get("definition")
+    inline = {"steps": spec["steps"], "onFailure": spec.get("onFailure", "fail")} if spec.get("steps") else None
+    raw = pinned or inline
+    try:
+        definition = None if raw is None else definition_of(raw, uid=str(meta.get("uid", "")))
+        records = records_from_data(status.get("history") or []) if pinned else []
+    except (KeyError, ValueError) as err:
+        raise BadInput(
+            f'workflow "{meta.get("name")}" in namespace "{meta.get("namespace")}" cannot be read: {err}'
+        ) from None
+    state = fold(definition, records) if definition is not None else WorkflowState()
+    return Folded(
+        name=str(meta.get("name")), namespace=str(meta.get("namespace")), pinned=bool(pinned),
+        definition=definition, records=records, state=state,
+    )  # fmt: skip
+
+
+# --- the header -------------------------------------------------------------------------------
+
+
+def header_lines(obj: Mapping[str, Any], folded: Folded, *, now: datetime) -> list[str]:
+    """One line on the whole workflow, then one per true Invalid or Stuck condition."""
+    state = folded.state
+    why = [state.reason] if state.reason and state.reason != state.phase else []
+    if state.cancel_requested and state.cancelled_by:
+        why.append(f"cancel requested by {state.cancelled_by}")
+    title = f"workflow {folded.namespace}/{folded.name}: {state.phase}"
+    title += f" ({'; '.join(why)})" if why else ""
+    parts = [title]
+    if not folded.pinned:
+        parts.append("not started by the operator yet")
+    if state.started_at is not None:
+        parts.append(f"started {format_time(state.started_at)} ({relative(state.started_at, now)})")
+    if state.finished_at is not None and state.started_at is not None:
+        took = precise_duration(state.finished_at - state.started_at)
+        parts.append(f"finished {format_time(state.finished_at)} (took {took})")
+    if folded.definition is not None and folded.pinned:
+        parts.append(f"progress {progress(folded.definition, state)}")
+        running = current(folded.definition, state)
+        if running:
+            parts.append(f"current: {running.replace(',', ', ')}")
+    lines = [", ".join(parts)]
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in SHOWN_CONDITIONS and condition.get("status") == "True":
+            lines.append(f"{condition['type']}: {condition.get('message') or condition.get('reason')}")
+    return lines
+
+
+# --- a row per step ---------------------------------------------------------------------------
+
+
+def accepted(records: Sequence[Record]) -> list[Record]:
+    """The records that count: every input the operator refused is left out (with its refusal)."""
+    kept: list[Record] = []
+    for index, record in enumerate(records):
+        refused = index + 1 < len(records) and records[index + 1].event is Event.REQUEST_REFUSED
+        if record.event is Event.REQUEST_REFUSED or (record.is_input and refused):
+            continue
+        kept.append(record)
+    return kept
+
+
+def _said(record: Record | None) -> str:
+    """The words `by alice: looks good` (with a leading space) from a person's request record."""
+    if record is None:
+        return ""
+    reason = record.detail.get("reason")
+    return f" by {record.detail.get('by') or '?'}" + (f": {reason}" if reason else "")
+
+
+def _last(records: Sequence[Record], *events: Event) -> Record | None:
+    found = [r for r in records if r.event in events and not r.detail.get("compensation")]
+    return found[-1] if found else None
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _now_detail(step_def: StepDef, step: StepState, state: WorkflowState, *, now: datetime) -> list[str]:
+    """What the step is waiting for now."""
+    if step.phase is StepPhase.PENDING:
+        waiting = [dep for dep in step_def.depends_on if state.steps[dep].phase not in DONE_PHASES]
+        return [f"after {', '.join(waiting)}"] if waiting else []
+    parts: list[str] = []
+    if step.phase is StepPhase.RUNNING and step_def.kind is StepKind.APPROVAL:
+        parts.append(f"awaiting {', '.join(step.approvers) or 'a decision'}")
+        if step.level:
+            parts.append(f"escalated to level {step.level}")
+    if step.phase is StepPhase.RUNNING and step.fire_at is not None:
+        parts.append(f"until {format_time(step.fire_at)} ({relative(step.fire_at, now)})")
+    if step.phase is StepPhase.BACKOFF and step.retry_at is not None:
+        parts.append(f"attempt {step.attempt + 1} {relative(step.retry_at, now)}")
+    if step.phase in ACTIVE_PHASES and step.deadline is not None:
+        parts.append(f"deadline {relative(step.deadline, now)}")
+    return parts
+
+
+def _outcome_detail(step_def: StepDef, step: StepState, records: Sequence[Record]) -> list[str]:
+    """How the step ended, and who had a hand in it."""
+    decision = _last(records, *DECISIONS)
+    if step.phase is StepPhase.SUCCEEDED and step.manual:
+        return [f"completed by hand{_said(decision)}"]
+    if step.phase is StepPhase.SUCCEEDED and step.decided_by == "timeout":
+        return ["approved on timeout"]
+    if step.phase is StepPhase.SUCCEEDED and decision is not None and decision.event is Event.APPROVED:
+        return [f"approved{_said(decision)}"]
+    if step.rejected and decision is not None and decision.event is Event.REJECTED:
+        return [f"rejected{_said(decision)}"]
+    if step.phase is StepPhase.FAILED:
+        return [step.reason or "Failed"]
+    if step.phase is StepPhase.SKIPPED:
+        return [f"skipped: {step.reason}" if step.reason else "skipped"]
+    if step.phase is StepPhase.CANCELLED:
+        return [step.reason or "Cancelled"]
+    return []
+
+
+def _history_detail(step: StepState, records: Sequence[Record]) -> list[str]:
+    """The last failed attempt, a retry by hand, and the compensation."""
+    parts: list[str] = []
+    failure = _last(records, Event.POD_FAILED)
+    if failure is not None and not step.rejected:
+        message = _one_line(failure.detail.get("message", ""))
+        reason = str(failure.detail.get("reason", "Failed")) + (f": {message}" if message else "")
+        parts.append(f"last failure (attempt {failure.attempt}): {reason}")
+    retry = _last(records, Event.RETRY_REQUESTED)
+    if retry is not None:
+        parts.append(f"retried by hand{_said(retry)}")
+    comp = step.compensation
+    if comp is not None:
+        tries = f" after {comp.attempt} attempts" if comp.attempt > 1 else ""
+        why = f": {comp.reason}" if comp.phase is StepPhase.FAILED and comp.reason else ""
+        parts.append(f"compensation {comp.phase}{tries}{why}")
+    return parts
+
+
+def step_detail(
+    step_def: StepDef, step: StepState, state: WorkflowState, records: Sequence[Record], *, now: datetime
+) -> str:
+    """The DETAIL cell of a step's row; `records` are the step's accepted records."""
+    parts = [
+        *_now_detail(step_def, step, state, now=now),
+        *_outcome_detail(step_def, step, records),
+        *_history_detail(step, records),
+    ]
+    return "; ".join(parts)
+
+
+def step_duration(step: StepState, *, now: datetime) -> str | None:
+    """finished - started, or "running for …" while the step holds a pod, an approval or a timer."""
+    if step.started_at is None:
+        return None
+    if step.finished_at is not None:
+        return precise_duration(step.finished_at - step.started_at)
+    if step.phase in ACTIVE_PHASES:
+        return f"running for {precise_duration(now - step.started_at)}"
+    return None
+
+
+def step_rows(folded: Folded, *, now: datetime) -> list[list[object]]:
+    """One row per step, in definition order."""
+    if folded.definition is None:
+        return []
+    by_step: dict[str, list[Record]] = {}
+    for record in accepted(folded.records):
+        if record.step is not None:
+            by_step.setdefault(record.step, []).append(record)
+    rows: list[list[object]] = []
+    for step_def in folded.definition.steps:
+        step = folded.state.steps[step_def.id]
+        rows.append([
+            step_def.id, step_def.kind, step.phase, step.attempt or None,
+            None if step.started_at is None else format_time(step.started_at),
+            step_duration(step, now=now),
+            step_detail(step_def, step, folded.state, by_step.get(step_def.id, []), now=now),
+        ])  # fmt: skip
+    return rows
+
+
+def timeline_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
+    """`timeline WF`: the header, then a row per step."""
+    folded = read_workflow(obj)
+    lines = header_lines(obj, folded, now=now)
+    rows = step_rows(folded, now=now)
+    if rows:
+        lines.extend(["", *render_table(STEP_COLUMNS, rows).splitlines()])
+    else:
+        lines.append("its steps are known once the operator pins its definition")
+    return lines
+
+
+# --- the whole history ------------------------------------------------------------------------
+
+
+def _value(value: object) -> str:
+    text = value if isinstance(value, str) and value and not any(c.isspace() for c in value) else None
+    if text is None:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if len(text) <= DETAIL_VALUE_MAX else text[: DETAIL_VALUE_MAX - 1] + "…"
+
+
+def event_detail(record: Record) -> str:
+    """A record's detail as key=value pairs, long values cut short."""
+    return " ".join(f"{key}={_value(value)}" for key, value in record.detail.items() if value is not None)
+
+
+def event_rows(records: Sequence[Record]) -> list[list[object]]:
+    return [
+        [format_time(record.at), record.event, record.step, record.attempt, event_detail(record)]
+        for record in records
+    ]
+
+
+def events_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
+    """`timeline WF --events`: the header, then every history record, oldest first."""
+    folded = read_workflow(obj)
+    lines = header_lines(obj, folded, now=now)
+    if not folded.records:
+        return [*lines, "no history yet"]
+    return [*lines, "", *render_table(EVENT_COLUMNS, event_rows(folded.records)).splitlines()]
+
+
+def cmd_timeline(args: argparse.Namespace) -> int:
+    cluster = Cluster()
+    obj = cluster.workflow(args.workflow, cluster.namespace(args.namespace))
+    render = events_lines if args.events else timeline_lines
+    print("\n".join(render(obj, now=datetime.now(UTC))))
+    return 0
+
+
+def add_parsers(sub: Any) -> None:
+    """Register `timeline`."""
+    tl = sub.add_parser("timeline", help="a workflow's steps: phase, attempts, times and who decided")
+    tl.add_argument("workflow", help="a Workflow")
+    tl.add_argument("--events", action="store_true", help="print every history record instead")
+    add_namespace_options(tl)
+    tl.set_defaults(func=cmd_timeline)
