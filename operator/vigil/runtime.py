@@ -28,9 +28,11 @@ from vigil.core.executions import Execution
 from vigil.core.history import AttemptRecord, WorkflowEventRecord
 from vigil.core.ports import Clock
 from vigil.core.trigger import Trigger
+from vigil.core.workflow import Record
 from vigil.history.store import SqlHistory
-from vigil.httpapi import ApiServer
+from vigil.httpapi import ApiServer, ApprovalCallback
 from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
+from vigil.kube.approvals import SigningKey, TokenPublisher
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.dispatcher import Dispatcher, DispatchReport
 from vigil.kube.events import EventRecorder
@@ -78,7 +80,11 @@ def identity() -> str:
 
 
 def _serve(
-    settings: Settings, elector: LeaderElector, executions: ExecutionStore, history: MigratingHistory
+    settings: Settings,
+    elector: LeaderElector,
+    executions: ExecutionStore,
+    history: MigratingHistory,
+    approvals: ApprovalCallback | None,
 ) -> None:
     if settings.http.metrics_port:
         start_http_server(settings.http.metrics_port, registry=metrics.REGISTRY)
@@ -87,7 +93,44 @@ def _serve(
             leader=lambda: elector.holder,
             find_execution=executions.find,
             timeline=lambda execution_id: history.history.timeline(execution_id),
+            approvals=approvals,
         ).serve(settings.http.api_port)
+
+
+def build_approvals(
+    api: client.ApiClient, settings: Settings, *, clock: Clock, me: str
+) -> tuple[TokenPublisher, ApprovalCallback]:
+    """The approval tokens' publisher (the leader's engine calls it) and the HTTP callback.
+
+    The callback decides through an engine of its own that never runs passes: `submit` is
+    one conditional status write, which any replica may make, so standbys serve it too.
+    """
+    core = client.CoreV1Api(api)
+    workflows = WorkflowApi(api)
+    key = SigningKey(
+        core,
+        namespace=settings.namespace,
+        name=settings.approvals.key_secret,
+        refresh_seconds=settings.approvals.key_refresh_seconds,
+    )
+    publisher = TokenPublisher(
+        core,
+        key=key,
+        clock=clock,
+        find_workflow=workflows.get,
+        default_lifetime=parse_duration(settings.approvals.default_token_lifetime),
+        base_url=settings.approvals.base_url,
+        recheck=timedelta(seconds=settings.approvals.recheck_seconds),
+    )
+    deciding = WorkflowEngine(workflows, clock=clock, events=EventRecorder(api, instance=me))
+
+    def submit(namespace: str, name: str, record: Record) -> list[Record]:
+        added = deciding.submit(namespace, name, record)
+        publisher.after_submit(namespace, name, added)  # a decision may start the next approval
+        return added
+
+    callback = ApprovalCallback(key=key.current, clock=clock, find_workflow=workflows.get, submit=submit)
+    return publisher, callback
 
 
 def _trigger_loop(trigger: Trigger, settings: Settings, stop: threading.Event) -> None:
@@ -255,6 +298,15 @@ def _record_workflow_pass(done: Pass) -> None:
     )
 
 
+def _after_workflow_pass(publisher: TokenPublisher | None) -> Callable[[Pass], None]:
+    def after(done: Pass) -> None:
+        _record_workflow_pass(done)
+        if publisher is not None:
+            publisher.on_pass(done)
+
+    return after
+
+
 def _lost() -> None:
     log.error("leadership lost: exiting so that no stale leader acts")
     logging.shutdown()
@@ -262,7 +314,12 @@ def _lost() -> None:
 
 
 def _campaign(
-    api: client.ApiClient, settings: Settings, *, lease_name: str, me: str
+    api: client.ApiClient,
+    settings: Settings,
+    *,
+    lease_name: str,
+    me: str,
+    approvals: ApprovalCallback | None = None,
 ) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
     """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
     elector = LeaderElector(
@@ -279,7 +336,7 @@ def _campaign(
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
-    _serve(settings, elector, executions, history)
+    _serve(settings, elector, executions, history, approvals)
     elector.start()
     return elector, executions, history
 
@@ -288,7 +345,13 @@ def run(settings: Settings) -> int:
     api = api_client()
     clock = SystemClock()
     me = identity()
-    elector, executions, history = _campaign(api, settings, lease_name=settings.leader_election.lease_name, me=me)
+    publisher: TokenPublisher | None = None
+    callback: ApprovalCallback | None = None
+    if settings.approvals.enabled:
+        publisher, callback = build_approvals(api, settings, clock=clock, me=me)
+    elector, executions, history = _campaign(
+        api, settings, lease_name=settings.leader_election.lease_name, me=me, approvals=callback
+    )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
     elector.wait_until_leader()
     metrics.IS_LEADER.set(1)
@@ -337,7 +400,7 @@ def run(settings: Settings) -> int:
         history=history,
         workers=settings.workflows.workers,
         rescan_seconds=settings.workflows.rescan_seconds,
-        on_pass=_record_workflow_pass,
+        on_pass=_after_workflow_pass(publisher),
     )
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [

@@ -74,6 +74,43 @@ class Workflows(_Section):
     )
 
 
+class Approvals(_Section):
+    enabled: bool = Field(
+        True,
+        description="Publish a signed token for every waiting approval step and accept it on "
+        "POST /approvals/{token}/approve|reject, so systems without Kubernetes credentials can decide.",
+    )
+    key_secret: str = Field(
+        "vigil-approval-key",
+        description="Secret in the operator namespace holding the HMAC key; created with 32 random "
+        "bytes when missing. Delete it to rotate the key (every outstanding token is then refused).",
+    )
+    key_refresh_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a replica trusts its cached key before reading the Secret again: how "
+        "long a rotation takes to reach every replica.",
+    )
+    recheck_seconds: float = Field(
+        600.0,
+        gt=0,
+        description="Seconds after which the leader checks a waiting workflow's token Secrets again "
+        "unprompted (one read of the Workflow): repairs a deleted Secret or a missed publication.",
+    )
+    default_token_lifetime: str = Field(
+        "168h",
+        pattern=DURATION_PATTERN,
+        description="How long a token lasts when its step has no timeout (a week: long enough for a "
+        "ticket queue); a new token is published when it ends and the step still waits.",
+    )
+    base_url: str = Field(
+        "",
+        alias="baseURL",
+        description="Externally reachable URL of the operator's HTTP API, put in front of approveURL "
+        "and rejectURL; empty publishes path-only URLs (/approvals/<token>/approve).",
+    )
+
+
 class History(_Section):
     dsn: str = Field(
         "sqlite:////var/lib/vigil/history.db", description="SQLAlchemy URL of the history database."
@@ -122,6 +159,7 @@ class Settings(_Section):
     trigger: Trigger = Trigger()
     dispatch: Dispatch = Dispatch()
     workflows: Workflows = Workflows()
+    approvals: Approvals = Approvals()
     history: History = History()
     watchdog: Watchdog = Watchdog()
     audit: Audit = Audit()

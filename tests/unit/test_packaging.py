@@ -64,6 +64,15 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
     },
     "trigger": {"tickMilliseconds": 250, "shards": 4, "maxOccurrencesPerBucket": 2000, "workers": 8},
     "dispatch": {"maxRunning": 100, "reservedHigh": 10, "perNamespaceMax": 50},
+    "workflows": {"workers": 4, "rescanSeconds": 30},
+    "approvals": {
+        "enabled": True,
+        "keySecret": "vigil-approval-key",
+        "keyRefreshSeconds": 60,
+        "recheckSeconds": 600,
+        "defaultTokenLifetime": "168h",
+        "baseURL": "",
+    },
     "history": {"dsn": "sqlite:////var/lib/vigil/history.db", "retentionDays": 30},
     "watchdog": {
         "enabled": True,

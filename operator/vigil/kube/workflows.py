@@ -227,6 +227,7 @@ class WorkflowEngine:
         self._busy: set[Key] = set()
         self._again: set[Key] = set()
         self._timers: list[tuple[datetime, Key]] = []
+        self._running = False
 
     # --- queueing -----------------------------------------------------------------------------
 
@@ -299,6 +300,7 @@ class WorkflowEngine:
         return queued
 
     def run(self, stop: threading.Event) -> None:
+        self._running = True
         threads = [
             threading.Thread(target=self._work, args=(stop,), name=f"workflows-{n}", daemon=True)
             for n in range(self._workers)
@@ -373,7 +375,9 @@ class WorkflowEngine:
                 continue
             self._mirror(obj, [*history, *added], len(history))
             self._announce(obj, added, (), status)
-            self.notify(namespace, name)  # the pass acts on it
+            self._report(obj, added, (), state)
+            if self._running:
+                self.notify(namespace, name)  # the pass acts on it; elsewhere the leader's watch does
             return added
         raise RuntimeError(f"workflow {namespace}/{name} kept changing; try again")
 
@@ -399,11 +403,15 @@ class WorkflowEngine:
             self._mirror(obj, [*history, *new], len(history))
         self._act(obj, pinned, definition, state, pods)
         self._announce(obj, new, stuck, status)
-        if self._on_pass is not None:
-            self._on_pass(
-                Pass(obj["metadata"]["namespace"], obj["metadata"]["name"], tuple(new), stuck, str(state.phase))
-            )
+        self._report(obj, new, stuck, state)
         return self._next_pass(definition, state, now)
+
+    def _report(
+        self, obj: Mapping[str, Any], new: Sequence[Record], stuck: Sequence[str], state: WorkflowState
+    ) -> None:
+        if self._on_pass is not None:
+            meta = obj["metadata"]
+            self._on_pass(Pass(meta["namespace"], meta["name"], tuple(new), tuple(stuck), str(state.phase)))
 
     def _next_pass(self, definition: Definition, state: WorkflowState, now: datetime) -> datetime | None:
         wakes = [at for at in (next_wakeup(state),) if at is not None]
@@ -446,6 +454,7 @@ class WorkflowEngine:
         self._mirror(obj, records, 0)
         self._act(obj, pinned, definition, state, {})
         self._announce(obj, records, (), status)
+        self._report(obj, records, (), state)
         return next_wakeup(state)
 
     def _invalid(
