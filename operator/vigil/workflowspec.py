@@ -18,11 +18,9 @@ from pydantic import ValidationError
 
 from vigil.core.workflow import (
     Definition,
-    ErrorAction,
     FailureAction,
     Level,
     StepDef,
-    StepKind,
     TimeoutAction,
 )
 from vigil.jobspec import retry_policy
@@ -103,14 +101,14 @@ def _step_def(step: Step) -> StepDef:
     approval = step.approval
     return StepDef(
         id=step.id,
-        kind=StepKind(str(step.type)),
+        kind=step.type,
         depends_on=tuple(step.depends_on),
         retry=retry_policy(
             step.retry.model_dump(by_alias=True, mode="json") if step.retry else {}
         ),
         timeout=_seconds(step.timeout),
-        on_timeout=TimeoutAction(str(step.on_timeout)),
-        on_error=ErrorAction(str(step.on_error)),
+        on_timeout=step.on_timeout,
+        on_error=step.on_error,
         compensable=step.compensate is not None,
         approvers=tuple(approval.approvers) if approval else (),
         escalation=tuple(

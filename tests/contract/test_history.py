@@ -18,7 +18,6 @@ the table exactly once.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,8 @@ from zoneinfo import ZoneInfo
 import pytest
 import sqlalchemy as sa
 
-from tests.contract.postgres import PostgresServer, free_port
+from tests.contract.historydb import RETENTION_DAYS, fresh_dsn
+from tests.contract.postgres import PostgresServer
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.buffer import BufferedHistory
@@ -36,12 +36,9 @@ from vigil.history.precedence import AttemptKey, key_of, supersedes
 from vigil.history.store import SqlHistory, attempts, load_blocks
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "operator" / "vigil" / "history" / "schema.sql"
-RETENTION_DAYS = 7
 SCHEDULED = datetime(2026, 5, 1, 2, 0, tzinfo=UTC)
 T1, T2, T3 = (SCHEDULED + timedelta(seconds=s) for s in (10, 20, 30))
 LONDON = ZoneInfo("Europe/London")
-
-BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def attempt(execution_id: str = "exec-1", number: int = 1, **changes: Any) -> AttemptRecord:
@@ -70,27 +67,6 @@ def row_count(history: SqlHistory) -> int:
         return int(
             connection.execute(sa.select(sa.func.count()).select_from(attempts)).scalar_one()
         )
-
-
-def fresh_dsn(backend: str, request: pytest.FixtureRequest, *, name: str = "history") -> str:
-    if backend == "sqlite":
-        tmp_path: Path = request.getfixturevalue("tmp_path")
-        return f"sqlite:///{tmp_path / name}.db"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_database()
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def history(backend: str, request: pytest.FixtureRequest) -> Iterator[SqlHistory]:
-    store = SqlHistory(fresh_dsn(backend, request), retention_days=RETENTION_DAYS)
-    store.migrate()
-    yield store
-    store.close()
 
 
 # -- rows -------------------------------------------------------------------------------------
@@ -309,17 +285,6 @@ def test_a_day_dropped_by_another_replica_can_be_written_again(history: SqlHisto
 
 
 # -- availability -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def unreachable(backend: str, tmp_path: Path) -> Iterator[SqlHistory]:
-    if backend == "sqlite":
-        dsn = f"sqlite:///{tmp_path / 'no-such-directory' / 'history.db'}"
-    else:
-        dsn = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/postgres"
-    store = SqlHistory(dsn, connect_timeout_seconds=2)
-    yield store
-    store.close()
 
 
 def test_an_unreachable_database_is_history_unavailable(unreachable: SqlHistory) -> None:

@@ -13,9 +13,7 @@ migrated before workflow history existed gains the table and keeps its attempts.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,18 +22,16 @@ import alembic.config
 import pytest
 import sqlalchemy as sa
 
-from tests.contract.postgres import PostgresServer, free_port
+from tests.contract.historydb import RETENTION_DAYS, fresh_dsn
+from tests.contract.postgres import PostgresServer
 from vigil.core.history import AttemptRecord, AttemptState, WorkflowEventRecord
 from vigil.core.ports import HistoryUnavailable, WorkflowHistorySink
 from vigil.history.migrations import SCRIPT_LOCATION
 from vigil.history.store import WORKFLOW_EVENTS_BATCH, SqlHistory, workflow_events
 
-RETENTION_DAYS = 7
 STARTED = datetime(2026, 5, 1, 2, 0, tzinfo=UTC)
 UID = "0b7e4c1a-0000-4000-8000-00000000000a"
 LONDON = ZoneInfo("Europe/London")
-
-BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)]
 
 
 def entry(
@@ -69,27 +65,6 @@ def row_count(history: SqlHistory) -> int:
     with history.engine.connect() as connection:
         query = sa.select(sa.func.count()).select_from(workflow_events)
         return int(connection.execute(query).scalar_one())
-
-
-def fresh_dsn(backend: str, request: pytest.FixtureRequest) -> str:
-    if backend == "sqlite":
-        tmp_path: Path = request.getfixturevalue("tmp_path")
-        return f"sqlite:///{tmp_path / 'history.db'}"
-    server: PostgresServer = request.getfixturevalue("postgres")
-    return server.create_database()
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture
-def history(backend: str, request: pytest.FixtureRequest) -> Iterator[SqlHistory]:
-    store = SqlHistory(fresh_dsn(backend, request), retention_days=RETENTION_DAYS)
-    store.migrate()
-    yield store
-    store.close()
 
 
 # -- rows -------------------------------------------------------------------------------------
@@ -257,17 +232,6 @@ def test_retention_leaves_attempts_to_their_own_rule(history: SqlHistory) -> Non
 
 
 # -- availability -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def unreachable(backend: str, tmp_path: Path) -> Iterator[SqlHistory]:
-    if backend == "sqlite":
-        dsn = f"sqlite:///{tmp_path / 'no-such-directory' / 'history.db'}"
-    else:
-        dsn = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/postgres"
-    store = SqlHistory(dsn, connect_timeout_seconds=2)
-    yield store
-    store.close()
 
 
 def test_an_unreachable_database_is_history_unavailable(unreachable: SqlHistory) -> None:

@@ -51,10 +51,9 @@ from vigil.core.approvaltokens import MIN_KEY_BYTES, WaitingApproval, mint, wait
 from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import Event, Record, StepKind, fold, records_from_data
-from vigil.kube.pods import LABEL_MANAGED, label_value
+from vigil.kube.pods import LABEL_MANAGED, label_value, owner_reference
 from vigil.kube.workflowpods import LABEL_STEP, LABEL_WORKFLOW, LABEL_WORKFLOW_UID
 from vigil.kube.workflows import FINISHED_PHASES, Pass
-from vigil.model import GROUP, VERSION
 from vigil.workflowspec import definition_of
 
 log = logging.getLogger(__name__)
@@ -117,12 +116,8 @@ class SigningKey:
 
     def _load(self) -> bytes:
         for _ in range(3):  # read, or create, or lose the create race and read
-            try:
-                secret = self._core.read_namespaced_secret(self._name, self._namespace)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-            else:
+            secret = _read_secret(self._core, self._namespace, self._name)
+            if secret is not None:
                 return self._key_of(secret)
             body = client.V1Secret(
                 metadata=client.V1ObjectMeta(
@@ -153,6 +148,16 @@ class SigningKey:
                 "(delete the Secret and the operator creates a new key)"
             )
         return key
+
+
+def _read_secret(core: client.CoreV1Api, namespace: str, name: str) -> Any:
+    """The Secret (a V1Secret), or None when there is none of that name."""
+    try:
+        return core.read_namespaced_secret(name, namespace)
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
 
 
 def _b64(raw: bytes) -> str:
@@ -303,12 +308,7 @@ class TokenPublisher:
         name: str = body["metadata"]["name"]
         namespace: str = meta["namespace"]
         for _ in range(CONFLICT_TRIES):
-            try:
-                current = self._core.read_namespaced_secret(name, namespace)
-            except ApiException as error:
-                if error.status != 404:
-                    raise
-                current = None
+            current = _read_secret(self._core, namespace, name)
             try:
                 if current is None:
                     self._core.create_namespaced_secret(namespace, body)
@@ -374,16 +374,7 @@ def token_secret(
                 ANNOTATION_LEVEL: str(approval.level),
                 ANNOTATION_EXPIRES: format_rfc3339(approval.expires),
             },
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "Workflow",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": False,
-                }
-            ],
+            "ownerReferences": [owner_reference(workflow, "Workflow", block_owner_deletion=False)],
         },
         "data": {
             "token": _b64(token.encode()),

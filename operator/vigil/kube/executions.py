@@ -35,6 +35,7 @@ from vigil.kube.pods import (
     LABEL_MANAGED,
     MANAGED_BY,
     label_value,
+    owner_reference,
 )
 from vigil.model import GROUP, VERSION
 
@@ -201,16 +202,7 @@ def execution_body(
                 LABEL_HISTORY: "pending",
                 LABEL_MANAGED: MANAGED_BY,
             },
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "ScheduledJob",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_reference(job, "ScheduledJob")],
         },
         "spec": {
             "job": {"name": meta["name"], "uid": meta["uid"]},

@@ -35,6 +35,7 @@ from vigil.kube.pods import (
     build_pod,
     execution_env,
     label_value,
+    owner_reference,
 )
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
@@ -122,16 +123,7 @@ def workflow_body(job: Mapping[str, Any], fire: Fire) -> dict[str, Any]:
                 LABEL_EXECUTION: fire.execution_id,
             },
             "annotations": {ANNOTATION_SCHEDULED_FOR: format_rfc3339(occ.nominal)},
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": "ScheduledJob",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_reference(job, "ScheduledJob")],
         },
         "spec": spec,
     }

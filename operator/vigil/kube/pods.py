@@ -70,6 +70,25 @@ def execution_env(
     return [{"name": n, "value": v} for n, v in zip(ENV_NAMES, values, strict=True)]
 
 
+def owner_reference(
+    obj: Mapping[str, Any], kind: str, *, block_owner_deletion: bool = True
+) -> dict[str, Any]:
+    """A controller ownerReference to ``obj``, one of Vigil's own objects of ``kind``.
+
+    ``kind`` is the caller's to say (a job mapping handed around may lack its own). Every
+    child blocks its owner's foreground deletion except the approval token Secrets.
+    """
+    meta = obj["metadata"]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": block_owner_deletion,
+    }
+
+
 def build_pod(
     *,
     template: Mapping[str, Any],
@@ -107,16 +126,7 @@ def build_pod(
             "namespace": meta["namespace"],
             "labels": labels,
             "annotations": dict(tmeta.get("annotations") or {}),
-            "ownerReferences": [
-                {
-                    "apiVersion": f"{GROUP}/{VERSION}",
-                    "kind": owner.get("kind", "ScheduledJob"),
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [owner_reference(owner, owner.get("kind", "ScheduledJob"))],
         },
         "spec": spec,
     }

@@ -137,26 +137,12 @@ class WorkflowApi:
         self.core = client.CoreV1Api(api)
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return obj
+        """The Workflow, or None when there is none of that name."""
+        return self._get(PLURAL, namespace, name)
 
     def definition(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, DEFINITIONS, name
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return obj
+        """The WorkflowDefinition, or None when there is none of that name."""
+        return self._get(DEFINITIONS, namespace, name)
 
     def list_all(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)[
@@ -198,6 +184,17 @@ class WorkflowApi:
         except ApiException as err:
             if err.status != 404:
                 raise
+
+    def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, plural, name
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return obj
 
 
 class WorkflowEngine:

@@ -32,6 +32,8 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
+from vigil.core.workflow import ErrorAction, FailureAction, StepKind, TimeoutAction
+from vigil.core.workflow import WorkflowPhase as CoreWorkflowPhase
 from vigil.model.common import (
     AGE_COLUMN,
     DNS_LABEL_PATTERN,
@@ -109,49 +111,18 @@ MESSAGE_APPROVE_VERB = (
 )
 
 
-class StepType(StrEnum):
-    """What a step does."""
-
-    POD = "pod"
-    APPROVAL = "approval"
-    WAIT = "wait"
-
-
-class OnTimeout(StrEnum):
-    """What happens when a step's timeout passes."""
-
-    FAIL = "fail"
-    SKIP = "skip"
-    ESCALATE = "escalate"
-    APPROVE = "approve"
-
-
-class OnError(StrEnum):
-    """What happens when a step fails."""
-
-    RETRY = "retry"
-    SKIP = "skip"
-    FAIL = "fail"
-    COMPENSATE = "compensate"
-
-
-class OnFailure(StrEnum):
-    """What happens when the workflow fails."""
-
-    FAIL = "fail"
-    COMPENSATE = "compensate"
-
-
-class WorkflowPhase(StrEnum):
-    """Where a workflow is in its life."""
-
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    COMPENSATING = "Compensating"
-    COMPENSATED = "Compensated"
-    CANCELLED = "Cancelled"
+# The step and workflow policies are the core's own enums (``vigil.core.workflow``), so the
+# spec and the orchestrator cannot disagree on a value.
+#: What a step does.
+StepType = StepKind
+#: What happens when a step's timeout passes.
+OnTimeout = TimeoutAction
+#: What happens when a step fails.
+OnError = ErrorAction
+#: What happens when the workflow fails.
+OnFailure = FailureAction
+#: Where a workflow is in its life.
+WorkflowPhase = CoreWorkflowPhase
 
 
 class Exhausted(StrEnum):
