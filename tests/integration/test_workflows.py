@@ -189,15 +189,19 @@ def test_a_running_instance_keeps_its_pinned_definition_when_the_definition_is_e
         timeout=60,
         what="the definition pinned",
     )
-    edited = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish")
-    edited["spec"]["versions"][0]["steps"][1] = pod_step("second", "first", command="exit 9")
-    edited["spec"]["versions"].append({"version": 2, "steps": [pod_step("other")]})
-    cluster.custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish", edited)
+    # Merge patches (no resourceVersion): the operator writes the definition's status meanwhile.
+    versions = body["spec"]["versions"]
+    versions[0]["steps"][1] = pod_step("second", "first", command="exit 9")
+    versions.append({"version": 2, "steps": [pod_step("other")]})
+    cluster.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, DEFINITIONS, "publish", {"spec": {"versions": versions}}
+    )
 
-    renamed = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish")
-    renamed["spec"]["versions"][0]["steps"][1]["id"] = "renamed"
+    versions[0]["steps"][1] = {**versions[0]["steps"][1], "id": "renamed"}
     with pytest.raises(ApiException) as refused:
-        cluster.custom.replace_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, "publish", renamed)
+        cluster.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, DEFINITIONS, "publish", {"spec": {"versions": versions}}
+        )
     assert refused.value.status == 422
     assert "removed or renamed" in str(refused.value.body)
 

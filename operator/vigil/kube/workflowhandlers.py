@@ -33,7 +33,8 @@ from vigil.model.workflow import WorkflowDefinitionSpec
 @kopf.on.event(GROUP, VERSION, PLURAL)
 def workflow_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     if type != "DELETED":
-        memo.workflows.notify(body["metadata"]["namespace"], body["metadata"]["name"])
+        meta = body["metadata"]
+        memo.workflows.changed(meta["namespace"], meta["name"], meta.get("resourceVersion"))
 
 
 @kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED: MANAGED_BY_WORKFLOWS, LABEL_WORKFLOW: kopf.PRESENT})

@@ -150,18 +150,19 @@ class WorkflowApi:
         ]
         return items
 
-    def write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> None:
-        """Replace the status, conditional on the resourceVersion ``obj`` was read at."""
+    def write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> str:
+        """Replace the whole status (a PUT: keys left out are removed), conditional on the
+        resourceVersion ``obj`` was read at; the new resourceVersion."""
         meta = obj["metadata"]
-        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         try:
-            self.custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
+            written: dict[str, Any] = self.custom.replace_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {**obj, "status": status}
             )
         except ApiException as err:
             if err.status in (404, 409):
                 raise Conflict(meta["name"]) from err
             raise
+        return str(written["metadata"]["resourceVersion"])
 
     def pods(self, namespace: str, uid: str) -> dict[str, dict[str, Any]]:
         listed = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WORKFLOW_UID}={uid}")
@@ -225,8 +226,23 @@ class WorkflowEngine:
         self._again: set[Key] = set()
         self._timers: list[tuple[datetime, Key]] = []
         self._running = False
+        #: The resourceVersion of each workflow's last status write of ours, until its watch
+        #: event arrives: that event needs no pass (the pass that wrote it already acted).
+        self._own: dict[Key, str] = {}
 
     # --- queueing -----------------------------------------------------------------------------
+
+    def changed(self, namespace: str, name: str, resource_version: str | None) -> None:
+        """A watch saw the workflow change: queue a pass, unless the change is our own write."""
+        with self._lock:
+            if resource_version is not None and self._own.pop((namespace, name), None) == resource_version:
+                return
+        self.notify(namespace, name)
+
+    def _wrote(self, obj: Mapping[str, Any], resource_version: str) -> None:
+        meta = obj["metadata"]
+        with self._lock:
+            self._own[(meta["namespace"], meta["name"])] = resource_version
 
     def notify(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -367,7 +383,7 @@ class WorkflowEngine:
                 record.at,
             )
             try:
-                self.api.write_status(obj, new_status)
+                self._wrote(obj, self.api.write_status(obj, new_status))
             except Conflict:
                 continue
             self._mirror(obj, [*history, *added], len(history))
@@ -394,7 +410,7 @@ class WorkflowEngine:
         mirrored = self._mirror(obj, history, int(status.get("historyMirrored") or 0))
         new_status = self._status(obj, definition, state, [*history, *new], mirrored, stuck, now)
         if new_status != status:
-            self.api.write_status(obj, new_status)
+            self._wrote(obj, self.api.write_status(obj, new_status))
             # Now recorded: mirror them at once, best effort. The counter in status catches up on
             # a later pass (rewriting is idempotent), and after an outage that pass writes them.
             self._mirror(obj, [*history, *new], len(history))
@@ -447,7 +463,7 @@ class WorkflowEngine:
         new_status = self._status(obj, definition, state, records, 0, (), now)
         new_status["conditions"] = conditions
         new_status["definition"] = pinned
-        self.api.write_status(obj, new_status)
+        self._wrote(obj, self.api.write_status(obj, new_status))
         self._mirror(obj, records, 0)
         self._act(obj, pinned, definition, state, {})
         self._announce(obj, records, (), status)
@@ -471,10 +487,10 @@ class WorkflowEngine:
         before = [c for c in status.get("conditions") or [] if c.get("type") == CONDITION_INVALID]
         if before and before[0].get("status") == "True" and before[0].get("message") == message:
             return now + timedelta(seconds=30)  # already reported; a missing definition may appear
-        self.api.write_status(
+        self._wrote(obj, self.api.write_status(
             obj,
             {**status, "phase": "Pending", "conditions": conditions, "observedGeneration": meta.get("generation")},
-        )
+        ))
         if self._events is not None:
             self._events.emit(obj, type_=WARNING, reason="InvalidSpec", message=message)
         return now + timedelta(seconds=30)
