@@ -1,0 +1,140 @@
+"""Workflow figures for `make bench`: completed 10-step workflows per second, and resume time.
+
+* **rate** — `count` workflows of 10 pod steps (a chain of 2 then a fan of 8 — wide enough for
+  the engine's workers to overlap, deep enough that each step waits for a result), each pod
+  running `true`, created at once; the clock runs from the first creation to the last
+  Succeeded. Each step is one pod on the local node agent, so this is bounded by how fast
+  the control plane schedules and runs pods on 2 cores as much as by the engine.
+* **resume** — `count` workflows whose one step waits 20 s are started by an operator, which
+  is then SIGKILLed. Once their timers are due, a new operator starts; the clock runs from its
+  start to the last workflow Succeeded: leader election, the rescan that finds every in-flight
+  workflow, and one pass each that rebuilds its state from history and records the timer.
+
+Both print figures only; neither fails for being slow.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+GROUP, VERSION = "vigil.dev", "v1alpha1"
+CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
+RESUME_WAIT_S = 20
+POLL_S = 0.5
+
+
+class BenchCluster(Protocol):
+    """What these measurements need of bench.__main__.Bench."""
+
+    @property
+    def custom(self) -> Any: ...
+
+    def namespace(self, prefix: str) -> str: ...
+
+    def create_many(self, count: int, make: Callable[[int], None]) -> None: ...
+
+    def start_operator(self, name: str, settings: str) -> tuple[Any, Any]: ...
+
+    def lease_holder(self, namespace: str) -> str | None: ...
+
+
+def ten_steps() -> list[dict[str, Any]]:
+    template = {"spec": {"containers": [CONTAINER]}}
+    steps: list[dict[str, Any]] = [{"id": "s0", "type": "pod", "template": template}]
+    steps.append({"id": "s1", "type": "pod", "dependsOn": ["s0"], "template": template})
+    steps += [{"id": f"f{i}", "type": "pod", "dependsOn": ["s1"], "template": template} for i in range(8)]
+    return steps
+
+
+def _settings(opns: str, state: Any, name: str) -> str:
+    return (
+        f"namespace: {opns}\nleaderElection: {{leaseDurationSeconds: 15, renewPeriodSeconds: 5}}\n"
+        f"http: {{metricsPort: 0, apiPort: 0}}\nworkflows: {{workers: 4, rescanSeconds: 30}}\n"
+        f"history: {{dsn: 'sqlite:///{state}/{name}-history.db'}}\n"
+    )
+
+
+def _phases(b: BenchCluster, ns: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "workflows")["items"]:
+        phase = (item.get("status") or {}).get("phase") or "New"
+        counts[phase] = counts.get(phase, 0) + 1
+    return counts
+
+
+def _wait(done: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(POLL_S)
+    return False
+
+
+def _lead(b: BenchCluster, opns: str, name: str, proc: Any) -> float:
+    started = time.monotonic()
+    _wait(lambda: proc.poll() is not None or b.lease_holder(opns) == name, 120)
+    return time.monotonic() - started
+
+
+def _create(b: BenchCluster, ns: str, count: int, prefix: str, steps: list[dict[str, Any]]) -> None:
+    def make(i: int) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Workflow",
+            "metadata": {"name": f"{prefix}{i:04}"},
+            "spec": {"steps": steps},
+        }
+        b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "workflows", body)
+
+    b.create_many(count, make)
+
+
+def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[float, float, str]:
+    """(workflows/s, seconds, phases at the end) for `count` 10-step workflows."""
+    ns, opns = b.namespace("bench-wf"), b.namespace("bench-wfop")
+    proc, pidfile = b.start_operator("bench-wf", _settings(opns, state, "bench-wf"))
+    try:
+        _lead(b, opns, "bench-wf", proc)
+        started = time.monotonic()
+        _create(b, ns, count, "w", ten_steps())
+        _wait(lambda: _phases(b, ns).get("Succeeded", 0) >= count, 900)
+        elapsed = time.monotonic() - started
+        phases = _phases(b, ns)
+        return phases.get("Succeeded", 0) / elapsed, elapsed, str(phases)
+    finally:
+        stop(proc, pidfile)
+
+
+def resume_time(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[float, str]:
+    """(seconds from a new operator's start to all `count` in-flight workflows finished, notes)."""
+    ns, opns = b.namespace("bench-resume"), b.namespace("bench-resumeop")
+    wait_step = [{"id": "hold", "type": "wait", "wait": {"duration": f"{RESUME_WAIT_S}s"}}]
+    first, first_pid = b.start_operator("bench-resume-1", _settings(opns, state, "bench-resume"))
+    try:
+        _lead(b, opns, "bench-resume-1", first)
+        _create(b, ns, count, "r", wait_step)
+        _wait(lambda: _phases(b, ns).get("Running", 0) >= count, 600)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    finally:
+        stop(first, first_pid)
+    running = _phases(b, ns).get("Running", 0)
+    time.sleep(RESUME_WAIT_S + 16)  # every timer due, and the dead leader's Lease expired
+    second, second_pid = b.start_operator("bench-resume-2", _settings(opns, state, "bench-resume"))
+    try:
+        started = time.monotonic()
+        lead = _lead(b, opns, "bench-resume-2", second)
+        _wait(lambda: _phases(b, ns).get("Succeeded", 0) >= count, 900)
+        elapsed = time.monotonic() - started
+        phases = _phases(b, ns)
+        return elapsed, (
+            f"{elapsed - lead:.1f}s after it took the Lease at {lead:.1f}s — a candidate first watches the "
+            f"dead leader's Lease go unrenewed for its whole duration; {running} in flight at the kill; "
+            f"end {phases}"
+        )
+    finally:
+        stop(second, second_pid)
