@@ -241,6 +241,16 @@ def test_a_scheduled_workflow_starts_one_workflow_per_occurrence_named_from_its_
     listed = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "workflows")["items"]
     assert [w["metadata"]["name"] for w in listed] == [expected]
 
+    def job_saw_it() -> dict[str, object] | None:
+        status = cluster.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "scheduledjobs", "nightly-flow"
+        ).get("status") or {}
+        return status if status.get("lastSuccessfulTime") else None
+
+    job_status = wait_for(job_saw_it, timeout=30, what="the job's lastSuccessfulTime")
+    assert job_status["lastSuccessfulTime"] == done["status"]["finishedAt"]
+    assert [(r["executionId"], r["outcome"]) for r in job_status["recent"]] == [(expected, "Succeeded")]
+
 
 def test_a_step_past_its_expected_duration_sets_stuck_and_cancel_stops_it(
     cluster: KubeCluster, namespace: str, fleet: OperatorFleet

@@ -51,7 +51,7 @@ from vigil.core.orchestrator import (
     wanted_pods,
 )
 from vigil.core.ports import Clock, HistoryUnavailable, WorkflowHistorySink
-from vigil.core.timeparse import format_rfc3339
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.core.workflow import (
     Definition,
     Event,
@@ -62,6 +62,8 @@ from vigil.core.workflow import (
     records_from_data,
 )
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR
+from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import LABEL_WORKFLOW_UID, pod_result, workflow_pod
 from vigil.model import GROUP, VERSION
 from vigil.workflowspec import (
@@ -76,6 +78,14 @@ log = logging.getLogger(__name__)
 
 PLURAL = "workflows"
 DEFINITIONS = "workflowdefinitions"
+JOBS = "scheduledjobs"
+#: How a workflow's end reads in its ScheduledJob's `recent` list.
+JOB_OUTCOMES = {
+    Event.WORKFLOW_SUCCEEDED: "Succeeded",
+    Event.WORKFLOW_FAILED: "Failed",
+    Event.WORKFLOW_COMPENSATED: "Failed",
+    Event.WORKFLOW_CANCELLED: "Cancelled",
+}
 CONFLICT_TRIES = 8  # concurrent status writers tolerated in one pass
 INPUT_ROUNDS = 10  # new inputs gathered per pass before writing (results can make timers due)
 RETRY_AFTER_ERROR = timedelta(seconds=5)
@@ -163,6 +173,14 @@ class WorkflowApi:
                 raise Conflict(meta["name"]) from err
             raise
         return str(written["metadata"]["resourceVersion"])
+
+    def job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._get(JOBS, namespace, name)
+
+    def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, JOBS, name, {"status": status}
+        )
 
     def pods(self, namespace: str, uid: str) -> dict[str, dict[str, Any]]:
         listed = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WORKFLOW_UID}={uid}")
@@ -417,7 +435,42 @@ class WorkflowEngine:
         self._act(obj, pinned, definition, state, pods)
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
+        self._tell_job(obj, new)
         return self._next_pass(definition, state, now)
+
+    def _tell_job(self, obj: Mapping[str, Any], new: Sequence[Record]) -> None:
+        """A workflow started by a ScheduledJob ended: record it in the job's status, as an
+        execution's end is (`recent`, and `lastSuccessfulTime` that the watchdog reads)."""
+        ended = [r for r in new if r.event in JOB_OUTCOMES]
+        owner = next(
+            (o for o in obj["metadata"].get("ownerReferences") or [] if o.get("kind") == "ScheduledJob"),
+            None,
+        )
+        if not ended or owner is None:
+            return
+        record = ended[-1]
+        meta = obj["metadata"]
+        job = self.api.job(meta["namespace"], owner["name"])
+        if job is None or job["metadata"]["uid"] != owner.get("uid"):
+            return
+        status = job.get("status") or {}
+        entry = {
+            "executionId": meta["name"],
+            "attempt": 1,
+            "outcome": JOB_OUTCOMES[record.event],
+            "scheduledFor": (meta.get("annotations") or {}).get(ANNOTATION_SCHEDULED_FOR)
+            or format_rfc3339(record.at),
+            "finishedAt": format_rfc3339(record.at),
+            "reason": str(record.event),
+        }
+        recent = [r for r in status.get("recent") or [] if r.get("executionId") != meta["name"]]
+        patch: dict[str, Any] = {"recent": [*recent, entry][-RECENT_SIZE:]}
+        previous = status.get("lastSuccessfulTime")
+        if record.event is Event.WORKFLOW_SUCCEEDED and (
+            previous is None or parse_rfc3339(previous) < record.at
+        ):
+            patch["lastSuccessfulTime"] = format_rfc3339(record.at)
+        self.api.patch_job_status(meta["namespace"], owner["name"], patch)
 
     def _report(
         self, obj: Mapping[str, Any], new: Sequence[Record], stuck: Sequence[str], state: WorkflowState
