@@ -5,18 +5,24 @@ operator is SIGKILLed at random points of a 6-step diamond, ten rounds, and
 every run still completes with exactly one pod per step; a failing step with
 compensation runs the compensations in reverse order; an invalid workflow gets
 an Invalid condition naming the cycle; editing a WorkflowDefinition leaves
-running instances on their pinned version.
+running instances on their pinned version; a ScheduledJob's workflowTemplate
+starts one workflow per occurrence; a step past its expectedDuration is Stuck;
+retry and manual completion; the history reaches the history database, also
+after the database was down while workflows ran.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from tests.contract.postgres import PostgresServer
 from tests.integration.conftest import KubeCluster
 from tests.integration.operators import OperatorFleet
 from tests.integration.workflows import (
@@ -330,3 +336,37 @@ def test_retry_reruns_only_the_failed_step_and_complete_stands_in_for_a_stuck_on
     assert report["hang"] == {"done": "by hand"}
     counts = pods_per_step(cluster, namespace, "ops")
     assert counts["fetch"] == 1 and counts["flaky"] == 3 and counts["report"] == 1
+
+
+def test_workflows_run_while_the_history_database_is_down_and_it_catches_up(
+    cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    server = PostgresServer.create()
+    dsn = server.create_database(f"history_{uuid.uuid4().hex[:8]}")
+    fleet = OperatorFleet(cluster, tmp_path, history={"dsn": dsn}, workflows={"rescanSeconds": 2})
+    try:
+        fleet.start()
+        fleet.leader()
+        server.stop()
+        create_workflow(cluster, namespace, "offline", steps=diamond_steps())
+        done = wait_phase(cluster, namespace, "offline", "Succeeded", "Failed")
+        assert done["status"]["phase"] == "Succeeded"
+        assert done["status"]["historyMirrored"] < len(done["status"]["history"])
+
+        server.start()
+
+        def caught_up() -> dict[str, object] | None:
+            status = get_workflow(cluster, namespace, "offline")["status"]
+            return status if status["historyMirrored"] == len(status["history"]) else None
+
+        status = wait_for(caught_up, timeout=60, what="the history mirrored after the outage")
+        history = SqlHistory(dsn, retention_days=30)
+        try:
+            rows = history.workflow_events(namespace, "offline")
+        finally:
+            history.close()
+        assert [dict(row.data) for row in rows] == status["history"]
+    finally:
+        fleet.stop()
+        cluster.core.delete_namespace(fleet.namespace)
+        server.drop()
