@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -205,3 +206,17 @@ def test_remove_deletes_exactly_one_entry(store: BucketStore) -> None:
     assert only_bucket(store, MINUTE_0).entries == (kept,)
     store.remove(name, removed.key)  # removing what is gone is a no-op
     assert only_bucket(store, MINUTE_0).entries == (kept,)
+
+
+def test_concurrent_inserts_each_land_once_and_report_their_bucket(store: BucketStore) -> None:
+    # Eight threads, as the trigger's workers insert next occurrences in a hot minute (the Kubernetes
+    # store then writes them together); some entries are inserted twice.
+    uids = [f"0000-{i:04d}-{i % 7}" for i in range(40)]
+    entries = [entry(MINUTE_0 + timedelta(seconds=i % 60), uid=uid) for i, uid in enumerate(uids)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        names = list(pool.map(store.insert, [*entries, *entries[:10]]))
+    buckets = store.read_minute(MINUTE_0)
+    assert sorted(e.key for b in buckets for e in b.entries) == sorted(e.key for e in entries)
+    where = {e.key: b.name for b in buckets for e in b.entries}
+    assert names == [where[e.key] for e in [*entries, *entries[:10]]]
+    assert all(len(b.entries) <= MAX_PER_BUCKET for b in buckets)

@@ -38,6 +38,16 @@ from vigil.model import GROUP, VERSION
 
 log = logging.getLogger(__name__)
 
+
+class _Insert:
+    """One caller's entry in a group commit, and what became of it."""
+
+    def __init__(self, entry: BucketEntry) -> None:
+        self.entry = entry
+        self.done = threading.Event()
+        self.bucket: str | None = None
+        self.error: Exception | None = None
+
 PLURAL = "schedulebuckets"
 LABEL_MINUTE = "vigil.dev/minute"
 LABEL_PENDING = "vigil.dev/pending"
@@ -116,6 +126,8 @@ class KubeBucketStore:
         self._shards = shards
         self._max = max_per_bucket
         self._lock = threading.Lock()  # one writer per process: the trigger and handlers share it
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Insert] = []  # inserts waiting for the writer (see insert)
 
     # --- reads ---
 
@@ -156,34 +168,95 @@ class KubeBucketStore:
     # --- writes ---
 
     def insert(self, entry: BucketEntry) -> str:
-        minute = minute_of(entry.fire_at)
-        with self._lock:
-            for _ in range(INSERT_RETRIES):
-                try:
-                    return self._insert_once(entry, minute)
-                except Conflict:
-                    continue
-        raise Conflict(f"insert {entry.key}: gave up after {INSERT_RETRIES} conflicts")
+        """Insert one entry; the bucket's name. Concurrent callers share writes (group commit).
 
-    def _insert_once(self, entry: BucketEntry, minute: datetime) -> str:
+        Each call queues its entry, then takes the write lock; whoever holds it writes every
+        queued entry — one read and one conditional write per bucket touched — and wakes their
+        callers. In a hot minute the trigger's workers insert a thousand next occurrences into
+        the same few buckets, so this turns a thousand serial read-modify-writes of an
+        ever-larger object into a few.
+        """
+        waiter = _Insert(entry)
+        with self._queue_lock:
+            self._queue.append(waiter)
+        with self._lock:
+            if not waiter.done.is_set():
+                with self._queue_lock:
+                    batch, self._queue = self._queue, []
+                self._insert_batch(batch)
+        if waiter.error is not None:
+            raise waiter.error
+        assert waiter.bucket is not None
+        return waiter.bucket
+
+    def _insert_batch(self, batch: list[_Insert]) -> None:
+        by_minute: dict[datetime, list[_Insert]] = {}
+        for waiter in batch:
+            by_minute.setdefault(minute_of(waiter.entry.fire_at), []).append(waiter)
+        for minute, waiters in by_minute.items():
+            try:
+                for _ in range(INSERT_RETRIES):
+                    try:
+                        self._insert_group(minute, waiters)
+                        break
+                    except Conflict:
+                        continue
+                else:
+                    raise Conflict(f"insert into {minute.isoformat()}: gave up after {INSERT_RETRIES} conflicts")
+            except Exception as error:  # every caller of this minute hears of it
+                for waiter in waiters:
+                    waiter.error = error
+            finally:
+                for waiter in waiters:
+                    waiter.done.set()
+
+    def _insert_group(self, minute: datetime, waiters: list[_Insert]) -> None:
+        """Place each entry in its first shard with room (or where its key already is); write
+        each touched bucket once. A conflict leaves what was written: a retry finds those keys."""
+        objects: dict[str, dict[str, Any] | None] = {}
+        added: dict[str, list[BucketEntry]] = {}
+        shards: dict[str, int] = {}
+        for waiter in waiters:
+            waiter.bucket = self._place(minute, waiter.entry, objects, added, shards)
+        for name, entries in added.items():
+            if not entries:
+                continue
+            obj = objects[name]
+            if obj is None:
+                self._create(name, minute, shards[name], entries)
+            else:
+                obj["spec"]["occurrences"] = [
+                    *(obj["spec"].get("occurrences") or []),
+                    *(entry_to_dict(e) for e in entries),
+                ]
+                obj["metadata"].setdefault("labels", {})[LABEL_PENDING] = "true"
+                self._replace(name, obj)
+
+    def _place(
+        self,
+        minute: datetime,
+        entry: BucketEntry,
+        objects: dict[str, dict[str, Any] | None],
+        added: dict[str, list[BucketEntry]],
+        shards: dict[str, int],
+    ) -> str:
         for shard in shard_candidates(entry.uid, self._shards):
             name = bucket_name(minute, shard)
-            obj = self._get(name)
-            if obj is None:
-                self._create(name, minute, shard, entry)
+            shards[name] = shard
+            if name not in objects:
+                objects[name] = self._get(name)
+            obj = objects[name]
+            present = (obj["spec"].get("occurrences") or []) if obj is not None else []
+            queued = added.setdefault(name, [])
+            if any(o["key"] == entry.key for o in present) or any(e.key == entry.key for e in queued):
                 return name
-            occurrences = obj["spec"].get("occurrences") or []
-            if any(o["key"] == entry.key for o in occurrences):
-                return name
-            if len(occurrences) >= self._max:
+            if len(present) + len(queued) >= self._max:
                 continue
-            obj["spec"]["occurrences"] = [*occurrences, entry_to_dict(entry)]
-            obj["metadata"].setdefault("labels", {})[LABEL_PENDING] = "true"
-            self._replace(name, obj)
+            queued.append(entry)
             return name
         raise RuntimeError(f"minute {minute.isoformat()} is full in every shard")
 
-    def _create(self, name: str, minute: datetime, shard: int, entry: BucketEntry) -> None:
+    def _create(self, name: str, minute: datetime, shard: int, entries: list[BucketEntry]) -> None:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "ScheduleBucket",
@@ -192,7 +265,11 @@ class KubeBucketStore:
                 "namespace": self._namespace,
                 "labels": {LABEL_MINUTE: minute_label(minute), LABEL_PENDING: "true"},
             },
-            "spec": {"minute": format_rfc3339(minute), "shard": shard, "occurrences": [entry_to_dict(entry)]},
+            "spec": {
+                "minute": format_rfc3339(minute),
+                "shard": shard,
+                "occurrences": [entry_to_dict(entry) for entry in entries],
+            },
         }
         try:
             self._api.create_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, body)
