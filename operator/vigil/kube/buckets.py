@@ -2,7 +2,9 @@
 
 Reads are by minute label, so a trigger pass fetches only the minutes it
 visits. Inserts are read-modify-write on the spec with the object's
-resourceVersion (a conflict re-reads and tries again). Fired markers live in the
+resourceVersion (a conflict re-reads and tries again), group-committed: the
+inserts that wait while one is written go together in the next write, one read
+and one write per bucket touched. Fired markers live in the
 status subresource and are written with a merge patch that carries the
 resourceVersion read — the API server refuses it with 409 if anything changed in
 between, which is what makes marking single-fire without any lock. A merge patch
