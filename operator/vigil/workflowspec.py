@@ -24,6 +24,7 @@ from vigil.core.workflow import (
     TimeoutAction,
 )
 from vigil.jobspec import retry_policy
+from vigil.model.common import describe_validation_error
 from vigil.model.workflow import (
     DefinitionVersion,
     Step,
@@ -50,9 +51,8 @@ def parse_workflow_spec(raw: Mapping[str, Any]) -> WorkflowSpec:
     try:
         return WorkflowSpec.model_validate(raw)
     except ValidationError as error:
-        first = error.errors()[0]
-        field = "spec." + ".".join(str(part) for part in first["loc"]) if first["loc"] else "spec"
-        raise InvalidWorkflow(field, first["msg"]) from None
+        field, _, message = describe_validation_error(error)[0].partition(": ")
+        raise InvalidWorkflow(field, message) from None
 
 
 def pin(spec: WorkflowSpec, *, definition: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -72,8 +72,9 @@ def pin(spec: WorkflowSpec, *, definition: Mapping[str, Any] | None) -> dict[str
     try:
         parsed = WorkflowDefinitionSpec.model_validate(definition.get("spec") or {})
     except ValidationError as error:
+        problems = "; ".join(describe_validation_error(error))
         raise InvalidWorkflow(
-            "spec.definitionRef", f"WorkflowDefinition {ref.name!r} is invalid: {error}"
+            "spec.definitionRef", f"WorkflowDefinition {ref.name!r} is invalid: {problems}"
         ) from None
     version: DefinitionVersion | None = parsed.version(ref.version)
     if version is None:

@@ -109,7 +109,7 @@ def test_updated_at_defaults_to_the_latest_time_the_record_carries(history: SqlH
 
 def test_naive_times_are_refused(history: SqlHistory) -> None:
     with pytest.raises(ValueError, match="naive"):
-        history.write([attempt(started_at=datetime(2026, 5, 1, 2, 0))])  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        history.write([attempt(started_at=datetime(2026, 5, 1, 2, 0))])  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 def test_writing_the_same_records_again_leaves_one_row_each(history: SqlHistory) -> None:

@@ -67,6 +67,21 @@ def row_count(history: SqlHistory) -> int:
         return int(connection.execute(query).scalar_one())
 
 
+def an_attempt(state: AttemptState, **times: datetime) -> AttemptRecord:
+    """An execution attempt row, to show the attempts table is left to its own rules."""
+    return AttemptRecord(
+        execution_id="exec-1",
+        attempt=1,
+        namespace="team-a",
+        job="reconcile",
+        job_uid="job-uid",
+        priority="normal",
+        state=state,
+        scheduled_for=STARTED,
+        **times,
+    )
+
+
 # -- rows -------------------------------------------------------------------------------------
 
 
@@ -112,7 +127,7 @@ def test_the_entrys_json_data_is_kept_as_written(history: SqlHistory) -> None:
 
 def test_naive_times_and_negative_positions_are_refused(history: SqlHistory) -> None:
     with pytest.raises(ValueError, match="naive"):
-        history.write_workflow_events([entry(0, at=datetime(2026, 5, 1, 2, 0))])  # noqa: DTZ001 - a naive time on purpose: it must be refused
+        history.write_workflow_events([entry(0, at=datetime(2026, 5, 1, 2, 0))])  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
     with pytest.raises(ValueError, match="negative"):
         history.write_workflow_events([entry(-1)])
     assert row_count(history) == 0
@@ -210,17 +225,7 @@ def test_retention_deletes_a_workflows_entries_once_all_are_older_than_the_cutof
 
 def test_retention_leaves_attempts_to_their_own_rule(history: SqlHistory) -> None:
     now = STARTED + timedelta(days=RETENTION_DAYS + 2)
-    old_attempt = AttemptRecord(
-        execution_id="exec-1",
-        attempt=1,
-        namespace="team-a",
-        job="reconcile",
-        job_uid="job-uid",
-        priority="normal",
-        state=AttemptState.SUCCEEDED,
-        scheduled_for=STARTED,
-        finished_at=STARTED,
-    )
+    old_attempt = an_attempt(AttemptState.SUCCEEDED, finished_at=STARTED)
     history.write([old_attempt])
     history.write_workflow_events(history_of(UID, 2, start=now))
 
@@ -282,17 +287,7 @@ def test_a_database_from_before_workflow_history_gains_it_and_keeps_its_attempts
         config.attributes["connection"] = connection
         alembic.command.upgrade(config, "0001")
     assert not sa.inspect(history.engine).has_table("workflow_events")
-    attempt = AttemptRecord(
-        execution_id="exec-1",
-        attempt=1,
-        namespace="team-a",
-        job="reconcile",
-        job_uid="job-uid",
-        priority="normal",
-        state=AttemptState.RUNNING,
-        scheduled_for=STARTED,
-        started_at=STARTED,
-    )
+    attempt = an_attempt(AttemptState.RUNNING, started_at=STARTED)
     history.write([attempt])
 
     history.migrate()

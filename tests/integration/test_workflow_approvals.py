@@ -142,3 +142,14 @@ def test_a_timed_out_approval_escalates_and_the_escalated_approver_approves(
     assert done["status"]["steps"]["approve"]["decidedBy"] == "carol"
     reasons = {e.reason for e in cluster.core.list_namespaced_event(namespace).items}
     assert "ApprovalEscalated" in reasons
+
+
+def test_an_unknown_on_exhausted_outcome_is_refused_at_admission(cluster: KubeCluster, namespace: str) -> None:
+    steps = video_publish(timeout="1h", approvers=["user:alice"], escalation=[{"after": "1h", "approvers": ["user:carol"]}])
+    steps[2]["approval"]["onExhausted"] = "later"
+    with pytest.raises(ApiException) as refused:
+        create_workflow(cluster, namespace, "video", steps=steps)
+    assert refused.value.status == 422
+    body = str(refused.value.body).replace('\\"', '"')
+    assert "spec.steps[2].approval.onExhausted" in body
+    assert 'supported values: "fail", "skip", "approve"' in body

@@ -370,3 +370,35 @@ def test_workflows_run_while_the_history_database_is_down_and_it_catches_up(
         fleet.stop()
         cluster.core.delete_namespace(fleet.namespace)
         server.drop()
+
+
+def test_a_definition_with_a_cycle_is_invalid_and_so_are_workflows_naming_it_or_a_missing_version(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": "looping"},
+        "spec": {"versions": [{"version": 1, "steps": [pod_step("a", "b"), pod_step("b", "a")]}]},
+    }
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, body)
+    good = {**body, "metadata": {"name": "good"}, "spec": {"versions": [{"version": 1, "steps": [pod_step("a")]}]}}
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, DEFINITIONS, good)
+    create_workflow(cluster, namespace, "broken", definitionRef={"name": "looping", "version": 1})
+    create_workflow(cluster, namespace, "lost", definitionRef={"name": "good", "version": 7})
+
+    def invalid(plural: str, name: str) -> dict[str, object] | None:
+        obj = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+        found = [c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == "Invalid"]
+        return found[0] if found and found[0]["status"] == "True" else None
+
+    definition = wait_for(lambda: invalid(DEFINITIONS, "looping"), timeout=60, what="the definition Invalid")
+    assert "spec.versions[0].steps" in str(definition["message"]) and "a -> b -> a" in str(definition["message"])
+    broken = wait_for(lambda: invalid("workflows", "broken"), timeout=60, what="the broken reference Invalid")
+    assert "WorkflowDefinition 'looping' is invalid: spec.versions[0].steps" in str(broken["message"])
+    lost = wait_for(lambda: invalid("workflows", "lost"), timeout=60, what="the missing version Invalid")
+    assert "spec.definitionRef.version" in str(lost["message"]) and "no version 7" in str(lost["message"])
+    reasons = {e.reason for e in cluster.core.list_namespaced_event(namespace).items}
+    assert "InvalidSpec" in reasons

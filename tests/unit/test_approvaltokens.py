@@ -78,8 +78,8 @@ def signed(claims: object = None, *, payload: str | None = None) -> str:
 
 names = st.text(min_size=0, max_size=80)
 instants = st.datetimes(
-    min_value=datetime(1990, 1, 1),  # noqa: DTZ001 - hypothesis bounds are naive wall times
-    max_value=datetime(2200, 1, 1),  # noqa: DTZ001 - hypothesis bounds are naive wall times
+    min_value=datetime(1990, 1, 1),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
+    max_value=datetime(2200, 1, 1),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
     timezones=st.just(UTC),
 )
 
@@ -192,7 +192,7 @@ def test_short_keys_and_naive_expiries_are_programming_errors() -> None:
     with pytest.raises(ValueError, match="at least 32"):
         mint(b"short", namespace="a", workflow="b", uid="c", step="d", level=0, expires=EXPIRES)
     with pytest.raises(ValueError, match="timezone-aware"):
-        token(expires=datetime(2026, 12, 1))  # noqa: DTZ001  (the naive value under test)
+        token(expires=datetime(2026, 12, 1))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 # --- which tokens a workflow's state calls for --------------------------------------------------

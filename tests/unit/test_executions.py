@@ -367,7 +367,7 @@ def test_an_execution_refuses_inconsistent_fields() -> None:
 
 def test_naive_times_are_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        start(fresh(), pod="p", now=datetime(2026, 1, 1))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        start(fresh(), pod="p", now=datetime(2026, 1, 1))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 # --- backoff ----------------------------------------------------------------------------------

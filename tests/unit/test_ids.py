@@ -35,8 +35,8 @@ LARGE_ATTEMPT = 10**9
 
 UIDS = st.one_of(st.uuids().map(str), st.text(min_size=1, max_size=40).filter(lambda text: "|" not in text))
 NOMINALS = st.datetimes(
-    min_value=datetime(2000, 1, 1),  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
-    max_value=datetime(2100, 1, 1),  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+    min_value=datetime(2000, 1, 1),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
+    max_value=datetime(2100, 1, 1),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
     timezones=st.just(UTC),
 ).map(lambda moment: moment.replace(microsecond=0))
 
@@ -91,7 +91,7 @@ def test_the_same_instant_in_any_zone_gets_the_same_id() -> None:
 @pytest.mark.parametrize(
     ("uid", "nominal", "message"),
     [
-        pytest.param(UID, datetime(2026, 8, 1, 2, 0), "timezone-aware", id="naive"),  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        pytest.param(UID, datetime(2026, 8, 1, 2, 0), "timezone-aware", id="naive"),  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
         pytest.param(UID, NOMINAL.replace(microsecond=1), "whole second", id="sub-second"),
         pytest.param("", NOMINAL, "non-empty", id="empty-uid"),
         pytest.param("a|b", NOMINAL, "free of", id="separator-in-uid"),
@@ -145,7 +145,7 @@ def test_format_is_utc_with_z_to_the_second() -> None:
     assert format_rfc3339(NOMINAL.astimezone(ZoneInfo("Europe/London"))) == "2026-08-01T02:00:00Z"
     assert format_rfc3339(NOMINAL.replace(microsecond=999_999)) == "2026-08-01T02:00:00Z"
     with pytest.raises(ValueError, match="timezone-aware"):
-        format_rfc3339(datetime(2026, 8, 1))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        format_rfc3339(datetime(2026, 8, 1))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 @pytest.mark.parametrize(

@@ -322,7 +322,7 @@ def test_long_messages_are_bounded() -> None:
 
 def test_naive_now_is_refused() -> None:
     with pytest.raises(ValueError, match="timezone-aware"):
-        classify_pod(pod("Running"), now=datetime(2026, 3, 1))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        classify_pod(pod("Running"), now=datetime(2026, 3, 1))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 def test_a_finished_verdict_drives_the_execution_state_machine() -> None:

@@ -182,7 +182,7 @@ ANY_CRON = st.tuples(
     _field(0, 7, WEEKDAY_NAMES),
 ).map(" ".join).filter(_fires)
 
-WALL_MINUTES = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2040, 12, 31)).map(  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+WALL_MINUTES = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2040, 12, 31)).map(  # noqa: DTZ001 - cron matches naive wall-clock times; hypothesis takes naive bounds
     lambda moment: moment.replace(second=0, microsecond=0)
 )
 
@@ -237,7 +237,7 @@ AWARE = datetime(2026, 8, 1, 2, 0, tzinfo=UTC)
         pytest.param(lambda: Schedule.from_cron("0 2 * * *", timezone=""), "unknown time zone", id="empty-zone"),
         pytest.param(lambda: Schedule.from_cron("0 2 * * *", timezone="Europe"), "unknown time zone", id="zone-dir"),
         pytest.param(lambda: Schedule(kind=ScheduleKind.ONCE), "needs run_at", id="once-without-run-at"),
-        pytest.param(lambda: Schedule.one_off(datetime(2026, 8, 1)), "timezone-aware", id="naive-run-at"),  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        pytest.param(lambda: Schedule.one_off(datetime(2026, 8, 1)), "timezone-aware", id="naive-run-at"),  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
         pytest.param(lambda: Schedule.one_off(AWARE.replace(microsecond=5)), "whole second", id="sub-second-run-at"),
         pytest.param(
             lambda: Schedule(kind=ScheduleKind.ONCE, run_at=AWARE, cron=("0 0 * * *",)), "takes no cron", id="once-with-cron"
@@ -258,7 +258,7 @@ def test_invalid_schedules_are_rejected_naming_the_problem(build: Callable[[], o
 
 def test_naive_times_are_refused_everywhere() -> None:
     schedule = Schedule.from_cron("0 2 * * *")
-    naive = datetime(2026, 8, 1)  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+    naive = datetime(2026, 8, 1)  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
     for call in (
         lambda: next_occurrences(schedule, naive, count=1),
         lambda: previous_occurrence(schedule, naive),
@@ -519,8 +519,8 @@ def test_occurrences_equal_a_minute_by_minute_brute_force_around_transitions(
 
 
 YEARS = st.datetimes(
-    min_value=datetime(2020, 1, 1),  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
-    max_value=datetime(2030, 12, 31),  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+    min_value=datetime(2020, 1, 1),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
+    max_value=datetime(2030, 12, 31),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
     timezones=st.just(UTC),
 )
 

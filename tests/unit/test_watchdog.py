@@ -644,17 +644,17 @@ def test_reasons_are_unique_camel_case() -> None:
 @pytest.mark.parametrize("field", ["enabled_since", "last_success", "output_time"])
 def test_naive_times_are_refused_with_the_field_named(field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        nightly(**{field: datetime(2026, 8, 1, 2, 30)})  # noqa: DTZ001 - the naive time under test
+        nightly(**{field: datetime(2026, 8, 1, 2, 30)})  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 def test_naive_dead_letter_time_is_refused() -> None:
     with pytest.raises(ValueError, match="dead letter ex-1"):
-        nightly(dead_letters=((ExecutionId("ex-1"), datetime(2026, 8, 1)),))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        nightly(dead_letters=((ExecutionId("ex-1"), datetime(2026, 8, 1)),))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 def test_naive_now_is_refused() -> None:
     with pytest.raises(ValueError, match="now"):
-        assess_overdue(nightly(), datetime(2026, 8, 1))  # noqa: DTZ001 - a naive time on purpose: it must be refused, or hypothesis bounds wall times
+        assess_overdue(nightly(), datetime(2026, 8, 1))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 @pytest.mark.parametrize("field", ["expected_max_interval", "expected_duration", "output_max_age"])

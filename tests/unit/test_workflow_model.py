@@ -287,3 +287,12 @@ def test_a_scheduled_job_workflow_template_is_the_template_without_requests() ->
     assert template["x-kubernetes-validations"][0]["message"] == "exactly one of steps or definitionRef must be set"
     messages = [rule["message"] for rule in spec["x-kubernetes-validations"]]
     assert "exactly one of template or workflowTemplate must be set" in messages
+
+
+def test_an_unknown_on_exhausted_outcome_is_rejected_naming_the_field() -> None:
+    steps = copy.deepcopy(STEPS)
+    steps[1].update(onTimeout="escalate", approval={"approvers": ["group:editors"], "onExhausted": "later"})
+    message = errors_of(WorkflowSpec, {"steps": steps})
+    assert "spec.steps[1].approval.onExhausted" in message and "'fail', 'skip' or 'approve'" in message
+    approval = spec_schema(WORKFLOW)["properties"]["steps"]["items"]["properties"]["approval"]
+    assert approval["properties"]["onExhausted"]["enum"] == ["fail", "skip", "approve"]

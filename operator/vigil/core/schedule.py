@@ -471,7 +471,7 @@ def _walls_on(day: date, specs: tuple[CronSpec, ...], *, later_than: datetime) -
         times: Iterable[tuple[int, int]] = matching[0].times_of_day
     else:
         times = sorted(set(itertools.chain.from_iterable(spec.times_of_day for spec in matching)))
-    walls = (datetime(day.year, day.month, day.day, hour, minute) for hour, minute in times)  # noqa: DTZ001
+    walls = (datetime(day.year, day.month, day.day, hour, minute) for hour, minute in times)  # noqa: DTZ001 - a wall-clock time in the job's zone; the DST policy makes it aware
     return (wall for wall in walls if wall > later_than)
 
 

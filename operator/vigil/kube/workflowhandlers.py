@@ -27,6 +27,7 @@ from vigil.kube.pods import LABEL_MANAGED
 from vigil.kube.workflowpods import LABEL_WORKFLOW, MANAGED_BY_WORKFLOWS
 from vigil.kube.workflows import DEFINITIONS, PLURAL
 from vigil.model import GROUP, VERSION
+from vigil.model.common import describe_validation_error
 from vigil.model.workflow import WorkflowDefinitionSpec
 
 
@@ -49,9 +50,7 @@ def definition_problem(spec: Mapping[str, Any]) -> str | None:
     try:
         WorkflowDefinitionSpec.model_validate(spec)
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        return f"spec.{where}: {first['msg']}" if where else f"spec: {first['msg']}"
+        return "; ".join(describe_validation_error(error))
     return None
 
 

@@ -1,0 +1,40 @@
+"""The operator's settings file: the workflow and approval sections, and bad values refused
+naming the key (the chart's values.schema.json refuses the same values at install)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from vigil.settings import load_settings
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_path: Path) -> None:
+    settings = load_settings(write(tmp_path, "namespace: vigil-system\n"), environ={})
+    assert (settings.workflows.workers, settings.workflows.rescan_seconds) == (4, 30.0)
+    assert settings.approvals.enabled and settings.approvals.key_secret == "vigil-approval-key"
+    assert settings.approvals.default_token_lifetime == "168h" and settings.approvals.base_url == ""
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        pytest.param("workflows: {workers: 0}\n", "workflows.workers", id="no-workers"),
+        pytest.param("workflows: {rescanSeconds: -1}\n", "workflows.rescanSeconds", id="negative-rescan"),
+        pytest.param("workflows: {rescan: 5}\n", "workflows.rescan", id="misspelt-key"),
+        pytest.param("approvals: {defaultTokenLifetime: a week}\n", "approvals.defaultTokenLifetime", id="bad-duration"),
+        pytest.param("approvals: {keyRefreshSeconds: 0}\n", "approvals.keyRefreshSeconds", id="zero-refresh"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_its_key(tmp_path: Path, text: str, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        load_settings(write(tmp_path, text), environ={})
+    assert field in {".".join(str(part) for part in error["loc"]) for error in caught.value.errors()}
