@@ -96,23 +96,36 @@ def env_of(pod: Any) -> dict[str, str]:
 
 
 def append_request(api: Any, namespace: str, name: str, **item: Any) -> dict[str, Any]:
-    """Append one item to spec.requests with a JSON patch (as `kubectl vigil` does)."""
+    """Append one item to spec.requests with a JSON patch (as `kubectl vigil` does).
+
+    Appending to an existing list (`/spec/requests/-`) is atomic on the server. Creating the list
+    is guarded by a test of the resourceVersion, which fails with a bare 422 when the operator
+    wrote the status meanwhile: then read again and retry.
+    """
     from kubernetes import client
 
     custom = client.CustomObjectsApi(api)
-    obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
     item = {"id": f"r-{uuid.uuid4().hex[:10]}", **item}
-    existing = (obj.get("spec") or {}).get("requests")
-    patch = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
-        {"op": "add", "path": "/spec/requests/-", "value": item}
-        if existing is not None
-        else {"op": "add", "path": "/spec/requests", "value": [item]},
-    ]
-    result: dict[str, Any] = custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, WORKFLOWS, name, patch, _content_type="application/json-patch+json"
-    )
-    return result
+    for _ in range(5):
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
+        if (obj.get("spec") or {}).get("requests") is not None:
+            patch = [{"op": "add", "path": "/spec/requests/-", "value": item}]
+        else:
+            version = obj["metadata"]["resourceVersion"]
+            patch = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+                {"op": "add", "path": "/spec/requests", "value": [item]},
+            ]
+        try:
+            result: dict[str, Any] = custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, WORKFLOWS, name, patch, _content_type="application/json-patch+json"
+            )
+        except ApiException as error:
+            if error.status in (409, 422) and len(patch) == 2 and "rejected our request" in str(error.body):
+                continue  # the resourceVersion moved under us
+            raise
+        return result
+    raise AssertionError(f"could not append a request to {namespace}/{name}: it kept changing")
 
 
 def refused(error: ApiException) -> str:
