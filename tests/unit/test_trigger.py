@@ -2,23 +2,29 @@
 
 Each scenario drives `Trigger.tick()` with a fake clock and the in-memory
 twins, then asserts on what was launched and what the ledger recorded. The
-property test at the end interleaves ticks, crashes and a second trigger at
-random and checks the two invariants: no occurrence launches twice, and every
-occurrence that has come due ends in exactly one recorded outcome.
+launcher twin keeps every call, so "launched" counts creations: a second
+creation of one occurrence shows as a duplicate rather than hiding under its
+name. The property test at the end interleaves ticks, crashes and a second
+trigger at random and checks the two invariants: no occurrence launches twice,
+and every occurrence that has come due ends in exactly one recorded outcome;
+the same check run with a launcher that creates on every call (as one without
+deterministic names would) must find a counterexample.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from vigil.core.buckets import Bucket, Mark
+from vigil.core.buckets import Bucket, Mark, Outcome
 from vigil.core.chain import (
     CatchUp,
     CatchUpPolicy,
@@ -43,8 +49,8 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
 
 
-class Crash(Exception):
-    """The trigger process dying at a chosen step."""
+class Crash(BaseException):
+    """The trigger process dying at a chosen step: no `except Exception` in the pass stops it."""
 
 
 class CrashableStore(MemoryBucketStore):
@@ -57,6 +63,18 @@ class CrashableStore(MemoryBucketStore):
             self.crashes -= 1
             raise Crash("crashed before marking")
         return super().mark(bucket, marks, version=version)
+
+
+class CrashableLedger(MemoryLedger):
+    """The in-memory ledger, able to die after the launch and before recording, the next `crashes` times."""
+
+    crashes = 0
+
+    def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
+        if self.crashes:
+            self.crashes -= 1
+            raise Crash("crashed after launching, before recording")
+        super().record(plan, launched=launched, now=now)
 
 
 def every_job(
@@ -86,7 +104,7 @@ class World:
     store: CrashableStore
     catalogue: MemoryCatalogue
     launcher: MemoryLauncher
-    ledger: MemoryLedger
+    ledger: CrashableLedger
     trigger: Trigger
 
     def add(self, job: JobView) -> None:
@@ -112,15 +130,16 @@ class World:
         return sorted(n for (_, _, n, o) in self.ledger.outcomes if o == outcome)
 
     def launched(self) -> list[datetime]:
-        return sorted(f.occurrence.nominal for f in self.launcher.created.values())
+        """The nominal time of every execution created, once per creation: a duplicate shows twice."""
+        return sorted(f.occurrence.nominal for f in self.launcher.creations)
 
 
-def world(start: datetime = T0, *, workers: int = 1) -> World:
+def world(start: datetime = T0, *, workers: int = 1, launcher: MemoryLauncher | None = None) -> World:
     clock = FakeClock(start)
     store = CrashableStore(shards=2)
     catalogue = MemoryCatalogue()
-    launcher = MemoryLauncher()
-    ledger = MemoryLedger(catalogue)
+    launcher = launcher or MemoryLauncher()
+    ledger = CrashableLedger(catalogue)
     trigger = Trigger(
         store=store, catalogue=catalogue, launcher=launcher, ledger=ledger, clock=clock, workers=workers
     )
@@ -146,18 +165,10 @@ def test_each_occurrence_fires_once_on_time() -> None:
 def test_a_pass_that_dies_after_launching_is_repaired_without_a_second_launch() -> None:
     w = world()
     w.add(every_job())
-
-    class DiesOnce(MemoryLedger):
-        died = False
-
-        def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
-            if not self.died:
-                self.died = True
-                raise RuntimeError("operator died after creating the pod")
-            super().record(plan, launched=launched, now=now)
-
-    w.ledger = DiesOnce(w.catalogue)
-    w.trigger = Trigger(store=w.store, catalogue=w.catalogue, launcher=w.launcher, ledger=w.ledger, clock=w.clock)
+    w.ledger.crashes = 1
+    w.clock.advance(5 * SECOND)
+    with pytest.raises(Crash):
+        w.trigger.tick()  # the operator dies after creating the first execution
     w.run_until(T0 + 12 * SECOND)
     assert w.launched() == [T0 + 5 * SECOND, T0 + 10 * SECOND]
     assert w.launcher.attempts == 3  # the repeat launched again and was told "exists"
@@ -183,12 +194,12 @@ def test_a_hot_minute_applied_by_several_workers_fires_each_occurrence_once() ->
     for i in range(200):
         w.add(every_job(f"job{i}"))
     w.run_until(T0 + 20 * SECOND)
-    assert len(w.launcher.created) == 200 * 4
-    assert w.launcher.attempts == len(w.launcher.created)
+    assert len(w.launcher.creations) == len(w.launcher.executions) == 200 * 4
+    assert w.launcher.attempts == len(w.launcher.creations)
     assert len([k for k in w.ledger.outcomes if k[3] == "Fired"]) == 200 * 4
 
 
-def test_two_triggers_overlapping_still_fire_each_occurrence_once() -> None:
+def test_a_second_trigger_ticking_between_passes_launches_nothing_again() -> None:
     w = world()
     for i in range(20):
         w.add(every_job(f"job{i}"))
@@ -196,9 +207,42 @@ def test_two_triggers_overlapping_still_fire_each_occurrence_once() -> None:
     while w.clock.now() < T0 + 20 * SECOND:
         w.clock.advance(SECOND)
         w.trigger.tick()
-        other.tick()
-    assert len(w.launcher.created) == 20 * 4
-    assert w.launcher.attempts >= len(w.launcher.created)
+        other.tick()  # finds every due entry already marked by the first
+    assert len(w.launcher.creations) == 20 * 4
+    assert w.launcher.attempts == len(w.launcher.creations), "a marked occurrence was launched again"
+
+
+class Unhurried(MemoryLauncher):
+    """The in-memory launcher taking a millisecond per launch, as an API call does: passes overlap."""
+
+    def launch(self, fire: Fire) -> Launch:
+        time.sleep(0.001)
+        return super().launch(fire)
+
+
+def test_two_triggers_in_the_same_instant_create_each_execution_once() -> None:
+    w = world(launcher=Unhurried())
+    for i in range(20):
+        w.add(every_job(f"job{i}"))
+    triggers = [w.trigger, w.second_trigger()]
+    while w.clock.now() < T0 + 20 * SECOND:
+        w.clock.advance(SECOND)
+        together = threading.Barrier(len(triggers))
+
+        def tick(trigger: Trigger, together: threading.Barrier = together) -> None:
+            together.wait()
+            trigger.tick()
+
+        passes = [threading.Thread(target=tick, args=(t,)) for t in triggers]
+        for p in passes:
+            p.start()
+        for p in passes:
+            p.join()
+    created = [f.execution_id for f in w.launcher.creations]
+    assert len(created) == len(set(created)) == 20 * 4, "an execution was created twice"
+    by_occurrence = {(f.job.name, f.occurrence.nominal): f.execution_id for f in w.launcher.creations}
+    assert len(by_occurrence) == 20 * 4, "one occurrence was created under two execution ids"
+    assert w.launcher.attempts > len(w.launcher.creations), "the passes never raced for an occurrence"
 
 
 @pytest.mark.parametrize(
@@ -284,7 +328,10 @@ def test_a_deleted_job_is_skipped_and_its_chain_ends() -> None:
     del w.catalogue.jobs[("ns", "job")]
     w.run_until(T0 + 30 * SECOND)
     assert w.launched() == []
-    assert [key[3] for key in w.ledger.outcomes] == ["Skipped"]
+    marks = [mark for bucket in w.store.read_minute(T0) for mark in bucket.marks.values()]
+    assert [(m.outcome, m.reason) for m in marks] == [(Outcome.SKIPPED, "JobDeleted")]
+    assert len(w.store.all_entries()) == 1, "no next occurrence was inserted"
+    assert w.ledger.outcomes == {}, "a job that is gone has no status to record on"
 
 
 def test_a_recreated_job_with_the_same_name_does_not_inherit_old_occurrences() -> None:
@@ -302,7 +349,7 @@ def test_an_invalid_job_is_skipped_and_others_still_fire() -> None:
     w.add(every_job("good"))
     w.catalogue.invalid.add(("ns", "bad"))
     w.run_until(T0 + 5 * SECOND)
-    assert [f.job.name for f in w.launcher.created.values()] == ["good"]
+    assert [f.job.name for f in w.launcher.creations] == ["good"]
     assert w.ledger.outcomes[("ns", "bad", T0 + 5 * SECOND, "Skipped")] == "JobInvalid"
 
 
@@ -356,15 +403,18 @@ def test_tick_cost_follows_due_work_not_catalogue_size() -> None:
 # --- property: random interleavings ----------------------------------------------------
 
 step = st.tuples(
-    st.sampled_from(["tick", "tick-other", "crash-before-mark", "gap"]),
+    st.sampled_from(["tick", "tick-other", "crash-before-record", "crash-before-mark", "gap"]),
     st.integers(min_value=1, max_value=20),
 )
 
 
-@settings(max_examples=60, deadline=None)
-@given(steps=st.lists(step, min_size=1, max_size=40), every=st.sampled_from([3, 5, 7]))
-def test_no_double_fire_and_nothing_silently_dropped(steps: list[tuple[str, int]], every: int) -> None:
-    w = world()
+Case = tuple[list[tuple[str, int]], int]  # the steps, and the job's period in seconds
+interleavings = st.tuples(st.lists(step, min_size=1, max_size=40), st.sampled_from([3, 5, 7]))
+
+
+def check_interleaving(launcher: MemoryLauncher, steps: list[tuple[str, int]], every: int) -> None:
+    """Run `steps` against one job with two triggers and `launcher`; assert the two invariants."""
+    w = world(launcher=launcher)
     w.add(every_job(every=timedelta(seconds=every), window=timedelta(seconds=4), policy=CatchUpPolicy.LATEST))
     other = w.second_trigger()
 
@@ -374,14 +424,53 @@ def test_no_double_fire_and_nothing_silently_dropped(steps: list[tuple[str, int]
             w.trigger.tick()
         elif action == "tick-other":
             other.tick()
-        elif action == "crash-before-mark":
-            w.store.crashes = 1
+        elif action.startswith("crash-"):
+            dies = w.ledger if action == "crash-before-record" else w.store
+            dies.crashes = 1
             with contextlib.suppress(Crash):
                 w.trigger.tick()
-            w.store.crashes = 0  # only that pass dies (it may have had nothing to mark)
+            dies.crashes = 0  # only that pass dies (it may have had nothing to launch or mark)
     w.trigger.tick()  # a final healthy pass settles everything due
     due = nominals(T0 + timedelta(seconds=every), w.clock.now(), timedelta(seconds=every))
     fired = w.launched()
     assert len(fired) == len(set(fired)), "an occurrence launched twice"
     recorded = {key[2] for key in w.ledger.outcomes}
     assert set(due) <= recorded | set(fired), "an occurrence that came due has no outcome"
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=interleavings)
+def test_no_double_fire_and_nothing_silently_dropped(case: Case) -> None:
+    check_interleaving(MemoryLauncher(), *case)
+
+
+class CreatesOnEveryCall(MemoryLauncher):
+    """A broken launcher: each call creates a new execution, as one naming them at random would."""
+
+    def _create(self, fire: Fire) -> Launch:
+        self.executions[f"{fire.execution_id}-{len(self.calls)}"] = fire
+        return Launch(created=True)
+
+
+def fails_with(launcher: Callable[[], MemoryLauncher], message: str) -> Callable[[Case], bool]:
+    """Whether the interleaving check, run with a fresh `launcher()`, fails saying `message`."""
+
+    def check(case: Case) -> bool:
+        try:
+            check_interleaving(launcher(), *case)
+        except AssertionError as err:
+            return message in str(err)
+        return False
+
+    return check
+
+
+def test_the_property_catches_a_launcher_without_deterministic_names() -> None:
+    steps, _ = find(
+        interleavings,
+        fails_with(CreatesOnEveryCall, "an occurrence launched twice"),
+        settings=settings(max_examples=200, database=None, deadline=None),
+    )
+    # The smallest counterexample repeats a launch: a pass that died before recording what it
+    # launched (one that dies only before marking is stopped by the recorded chain progress).
+    assert [action for action, _ in steps] == ["crash-before-record"]

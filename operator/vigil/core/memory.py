@@ -125,6 +125,9 @@ class MemoryBucketStore:
 
 
 class MemoryCatalogue:
+    """Jobs by (namespace, name); one marked invalid is found as the Kubernetes catalogue finds
+    a spec it cannot convert: no job, `invalid` set."""
+
     def __init__(self) -> None:
         self.jobs: dict[tuple[str, str], JobView] = {}
         self.invalid: set[tuple[str, str]] = set()
@@ -134,28 +137,62 @@ class MemoryCatalogue:
 
     def lookup(self, namespace: str, name: str) -> JobLookup:
         key = (namespace, name)
-        return JobLookup(job=self.jobs.get(key), invalid=key in self.invalid)
+        if key in self.invalid:
+            return JobLookup(job=None, invalid=True)
+        return JobLookup(job=self.jobs.get(key))
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchCall:
+    """One call to `MemoryLauncher.launch`: the occurrence asked for and what the launcher answered."""
+
+    fire: Fire
+    result: Launch
 
 
 class MemoryLauncher:
-    """Creates 'executions' by name; a second create of the same name reports it existed."""
+    """Creates 'executions' named by execution id; a second launch of the same id reports it existed.
+
+    Every call is kept in `calls`, in order, so a test counts creations — and a launcher that
+    created one occurrence twice shows the duplicate — rather than counting what is stored,
+    where a second creation under the same name would hide.
+    """
 
     def __init__(self) -> None:
-        self.created: dict[str, Fire] = {}
-        self.attempts = 0
+        self.executions: dict[str, Fire] = {}  # what exists, by name: the API server's view
+        self.calls: list[LaunchCall] = []
         self._lock = threading.Lock()
 
     def launch(self, fire: Fire) -> Launch:
         with self._lock:
-            self.attempts += 1
-            if fire.execution_id in self.created:
-                return Launch(created=False)
-            self.created[fire.execution_id] = fire
-            return Launch(created=True)
+            result = self._create(fire)
+            self.calls.append(LaunchCall(fire, result))
+            return result
+
+    def _create(self, fire: Fire) -> Launch:
+        """Create under the execution id; one that exists is left alone (the real 409 AlreadyExists)."""
+        if fire.execution_id in self.executions:
+            return Launch(created=False)
+        self.executions[fire.execution_id] = fire
+        return Launch(created=True)
+
+    @property
+    def attempts(self) -> int:
+        """Every launch asked of this launcher, repeats included."""
+        return len(self.calls)
+
+    @property
+    def creations(self) -> list[Fire]:
+        """The occurrences of every launch that created an execution, in call order."""
+        return [call.fire for call in self.calls if call.result.created]
 
 
 class MemoryLedger:
-    """Applies plans to the catalogue's jobs the way the Kubernetes ledger updates status."""
+    """Applies plans to the catalogue's jobs the way the Kubernetes ledger updates status.
+
+    Outcomes live on the job, as in the job's status: a plan for a job that no longer exists
+    records nothing.
+    """
 
     def __init__(self, catalogue: MemoryCatalogue) -> None:
         self.catalogue = catalogue
@@ -163,13 +200,15 @@ class MemoryLedger:
         self.outcomes: dict[tuple[str, str, datetime, str], str] = {}
 
     def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
+        job = self.catalogue.jobs.get((plan.namespace, plan.name))
+        if job is None:
+            return
         for fire in plan.fires:
             self.outcomes[(plan.namespace, plan.name, fire.occurrence.nominal, "Fired")] = fire.execution_id
         for rec in plan.records:
             self.outcomes[(plan.namespace, plan.name, rec.occurrence.nominal, str(rec.outcome))] = str(rec.reason)
-        job = self.catalogue.jobs.get((plan.namespace, plan.name))
         handled = plan.handled_through
-        if job is None or handled is None:
+        if handled is None:
             return
         if job.last_nominal is None or handled > job.last_nominal:
             self.catalogue.put(dataclasses.replace(job, last_nominal=handled))
