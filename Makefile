@@ -57,7 +57,7 @@ lint: $(STAMP) ## ruff, mypy --strict, and the import contracts that keep vigil.
 
 .PHONY: test
 test: lint binaries ## the whole suite (unit, contract, integration against a real API server and databases, e2e)
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	VIGIL_FAIL_ON_SKIP=$${VIGIL_FAIL_ON_SKIP:-1} $(VENV)/bin/pytest $(PYTEST_ARGS) || { status=$$?; echo "pytest exited with status $$status"; exit $$status; }
 
 .PHONY: stress
 stress: $(STAMP) binaries ## long variants of the failover and soak tests
