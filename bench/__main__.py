@@ -1,6 +1,8 @@
 """`make bench`: Vigil's trigger measured on the local control plane, beside the native CronJob.
 
-Prints figures; never fails for being slow. The measurements (each one a section, selectable:
+Prints figures; never fails for being slow. Every wait has a deadline; a section that reaches
+it says how many of how many finished and prints censored figures (bench/reporting.py), never
+a rate or a time as if all had finished. The measurements (each one a section, selectable:
 `python -m bench firelag cronjob`):
 
 1. **tick** — tick cost vs catalogue size: one trigger pass that handles 1,000 due occurrences,
@@ -43,7 +45,6 @@ import io
 import math
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import threading
@@ -59,6 +60,7 @@ from kubernetes import client, config, watch
 
 from bench import history as history_bench
 from bench import workflows as workflow_bench
+from bench.reporting import Completion, censored, duration, percentile, rate, summary
 from e2e.cluster import localcluster
 from vigil.core.buckets import BucketEntry, entry_key, minute_label, minute_of
 from vigil.core.ids import execution_id
@@ -81,6 +83,7 @@ CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = ("tick", "firelag", "cronjob", "executions", "workflows", "resume", "history")
 LEADER_LEASE = "vigil-leader"
 ARMED_MARGIN_S = 5.0  # the operator must be idle this long before the target minute
+EXECUTIONS_DEADLINE_S = 600.0  # the executions section stops waiting this long after creating them
 
 
 def stop_process(proc: subprocess.Popen[bytes], pidfile: Path | None = None) -> None:
@@ -94,34 +97,6 @@ def stop_process(proc: subprocess.Popen[bytes], pidfile: Path | None = None) -> 
             proc.wait(timeout=10)
     if pidfile is not None:
         pidfile.unlink(missing_ok=True)  # reaped: its pid may be reused, so `down` must not signal it
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def censored(values: list[float], expected: int) -> list[float]:
-    """`values` with one infinity for each sample never observed: it took longer than the window."""
-    return values + [math.inf] * max(0, expected - len(values))
-
-
-def summary(values: list[float], expected: int | None = None, window: float | None = None) -> str:
-    """p50/p99/max over `expected` samples; those never observed count as longer than `window`."""
-    if not values:
-        return "no samples"
-    if expected is None or len(values) >= expected:
-        n, padded, mean = str(len(values)), values, "mean"
-    else:
-        n, padded, mean = f"{len(values)}/{expected}", censored(values, expected), "mean of observed"
-
-    def fmt(v: float) -> str:
-        return f"={v:.3f}s" if math.isfinite(v) else f">{window or 0:g}s"
-
-    return (
-        f"n={n} p50{fmt(percentile(padded, 0.5))} p99{fmt(percentile(padded, 0.99))} "
-        f"max{fmt(max(padded))} {mean}={statistics.fmean(values):.3f}s"
-    )
 
 
 def load() -> str:
@@ -468,12 +443,12 @@ def fire_lag_cronjob(b: Bench, count: int, lead: float, window: float) -> Lag:
     return Lag(jobs.offsets(target), pods.offsets(target), notes)
 
 
-def executions_rate(b: Bench, count: int) -> tuple[float, float]:
-    """Executions per second through the pod path: `count` Ready executions to Succeeded.
+def executions_rate(b: Bench, count: int) -> Completion:
+    """Executions through the pod path: `count` Ready executions to Succeeded.
 
     One operator (dispatch cap 100), a job whose pod runs `true`; the executions are
     created at once (as a backfill would) and the clock runs from the first creation to
-    the last Succeeded. Returns (executions/s, seconds).
+    the last Succeeded, or to the deadline with some still unfinished.
     """
     ns = b.namespace("bench-exec")
     opns = b.namespace("bench-execop")
@@ -503,11 +478,12 @@ def executions_rate(b: Bench, count: int) -> tuple[float, float]:
             items = b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "executions")["items"]
             return sum((i.get("status") or {}).get("phase") == "Succeeded" for i in items)
 
-        deadline = time.monotonic() + 600
-        while succeeded() < count and time.monotonic() < deadline:
+        deadline = time.monotonic() + EXECUTIONS_DEADLINE_S
+        finished = succeeded()
+        while finished < count and time.monotonic() < deadline:
             time.sleep(0.5)
-        elapsed = time.monotonic() - started
-        return count / elapsed, elapsed
+            finished = succeeded()
+        return Completion(finished=finished, expected=count, seconds=time.monotonic() - started)
     finally:
         stop_process(proc, pidfile)
 
@@ -667,20 +643,24 @@ def main(argv: list[str] | None = None) -> int:
     if "executions" in chosen:
         print(f"\n## executions through the pod path: {args.executions} executions, dispatch cap 100")
         with fresh_cluster("executions") as b:
-            rate, seconds = executions_rate(b, args.executions)
-        print(f"  {rate:.1f} executions/s ({args.executions} Ready -> Succeeded in {seconds:.1f}s)")
+            done = executions_rate(b, args.executions)
+        print(f"  Ready -> Succeeded: {rate(done, 'executions')}")
 
     if "workflows" in chosen:
         print(f"\n## workflows: {args.workflows} workflows of 10 pod steps, created at once")
         with fresh_cluster("workflows") as b:
-            rate, seconds, phases = workflow_bench.workflows_rate(b, b.state, stop_process, args.workflows)
-        print(f"  {rate:.2f} workflows/s, {rate * 10:.1f} steps/s ({seconds:.1f}s; end {phases})")
+            done, notes = workflow_bench.workflows_rate(b, b.state, stop_process, args.workflows)
+        steps = Completion(done.finished * 10, done.expected * 10, done.seconds)  # of the finished workflows
+        print(f"  {rate(done, 'workflows', digits=2)}")
+        print(f"  {rate(steps, 'steps')}")
+        print(f"  {notes}")
 
     if "resume" in chosen:
         print(f"\n## resume: a new operator takes over {args.resume} in-flight workflows")
         with fresh_cluster("resume") as b:
-            seconds, notes = workflow_bench.resume_time(b, b.state, stop_process, args.resume)
-        print(f"  {args.resume} resumed and finished in {seconds:.1f}s from the new operator's start ({notes})")
+            done, notes = workflow_bench.resume_time(b, b.state, stop_process, args.resume)
+        print(f"  all {args.resume} resumed and finished {duration(done)} after the new operator's start")
+        print(f"  {notes}")
 
     if "history" in chosen:
         print()

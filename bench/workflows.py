@@ -10,7 +10,10 @@
   start to the last workflow Succeeded: leader election, the rescan that finds every in-flight
   workflow, and one pass each that rebuilds its state from history and records the timer.
 
-Both print figures only; neither fails for being slow.
+Both print figures only; neither fails for being slow. Each wait has a deadline: a run that
+reaches it returns what had finished by then (`bench.reporting.Completion`), printed as a
+censored figure, never as if all had finished; an operator that never took the Lease, or
+workflows not all in flight at the kill, are said in the notes.
 """
 
 from __future__ import annotations
@@ -20,10 +23,15 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from bench.reporting import Completion, duration
+
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 RESUME_WAIT_S = 20
 POLL_S = 0.5
+LEAD_DEADLINE_S = 120.0  # an operator that has not taken the Lease by then is reported, not waited for
+FINISH_DEADLINE_S = 900.0  # for all workflows to succeed (both sections)
+IN_FLIGHT_DEADLINE_S = 600.0  # for the resume section's workflows all to be Running before the kill
 
 
 class BenchCluster(Protocol):
@@ -74,10 +82,20 @@ def _wait(done: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
-def _lead(b: BenchCluster, opns: str, name: str, proc: Any) -> float:
+def _lead(b: BenchCluster, opns: str, name: str, proc: Any) -> float | None:
+    """Seconds until operator `name` held the leader Lease; None if it exited or the deadline came first."""
     started = time.monotonic()
-    _wait(lambda: proc.poll() is not None or b.lease_holder(opns) == name, 120)
+    _wait(lambda: proc.poll() is not None or b.lease_holder(opns) == name, LEAD_DEADLINE_S)
+    if proc.poll() is not None or b.lease_holder(opns) != name:
+        return None
     return time.monotonic() - started
+
+
+def _finished(b: BenchCluster, ns: str, count: int, started: float) -> tuple[Completion, dict[str, int]]:
+    """Wait up to FINISH_DEADLINE_S for `count` workflows to succeed: what finished, and every phase."""
+    _wait(lambda: _phases(b, ns).get("Succeeded", 0) >= count, FINISH_DEADLINE_S)
+    phases = _phases(b, ns)
+    return Completion(phases.get("Succeeded", 0), count, time.monotonic() - started), phases
 
 
 def _create(b: BenchCluster, ns: str, count: int, prefix: str, steps: list[dict[str, Any]]) -> None:
@@ -93,31 +111,32 @@ def _create(b: BenchCluster, ns: str, count: int, prefix: str, steps: list[dict[
     b.create_many(count, make)
 
 
-def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[float, float, str]:
-    """(workflows/s, seconds, phases at the end) for `count` 10-step workflows."""
+def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[Completion, str]:
+    """How many of `count` 10-step workflows succeeded in how long, and notes (phases at the end)."""
     ns, opns = b.namespace("bench-wf"), b.namespace("bench-wfop")
     proc, pidfile = b.start_operator("bench-wf", _settings(opns, state, "bench-wf"))
     try:
-        _lead(b, opns, "bench-wf", proc)
+        lead = _lead(b, opns, "bench-wf", proc)
         started = time.monotonic()
         _create(b, ns, count, "w", ten_steps())
-        _wait(lambda: _phases(b, ns).get("Succeeded", 0) >= count, 900)
-        elapsed = time.monotonic() - started
-        phases = _phases(b, ns)
-        return phases.get("Succeeded", 0) / elapsed, elapsed, str(phases)
+        done, phases = _finished(b, ns, count, started)
+        notes = f"end {phases}"
+        if lead is None:
+            notes += f"; the operator did not hold the Lease within {LEAD_DEADLINE_S:.0f}s of starting"
+        return done, notes
     finally:
         stop(proc, pidfile)
 
 
-def resume_time(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[float, str]:
-    """(seconds from a new operator's start to all `count` in-flight workflows finished, notes)."""
+def resume_time(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[Completion, str]:
+    """How many of `count` in-flight workflows a new operator finished, how long after its start, and notes."""
     ns, opns = b.namespace("bench-resume"), b.namespace("bench-resumeop")
     wait_step = [{"id": "hold", "type": "wait", "wait": {"duration": f"{RESUME_WAIT_S}s"}}]
     first, first_pid = b.start_operator("bench-resume-1", _settings(opns, state, "bench-resume"))
     try:
         _lead(b, opns, "bench-resume-1", first)
         _create(b, ns, count, "r", wait_step)
-        _wait(lambda: _phases(b, ns).get("Running", 0) >= count, 600)
+        _wait(lambda: _phases(b, ns).get("Running", 0) >= count, IN_FLIGHT_DEADLINE_S)
         first.send_signal(signal.SIGKILL)
         first.wait(timeout=30)
     finally:
@@ -128,13 +147,18 @@ def resume_time(b: BenchCluster, state: Any, stop: Callable[..., None], count: i
     try:
         started = time.monotonic()
         lead = _lead(b, opns, "bench-resume-2", second)
-        _wait(lambda: _phases(b, ns).get("Succeeded", 0) >= count, 900)
-        elapsed = time.monotonic() - started
-        phases = _phases(b, ns)
-        return elapsed, (
-            f"{elapsed - lead:.1f}s after it took the Lease at {lead:.1f}s — a candidate first watches the "
-            f"dead leader's Lease go unrenewed for its whole duration; {running} in flight at the kill; "
-            f"end {phases}"
-        )
+        done, phases = _finished(b, ns, count, started)
+        if lead is None:
+            leadership = f"it did not hold the Lease within {LEAD_DEADLINE_S:.0f}s"
+        else:
+            after = duration(Completion(done.finished, done.expected, done.seconds - lead))
+            leadership = (
+                f"all finished {after} after it took the Lease at {lead:.1f}s — a candidate first watches the "
+                f"dead leader's Lease go unrenewed for its whole duration"
+            )
+        in_flight = f"{running}/{count} in flight at the kill"
+        if running < count:
+            in_flight += f" (the rest not Running within {IN_FLIGHT_DEADLINE_S:.0f}s: not all were resumed)"
+        return done, f"{leadership}; {in_flight}; end {phases}"
     finally:
         stop(second, second_pid)
