@@ -69,11 +69,15 @@ class CrashableLedger(MemoryLedger):
     """The in-memory ledger, able to die after the launch and before recording, the next `crashes` times."""
 
     crashes = 0
+    refusals = 0  # the next writes that fail and raise (the API server said 500): the pass lives on
 
     def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
         if self.crashes:
             self.crashes -= 1
             raise Crash("crashed after launching, before recording")
+        if self.refusals:
+            self.refusals -= 1
+            raise RuntimeError("the job's status write failed")
         super().record(plan, launched=launched, now=now)
 
 
@@ -403,7 +407,7 @@ def test_tick_cost_follows_due_work_not_catalogue_size() -> None:
 # --- property: random interleavings ----------------------------------------------------
 
 step = st.tuples(
-    st.sampled_from(["tick", "tick-other", "crash-before-record", "crash-before-mark", "gap"]),
+    st.sampled_from(["tick", "tick-other", "crash-before-record", "crash-before-mark", "ledger-error", "gap"]),
     st.integers(min_value=1, max_value=20),
 )
 
@@ -424,6 +428,10 @@ def check_interleaving(launcher: MemoryLauncher, steps: list[tuple[str, int]], e
             w.trigger.tick()
         elif action == "tick-other":
             other.tick()
+        elif action == "ledger-error":  # one write fails; the trigger goes on with the rest
+            w.ledger.refusals = 1
+            w.trigger.tick()
+            w.ledger.refusals = 0
         elif action.startswith("crash-"):
             dies = w.ledger if action == "crash-before-record" else w.store
             dies.crashes = 1

@@ -51,6 +51,8 @@ class TickReport:
     recorded: int = 0
     errors: int = 0
     pending_buckets: int = 0  # buckets left holding occurrences whose fire time has come
+    lags: list[float] = dataclasses.field(default_factory=list)  # seconds, creation - fire time
+    outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
 
     def merge(self, other: TickReport) -> None:
         """Add the counts of a part of this pass (one job's entries) into this report."""
@@ -61,8 +63,6 @@ class TickReport:
         self.errors += other.errors
         self.lags.extend(other.lags)
         self.outcomes.update(other.outcomes)
-    lags: list[float] = dataclasses.field(default_factory=list)  # seconds, creation - fire time
-    outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
 
 
 class Trigger:
@@ -82,6 +82,9 @@ class Trigger:
         self._ledger = ledger
         self._clock = clock
         self._cursor: datetime | None = None
+        #: Jobs whose entry failed in this pass: their later entries wait for the next pass. Each
+        #: job's entries are applied on one thread, so a job's membership is only ever touched by it.
+        self._held: set[tuple[str, str]] = set()
         # Entries of different jobs are independent, so a hot minute is applied `workers` jobs at a
         # time; one job's entries stay in order on one thread (its ledger is read-modify-write).
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trigger") if workers > 1 else None
@@ -105,6 +108,7 @@ class Trigger:
             self.rescan()
         assert self._cursor is not None
         report = TickReport(now=now)
+        self._held = set()
         current = minute_of(now)
         minute = self._cursor
         next_cursor: datetime | None = None
@@ -151,19 +155,29 @@ class Trigger:
         return self._mark(bucket, marks) if marks else bucket
 
     def _apply_group(self, entries: list[BucketEntry], now: datetime) -> tuple[dict[str, Mark], TickReport]:
-        """One job's due entries, in fire-time order; returns their markers and what was done."""
+        """One job's due entries, in fire-time order; returns their markers and what was done.
+
+        When an entry fails, the job's later entries wait for the next pass too, in this minute
+        and every later one: applying them would move the job's recorded progress past the
+        failed occurrence, which then could never be recorded (dropped without a trace). Other
+        jobs go on.
+        """
         report = TickReport(now=now)
         marks: dict[str, Mark] = {}
         for entry in entries:
+            job = (entry.namespace, entry.name)
+            if job in self._held:
+                break
             report.entries += 1
             try:
                 lookup = self._catalogue.lookup(entry.namespace, entry.name)
                 plan = plan_entry(entry, lookup.job, now=now, invalid=lookup.invalid)
                 plan = self._apply(plan, now, report)
-            except Exception:  # one bad entry must not hold up the rest; it is retried next pass
+            except Exception:  # one bad entry must not hold up other jobs; it is retried next pass
                 log.exception("trigger: entry %s of %s/%s failed", entry.key, entry.namespace, entry.name)
                 report.errors += 1
-                continue
+                self._held.add(job)
+                break
             marks[entry.key] = plan.mark
         return marks, report
 
