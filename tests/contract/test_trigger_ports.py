@@ -16,9 +16,9 @@ ScheduledJobs in a namespace of the test's own, with no operator running) must a
   (a failover overlap) recorded a later one after this one's lookup; a plan for a job that
   is gone records nothing and does not fail.
 
-The Kubernetes ledger does not keep the overlap promise today (it merge-patches a status
-built from its own lookup, without a resourceVersion precondition): that case is a strict
-xfail on Kubernetes, which turns into a failure once the ledger is fixed.
+The overlap case is why the Kubernetes ledger writes conditionally on the version it read
+and merges again on a conflict: a plain merge patch of a status built from its own lookup
+let the later writer replace the other's entries and move lastNominal back.
 
 As the trigger does, each test looks a job up before launching or recording for it: the
 Kubernetes launcher and ledger work on the object that lookup fetched.
@@ -486,18 +486,7 @@ def test_outcomes_that_dispose_of_nothing_are_recorded_without_advancing(
     assert last_nominal(home, "held") is None
 
 
-def test_a_ledger_writing_after_another_trigger_keeps_what_the_other_recorded(
-    home: Home, request: pytest.FixtureRequest
-) -> None:
-    if isinstance(home, KubeHome):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="KubeLedger merge-patches status built from the object its own lookup read, "
-                "without a resourceVersion precondition: the later writer replaces the occurrences "
-                "list and moves status.chain.lastNominal back (issue 14 session note)",
-            )
-        )
+def test_a_ledger_writing_after_another_trigger_keeps_what_the_other_recorded(home: Home) -> None:
     job = home.create("failover")
     one, two = nominals(job, 2)
     lookup(home, "failover")  # this trigger reads the job, then stalls

@@ -477,8 +477,9 @@ def test_the_property_catches_a_launcher_without_deterministic_names() -> None:
     steps, _ = find(
         interleavings,
         fails_with(CreatesOnEveryCall, "an occurrence launched twice"),
-        settings=settings(max_examples=200, database=None, deadline=None),
+        settings=settings(max_examples=200, database=None, deadline=None, derandomize=True),
     )
-    # The smallest counterexample repeats a launch: a pass that died before recording what it
-    # launched (one that dies only before marking is stopped by the recorded chain progress).
-    assert [action for action, _ in steps] == ["crash-before-record"]
+    # Every counterexample repeats a launch: a pass that launched but did not record it (it died,
+    # or the write failed), so a later pass launches again. A pass that dies only before marking
+    # is stopped by the recorded chain progress.
+    assert {action for action, _ in steps} & {"crash-before-record", "ledger-error"}, steps

@@ -1,6 +1,7 @@
 """The trigger ledger on the ScheduledJob: every occurrence ends in one recorded outcome.
 
-After each plan the trigger writes, in one status patch: the occurrences it
+After each plan the trigger writes, in one status patch conditional on the
+version it read (a conflict rereads and merges again): the occurrences it
 disposed of (Fired with the execution id, or Missed/Superseded/Skipped/Suspended
 with the reason), the chain's progress (`status.chain`: the newest nominal
 handled, where a suspended chain paused), LAST SCHEDULED and NEXT RUN. Entries
@@ -21,7 +22,9 @@ from kubernetes.client.exceptions import ApiException
 from vigil.core.buckets import Outcome
 from vigil.core.chain import EntryPlan, Fire, Record
 from vigil.core.ids import pod_name
+from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.jobs import PLURAL, KubeCatalogue
 from vigil.model import GROUP, VERSION
@@ -78,10 +81,25 @@ class KubeLedger:
             for record in plan.records:
                 log.info("occurrence of deleted job %s/%s: %s", plan.namespace, plan.name, record.reason)
             return
-        self._patch_status(obj, plan, now)
-        self._post_events(obj, plan, launched)
+        first = obj
+
+        def write() -> None:
+            nonlocal obj
+            if obj is None:
+                obj = self._catalogue.fetch(plan.namespace, plan.name)
+                if obj is None or obj["metadata"]["uid"] != first["metadata"]["uid"]:
+                    return  # deleted (or deleted and re-created) since: its ledger went with it
+            try:
+                self._patch_status(obj, plan, now)
+            except Conflict:
+                obj = None  # another writer moved it: build the entries again on a fresh read
+                raise
+
+        retry_on_conflict(write)
+        self._post_events(first, plan, launched)
 
     def _patch_status(self, obj: Mapping[str, Any], plan: EntryPlan, now: datetime) -> None:
+        """Merge this plan into the job's ledger, conditional on the version `obj` was read at."""
         status = obj.get("status") or {}
         chain: dict[str, Any] = {}  # only the keys this pass changes: the handler owns the rest
         new = [_fired_entry(f, now) for f in plan.fires] + [_record_entry(r, now) for r in plan.records]
@@ -109,11 +127,13 @@ class KubeLedger:
         if chain:
             patch["chain"] = chain
         meta = obj["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
         try:
             self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"status": patch}
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
             )
         except ApiException as err:
+            conflict_from(err)
             if err.status != 404:
                 raise
 
