@@ -23,7 +23,13 @@ from typing import Any
 from kubernetes import client
 
 from tests.integration.conftest import REPO, KubeCluster
-from tests.integration.jobs import condition, create_job, get_job, wait_for_ledger
+from tests.integration.jobs import (
+    condition,
+    create_job,
+    get_job,
+    parse_time,
+    wait_for_ledger,
+)
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
 from vigil.kube.buckets import PLURAL as BUCKETS
@@ -32,6 +38,7 @@ from vigil.model import GROUP, VERSION
 
 WATCHDOG = {"intervalSeconds": 1, "suspendedMaxAge": "1h"}
 AUDIT = {"intervalSeconds": 2, "repair": False, "chainGraceSeconds": 2}
+INTERVAL = timedelta(seconds=8)  # the nightly job's expectedMaxInterval
 
 
 def free_port() -> int:
@@ -85,14 +92,14 @@ def break_the_chain(cluster: KubeCluster, operator_ns: str, uid: str) -> None:
 def test_a_job_that_silently_stops_is_reported(cluster: KubeCluster, namespace: str, tmp_path: Path) -> None:
     fleet, port = watched_fleet(cluster, tmp_path)
     try:
-        job = create_job(cluster, namespace, "nightly", every="2s", jitter="0s", expectedMaxInterval="8s")
+        interval = f"{INTERVAL.seconds}s"
+        job = create_job(cluster, namespace, "nightly", every="2s", jitter="0s", expectedMaxInterval=interval)
         wait_for(
             lambda: (get_job(cluster, namespace, "nightly").get("status") or {}).get("lastSuccessfulTime"),
             timeout=60,
             what="a first success",
         )
         break_the_chain(cluster, fleet.namespace, job["metadata"]["uid"])
-        broken_at = datetime.now(UTC)
 
         chain = wait_for(
             lambda: condition_true(cluster, namespace, "nightly", "ScheduleChainBroken"),
@@ -108,7 +115,10 @@ def test_a_job_that_silently_stops_is_reported(cluster: KubeCluster, namespace: 
             what="Overdue with reason NotFired",
         )
         assert "expectedMaxInterval" in overdue["message"] or "8s" in overdue["message"], overdue
-        assert datetime.now(UTC) > broken_at
+        # Not raised early: only once the interval since the last success has run out (whole seconds).
+        last_success = parse_time(get_job(cluster, namespace, "nightly")["status"]["lastSuccessfulTime"])
+        raised = parse_time(overdue["lastTransitionTime"])
+        assert raised >= last_success + INTERVAL - timedelta(seconds=1), (raised, last_success)
 
         def overdue_scraped() -> str | None:
             text = scrape(port)
@@ -127,7 +137,7 @@ def test_a_job_that_silently_stops_is_reported(cluster: KubeCluster, namespace: 
         assert "NotFired" in table, table
     finally:
         fleet.stop()
-        cluster.core.delete_namespace(fleet.namespace)
+        cluster.clear_namespace(fleet.namespace)
 
 
 def test_a_job_whose_pods_keep_failing_is_overdue_while_it_fires(
@@ -145,7 +155,7 @@ def test_a_job_whose_pods_keep_failing_is_overdue_while_it_fires(
         assert any(e["outcome"] == "Fired" for e in ledger), "the scheduler was firing all along"
     finally:
         fleet.stop()
-        cluster.core.delete_namespace(fleet.namespace)
+        cluster.clear_namespace(fleet.namespace)
 
 
 def test_output_that_stops_updating_is_stale_even_though_pods_succeed(
@@ -183,7 +193,7 @@ def test_output_that_stops_updating_is_stale_even_though_pods_succeed(
         )
     finally:
         fleet.stop()
-        cluster.core.delete_namespace(fleet.namespace)
+        cluster.clear_namespace(fleet.namespace)
 
 
 def kubectl_vigil(cluster: KubeCluster, *args: str) -> subprocess.CompletedProcess[str]:
@@ -221,13 +231,15 @@ def test_audit_reports_and_repairs_a_broken_chain(cluster: KubeCluster, namespac
         assert any(e["outcome"] == "Missed" for e in entries), "the gap went through the catch-up policy"
     finally:
         fleet.stop()
-        cluster.core.delete_namespace(fleet.namespace)
+        cluster.clear_namespace(fleet.namespace)
 
 
 def test_the_watchdog_can_run_as_its_own_process(cluster: KubeCluster, namespace: str, tmp_path: Path) -> None:
+    """The verdicts come from the watchdog process; the operator fires but publishes no verdict at all."""
     fleet = OperatorFleet(cluster, tmp_path, watchdog={**WATCHDOG, "mode": "separate"}, audit=AUDIT)
-    fleet.start()
-    watchdog = fleet.start("watchdog")
+    operator_port, watchdog_port = free_port(), free_port()
+    fleet.start(http={"metricsPort": operator_port})
+    watchdog = fleet.start("watchdog", http={"metricsPort": watchdog_port})
     fleet.leader()
     try:
         create_job(
@@ -238,10 +250,14 @@ def test_the_watchdog_can_run_as_its_own_process(cluster: KubeCluster, namespace
         assert overdue["reason"] == "Failing"
         lease = cluster.coordination.read_namespaced_lease("vigil-watchdog", fleet.namespace)
         assert lease.spec.holder_identity == watchdog.name
-        assert "watchdog pass" not in (tmp_path / "op-1.log").read_text(), "the operator left the watchdog alone"
+        verdict = f'vigil_job_overdue{{job="failing",namespace="{namespace}",reason="Failing"}} 1.0'
+        wait_for(lambda: verdict in scrape(watchdog_port), timeout=20, what="the watchdog's overdue metric")
+        operator_metrics = scrape(operator_port)
+        assert "vigil_trigger_fired_total" in operator_metrics, "the operator's own metrics are served"
+        assert 'job="failing"' not in operator_metrics, "the operator ran a watchdog pass of its own"
     finally:
         fleet.stop()
-        cluster.core.delete_namespace(fleet.namespace)
+        cluster.clear_namespace(fleet.namespace)
 
 
 def test_report_suspended_lists_owner_reason_and_age(cluster: KubeCluster, namespace: str) -> None:

@@ -10,6 +10,8 @@ for faster iteration; it is reused when found running.
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import os
 import shutil
 import subprocess
@@ -28,6 +30,9 @@ from tests.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 #: One state directory per cluster; VIGIL_TEST_CLUSTER lets parallel runs keep theirs apart.
 STATE = REPO / ".cluster" / os.environ.get("VIGIL_TEST_CLUSTER", "test")
+GROUP, VERSION = "vigil.dev", "v1alpha1"
+#: Every namespaced kind of Vigil's, which `clear_namespace` empties.
+VIGIL_KINDS = ("scheduledjobs", "executions", "workflows", "workflowdefinitions", "schedulebuckets")
 PORT_BASE = int(os.environ.get("VIGIL_TEST_PORT_BASE", "26000"))  # apart from the demo's 16000
 #: The workflow-requests ValidatingAdmissionPolicy and its binding: the one copy the chart renders.
 ADMISSION_POLICY = REPO / "helm" / "vigil" / "files" / "admission" / "workflow-requests.yaml"
@@ -74,6 +79,66 @@ class KubeCluster:
 
     def pod(self, namespace: str, name: str) -> Any:
         return self.core.read_namespaced_pod(name, namespace)
+
+    def clear_namespace(self, name: str, *, timeout: float = 120) -> None:
+        """Delete a test's namespace and wait until nothing of Vigil's is left in it.
+
+        Every operator of a later test watches the whole cluster, so a terminating namespace's
+        jobs, executions, workflows and pods would reach it; they are deleted first (pods with no
+        grace: the test is over) and awaited. The namespace object itself then goes in the
+        background. Safe to call twice.
+        """
+        for plural in VIGIL_KINDS:
+            with gone_is_done():
+                self.custom.delete_collection_namespaced_custom_object(GROUP, VERSION, name, plural)
+        with gone_is_done():
+            self.core.delete_collection_namespaced_pod(name, grace_period_seconds=0)
+        with gone_is_done():
+            self.core.delete_namespace(name)
+
+        def leftovers() -> list[str]:
+            found = [
+                f"{plural}/{o['metadata']['name']}"
+                for plural in VIGIL_KINDS
+                for o in self.custom.list_namespaced_custom_object(GROUP, VERSION, name, plural)["items"]
+            ]
+            return found + [f"pods/{p.metadata.name}" for p in self.core.list_namespaced_pod(name).items]
+
+        wait_for(lambda: not leftovers(), timeout=timeout, interval=0.5, what=f"namespace {name} to be emptied")
+
+    def token_kubeconfig(
+        self, namespace: str, service_account: str, path: Path, *, hours: int = 4
+    ) -> Path:
+        """Write a kubeconfig that authenticates as `service_account` with a fresh bound token.
+
+        Whatever runs with it has exactly that ServiceAccount's RBAC, never the admin's.
+        """
+        request = client.AuthenticationV1TokenRequest(
+            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=hours * 3600)
+        )
+        token = self.core.create_namespaced_service_account_token(service_account, namespace, request).status.token
+        admin = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]
+        ca = admin.get("certificate-authority-data") or base64.b64encode(
+            Path(admin["certificate-authority"]).read_bytes()
+        ).decode()
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": service_account,
+            "clusters": [{"name": "local", "cluster": {"server": admin["server"], "certificate-authority-data": ca}}],
+            "users": [{"name": service_account, "user": {"token": token}}],
+            "contexts": [{"name": service_account, "context": {
+                "cluster": "local", "user": service_account, "namespace": namespace}}],
+        }))  # fmt: skip
+        return path
+
+
+@contextlib.contextmanager
+def gone_is_done() -> Iterator[None]:
+    """Around a delete: "already gone" (404) and "already going" (409) count as done."""
+    try:
+        yield
+    except client.ApiException as error:
+        if error.status not in (404, 409):
+            raise
 
 
 @pytest.fixture(scope="session")
@@ -143,7 +208,7 @@ def namespace(cluster: KubeCluster) -> Iterator[str]:
 
     wait_for(sa_ready, timeout=60, what=f"default service account in {name}")
     yield name
-    cluster.core.delete_namespace(name)
+    cluster.clear_namespace(name)
 
 
 @pytest.fixture
@@ -157,7 +222,7 @@ def fleet(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureRequest) 
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(operators.logs())
-    cluster.core.delete_namespace(operators.namespace)
+    cluster.clear_namespace(operators.namespace)
 
 
 @pytest.hookimpl(wrapper=True)

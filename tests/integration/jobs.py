@@ -204,36 +204,33 @@ def make_namespace(cluster: KubeCluster, prefix: str = "t") -> str:
 WATCH_SECONDS = 5  # each watch request's length: how long stopping the recorder may take
 
 
-class PodCreations:
-    """Every Vigil pod created in some namespaces, in creation order, recorded by a watch.
+class Follower:
+    """A watch followed on a thread from a known revision, each event handed to `on_event` in order.
 
-    A watch delivers a pod's ADDED event with the object as it was created, so
-    its resourceVersion is the creation's revision: sorting on it gives the
-    exact order the API server created them in (one etcd, one revision counter,
-    shared with every other object — so it also orders pods against, say, the
-    creation of an Execution).
+    A dropped connection resumes from the last revision seen; an expired one (410) means the
+    record could no longer be complete, which `check()` turns into a failed assertion.
     """
 
-    def __init__(self, cluster: KubeCluster, namespaces: set[str]) -> None:
-        self._cluster = cluster
-        self._namespaces = namespaces
-        self._created: dict[tuple[str, str], int] = {}
+    def __init__(self, list_call: Any, *args: Any, label_selector: str = "") -> None:
+        self._list = list_call
+        self._args = args
+        self._selector = label_selector
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watch = watch.Watch()
         self.error: str | None = None
-        start = cluster.core.list_pod_for_all_namespaces(label_selector=MANAGED_SELECTOR, limit=1)
-        self._version: str = start.metadata.resource_version
-        self._thread = threading.Thread(target=self._run, name="pod-creations", daemon=True)
+        start = list_call(*args, label_selector=label_selector, limit=1)
+        meta = start["metadata"] if isinstance(start, dict) else start.metadata
+        self._version: str = meta["resourceVersion"] if isinstance(meta, dict) else meta.resource_version
+        self._thread = threading.Thread(target=self._run, name=type(self).__name__, daemon=True)
         self._thread.start()
 
-    def ordered(self) -> list[tuple[str, str, int]]:
-        """(namespace, pod name, creation revision), oldest first."""
+    def on_event(self, kind: str, obj: Any) -> None:
+        raise NotImplementedError
+
+    def check(self) -> None:
         if self.error:
             raise AssertionError(self.error)
-        with self._lock:
-            items = [(ns, name, rv) for (ns, name), rv in self._created.items()]
-        return sorted(items, key=lambda item: item[2])
 
     def stop(self) -> None:
         self._stop.set()
@@ -245,25 +242,50 @@ class PodCreations:
             try:
                 self._follow()
             except ApiException as err:
-                if err.status == 410:  # expired: the order could no longer be complete
-                    self.error = f"pod watch expired at {self._version}: creation order incomplete"
+                if err.status == 410:
+                    self.error = f"{type(self).__name__}: watch expired at {self._version}: the record is incomplete"
                     return
             except Exception:  # a dropped connection: resume from the last revision seen
                 time.sleep(0.2)  # not synchronisation: a pause before reconnecting
 
     def _follow(self) -> None:
         stream = self._watch.stream(
-            self._cluster.core.list_pod_for_all_namespaces,
-            label_selector=MANAGED_SELECTOR,
-            resource_version=self._version,
-            timeout_seconds=WATCH_SECONDS,
-        )
+            self._list, *self._args, label_selector=self._selector,
+            resource_version=self._version, timeout_seconds=WATCH_SECONDS,
+        )  # fmt: skip
         for event in stream:
-            pod = event["object"]
-            self._version = pod.metadata.resource_version
-            if event["type"] == "ADDED" and pod.metadata.namespace in self._namespaces:
-                key = (pod.metadata.namespace, pod.metadata.name)
-                with self._lock:
-                    self._created.setdefault(key, int(pod.metadata.resource_version))
+            obj = event["object"]
+            meta = obj["metadata"] if isinstance(obj, dict) else obj.metadata
+            self._version = meta["resourceVersion"] if isinstance(meta, dict) else meta.resource_version
+            with self._lock:
+                self.on_event(event["type"], obj)
             if self._stop.is_set():
                 return
+
+
+class PodCreations(Follower):
+    """Every Vigil pod created in some namespaces, in creation order, recorded by a watch.
+
+    A watch delivers a pod's ADDED event with the object as it was created, so
+    its resourceVersion is the creation's revision: sorting on it gives the
+    exact order the API server created them in (one etcd, one revision counter,
+    shared with every other object — so it also orders pods against, say, the
+    creation of an Execution).
+    """
+
+    def __init__(self, cluster: KubeCluster, namespaces: set[str]) -> None:
+        self._namespaces = namespaces
+        self._created: dict[tuple[str, str], int] = {}
+        super().__init__(cluster.core.list_pod_for_all_namespaces, label_selector=MANAGED_SELECTOR)
+
+    def ordered(self) -> list[tuple[str, str, int]]:
+        """(namespace, pod name, creation revision), oldest first."""
+        self.check()
+        with self._lock:
+            items = [(ns, name, rv) for (ns, name), rv in self._created.items()]
+        return sorted(items, key=lambda item: item[2])
+
+    def on_event(self, kind: str, obj: Any) -> None:
+        if kind == "ADDED" and obj.metadata.namespace in self._namespaces:
+            key = (obj.metadata.namespace, obj.metadata.name)
+            self._created.setdefault(key, int(obj.metadata.resource_version))

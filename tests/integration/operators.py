@@ -2,8 +2,12 @@
 
 Each `OperatorFleet` gets its own operator namespace (its buckets and Lease),
 so tests never share state. Processes are `vigil operator` exactly as the
-Deployment runs it; only the timings are shortened (a 3 s Lease) so failovers
-fit in a test.
+Deployment runs it, with the Deployment's identity: the fleet installs the
+chart's own ServiceAccount, ClusterRole, Role and bindings (rendered by `helm
+template` from helm/vigil, as a release named after the fleet's namespace) and
+the operators authenticate with that ServiceAccount's token, so a verb missing
+from the chart fails a test with a 403. Only the timings are shortened (a 3 s
+Lease) so failovers fit in a test.
 """
 
 from __future__ import annotations
@@ -21,10 +25,32 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.integration.conftest import KubeCluster
+from tests.integration.conftest import REPO, KubeCluster
 from tests.waiting import wait_for
 
 LEASE_NAME = "vigil-leader"
+CHART = REPO / "helm" / "vigil"
+#: The chart's templates that make the operator's identity and permissions.
+IDENTITY_TEMPLATES = ("templates/serviceaccount.yaml", "templates/rbac.yaml")
+
+
+class ChartIdentity:
+    """The chart's ServiceAccount and RBAC for one release, applied, and a kubeconfig with its token."""
+
+    def __init__(self, cluster: KubeCluster, *, release: str, namespace: str, workdir: Path) -> None:
+        self.cluster = cluster
+        shows = [arg for template in IDENTITY_TEMPLATES for arg in ("--show-only", template)]
+        rendered = cluster.helm("template", release, str(CHART), "--namespace", namespace, *shows).stdout
+        self.objects = [doc for doc in yaml.safe_load_all(rendered) if doc]
+        self.service_account = next(o["metadata"]["name"] for o in self.objects if o["kind"] == "ServiceAccount")
+        cluster.kubectl("apply", "-f", "-", input=rendered)
+        self.kubeconfig = cluster.token_kubeconfig(namespace, self.service_account, workdir / "operator.kubeconfig")
+
+    def remove(self) -> None:
+        """Delete the cluster-scoped objects; the namespaced ones go with the fleet's namespace."""
+        for obj in self.objects:
+            if "namespace" not in obj["metadata"]:
+                self.cluster.kubectl("delete", obj["kind"], obj["metadata"]["name"], "--ignore-not-found")
 
 
 @dataclasses.dataclass
@@ -43,6 +69,14 @@ class OperatorProcess:
         return self.proc.poll() is None
 
 
+def merged(config: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """`config` with each section's keys updated from `overrides` (a copy; sections are mappings)."""
+    out = {section: dict(values) if isinstance(values, dict) else values for section, values in config.items()}
+    for section, values in overrides.items():
+        out.setdefault(section, {}).update(values)
+    return out
+
+
 class OperatorFleet:
     def __init__(self, cluster: KubeCluster, workdir: Path, **overrides: Any) -> None:
         self.cluster = cluster
@@ -51,6 +85,7 @@ class OperatorFleet:
         self.processes: list[OperatorProcess] = []
         self._count = 0
         cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=self.namespace)))
+        self.identity = ChartIdentity(cluster, release=self.namespace, namespace=self.namespace, workdir=workdir)
         config: dict[str, Any] = {
             "namespace": self.namespace,
             "leaderElection": {"leaseDurationSeconds": 3, "renewPeriodSeconds": 1},
@@ -58,23 +93,27 @@ class OperatorFleet:
             "http": {"metricsPort": 0, "apiPort": 0},
             "history": {"dsn": f"sqlite:///{workdir}/history.db"},
         }
-        for section, values in overrides.items():
-            config.setdefault(section, {}).update(values)
+        self.settings = merged(config, overrides)
         self.config = workdir / "operator.yaml"
-        self.config.write_text(yaml.safe_dump(config))
+        self.config.write_text(yaml.safe_dump(self.settings))
 
-    def start(self, command: str = "operator") -> OperatorProcess:
-        """Start `vigil operator` (or `vigil watchdog`, the watchdog's own Deployment) with this fleet's config."""
+    def start(self, command: str = "operator", **overrides: Any) -> OperatorProcess:
+        """Start `vigil operator` (or `vigil watchdog`, the watchdog's own Deployment) with this fleet's
+        config, or with that config plus `overrides` for this one process (say, its own metrics port)."""
         self._count += 1
         name = f"op-{self._count}" if command == "operator" else f"{command}-{self._count}"
         log = self.workdir / f"{name}.log"
+        config = self.config
+        if overrides:
+            config = self.workdir / f"{name}.yaml"
+            config.write_text(yaml.safe_dump(merged(self.settings, overrides)))
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "vigil.cli.main", command, "--config", str(self.config)],
+                [sys.executable, "-m", "vigil.cli.main", command, "--config", str(config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**self.cluster.env, "POD_NAME": name},
+                env={**self.cluster.env, "KUBECONFIG": str(self.identity.kubeconfig), "POD_NAME": name},
                 start_new_session=True,
             )
         op = OperatorProcess(name=name, proc=proc, log=log)
@@ -103,6 +142,7 @@ class OperatorFleet:
     def stop(self) -> None:
         for op in self.processes:
             op.kill()
+        self.identity.remove()
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.log.read_text(errors='replace')[-4000:]}" for p in self.processes)

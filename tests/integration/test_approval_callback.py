@@ -108,7 +108,7 @@ def replicas(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureReques
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         print(fleet.logs())
-    cluster.core.delete_namespace(fleet.namespace)
+    cluster.clear_namespace(fleet.namespace)
 
 
 def leader_and_standby(replicas: Replicas) -> tuple[str, str]:

@@ -18,7 +18,6 @@ subresource, with a history recorded by the pure orchestrator.
 
 from __future__ import annotations
 
-import base64
 import re
 import subprocess
 from collections.abc import Iterator
@@ -27,7 +26,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-import yaml
 from kubernetes import client
 
 from tests.integration.conftest import KubeCluster
@@ -214,21 +212,7 @@ def editor(cluster: KubeCluster, namespace: str, tmp_path: Path) -> Iterator[dic
         "rules": [{"apiGroups": [GROUP], "resources": [WORKFLOWS], "verbs": ["get", "patch"]}],
     })  # fmt: skip
     bind(cluster, namespace, "workflow-editor", "Role")
-    token = core.create_namespaced_service_account_token(
-        "editor", namespace, client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[]))
-    ).status.token
-    admin_config = yaml.safe_load(cluster.kubeconfig.read_text())
-    server = admin_config["clusters"][0]["cluster"]
-    ca = server.get("certificate-authority-data") or base64.b64encode(
-        Path(server["certificate-authority"]).read_bytes()
-    ).decode()
-    kubeconfig = tmp_path / "editor.kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "editor",
-        "clusters": [{"name": "local", "cluster": {"server": server["server"], "certificate-authority-data": ca}}],
-        "users": [{"name": "editor", "user": {"token": token}}],
-        "contexts": [{"name": "editor", "context": {"cluster": "local", "user": "editor", "namespace": namespace}}],
-    }))  # fmt: skip
+    kubeconfig = cluster.token_kubeconfig(namespace, "editor", tmp_path / "editor.kubeconfig")
     yield {**cluster.env, "KUBECONFIG": str(kubeconfig), "PATH": f"{SCRIPTS}:{cluster.env['PATH']}"}
 
 

@@ -368,7 +368,7 @@ def test_workflows_run_while_the_history_database_is_down_and_it_catches_up(
         assert [dict(row.data) for row in rows] == status["history"]
     finally:
         fleet.stop()
-        cluster.core.delete_namespace(fleet.namespace)
+        cluster.clear_namespace(fleet.namespace)
         server.drop()
 
 
