@@ -61,7 +61,7 @@ test: lint binaries ## the whole suite (unit, contract, integration against a re
 
 .PHONY: stress
 stress: $(STAMP) binaries ## long variants of the failover and soak tests
-	VIGIL_STRESS=1 $(VENV)/bin/pytest -m stress $(PYTEST_ARGS)
+	VIGIL_STRESS=1 $(VENV)/bin/pytest -m stress tests/stress $(PYTEST_ARGS)
 
 .PHONY: bench
 bench: $(STAMP) binaries ## benchmarks: prints rates and latencies; never fails for being slow

@@ -1,0 +1,104 @@
+"""A hundred SIGKILLs of the Lease-holding operator while recurring jobs fire: nothing lost, nothing twice.
+
+The long variant of the ten-kill test in tests/integration/test_triggering.py. Three operator
+processes (a leader and two standbys; a killed leader is replaced at once) and ten
+ScheduledJobs `every: 2s` with catch-up All. The leader is SIGKILLed VIGIL_STRESS_KILLS times
+(100): a fifth of the kills as soon as it holds the Lease, while it catches up on what fell due
+during the takeover; the others once it has fired, at a random moment of the 2 s firing cycle.
+Then every nominal occurrence from each job's first to the end of the run has exactly one
+Execution and that Execution exactly one pod, the operator recorded nothing as Missed, and the
+figures say how long takeovers took and how late occurrences fired across them.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tests.integration.conftest import KubeCluster
+from tests.integration.jobs import create_job, parse_time
+from tests.integration.operators import OperatorFleet
+from tests.stress.failover import (
+    STANDBYS,
+    Takeover,
+    kill_the_leader,
+    report_kills,
+    start_with_standbys,
+    wait_standbys,
+)
+from tests.stress.figures import Figures
+from tests.stress.occurrences import (
+    account,
+    first_fired,
+    recorded_missed,
+    stop_and_settle,
+    wait_fired_through,
+    watch_executions,
+    watch_pods,
+)
+from tests.stress.sizes import SIZES
+from tests.waiting import wait_for
+
+JOBS = [f"tick{i:02}" for i in range(10)]
+PERIOD = timedelta(seconds=2)
+AT_TAKEOVER = 0.2  # the share of kills that land as soon as a new leader holds the Lease
+FIRE_TIMEOUT = 60.0  # a new leader fires within this (it catches up first)
+START_SLACK = 3 * PERIOD  # a new job's first occurrence is the first lattice point after the operator saw it
+
+
+@pytest.mark.stress
+@pytest.mark.timeout(600 + 60 * SIZES.leader_kills)  # pyproject's 600 s is per ordinary test
+def test_leader_sigkills_while_jobs_fire_lose_and_duplicate_no_occurrence(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet, figures: Figures, watches: ExitStack
+) -> None:
+    rng = random.Random(SIZES.seed)
+    leader = start_with_standbys(fleet)
+    executions = watches.enter_context(watch_executions(cluster, namespace))
+    pods = watches.enter_context(watch_pods(cluster, namespace))
+    created = datetime.now(UTC)
+    for name in JOBS:
+        create_job(cluster, namespace, name, every="2s", jitter="0s", catchUpPolicy="All", catchUpWindow="10m")
+    wait_for(lambda: len(first_fired(executions, JOBS)) == len(JOBS), timeout=FIRE_TIMEOUT, what="every job to fire")
+    figures.add("scenario", f"{len(JOBS)} jobs every {PERIOD.seconds}s, 1 leader + 2 standbys, seed {SIZES.seed}")
+
+    takeovers: list[Takeover] = []
+    on_takeover = 0
+    try:
+        for kill in range(SIZES.leader_kills):
+            if rng.random() < AT_TAKEOVER:  # right away: the new leader still catches up on the takeover's gap
+                on_takeover += 1
+                needed = 1
+            else:
+                needed = STANDBYS
+                wait_standbys(fleet, needed)
+                before = executions.count()
+                wait_for(lambda b=before: executions.count() > b, timeout=FIRE_TIMEOUT,
+                         what=f"the leader to fire (kill {kill})")  # fmt: skip
+                time.sleep(rng.uniform(0, PERIOD.total_seconds()))  # the scenario: a random moment of its firing cycle
+            takeovers.append(kill_the_leader(fleet, leader, standbys_needed=needed))
+            leader = takeovers[-1].leader
+    finally:
+        report_kills(figures, takeovers, f"{on_takeover} right on a takeover, the rest mid-firing")
+        figures.add("operator processes", f"{len(fleet.processes)} started, {sum(p.alive for p in fleet.processes)} alive")
+
+    horizon = datetime.now(UTC) + 2 * PERIOD
+    wait_fired_through(executions, JOBS, horizon, timeout=FIRE_TIMEOUT)
+    stop_and_settle(cluster, namespace, JOBS, executions, pods, timeout=180)
+    executions.stop()
+    pods.stop()
+    firsts = {job: parse_time(stamp) for job, stamp in first_fired(executions, JOBS).items()}
+    windows = {job: (first, horizon) for job, first in firsts.items()}
+    tally = account(executions.all(), pods.all(), windows=windows, step=PERIOD)
+    missed = recorded_missed(cluster, namespace, JOBS)
+    tally.report(figures)
+    figures.add("recorded Missed", str(len(missed)))
+    figures.add("watch re-lists / errors", f"{executions.relists + pods.relists} / {len(executions.errors + pods.errors)}")
+
+    assert not tally.problems(), tally.problems()
+    late = {job: first for job, first in firsts.items() if first > created + START_SLACK}
+    assert not late, f"jobs whose first occurrence came late (created {created}): {late}"
+    assert not missed, missed
