@@ -205,9 +205,12 @@ def test_suspend_then_resume_catches_up_without_double_fire(
 def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
     cluster: KubeCluster, namespace: str, fleet: OperatorFleet
 ) -> None:
-    fleet.start()
+    leader = fleet.start()
     fleet.leader()
+    spin = "{% for a in range(9000) %}{% for b in range(9000) %}{% endfor %}{% endfor %}"
     bad = {
+        "bomb": ({"every": "5s", "payloadTemplate": {"x": '{{ "x" * 2000000000 }}'}}, "spec.payloadTemplate.x"),
+        "spin": ({"every": "5s", "payloadTemplate": {"y": spin}}, "spec.payloadTemplate.y"),
         "mars": ({"every": "5s", "timezone": "Mars/Olympus_Mons"}, "timezone"),
         "hour25": ({"cron": "0 25 * * *"}, "cron"),
         "template": ({"every": "5s", "payloadTemplate": {"date": "{{ periodStart | date "}}, "payloadTemplate"),
@@ -230,6 +233,7 @@ def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
         assert events and field in events[0].message
     wait_for_ledger(cluster, namespace, "good", through=now() + timedelta(seconds=2), timeout=30)
     assert {p.metadata.labels["vigil.dev/job"] for p in vigil_pods(cluster, namespace)} == {"good"}
+    assert leader.alive and fleet.leader() is leader, "a hostile template cost the leader its life"
 
 
 def test_pods_carry_the_execution_id_period_and_rendered_payload(

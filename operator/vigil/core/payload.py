@@ -5,6 +5,8 @@ one that is handed `periodStart` can. So `payloadTemplate` is rendered per
 occurrence with the occurrence's explicit period, in Jinja2's sandbox (no
 attribute access to Python internals, no I/O), with undefined names an error
 rather than an empty string. The `date` filter formats in the job's timezone.
+Every render is bounded in work and size (`vigil.core.templatelimits`): a
+template that would take the operator's memory or time is invalid input.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from jinja2 import StrictUndefined, TemplateError
-from jinja2.sandbox import SandboxedEnvironment
+
+from vigil.core.templatelimits import BoundedSandbox, TemplateLimitExceeded, render_bounded
 
 MAX_PAYLOAD_BYTES = 32 * 1024  # rendered JSON; it travels in one environment variable
 
@@ -25,9 +28,9 @@ class PayloadError(ValueError):
     """A payload or template that cannot be rendered; the message names the field."""
 
 
-def _environment(timezone: str) -> SandboxedEnvironment:
+def _environment(timezone: str) -> BoundedSandbox:
     zone = ZoneInfo(timezone)
-    env = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+    env = BoundedSandbox(undefined=StrictUndefined, autoescape=False)
 
     def date(value: datetime, fmt: str = "%Y-%m-%d") -> str:
         return value.astimezone(zone).strftime(fmt)
@@ -35,8 +38,8 @@ def _environment(timezone: str) -> SandboxedEnvironment:
     def isoformat(value: datetime) -> str:
         return value.astimezone(zone).isoformat()
 
-    env.filters["date"] = date
-    env.filters["isoformat"] = isoformat
+    env.add_filter("date", date)
+    env.add_filter("isoformat", isoformat)
     return env
 
 
@@ -60,8 +63,8 @@ def occurrence_variables(
 
 def render_template_string(text: str, variables: Mapping[str, Any], *, timezone: str, field: str) -> str:
     try:
-        return _environment(timezone).from_string(text).render(**variables)
-    except TemplateError as err:
+        return render_bounded(_environment(timezone), text, dict(variables))
+    except (TemplateError, TemplateLimitExceeded, RecursionError) as err:
         raise PayloadError(f"{field}: {err}") from err
 
 

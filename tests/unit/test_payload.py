@@ -1,0 +1,98 @@
+"""Payload templates: the period is rendered in, and a hostile template costs the operator nothing.
+
+Each attack below once could kill or stall the leader (it renders templates in
+its own process, on every fire and resume). Now each is refused as invalid
+input naming the field, within the render's bounds — a count of steps and
+sizes, so the same template always fails the same way. Ordinary templates
+still render.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from vigil.core.payload import PayloadError, occurrence_variables, render_payload
+from vigil.core.templatelimits import MAX_NUMBER, MAX_RANGE, MAX_TEXT
+
+VARIABLES = occurrence_variables(
+    period_start=datetime(2026, 7, 31, tzinfo=UTC),
+    period_end=datetime(2026, 8, 1, tzinfo=UTC),
+    scheduled_for=datetime(2026, 8, 1, 2, tzinfo=UTC),
+    execution_id="ex-abc",
+    job_name="reconcile",
+    job_namespace="billing",
+)
+
+
+def render(template: Any, *, timezone: str = "UTC") -> str:
+    return render_payload(payload=None, template=template, variables=VARIABLES, timezone=timezone)
+
+
+@pytest.mark.parametrize(
+    ("template", "rendered"),
+    [
+        pytest.param("{{ periodStart | date }}", "2026-07-31", id="the period, as a date"),
+        pytest.param("{{ scheduledFor | date('%H:%M') }}", "03:00", id="the job's own zone (London, summer)"),
+        pytest.param("{{ job.name | upper }}-{{ executionId }}", "RECONCILE-ex-abc", id="filters and names"),
+        pytest.param("{% for i in range(3) %}{{ i }},{% endfor %}", "0,1,2,", id="a small loop"),
+        pytest.param("{{ ['a', 'b'] | join(',') }}", "a,b", id="join"),
+        pytest.param("{{ '%s-%05d' % ('x', 42) }}", "x-00042", id="percent formatting"),
+        pytest.param("{{ '{}:{:>4}'.format('k', 7) }}", "k:   7", id="str.format"),
+        pytest.param("{{ 'a-b'.replace('-', '_') }}", "a_b", id="replace"),
+        pytest.param("{{ 'ab' * 3 }}", "ababab", id="a short repeat"),
+        pytest.param("{{ 2 ** 10 }}", "1024", id="a small power"),
+    ],
+)
+def test_ordinary_templates_render(template: str, rendered: str) -> None:
+    timezone = "Europe/London" if "H:%M" in template else "UTC"
+    assert render({"v": template}, timezone=timezone) == '{"v":"' + rendered + '"}'
+
+
+ATTACKS = [
+    pytest.param('{{ "x" * 2000000000 }}', "a repeated sequence would be 2000000000 long", id="2 GB string"),
+    pytest.param("{{ [1] * 100000000 }}", "a repeated sequence", id="huge list"),
+    pytest.param('{{ (["x" * 30000] * 10000) | join }}', "a repeated sequence", id="list of big strings"),
+    pytest.param(
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        f"larger than {MAX_NUMBER}",
+        id="nested range(100000)",
+    ),
+    pytest.param(
+        "{% for a in range(9000) %}{% for b in range(9000) %}{% endfor %}{% endfor %}",
+        "steps to render",
+        id="nested loops within the range cap",
+    ),
+    pytest.param("{{ 10 ** 100000000 }}", "exponent", id="a power that never ends"),
+    pytest.param('{{ "{:>999999999}".format(1) }}', "format width", id="str.format width"),
+    pytest.param('{{ "{0:>{1}}".format("x", 999999999) }}', f"larger than {MAX_NUMBER}", id="nested width"),
+    pytest.param('{{ "%999999999s" % 1 }}', "format width", id="percent width"),
+    pytest.param('{{ "x" | center(999999999) }}', f"larger than {MAX_NUMBER}", id="center filter"),
+    pytest.param('{{ "x" | indent(999999999) }}', f"larger than {MAX_NUMBER}", id="indent filter"),
+    pytest.param('{{ ("x" * 30000).replace("", "y" * 30000) }}', "a replaced text", id="replace blow-up"),
+    pytest.param('{{ "\t\t".expandtabs(100000) }}', f"larger than {MAX_NUMBER}", id="expandtabs"),
+    pytest.param('{{ "ab".zfill(5) }}', "str.zfill is not available", id="an unlisted str method"),
+    pytest.param(
+        '{% for i in range(10000) %}{{ "x" * 30000 }}{% endfor %}', f"passes {MAX_TEXT}", id="output explosion"
+    ),
+    pytest.param('{% set s = "x" * 30000 %}{{ s + s }}', "a sum would be 60000 long", id="concatenation"),
+    pytest.param("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "recursion", id="endless recursion"),
+    pytest.param(f"{{{{ range({MAX_RANGE + 1}) | list }}}}", f"larger than {MAX_NUMBER}", id="range past the cap"),
+    pytest.param("{{ job.name }}" * MAX_TEXT, "the template would be", id="a source past the size cap"),
+]
+
+
+@pytest.mark.parametrize(("template", "message"), ATTACKS)
+def test_a_hostile_template_is_invalid_input_naming_the_field(template: str, message: str) -> None:
+    with pytest.raises(PayloadError) as caught:
+        render({"nested": [{"k": template}]})
+    assert str(caught.value).startswith("spec.payloadTemplate.nested[0].k: "), caught.value
+    assert message in str(caught.value)
+
+
+def test_after_a_refused_template_the_next_render_is_unaffected() -> None:
+    with pytest.raises(PayloadError):
+        render({"k": "{% for a in range(9000) %}{% for b in range(9000) %}{% endfor %}{% endfor %}"})
+    assert render({"k": "{{ periodEnd | date }}"}) == '{"k":"2026-08-01"}'
