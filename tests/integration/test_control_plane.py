@@ -75,6 +75,13 @@ def test_a_valid_job_is_admitted_and_defaulted(cluster: KubeCluster, namespace: 
     assert obj["spec"]["concurrencyPolicy"] == "Allow"
 
 
+def test_related_durations_are_compared_in_every_unit(cluster: KubeCluster, namespace: str) -> None:
+    """The admission rules compare durations written with days, hours, minutes and seconds."""
+    job = scheduled_job("ok", cron=None, every="2d", jitter="1d23h59m59s", expectedMaxInterval="2d")
+    created = cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", job)
+    assert created["spec"]["jitter"] == "1d23h59m59s"
+
+
 @pytest.mark.parametrize(
     ("case", "spec", "field"),
     [
@@ -91,6 +98,9 @@ def test_a_valid_job_is_admitted_and_defaulted(cluster: KubeCluster, namespace: 
         ("negative duration", {"catchUpWindow": "-5m"}, "spec.catchUpWindow"),
         ("catch-up limit out of bounds", {"catchUpLimit": 0}, "spec.catchUpLimit"),
         ("unknown priority", {"priority": "urgent"}, "spec.priority"),
+        ("jitter longer than the interval", {"cron": None, "every": "1m", "jitter": "10m"}, "spec.jitter"),
+        ("jitter in days past the interval", {"cron": None, "every": "1d", "jitter": "1d1s"}, "spec.jitter"),
+        ("expected interval below the interval", {"cron": None, "every": "2h", "expectedMaxInterval": "1h59m"}, "spec.expectedMaxInterval"),
     ],
 )
 def test_bad_input_is_rejected_naming_the_field(

@@ -50,6 +50,7 @@ from vigil.model.durations import (
     DURATION_MIN_LENGTH,
     DURATION_PATTERN,
     NONZERO_DIGIT_PATTERN,
+    UNIT_SECONDS,
     format_duration,
     parse_duration,
 )
@@ -136,6 +137,19 @@ def cel_rules(*rules: CelRule) -> dict[str, Any]:
 def count_set(*fields: str) -> str:
     """A CEL expression counting how many of ``fields`` are set on ``self``."""
     return " + ".join(f"(has(self.{name}) ? 1 : 0)" for name in fields)
+
+
+def cel_seconds(field: str) -> str:
+    """A CEL expression for the length in seconds of the duration text at ``field``.
+
+    CEL's own ``duration()`` has no day unit, so each component of the grammar (``d``, ``h``,
+    ``m``, ``s``, each at most once) is found and summed.
+    """
+    parts = [
+        f"({field}.matches('[0-9]+{unit}') ? int({field}.find('[0-9]+{unit}').replace('{unit}', '')) * {seconds} : 0)"
+        for unit, seconds in UNIT_SECONDS.items()
+    ]
+    return "(" + " + ".join(parts) + ")"
 
 
 def names_of_set_fields(model: BaseModel, python_names: Iterable[str]) -> list[str]:

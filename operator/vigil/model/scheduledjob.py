@@ -29,6 +29,7 @@ from vigil.core.buckets import Outcome
 from vigil.core.chain import CatchUpPolicy as CoreCatchUpPolicy
 from vigil.core.dispatch import Priority as CorePriority
 from vigil.core.executions import ConcurrencyPolicy as CoreConcurrencyPolicy
+from vigil.core.jitter import shortest_cron_interval
 from vigil.core.schedule import GapPolicy as CoreGapPolicy
 from vigil.core.schedule import OverlapPolicy as CoreOverlapPolicy
 from vigil.core.timeparse import CRON_FIELD_COUNT, CRON_MACROS, parse_cron
@@ -49,12 +50,14 @@ from vigil.model.common import (
     StatusModel,
     Timestamp,
     cel_rules,
+    cel_seconds,
     check_template_syntax,
     check_template_tree,
     conditions_field,
     count_set,
     names_of_set_fields,
 )
+from vigil.model.durations import format_duration, parse_duration
 from vigil.model.workflow import WorkflowTemplate
 
 # --------------------------------------------------------------------------------------------
@@ -184,6 +187,11 @@ MESSAGE_ONE_SCHEDULE = "exactly one of runAt, cron or every must be set"
 MESSAGE_ONE_PAYLOAD = "at most one of payload or payloadTemplate may be set"
 MESSAGE_ONE_TEMPLATE = "exactly one of template or workflowTemplate must be set"
 MESSAGE_SUSPEND_REASON = "suspendReason is required when suspend is true"
+MESSAGE_JITTER_INTERVAL = "jitter must not be longer than the interval between occurrences (every)"
+MESSAGE_EXPECTED_INTERVAL = (
+    "expectedMaxInterval must be at least the interval between occurrences (every): a shorter one "
+    "is always overdue"
+)
 
 _SCHEDULE_FIELDS = ("run_at", "cron", "every")
 _TEMPLATE_FIELDS = ("template", "workflow_template")
@@ -203,6 +211,18 @@ _SPEC_RULES = cel_rules(
         message=MESSAGE_SUSPEND_REASON,
         field_path=".suspendReason",
         reason="FieldValueRequired",
+    ),
+    # Fields that relate to the interval; a cron's interval is checked by the operator (Invalid).
+    CelRule(
+        rule=f"!has(self.every) || !has(self.jitter) || {cel_seconds('self.jitter')} <= {cel_seconds('self.every')}",
+        message=MESSAGE_JITTER_INTERVAL,
+        field_path=".jitter",
+    ),
+    CelRule(
+        rule="!has(self.every) || !has(self.expectedMaxInterval) || "
+        f"{cel_seconds('self.expectedMaxInterval')} >= {cel_seconds('self.every')}",
+        message=MESSAGE_EXPECTED_INTERVAL,
+        field_path=".expectedMaxInterval",
     ),
 )
 
@@ -357,7 +377,25 @@ class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
             raise ValueError(MESSAGE_ONE_TEMPLATE)
         if self.suspend and not self.suspend_reason:
             raise ValueError(MESSAGE_SUSPEND_REASON)
+        self._check_against_interval()
         return self
+
+    def _check_against_interval(self) -> None:
+        """jitter and expectedMaxInterval against the shortest time between two occurrences."""
+        if self.every is not None:
+            interval, source = parse_duration(str(self.every)), f"every is {self.every}"
+        elif self.cron is not None:
+            interval = shortest_cron_interval((self.cron,))
+            source = f"cron {self.cron!r} fires {format_duration(interval)} apart at the closest"
+        else:
+            return
+        if self.jitter is not None and parse_duration(str(self.jitter)) > interval:
+            raise ValueError(f"jitter ({self.jitter}) must not be longer than the interval ({source})")
+        if self.expected_max_interval is not None and parse_duration(str(self.expected_max_interval)) < interval:
+            raise ValueError(
+                f"expectedMaxInterval ({self.expected_max_interval}) must be at least the interval "
+                f"({source}): a shorter one is always overdue"
+            )
 
     @property
     def recurring(self) -> bool:
