@@ -250,6 +250,41 @@ def test_a_dead_letter_is_announced_and_a_retry_request_runs_it_again_with_the_s
 
 
 #: The backoff of `retry_spec(max_attempts=3, initial="1s")` below: what a retry would wait.
+def _labels(cluster: KubeCluster, namespace: str, name: str) -> dict[str, str]:
+    return dict((get_execution(cluster, namespace, name) or {}).get("metadata", {}).get("labels") or {})
+
+
+def test_a_final_transition_whose_label_write_was_lost_still_reaches_history_and_dead_letters(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    """The crash window between an Execution's status write and its label write, replayed: the
+    Dead status stands, the labels still say Running and history written. The next leader puts
+    the labels right, writes the attempt's row and lists it among the dead letters."""
+    fleet.start()
+    fleet.leader()
+    ex_id = one_off(cluster, namespace, "doomed", command="exit 3", retry=retry_spec(max_attempts=1, initial="1s"))
+    wait_execution_phase(cluster, namespace, ex_id, "Dead", timeout=60)
+    wait_for(lambda: _labels(cluster, namespace, ex_id).get("vigil.dev/history") == "written", timeout=30,
+             what="the dead execution's history written")  # fmt: skip
+    fleet.leader().kill()
+    stale = {"vigil.dev/phase": "Running", "vigil.dev/history": "written"}  # as before the last transition
+    cluster.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, EXECUTIONS, ex_id, {"metadata": {"labels": stale}}
+    )
+    after_crash = f"sqlite:///{fleet.workdir}/after-crash.db"  # the row the crash kept from being written
+    fleet.start(history={"dsn": after_crash})
+    fleet.leader()
+
+    wait_for(lambda: _labels(cluster, namespace, ex_id).get("vigil.dev/phase") == "Dead", timeout=60,
+             what="the phase label put right")  # fmt: skip
+    wait_for(lambda: history_states(after_crash, ex_id), timeout=60, what="the attempt's history row")
+    assert history_states(after_crash, ex_id) == [(1, str(AttemptState.DEAD))]
+    dead_letters = cluster.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, EXECUTIONS, label_selector="vigil.dev/phase=Dead"
+    )["items"]
+    assert [e["metadata"]["name"] for e in dead_letters] == [ex_id]
+
+
 CANCEL_BACKOFF = Backoff(initial=timedelta(seconds=1), factor=2, max=timedelta(seconds=10))
 
 

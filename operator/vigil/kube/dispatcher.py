@@ -118,6 +118,9 @@ class Dispatcher:
             (o["metadata"]["namespace"], o["metadata"]["name"]): (o, ex)
             for o, ex in readable(self._store.in_phase(Phase.READY, Phase.RUNNING, Phase.BACKOFF))
         }
+        for obj, ex in list(flight.values()):
+            if ex.phase.terminal and self._store.repair_labels(obj):  # a label write that failed
+                del flight[(ex.namespace, obj["metadata"]["name"])]
         for key, (obj, ex) in list(flight.items()):
             if is_retry_due(ex, now):
                 due = retry_due(ex, now=now)

@@ -135,9 +135,11 @@ class ExecutionStore:
     ) -> dict[str, Any]:
         """Store a transition: status (conditional on the object's resourceVersion), then the phase label.
 
-        The label is a mirror for listing. If a crash lands between the two writes
-        the label is stale: the dispatcher reads phases from status, never from the
-        label, and the next transition of the same execution rewrites it.
+        The label is a mirror for listing, and the status subresource cannot write labels, so
+        these are two writes. If a crash lands between them the label is stale and the history
+        label does not say "pending": `repair_labels`, run on every Execution event (including
+        the listing a new leader starts with), puts both right, so the transition still reaches
+        the history database and `dead-letters`.
         """
         meta = obj["metadata"]
         cleared = dict.fromkeys(OPTIONAL_STATUS_KEYS)
@@ -152,6 +154,25 @@ class ExecutionStore:
                 raise Conflict(f"execution {meta['namespace']}/{meta['name']} changed concurrently") from err
             raise
         return self.label(obj, {LABEL_PHASE: str(execution.phase), LABEL_HISTORY: "pending"})
+
+    def repair_labels(self, obj: Mapping[str, Any]) -> bool:
+        """Mirror status.phase into the labels if a crash left them behind; True if it did.
+
+        A stale phase label means the last transition's second write never happened, so that
+        transition's history was never marked for writing either: mark it pending again (a
+        history row is an upsert, so writing one twice is harmless).
+        """
+        phase = (obj.get("status") or {}).get("phase")
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if not phase or labels.get(LABEL_PHASE) == phase:
+            return False
+        meta = obj["metadata"]
+        log.warning(
+            "execution %s/%s: phase label %s behind status %s (a write was interrupted); repairing",
+            meta["namespace"], meta["name"], labels.get(LABEL_PHASE), phase,
+        )  # fmt: skip
+        self.label(obj, {LABEL_PHASE: phase, LABEL_HISTORY: "pending"}, version=meta["resourceVersion"])
+        return True
 
     def label(
         self, obj: Mapping[str, Any], labels: Mapping[str, str], *, version: str | None = None

@@ -176,7 +176,8 @@ def pod_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
 @kopf.on.event(GROUP, VERSION, "executions")
 def execution_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     """The user's levers on an Execution, level-triggered: spec.cancel set on one not yet
-    finished, spec.retryRequests above status.observedRetryRequests.
+    finished, spec.retryRequests above status.observedRetryRequests; and, when an operator starts,
+    the phase label put right where a crash left it behind the status (`repair_labels`).
 
     An event handler, not a field handler: kopf would otherwise write its own annotation on
     every Execution when it is created (doubling the writes of a backfill and racing the
@@ -185,6 +186,11 @@ def execution_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) ->
     """
     if type == "DELETED":
         return
+    # In the listing a new leader starts with (type None): a predecessor that died between an
+    # Execution's two writes left its phase label behind. (In steady state the writer's own
+    # second write follows at once; repairing every intermediate event would double them.)
+    if type is None and memo.wiring.executions.repair_labels(body):
+        return  # the relabelled object's own event comes next, with the levers as they are
     spec, status = body.get("spec") or {}, body.get("status") or {}
     if spec.get("cancel") and status.get("phase") not in TERMINAL_PHASES:
         _with_fresh_reads(memo.wiring, body, _cancel_execution)
