@@ -462,7 +462,8 @@ def test_operator_runs_hardened_with_its_ports_and_probes(
     }
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
-    assert [variable["name"] for variable in container["env"]] == ["POD_NAME", "POD_NAMESPACE"]
+    # Two replicas share the history in the bundled PostgreSQL (postgresql.enabled: auto).
+    assert [variable["name"] for variable in container["env"]] == ["POD_NAME", "POD_NAMESPACE", "VIGIL_HISTORY_DSN"]
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
     assert mounts == {"/etc/vigil": "config", "/tmp": "tmp", "/var/lib/vigil": "history"}
     anti_affinity = pod["affinity"]["podAntiAffinity"][
@@ -473,7 +474,31 @@ def test_operator_runs_hardened_with_its_ports_and_probes(
 
 def test_default_render_has_no_optional_integrations(helm: tuple[Path, dict[str, str]]) -> None:
     kinds = {item["kind"] for item in render(helm)}
-    assert kinds.isdisjoint({"ServiceMonitor", "PrometheusRule", "StatefulSet", "Secret"})
+    assert kinds.isdisjoint({"ServiceMonitor", "PrometheusRule"})
+
+
+@pytest.mark.parametrize(
+    ("values", "bundled"),
+    [
+        pytest.param((), True, id="two replicas by default: one shared PostgreSQL"),
+        pytest.param(("replicaCount=1",), False, id="one replica: its SQLite file"),
+        pytest.param(("replicaCount=3", "history.existingSecret=dsn"), False, id="an external database"),
+        pytest.param(("replicaCount=1", "postgresql.enabled=true"), True, id="asked for"),
+    ],
+)
+def test_the_default_history_survives_a_failover(
+    helm: tuple[Path, dict[str, str]], values: tuple[str, ...], bundled: bool
+) -> None:
+    objects = render(helm, *(arg for value in values for arg in ("--set", value)))
+    assert bool(find(objects, "StatefulSet")) is bundled
+    env = {variable["name"] for variable in operator_container(objects)["env"]}
+    assert ("VIGIL_HISTORY_DSN" in env) is (bundled or "history.existingSecret=dsn" in values)
+
+
+def test_replicas_with_a_per_pod_history_are_refused(helm: tuple[Path, dict[str, str]]) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART), "--set", "postgresql.enabled=false")
+    assert result.returncode != 0
+    assert "with replicaCount > 1 every replica must write one shared history" in result.stderr
 
 
 def test_service_monitor_needs_the_prometheus_operator_api(

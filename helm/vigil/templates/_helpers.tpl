@@ -93,14 +93,30 @@ Where VIGIL_HISTORY_DSN comes from, as a dict {name, key}, or an empty dict when
 ConfigMap is used. history.existingSecret and postgresql.enabled are mutually exclusive.
 */}}
 {{- define "vigil.historySecretRef" -}}
-{{- if and .Values.history.existingSecret .Values.postgresql.enabled }}
+{{- $bundled := include "vigil.postgresql.enabled" . }}
+{{- if and .Values.history.existingSecret (eq (toString .Values.postgresql.enabled) "true") }}
 {{- fail "history.existingSecret and postgresql.enabled are mutually exclusive: choose one source for the history DSN" }}
 {{- end }}
 {{- if .Values.history.existingSecret }}
 {{- dict "name" .Values.history.existingSecret "key" .Values.history.existingSecretKey | toJson }}
-{{- else if .Values.postgresql.enabled }}
+{{- else if $bundled }}
 {{- dict "name" (include "vigil.postgresql.fullname" .) "key" "dsn" | toJson }}
+{{- else if gt (int .Values.replicaCount) 1 }}
+{{- fail "history: with replicaCount > 1 every replica must write one shared history, or a failover loses rows: keep postgresql.enabled at auto (or true), set history.existingSecret, or use replicaCount 1 (SQLite, on history.storage.existingClaim to survive restarts)" }}
 {{- else }}
 {{- dict | toJson }}
+{{- end }}
+{{- end }}
+
+{{/*
+Whether the bundled PostgreSQL is deployed: "true" or empty. postgresql.enabled "auto" (the
+default) deploys it when more than one replica runs and no external DSN is given, because a
+per-pod SQLite file would split the history between replicas and lose a dead leader's rows.
+*/}}
+{{- define "vigil.postgresql.enabled" -}}
+{{- $setting := toString .Values.postgresql.enabled }}
+{{- if eq $setting "auto" }}
+{{- if and (gt (int .Values.replicaCount) 1) (not .Values.history.existingSecret) }}true{{ end }}
+{{- else if eq $setting "true" }}true
 {{- end }}
 {{- end }}
