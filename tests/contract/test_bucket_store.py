@@ -11,8 +11,8 @@ and remove().
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -31,16 +31,33 @@ OTHER_UID = "6f1c2a9e-0000-4000-8000-000000000002"
 MARKED_AT = datetime(2026, 5, 1, 12, 5, 0, 125_000, tzinfo=UTC)  # millisecond precision survives every store
 
 
-@pytest.fixture(params=["memory", pytest.param("kube", marks=pytest.mark.integration)])
-def store(request: pytest.FixtureRequest) -> Iterator[BucketStore]:
+def make_store(request: pytest.FixtureRequest, **limits: int) -> BucketStore:
     if request.param == "memory":
-        yield MemoryBucketStore(shards=SHARDS, max_per_bucket=MAX_PER_BUCKET)
-        return
+        return MemoryBucketStore(shards=SHARDS, **limits)
     from vigil.kube.buckets import KubeBucketStore
 
     cluster = request.getfixturevalue("cluster")
     namespace = request.getfixturevalue("namespace")
-    yield KubeBucketStore(cluster.api, namespace=namespace, shards=SHARDS, max_per_bucket=MAX_PER_BUCKET)
+    return KubeBucketStore(cluster.api, namespace=namespace, shards=SHARDS, **limits)
+
+
+IMPLEMENTATIONS = ["memory", pytest.param("kube", marks=pytest.mark.integration)]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def store(request: pytest.FixtureRequest) -> BucketStore:
+    return make_store(request, max_per_bucket=MAX_PER_BUCKET)
+
+
+#: Entries of a job whose namespace and name take the longest names Kubernetes allows.
+LONG_NAMES = {"namespace": "n" * 63, "name": "j" * 253}
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def three_long_entries_per_bucket(request: pytest.FixtureRequest) -> BucketStore:
+    """A store whose byte budget holds three long-named entries, and whose count limit never binds."""
+    weight = dataclasses.replace(entry(MINUTE_0), **LONG_NAMES).weight
+    return make_store(request, max_per_bucket=1000, max_bytes=3 * weight)
 
 
 def entry(nominal: datetime, *, uid: str = JOB_UID, fire_at: datetime | None = None) -> BucketEntry:
@@ -124,6 +141,18 @@ def test_a_hot_minute_overflows_into_more_shards_and_reads_back_whole(store: Buc
     assert len(buckets) == math.ceil(len(hot) / MAX_PER_BUCKET) == len(set(names))
     assert sorted((len(b.entries) for b in buckets), reverse=True) == [5, 5, 5, 5, 3]
     assert max(int(b.name.rsplit("-", 1)[1]) for b in buckets) >= SHARDS  # past the configured shards
+
+
+def test_a_bucket_is_budgeted_in_bytes_not_only_in_entries(three_long_entries_per_bucket: BucketStore) -> None:
+    store = three_long_entries_per_bucket
+    long = [dataclasses.replace(entry(MINUTE_0 + timedelta(seconds=i)), **LONG_NAMES) for i in range(7)]
+
+    insert_all(store, *long)
+
+    buckets = store.read_minute(MINUTE_0)
+    assert keys(buckets) == {e.key for e in long}
+    assert sorted((len(b.entries) for b in buckets), reverse=True) == [3, 3, 1]
+    assert all(sum(e.weight for e in b.entries) <= 3 * long[0].weight for b in buckets)
 
 
 def test_mark_with_the_current_version_succeeds_and_a_stale_version_conflicts(store: BucketStore) -> None:

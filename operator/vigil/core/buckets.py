@@ -15,6 +15,15 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 MINUTE = timedelta(minutes=1)
+
+#: Bytes of entries (with the markers they will get) one bucket object may hold. etcd refuses an
+#: object over 1.5 MB; an entry's size follows its job's namespace and name (up to 63 and 253
+#: characters), so a count alone could pass it. The margin covers metadata and managedFields.
+BUCKET_BYTE_BUDGET = 1_000_000
+#: What the JSON of an entry and of its marker add beyond their variable strings: field names,
+#: quotes, timestamps with milliseconds, the outcome, the generation (measured, rounded up).
+_ENTRY_FIXED_BYTES = 260
+_MARK_FIXED_BYTES = 120
 MINUTE_LABEL_FORMAT = "%Y%m%d%H%M"
 
 
@@ -47,6 +56,13 @@ class BucketEntry:
     nominal: datetime
     fire_at: datetime
     resume: bool = False
+
+    @property
+    def weight(self) -> int:
+        """Bytes this entry takes in its bucket object, counting the marker it will get (whose
+        key repeats the entry's, with an execution id of about the key's length)."""
+        strings = len(self.key) + len(self.namespace) + len(self.name) + len(self.uid) + len(self.schedule_hash)
+        return strings + _ENTRY_FIXED_BYTES + 2 * len(self.key) + _MARK_FIXED_BYTES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 
 from vigil.core.buckets import (
+    BUCKET_BYTE_BUDGET,
     Bucket,
     BucketEntry,
     Mark,
@@ -49,12 +50,14 @@ class _StoredBucket:
     marks: dict[str, Mark]
     version: int
     complete: bool = False
+    weight: int = 0  # bytes of its entries (BucketEntry.weight)
 
 
 class MemoryBucketStore:
-    def __init__(self, *, shards: int = 4, max_per_bucket: int = 2000) -> None:
+    def __init__(self, *, shards: int = 4, max_per_bucket: int = 2000, max_bytes: int = BUCKET_BYTE_BUDGET) -> None:
         self.shards = shards
         self.max_per_bucket = max_per_bucket
+        self.max_bytes = max_bytes
         self._buckets: dict[str, _StoredBucket] = {}
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
@@ -92,8 +95,9 @@ class MemoryBucketStore:
                 stored = self._buckets.setdefault(name, _StoredBucket(minute, [], {}, next(self._versions)))
                 if any(e.key == entry.key for e in stored.entries):
                     return name
-                if len(stored.entries) < self.max_per_bucket:
+                if len(stored.entries) < self.max_per_bucket and stored.weight + entry.weight <= self.max_bytes:
                     stored.entries.append(entry)
+                    stored.weight += entry.weight
                     stored.version = next(self._versions)
                     stored.complete = False
                     return name
@@ -117,6 +121,7 @@ class MemoryBucketStore:
         with self._lock:
             stored = self._buckets[bucket]
             stored.entries = [e for e in stored.entries if e.key != key]
+            stored.weight = sum(e.weight for e in stored.entries)
             stored.version = next(self._versions)
 
     def all_entries(self) -> list[tuple[str, BucketEntry]]:

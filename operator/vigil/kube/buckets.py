@@ -1,7 +1,9 @@
 """The schedule store on the API server: ScheduleBucket objects, one per (minute, shard).
 
 Reads are by minute label, so a trigger pass fetches only the minutes it
-visits. Inserts are read-modify-write on the spec with the object's
+visits. A bucket holds at most `max_per_bucket` entries and `BUCKET_BYTE_BUDGET`
+bytes of them (with their future markers), far below etcd's 1.5 MB object
+limit; a hot minute overflows into more shards. Inserts are read-modify-write on the spec with the object's
 resourceVersion (a conflict re-reads and tries again), group-committed: the
 inserts that wait while one is written go together in the next write, one read
 and one write per bucket touched. Fired markers live in the
@@ -24,6 +26,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.buckets import (
+    BUCKET_BYTE_BUDGET,
     Bucket,
     BucketEntry,
     Mark,
@@ -122,11 +125,20 @@ def bucket_from_object(obj: Mapping[str, Any]) -> Bucket:
 
 
 class KubeBucketStore:
-    def __init__(self, api: client.ApiClient, *, namespace: str, shards: int, max_per_bucket: int) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        namespace: str,
+        shards: int,
+        max_per_bucket: int,
+        max_bytes: int = BUCKET_BYTE_BUDGET,
+    ) -> None:
         self._api = client.CustomObjectsApi(api)
         self._namespace = namespace
         self._shards = shards
         self._max = max_per_bucket
+        self._max_bytes = max_bytes
         self._lock = threading.Lock()  # one writer per process: the trigger and handlers share it
         self._queue_lock = threading.Lock()
         self._queue: list[_Insert] = []  # inserts waiting for the writer (see insert)
@@ -218,8 +230,9 @@ class KubeBucketStore:
         objects: dict[str, dict[str, Any] | None] = {}
         added: dict[str, list[BucketEntry]] = {}
         shards: dict[str, int] = {}
+        weights: dict[str, int] = {}  # bytes each bucket holds, present and queued
         for waiter in waiters:
-            waiter.bucket = self._place(minute, waiter.entry, objects, added, shards)
+            waiter.bucket = self._place(minute, waiter.entry, objects, added, shards, weights)
         for name, entries in added.items():
             if not entries:
                 continue
@@ -241,6 +254,7 @@ class KubeBucketStore:
         objects: dict[str, dict[str, Any] | None],
         added: dict[str, list[BucketEntry]],
         shards: dict[str, int],
+        weights: dict[str, int],
     ) -> str:
         for shard in shard_candidates(entry.uid, self._shards):
             name = bucket_name(minute, shard)
@@ -254,6 +268,11 @@ class KubeBucketStore:
                 return name
             if len(present) + len(queued) >= self._max:
                 continue
+            if name not in weights:
+                weights[name] = sum(entry_from_dict(o).weight for o in present)
+            if weights[name] + entry.weight > self._max_bytes:
+                continue
+            weights[name] += entry.weight
             queued.append(entry)
             return name
         raise RuntimeError(f"minute {minute.isoformat()} is full in every shard")
