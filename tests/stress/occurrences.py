@@ -25,7 +25,7 @@ from tests.integration.jobs import (
     patch_spec,
     rfc3339,
 )
-from tests.stress.figures import Figures, spread
+from tests.stress.figures import Figures, percentile, spread
 from tests.stress.recorders import Sighting, Sightings
 from tests.waiting import wait_for
 
@@ -99,23 +99,26 @@ def wait_fired_through(executions: Sightings, jobs: list[str], through: datetime
     wait_for(lambda: not behind(), timeout=timeout, interval=1.0, what=f"every job to fire through {stamp}")
 
 
-def stop_and_settle(cluster: KubeCluster, namespace: str, jobs: list[str], executions: Sightings, pods: Sightings,
-                    *, timeout: float) -> None:  # fmt: skip
-    """Suspend the jobs, then wait until every Execution is final and each has a pod seen."""
+def suspend_jobs(cluster: KubeCluster, namespace: str, jobs: list[str]) -> None:
     for name in jobs:
         patch_spec(cluster, namespace, name, {"suspend": True, "suspendReason": "end of the stress run"})
 
-    def unsettled() -> list[str]:
-        seen = executions.all()
-        pending = [f"{s.name}:{s.facts['phase']}" for s in seen if s.facts["phase"] not in FINAL]
-        with_pods = set(by_occurrence(pods.all()))
-        podless = [s.name for s in seen if (s.facts["job"], s.facts["scheduledFor"]) not in with_pods]
-        return pending + [f"{name}:no pod" for name in podless]
 
+def unsettled(executions: Sightings, pods: Sightings) -> list[str]:
+    """Executions not yet final, and those without a pod seen."""
+    seen = executions.all()
+    with_pods = set(by_occurrence(pods.all()))
+    pending = [f"{s.name}:{s.facts['phase']}" for s in seen if s.facts["phase"] not in FINAL]
+    podless = [f"{s.name}:no pod" for s in seen if (s.facts["job"], s.facts["scheduledFor"]) not in with_pods]
+    return pending + podless
+
+
+def wait_settled(executions: Sightings, pods: Sightings, *, timeout: float) -> None:
+    """Until every Execution is final and each has a pod seen."""
     left: list[str] = []
 
     def settled() -> bool:
-        left[:] = unsettled()
+        left[:] = unsettled(executions, pods)
         return not left
 
     try:
@@ -199,6 +202,21 @@ def account(
             result.execution_lag += [s.first_seen - nominal for s in found[:1] if s.first_seen is not None]
             result.pod_lag += [s.first_seen - nominal for s in podded.get((job, stamp), [])[:1] if s.first_seen is not None]
     return result
+
+
+def lag_trend(sightings: Iterable[Sighting], *, start: datetime, end: datetime, parts: int = 10) -> str:
+    """The median lag (first seen - nominal) in each of `parts` equal slices of [start, end].
+
+    Flat means the operator keeps up; rising means a backlog builds.
+    """
+    width = (end - start) / parts
+    slices: list[list[float]] = [[] for _ in range(parts)]
+    for occurrence, found in by_occurrence(sightings).items():
+        nominal = parse_time(occurrence[1])
+        first = min((s.first_seen for s in found if s.first_seen is not None), default=None)
+        if first is not None and start <= nominal < end:
+            slices[int((nominal - start) / width)].append(first - nominal.timestamp())
+    return " ".join(f"{percentile(lags, 0.5):.1f}" if lags else "-" for lags in slices) + " s"
 
 
 def recorded_missed(cluster: KubeCluster, namespace: str, jobs: Iterable[str]) -> list[str]:

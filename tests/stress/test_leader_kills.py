@@ -35,8 +35,9 @@ from tests.stress.occurrences import (
     account,
     first_fired,
     recorded_missed,
-    stop_and_settle,
+    suspend_jobs,
     wait_fired_through,
+    wait_settled,
     watch_executions,
     watch_pods,
 )
@@ -87,7 +88,8 @@ def test_leader_sigkills_while_jobs_fire_lose_and_duplicate_no_occurrence(
 
     horizon = datetime.now(UTC) + 2 * PERIOD
     wait_fired_through(executions, JOBS, horizon, timeout=FIRE_TIMEOUT)
-    stop_and_settle(cluster, namespace, JOBS, executions, pods, timeout=180)
+    suspend_jobs(cluster, namespace, JOBS)
+    wait_settled(executions, pods, timeout=180)
     executions.stop()
     pods.stop()
     firsts = {job: parse_time(stamp) for job, stamp in first_fired(executions, JOBS).items()}
