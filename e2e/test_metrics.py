@@ -58,8 +58,10 @@ def expectations(namespace: str, dead: set[str]) -> dict[str, Callable[[Samples]
         return lambda s: (v := value(s, name, **labels)) is not None and low <= v <= high
 
     def dead_letter_ages(s: Samples) -> bool:
-        ids = {labels["execution_id"] for labels, v in s.get("vigil_dead_letter_age_seconds", []) if v >= 0}
-        return bool(ids) and ids <= dead
+        """One series per job with dead letters, its oldest's age: never one per execution."""
+        series = s.get("vigil_dead_letter_age_seconds", [])
+        jobs = {labels["job"] for labels, v in series if labels.get("namespace") == namespace and v >= 0}
+        return bool(dead) and jobs == {"doomed"} and not any("execution_id" in labels for labels, _ in series)
 
     ns = {"namespace": namespace}
     return {

@@ -1,9 +1,10 @@
 """The operator's small HTTP API: health, the Lease holder, an execution's timeline, approvals.
 
-    GET  /healthz, /readyz         200 "ok" while the process serves
+    GET  /healthz, /readyz         200 "ok" while the process serves (open: the kubelet probes it)
     GET  /leader                   the identity holding the trigger Lease
     GET  /executions/{id}          the Execution (spec and status) and its rows in the history
-                                   database; 404 when neither knows the id
+    GET  /namespaces/{ns}/executions/{id}
+                                   database, in the namespace the caller may read
     POST /approvals/{token}/approve
     POST /approvals/{token}/reject the approval callback (docs/approvals.md): decides the one
                                    approval step the token was minted for. Optional JSON body
@@ -13,11 +14,25 @@
                                    uid); 409 the step is not waiting (decided, timed out, or
                                    in a later attempt than the token's); 503 try again
 
+Who may call. Every endpoint but the health probes and the approval callback (whose signed
+token is its own authority) needs the caller's Kubernetes bearer token
+(``Authorization: Bearer ...``): the API server authenticates it (a TokenReview) and authorises
+each request (a SubjectAccessReview, vigil.core.access), as delegated-auth servers such as
+metrics-server and Argo Server do. No token, or one the API server does not accept: 401.
+Authenticated but not allowed: 403. The review could not be made: 503.
+
+* An execution needs ``get`` on ``executions.vigil.dev`` (that name) in its namespace, so
+  whoever may ``kubectl get execution`` may read its timeline, and no one else. The answer holds
+  only that namespace's object and history rows. By id alone, an id that exists nowhere the
+  caller may read is 403, like one that exists elsewhere (the two must look alike); 404 is for
+  those who may get executions in every namespace, or who ask in a namespace of their own.
+* ``/leader`` needs ``get`` on the leader Lease in the operator's namespace.
+
 Every replica serves it (standbys included), so the Service can route anywhere: a
 decision is a conditional status write through the API server, which any replica can
-make. In a cluster it is reachable through the API server's service proxy:
-`kubectl get --raw /api/v1/namespaces/vigil-system/services/vigil:http/proxy/executions/ID`.
-Tokens are credentials: they are never logged.
+make. Reach it with a token from inside the cluster (the chart's NetworkPolicy decides from
+where), or through `kubectl port-forward`; the API server's service proxy does not pass the
+caller's token on, so it cannot be used. Tokens are credentials: they are never logged.
 """
 
 from __future__ import annotations
@@ -26,11 +41,11 @@ import dataclasses
 import json
 import logging
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from vigil import httpserver
+from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
 from vigil.core.approvaltokens import MAX_TOKEN_LENGTH, Claims, InvalidToken, verify
 from vigil.core.history import AttemptRecord
 from vigil.core.ports import Clock, HistoryUnavailable
@@ -38,7 +53,11 @@ from vigil.core.workflow import Event, Reason, Record
 
 log = logging.getLogger(__name__)
 
-EXECUTION_PATH = re.compile(r"^/executions/([a-z0-9][-a-z0-9]{0,62})/?$")
+EXECUTION_ID = r"[a-z0-9][-a-z0-9]{0,62}"
+NAMESPACE = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+EXECUTION_PATH = re.compile(rf"^/executions/({EXECUTION_ID})/?$")
+NAMESPACED_EXECUTION_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/executions/({EXECUTION_ID})/?$")
+HEALTH_PATHS = ("/healthz", "/readyz")
 APPROVAL_PATH = re.compile(rf"^/approvals/([^/]{{1,{MAX_TOKEN_LENGTH}}})/(approve|reject)/?$")
 #: Largest request body read, in bytes: a name and a reason fit many times over.
 MAX_BODY_BYTES = 16 * 1024
@@ -120,37 +139,85 @@ def record_to_json(record: AttemptRecord) -> dict[str, Any]:
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class Guard:
+    """Who may call what: each caller's token is authenticated and each request authorised.
+
+    ``leader_lease`` is the access /leader needs: ``get`` on the leader Lease.
+    """
+
+    authenticator: Authenticator
+    authorizer: Authorizer
+    leader_lease: Access
+
+
+def execution_access(namespace: str, execution_id: str = "") -> Access:
+    """``get executions.vigil.dev`` (that one, or any with an empty id) in `namespace` ("" = all)."""
+    return Access(verb="get", group="vigil.dev", resource="executions", namespace=namespace, name=execution_id)
+
+
 class ApiServer:
-    """Serves the endpoints above from the collaborators it is given."""
+    """Serves the endpoints above from the collaborators it is given.
+
+    ``find_execution(id)`` is the Execution named `id` in whichever namespace (or None);
+    ``get_execution(namespace, id)`` the one in `namespace`. Without a ``guard`` every guarded
+    endpoint answers 401: the API never serves unauthenticated by omission.
+    """
 
     def __init__(
         self,
         *,
         leader: Callable[[], str | None],
-        find_execution: Callable[[str], dict[str, Any] | None],
+        find_execution: Callable[[str], Mapping[str, Any] | None],
         timeline: Callable[[str], list[AttemptRecord]],
         approvals: ApprovalCallback | None = None,
+        guard: Guard | None = None,
+        get_execution: Callable[[str, str], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self._leader = leader
         self._find_execution = find_execution
+        self._get_execution = get_execution
         self._timeline = timeline
         self._approvals = approvals
+        self._guard = guard
 
-    def answer(self, path: str) -> Answer:
-        """(status, content type, body) for a GET of `path`."""
-        if path in ("/healthz", "/readyz"):
+    def answer(self, path: str, *, token: str | None = None) -> Answer:
+        """(status, content type, body) for a GET of `path` by the holder of `token`."""
+        if path in HEALTH_PATHS:
             return 200, "text/plain", b"ok\n"
-        if path == "/leader":
-            return 200, "text/plain", f"{self._leader() or ''}\n".encode()
-        match = EXECUTION_PATH.match(path)
-        if match:
-            return self._execution(match.group(1))
         if APPROVAL_PATH.match(path) and self._approvals is not None:
             return 405, "text/plain", b"POST decides an approval; GET does nothing\n"
-        return 404, "text/plain", b"not found\n"
+        if path != "/leader" and not (EXECUTION_PATH.match(path) or NAMESPACED_EXECUTION_PATH.match(path)):
+            return 404, "text/plain", b"not found\n"
+        try:
+            return self._guarded(path, token)
+        except ReviewUnavailable as error:
+            log.warning("HTTP API: cannot review a caller: %s", error)
+            return _error(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
+
+    def _guarded(self, path: str, token: str | None) -> Answer:
+        guard = self._guard
+        user = guard.authenticator.authenticate(token) if guard is not None and token else None
+        if guard is None or user is None:
+            return _error(
+                401, "a Kubernetes bearer token the API server accepts is required (Authorization: Bearer ...)",
+                "Unauthorized",
+            )  # fmt: skip
+        if path == "/leader":
+            if not guard.authorizer.allowed(user, guard.leader_lease):
+                return _forbidden(user, guard.leader_lease)
+            return 200, "text/plain", f"{self._leader() or ''}\n".encode()
+        namespaced = NAMESPACED_EXECUTION_PATH.match(path)
+        if namespaced is not None:
+            return self._execution_in(guard, user, namespaced.group(1), namespaced.group(3))
+        match = EXECUTION_PATH.match(path)
+        assert match is not None  # answer() routed only these paths here
+        return self._execution(guard, user, match.group(1))
 
     def answer_post(self, path: str, body: bytes) -> Answer:
         """(status, content type, body) for a POST of `body` to `path`."""
+        if len(body) > MAX_BODY_BYTES:
+            return _error(400, f"the body must be at most {MAX_BODY_BYTES} bytes", "BadBody")
         match = APPROVAL_PATH.match(path)
         if match is None or self._approvals is None:
             return 404, "text/plain", b"not found\n"
@@ -235,66 +302,94 @@ class ApiServer:
             )
         return None
 
-    def _execution(self, execution_id: str) -> Answer:
-        obj = self._find_execution(execution_id)
-        body: dict[str, Any] = {"executionId": execution_id}
+    def _execution_in(self, guard: Guard, user: User, namespace: str, execution_id: str) -> Answer:
+        """The execution asked for in `namespace`: authorised first, then looked up there only."""
+        access = execution_access(namespace, execution_id)
+        if not guard.authorizer.allowed(user, access):
+            return _forbidden(user, access)
+        if self._get_execution is not None:
+            obj = self._get_execution(namespace, execution_id)
+        else:
+            obj = _named(self._find_execution(execution_id), execution_id, namespace)
+        rows, error = self._rows(execution_id)
+        return self._execution_answer(execution_id, namespace, obj, rows, error)
+
+    def _execution(self, guard: Guard, user: User, execution_id: str) -> Answer:
+        """The execution asked for by id alone: served from the first namespace it is found in
+        (its object's, else its history rows') that the caller may read. Nothing of another
+        namespace is ever included: a look-alike made in one namespace cannot show another's rows."""
+        obj = _named(self._find_execution(execution_id), execution_id, None)
+        rows, error = self._rows(execution_id)
+        found = ([str(obj["metadata"]["namespace"])] if obj is not None else []) + sorted(
+            {row.namespace for row in rows or []}
+        )
+        for namespace in dict.fromkeys(found):
+            if guard.authorizer.allowed(user, execution_access(namespace, execution_id)):
+                mine = obj if obj is not None and obj["metadata"]["namespace"] == namespace else None
+                if mine is None and self._get_execution is not None:
+                    mine = self._get_execution(namespace, execution_id)
+                return self._execution_answer(execution_id, namespace, mine, rows, error)
+        if not found and guard.authorizer.allowed(user, execution_access("")):
+            return self._execution_answer(execution_id, "", None, rows, error)
+        return _error(
+            403,
+            f"{user.name} may not get execution {execution_id}: it does not exist in any namespace where "
+            "they may get executions (ask by /namespaces/NAMESPACE/executions/ID to tell the two apart)",
+            "Forbidden",
+        )
+
+    def _rows(self, execution_id: str) -> tuple[list[AttemptRecord] | None, str | None]:
+        try:
+            return list(self._timeline(execution_id)), None
+        except HistoryUnavailable as err:
+            return None, f"history database unavailable: {err}"
+
+    @staticmethod
+    def _execution_answer(
+        execution_id: str,
+        namespace: str,
+        obj: Mapping[str, Any] | None,
+        rows: list[AttemptRecord] | None,
+        history_error: str | None,
+    ) -> Answer:
+        mine = [r for r in rows or [] if r.namespace == namespace]
+        if obj is None and not mine:
+            return _json(404, {"error": f"execution {execution_id} not found", "reason": "NotFound"})
+        body: dict[str, Any] = {"executionId": execution_id, "namespace": namespace}
         if obj is not None:
-            body["namespace"] = obj["metadata"]["namespace"]
             body["spec"] = obj.get("spec") or {}
             body["status"] = obj.get("status") or {}
-        try:
-            body["history"] = [record_to_json(r) for r in self._timeline(execution_id)]
-        except HistoryUnavailable as err:
-            body["history"] = None
-            body["historyError"] = f"history database unavailable: {err}"
-        if obj is None and not body["history"]:
-            return 404, "application/json", json.dumps({"error": f"execution {execution_id} not found"}).encode()
-        return 200, "application/json", json.dumps(body, indent=2, default=str).encode()
+        body["history"] = [record_to_json(r) for r in mine] if rows is not None else None
+        if history_error is not None:
+            body["historyError"] = history_error
+        return _json(200, body)
 
-    def serve(self, port: int) -> ThreadingHTTPServer:
-        api = self
+    def serve(self, port: int, limits: httpserver.Limits | None = None) -> httpserver.BoundedServer:
+        """Serve on `port` (0: any free one) from a thread, within `limits` (default: Limits())."""
+        return httpserver.serve(
+            port,
+            get=lambda path, token: self.answer(path, token=token),
+            post=lambda path, token, body: self.answer_post(path, body),
+            limits=limits or httpserver.Limits(),
+            redact=_redacted,
+        )
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                try:
-                    answer = api.answer(path)
-                except Exception:
-                    log.exception("GET %s failed", _redacted(path))
-                    answer = 500, "text/plain", b"internal error\n"
-                self._send(answer)
 
-            def do_POST(self) -> None:
-                path = self.path.split("?", 1)[0]
-                try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                except ValueError:
-                    length = -1
-                if not 0 <= length <= MAX_BODY_BYTES:
-                    self._send(_error(400, f"the body must be at most {MAX_BODY_BYTES} bytes", "BadBody"))
-                    return
-                try:
-                    answer = api.answer_post(path, self.rfile.read(length))
-                except Exception:
-                    log.exception("POST %s failed", _redacted(path))
-                    answer = 500, "text/plain", b"internal error\n"
-                self._send(answer)
+def _named(obj: Mapping[str, Any] | None, execution_id: str, namespace: str | None) -> Mapping[str, Any] | None:
+    """`obj` if it is the Execution named `execution_id` (in `namespace`, when given), else None."""
+    if obj is None:
+        return None
+    meta = obj.get("metadata") or {}
+    if meta.get("name") != execution_id or (namespace is not None and meta.get("namespace") != namespace):
+        return None
+    return obj
 
-            def _send(self, answer: Answer) -> None:
-                status, kind, body = answer
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:
-                return
-
-        server = ThreadingHTTPServer(("", port), Handler)
-        threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-        return server
-
+def _forbidden(user: User, access: Access) -> Answer:
+    where = f" in namespace {access.namespace}" if access.namespace else " in every namespace"
+    what = f"{access.resource}.{access.group}" if access.group else access.resource
+    name = f" {access.name}" if access.name else ""
+    return _error(403, f"{user.name} may not {access.verb} {what}{name}{where}", "Forbidden")
 
 def _redacted(path: str) -> str:
     """A path fit for logs: an approval token is a credential."""

@@ -9,6 +9,7 @@ composition root hands them to the recording helpers here.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -110,8 +111,8 @@ CHAIN_BROKEN = Gauge(
 )
 DEAD_LETTER_AGE = Gauge(
     "vigil_dead_letter_age_seconds",
-    "Seconds since an execution was dead-lettered (labels namespace, job, execution_id).",
-    ["namespace", "job", "execution_id"],
+    "Seconds since the job's oldest dead letter was dead-lettered (labels namespace, job).",
+    ["namespace", "job"],
     registry=REGISTRY,
 )
 DEAD_LETTERS = Gauge(
@@ -135,6 +136,20 @@ SUSPENDED_SECONDS = Gauge(
     ["namespace", "job"],
     registry=REGISTRY,
 )
+
+def record_dead_letters(ages: Mapping[tuple[str, str], Sequence[float]]) -> None:
+    """Publish dead letters from each (namespace, job)'s dead-letter ages: the oldest age per job
+    and the count per namespace. Never a series per execution: the label sets stay bounded by the
+    live jobs, and an execution id (which names work in a tenant's namespace) is never exported."""
+    oldest: dict[tuple[str, ...], float] = {}
+    counts: dict[tuple[str, ...], float] = {}
+    for (namespace, job), found in ages.items():
+        if found:
+            oldest[(namespace, job)] = max(found)
+            counts[(namespace,)] = counts.get((namespace,), 0.0) + len(found)
+    replace_gauge(DEAD_LETTER_AGE, oldest)
+    replace_gauge(DEAD_LETTERS, counts)
+
 
 def record_execution(phase: str, *, attempt_outcome: str | None) -> None:
     """An execution moved: count the attempt that ended, and the dead letter if it died."""

@@ -22,7 +22,8 @@ import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from vigil import logs, metrics
+from vigil import httpserver, logs, metrics
+from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
 from vigil.core.executions import Execution
 from vigil.core.history import AttemptRecord, WorkflowEventRecord
@@ -30,8 +31,9 @@ from vigil.core.ports import Clock
 from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
 from vigil.history.store import SqlHistory
-from vigil.httpapi import ApiServer, ApprovalCallback
+from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
+from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.approvals import SigningKey, TokenPublisher
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.dispatcher import Dispatcher, DispatchReport
@@ -80,6 +82,7 @@ def identity() -> str:
 
 
 def _serve(
+    api: client.ApiClient,
     settings: Settings,
     elector: LeaderElector,
     executions: ExecutionStore,
@@ -89,12 +92,49 @@ def _serve(
     if settings.http.metrics_port:
         start_http_server(settings.http.metrics_port, registry=metrics.REGISTRY)
     if settings.http.api_port:
+        http = settings.http
         ApiServer(
             leader=lambda: elector.holder,
             find_execution=executions.find,
+            get_execution=executions.get,
             timeline=lambda execution_id: history.history.timeline(execution_id),
             approvals=approvals,
-        ).serve(settings.http.api_port)
+            guard=build_guard(api, settings),
+        ).serve(
+            http.api_port,
+            httpserver.Limits(
+                workers=http.workers,
+                queued=4 * http.workers,
+                deadline_seconds=http.request_timeout_seconds,
+                io_timeout_seconds=http.request_timeout_seconds / 3,
+            ),
+        )
+
+
+AUTH_CACHE_ENTRIES = 4096  # distinct tokens and decisions remembered; the oldest go first
+
+
+def build_guard(api: client.ApiClient, settings: Settings) -> Guard:
+    """TokenReviews and SubjectAccessReviews through the API server, each cached briefly."""
+    ttl = settings.http.auth_cache_seconds
+    review_timeout = settings.http.request_timeout_seconds / 3
+    return Guard(
+        authenticator=CachedAuthenticator(
+            TokenReviews(api, timeout_seconds=review_timeout),
+            TtlCache(ttl_seconds=ttl, entries=AUTH_CACHE_ENTRIES, ticks=time.monotonic),
+        ),
+        authorizer=CachedAuthorizer(
+            AccessReviews(api, timeout_seconds=review_timeout),
+            TtlCache(ttl_seconds=ttl, entries=AUTH_CACHE_ENTRIES, ticks=time.monotonic),
+        ),
+        leader_lease=Access(
+            verb="get",
+            group="coordination.k8s.io",
+            resource="leases",
+            namespace=settings.namespace,
+            name=settings.leader_election.lease_name,
+        ),
+    )
 
 
 def build_approvals(
@@ -241,8 +281,7 @@ def _publish_watchdog(assessed: list[Assessed]) -> None:
     stale: Series = {}
     output_age: Series = {}
     suspended: Series = {}
-    dead_ages: Series = {}
-    dead_counts: Series = {}
+    dead_letters: dict[tuple[str, str], list[float]] = {}
     for item in assessed:
         key = (item.facts.namespace, item.facts.name)
         report = item.report
@@ -257,9 +296,7 @@ def _publish_watchdog(assessed: list[Assessed]) -> None:
                 output_age[key] = report.freshness.age_seconds
         if item.facts.suspended and report.suspension.age_seconds is not None:
             suspended[key] = report.suspension.age_seconds
-        for dead in report.dead_letters:
-            dead_ages[(*key, dead.execution_id)] = dead.age_seconds
-            dead_counts[(item.facts.namespace,)] = dead_counts.get((item.facts.namespace,), 0.0) + 1
+        dead_letters[key] = [dead.age_seconds for dead in report.dead_letters]
     for gauge, values in (
         (metrics.SECONDS_SINCE_SUCCESS, since),
         (metrics.OVERDUE, overdue),
@@ -267,10 +304,9 @@ def _publish_watchdog(assessed: list[Assessed]) -> None:
         (metrics.OUTPUT_STALE, stale),
         (metrics.OUTPUT_AGE, output_age),
         (metrics.SUSPENDED_SECONDS, suspended),
-        (metrics.DEAD_LETTER_AGE, dead_ages),
-        (metrics.DEAD_LETTERS, dead_counts),
     ):
         metrics.replace_gauge(gauge, values)
+    metrics.record_dead_letters(dead_letters)
 
 
 def _record_transition(before: Execution, after: Execution) -> None:
@@ -336,7 +372,7 @@ def _campaign(
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
-    _serve(settings, elector, executions, history, approvals)
+    _serve(api, settings, elector, executions, history, approvals)
     elector.start()
     return elector, executions, history
 

@@ -146,6 +146,27 @@ class Audit(_Section):
 class Http(_Section):
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics; 0 disables.")
     api_port: int = Field(8080, ge=0, le=65535, description="Health and JSON API; 0 disables.")
+    workers: int = Field(
+        8,
+        ge=1,
+        le=64,
+        description="API requests answered at once (each may wait on the API server's reviews or the "
+        "history database); four times as many wait queued, the rest get 503.",
+    )
+    request_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=300,
+        description="Seconds one API request may take from accept to answer, so a slow client "
+        "cannot hold a worker; each socket read or write also gives up after a third of it.",
+    )
+    auth_cache_seconds: float = Field(
+        10.0,
+        ge=0,
+        le=300,
+        description="Seconds a TokenReview or SubjectAccessReview answer is reused (0: never): how "
+        "long a revoked token or RoleBinding may still be honoured, against one review per request.",
+    )
 
 
 class Logging(_Section):

@@ -1,14 +1,19 @@
-"""The operator's HTTP API answers: health, leader, an execution's timeline, not-found, and
-the approval callback (a token approves or rejects its step; bad tokens 403, bad bodies 400,
-gone workflows 404, steps not waiting 409).
+"""The operator's HTTP API answers: health, leader, an execution's timeline, not-found, who
+may ask (authentication and authorisation of every caller), and the approval callback (a token
+approves or rejects its step; bad tokens 403, bad bodies 400, gone workflows 404, steps not
+waiting 409). Also the transport's bounds: a worker pool, a deadline, a size cap.
 
 Pure: the collaborators are plain functions (or an in-memory stand-in for the API server), so
-every row of the table is one request.
+every row of the table is one request. The reviews themselves (TokenReview, SubjectAccessReview)
+are stood in for by `Reviews`; tests/integration/test_http_access.py asks the real API server.
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime, timedelta
@@ -16,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from vigil.core.access import Access, ReviewUnavailable, User
 from vigil.core.approvaltokens import mint
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.orchestrator import decide, record_input
@@ -30,7 +36,8 @@ from vigil.core.workflow import (
     WorkflowState,
     fold,
 )
-from vigil.httpapi import ApiServer, ApprovalCallback, _redacted
+from vigil.httpapi import ApiServer, ApprovalCallback, Guard, _redacted
+from vigil.httpserver import Limits, bearer_token
 
 WHEN = datetime(2026, 8, 1, 1, 0, tzinfo=UTC)
 ROW = AttemptRecord(
@@ -46,48 +53,249 @@ ROW = AttemptRecord(
     pod="ex-abc-1",
 )
 OBJ = {"metadata": {"namespace": "ns", "name": "ex-abc"}, "spec": {"executionId": "ex-abc"}, "status": {"phase": "Backoff"}}
+LEASE = Access(verb="get", group="coordination.k8s.io", resource="leases", namespace="vigil-system", name="vigil-leader")
+ALICE, BOB, ROOT, CAROL = (User("alice"), User("bob"), User("root", groups=("admins",)), User("carol"))
 
 
-def server(*, obj: dict[str, Any] | None = OBJ, rows: list[AttemptRecord] | None = None, down: bool = False) -> ApiServer:
+class Reviews:
+    """The API server's two answers: tokens by value, and who may get executions where.
+
+    `grants` holds (user name, namespace) pairs allowed `get executions` there; namespace ""
+    means every namespace (a ClusterRoleBinding). Every review is counted.
+    """
+
+    def __init__(self) -> None:
+        self.tokens = {"t-alice": ALICE, "t-bob": BOB, "t-root": ROOT, "t-carol": CAROL}
+        self.grants = {("alice", "ns"), ("root", ""), ("carol", "other")}
+        self.lease_readers = {"root"}
+        self.calls: list[object] = []
+        self.down = False
+
+    def authenticate(self, token: str) -> User | None:
+        self.calls.append(token)
+        if self.down:
+            raise ReviewUnavailable("connection refused")
+        return self.tokens.get(token)
+
+    def allowed(self, user: User, access: Access) -> bool:
+        self.calls.append((user.name, access))
+        if self.down:
+            raise ReviewUnavailable("connection refused")
+        if access == LEASE:
+            return user.name in self.lease_readers
+        assert (access.verb, access.group, access.resource) == ("get", "vigil.dev", "executions")
+        return (user.name, "") in self.grants or ((user.name, access.namespace) in self.grants and access.namespace != "")
+
+
+def server(
+    *,
+    obj: dict[str, Any] | None = OBJ,
+    objects: list[dict[str, Any]] | None = None,
+    rows: list[AttemptRecord] | None = None,
+    down: bool = False,
+    reviews: Reviews | None = None,
+) -> ApiServer:
+    """An API over `obj` (or several `objects`, the first one found by id) and history `rows`."""
+    stored = objects if objects is not None else [obj] if obj else []
+
     def timeline(execution_id: str) -> list[AttemptRecord]:
         if down:
             raise HistoryUnavailable("connection refused")
         return [r for r in rows or [] if r.execution_id == execution_id]
 
-    return ApiServer(leader=lambda: "op-1", find_execution=lambda i: obj if obj and i == "ex-abc" else None, timeline=timeline)
+    def find(execution_id: str) -> dict[str, Any] | None:
+        return next((o for o in stored if o["metadata"]["name"] == execution_id), None)
+
+    def get(namespace: str, execution_id: str) -> dict[str, Any] | None:
+        return next((o for o in stored if o["metadata"] == {"namespace": namespace, "name": execution_id}), None)
+
+    checks = reviews or Reviews()
+    return ApiServer(
+        leader=lambda: "op-1",
+        find_execution=find,
+        get_execution=get,
+        timeline=timeline,
+        guard=Guard(authenticator=checks, authorizer=checks, leader_lease=LEASE),
+    )
 
 
-def test_health_and_leader() -> None:
+def test_health_is_open_and_the_leader_needs_the_lease() -> None:
     assert server().answer("/healthz") == (200, "text/plain", b"ok\n")
-    assert server().answer("/leader")[2] == b"op-1\n"
+    assert server().answer("/readyz")[0] == 200
+    assert server().answer("/leader", token="t-root")[2] == b"op-1\n"
+    assert server().answer("/leader", token="t-alice")[0] == 403
+    assert server().answer("/leader")[0] == 401
 
 
 def test_an_execution_is_served_with_its_history() -> None:
-    status, kind, body = server(rows=[ROW]).answer("/executions/ex-abc")
+    status, kind, body = server(rows=[ROW]).answer("/executions/ex-abc", token="t-alice")
     data = json.loads(body)
     assert (status, kind) == (200, "application/json")
-    assert data["status"]["phase"] == "Backoff"
+    assert data["namespace"] == "ns" and data["status"]["phase"] == "Backoff"
     assert [(h["attempt"], h["state"], h["reason"]) for h in data["history"]] == [(1, "failed", "ExitCode3")]
+    assert json.loads(server(rows=[ROW]).answer("/namespaces/ns/executions/ex-abc", token="t-alice")[2]) == data
 
 
 def test_history_outage_still_serves_the_execution() -> None:
-    status, _, body = server(down=True).answer("/executions/ex-abc")
+    status, _, body = server(down=True).answer("/executions/ex-abc", token="t-alice")
     data = json.loads(body)
     assert status == 200 and data["history"] is None and "unavailable" in data["historyError"]
 
 
-@pytest.mark.parametrize("path", ["/executions/ex-missing", "/executions/NOT_AN_ID", "/nothing"])
-def test_unknown_paths_and_ids_are_404(path: str) -> None:
-    assert server().answer(path)[0] == 404
+def test_an_execution_known_only_to_the_history_is_served_from_its_rows_namespace() -> None:
+    status, _, body = server(obj=None, rows=[ROW]).answer("/executions/ex-abc", token="t-alice")
+    assert status == 200 and json.loads(body)["namespace"] == "ns" and "spec" not in json.loads(body)
+    assert server(obj=None, rows=[ROW]).answer("/executions/ex-abc", token="t-carol")[0] == 403
 
 
-def test_it_serves_over_http() -> None:
+@pytest.mark.parametrize("path", ["/nothing", "/executions/NOT_AN_ID", "/namespaces/ns/executions/", "/executions/"])
+def test_unknown_paths_are_404_before_any_review(path: str) -> None:
+    reviews = Reviews()
+    assert server(reviews=reviews).answer(path, token="t-alice")[0] == 404
+    assert reviews.calls == []
+
+
+# (caller's token, path) -> status. alice may get executions in ns, carol in other, root in
+# every namespace, bob nowhere.
+ACCESS_TABLE = [
+    pytest.param(None, "/executions/ex-abc", 401, id="no-token"),
+    pytest.param("forged", "/executions/ex-abc", 401, id="unknown-token"),
+    pytest.param(None, "/namespaces/ns/executions/ex-abc", 401, id="no-token-namespaced"),
+    pytest.param("t-bob", "/executions/ex-abc", 403, id="authenticated-but-granted-nothing"),
+    pytest.param("t-bob", "/namespaces/ns/executions/ex-abc", 403, id="granted-nothing-namespaced"),
+    pytest.param("t-carol", "/executions/ex-abc", 403, id="another-namespace-only"),
+    pytest.param("t-carol", "/namespaces/ns/executions/ex-abc", 403, id="another-namespace-asking-here"),
+    pytest.param("t-carol", "/namespaces/other/executions/ex-abc", 404, id="own-namespace-where-it-is-not"),
+    pytest.param("t-alice", "/executions/ex-abc", 200, id="allowed-in-its-namespace"),
+    pytest.param("t-alice", "/namespaces/ns/executions/ex-abc", 200, id="allowed-namespaced"),
+    pytest.param("t-alice", "/executions/ex-missing", 403, id="missing-looks-like-elsewhere"),
+    pytest.param("t-alice", "/namespaces/ns/executions/ex-missing", 404, id="missing-in-own-namespace"),
+    pytest.param("t-root", "/executions/ex-missing", 404, id="missing-for-a-cluster-reader"),
+    pytest.param("t-root", "/executions/ex-abc", 200, id="cluster-reader"),
+]
+
+
+@pytest.mark.parametrize(("token", "path", "status"), ACCESS_TABLE)
+def test_who_may_read_an_execution(token: str | None, path: str, status: int) -> None:
+    answer = server(rows=[ROW]).answer(path, token=token)
+    assert answer[0] == status, answer
+    if status in (401, 403):
+        assert b"Backoff" not in answer[2] and b"ExitCode3" not in answer[2]
+
+
+def test_a_look_alike_made_in_another_namespace_shows_nothing_of_the_original() -> None:
+    """carol makes an Execution named like alice's in her own namespace: she sees only hers,
+    alice still reads hers by id, and neither answer holds the other namespace's rows."""
+    fake = {"metadata": {"namespace": "other", "name": "ex-abc"}, "spec": {"executionId": "ex-abc"}, "status": {}}
+    api = server(objects=[fake, OBJ], rows=[ROW])
+    carol = json.loads(api.answer("/executions/ex-abc", token="t-carol")[2])
+    assert carol["namespace"] == "other" and carol["history"] == [] and carol["status"] == {}
+    alice = json.loads(api.answer("/executions/ex-abc", token="t-alice")[2])
+    assert alice["namespace"] == "ns" and alice["status"]["phase"] == "Backoff" and len(alice["history"]) == 1
+
+
+def test_a_review_that_cannot_be_made_is_503_never_access() -> None:
+    reviews = Reviews()
+    reviews.down = True
+    status, _, body = server(reviews=reviews).answer("/executions/ex-abc", token="t-alice")
+    assert status == 503 and b"Backoff" not in body
+
+
+def test_without_a_guard_every_guarded_endpoint_is_401() -> None:
+    unguarded = ApiServer(leader=lambda: "op-1", find_execution=lambda i: OBJ, timeline=lambda i: [ROW])
+    assert unguarded.answer("/executions/ex-abc", token="t-alice")[0] == 401
+    assert unguarded.answer("/leader", token="t-root")[0] == 401
+    assert unguarded.answer("/healthz")[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("header", "token"),
+    [
+        ("Bearer abc.def", "abc.def"),
+        ("bearer abc", "abc"),
+        ("  Bearer   abc  ", "abc"),
+        ("Basic dXNlcjpwYXNz", None),
+        ("Bearer", None),
+        ("Bearer a b", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_the_bearer_token_is_read_from_the_authorization_header(header: str | None, token: str | None) -> None:
+    assert bearer_token(header) == token
+
+
+# --- over HTTP: the token travels in the header, and the transport is bounded ---------------
+
+
+def get(port: int, path: str, token: str | None = None) -> tuple[int, bytes, dict[str, str]]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read(), dict(error.headers)
+
+
+def test_it_serves_over_http_with_the_callers_token() -> None:
     http = server(rows=[ROW]).serve(0)
     try:
         port = http.server_address[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/executions/ex-abc", timeout=5) as resp:
-            assert json.loads(resp.read())["executionId"] == "ex-abc"
+        status, body, _ = get(port, "/executions/ex-abc", "t-alice")
+        assert status == 200 and json.loads(body)["executionId"] == "ex-abc"
+        status, _, headers = get(port, "/executions/ex-abc")
+        assert status == 401 and headers["WWW-Authenticate"].startswith("Bearer")
+        assert get(port, "/executions/ex-abc", "t-bob")[0] == 403
     finally:
+        http.shutdown()
+        http.server_close()
+
+
+def raw_request(port: int, data: bytes, *, timeout: float = 5) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_a_request_beyond_the_size_cap_is_413() -> None:
+    http = server().serve(0, Limits(max_request_bytes=4096))
+    try:
+        port = http.server_address[1]
+        padded = b"GET /healthz HTTP/1.0\r\nX-Pad: " + b"x" * 8192 + b"\r\n\r\n"
+        assert raw_request(port, padded).startswith(b"HTTP/1.0 413")
+        assert raw_request(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200")
+    finally:
+        http.shutdown()
+        http.server_close()
+
+
+def test_a_slow_client_is_cut_off_and_a_full_pool_answers_503() -> None:
+    """One worker, one queued connection: a client that never finishes its request holds the
+    worker until the deadline; meanwhile one more waits and the next is refused at once."""
+    http = server().serve(0, Limits(workers=1, queued=1, deadline_seconds=1.5, io_timeout_seconds=5))
+    port = http.server_address[1]
+    slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
+        slow.sendall(b"GET /healthz HTTP/1.0\r\n")  # and never the blank line
+        time.sleep(0.3)
+        waiting = threading.Thread(target=lambda: raw_request(port, b"GET /healthz HTTP/1.0\r\n\r\n"))
+        waiting.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert raw_request(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 503")
+        assert time.monotonic() - started < 1.0
+        assert slow.recv(1024) == b""  # the deadline shut it
+        waiting.join(timeout=5)
+        assert not waiting.is_alive()
+        assert raw_request(port, b"GET /healthz HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.0 200")
+    finally:
+        slow.close()
         http.shutdown()
         http.server_close()
 
