@@ -383,6 +383,8 @@ SCHEDULED_JOB_ERRORS = [
     ("payload-not-an-object", setting(payloadTemplate=None, payload=[1, 2]), "spec.payload: Input should be a valid dictionary"),
     ("bad-payload-template", at("payloadTemplate.date", "{{ periodStart | }}"), "spec.payloadTemplate: invalid template '{{ periodStart | }}'"),
     ("nested-bad-payload-template", at("payloadTemplate.dates", ["{% if %}"]), "spec.payloadTemplate: invalid template '{% if %}'"),
+    ("template-nesting-too-deep", at("payloadTemplate.x", "{{ " * 200), "spec.payloadTemplate: invalid template '{{ {{ {{ {{ {{ {{ {{ {{ {{ {{ {{ {{ {{ {'...: it nests too deeply"),
+    ("template-too-long", at("payloadTemplate.x", "x" * 40_000), "spec.payloadTemplate: a template is 40000 characters long; the limit is 32768"),
     ("bad-idempotency-key", setting(idempotencyKey="reconcile:{{ periodStart"), "spec.idempotencyKey: invalid template"),
     ("idempotency-key-too-long", setting(idempotencyKey="k" * 254), "spec.idempotencyKey: String should have at most 253 characters"),
     ("catch-up-limit-zero", setting(catchUpLimit=0), "spec.catchUpLimit: Input should be greater than or equal to 1"),

@@ -45,6 +45,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
+from vigil.core.templatelimits import MAX_TEXT
 from vigil.model.durations import (
     DURATION_MAX_LENGTH,
     DURATION_MIN_LENGTH,
@@ -282,16 +283,24 @@ IDEMPOTENCY_KEY_MAX_LENGTH = 253
 _TEMPLATE_ENVIRONMENT = jinja2.sandbox.SandboxedEnvironment()
 
 
+#: The longest template text: what the renderer accepts (vigil.core.templatelimits.MAX_TEXT).
+MAX_TEMPLATE_LENGTH = MAX_TEXT
+
+
 def check_template_syntax(text: str) -> str:
     """Raise ValueError if ``text`` is not a syntactically valid Jinja template.
 
     Only the syntax is checked here; rendering (and unknown filters or variables) is the
     payload renderer's business, at fire time, with the occurrence's period.
     """
+    if len(text) > MAX_TEMPLATE_LENGTH:
+        raise ValueError(f"a template is {len(text)} characters long; the limit is {MAX_TEMPLATE_LENGTH}")
     try:
         _TEMPLATE_ENVIRONMENT.parse(text)
     except jinja2.TemplateSyntaxError as error:
         raise ValueError(f"invalid template {text!r}: {error.message}") from None
+    except RecursionError:  # the parser recurses per nesting level: "{{ {{ {{ ..." exhausts it
+        raise ValueError(f"invalid template {text[:40]!r}...: it nests too deeply") from None
     return text
 
 

@@ -1,0 +1,277 @@
+"""Hostile and contradictory specs against the real API server and a running operator.
+
+Hypothesis builds ScheduledJobs and Workflows from a valid base with fields
+replaced by hostile strings (control characters, long and non-ASCII text),
+huge or negative numbers, deep or expensive payload templates, and related
+fields that disagree (jitter past the interval, an expected interval shorter
+than it). Each one must end one of two ways:
+
+* refused at admission (422, or 400 for a value of the wrong type) with a
+  message that names the field — `spec.` something; or
+* accepted, and then processed by the operator: Ready (it is scheduled or
+  runs) or Invalid with a condition message naming the field.
+
+Meanwhile the operator must not crash or restart, and a valid job in the same
+namespace keeps firing throughout. Examples are derandomized so a CI run is
+repeatable; VIGIL_FUZZ_EXAMPLES raises their number for a longer hunt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kubernetes.client.exceptions import ApiException
+
+from tests.integration.conftest import KubeCluster
+from tests.integration.jobs import GROUP, PLURAL, VERSION, condition, create_job, job_body, ledger
+from tests.integration.operators import OperatorFleet
+from tests.waiting import wait_for
+
+EXAMPLES = int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "40"))
+WORKFLOWS = "workflows"
+
+# --- values ---------------------------------------------------------------------------------
+
+hostile_text = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet=st.characters(codec="utf-8"), min_size=200, max_size=2000),
+    st.sampled_from(["", " ", "\x00", "\n\t", "../../etc/passwd", "${HOME}", "'; DROP TABLE jobs; --", "💥" * 50]),
+)
+huge_number = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1), st.sampled_from([0, -1, 10**18, 2**31])
+)
+duration = st.one_of(
+    st.builds(lambda n, u: f"{n}{u}", st.integers(min_value=0, max_value=10**6), st.sampled_from("dhms")),
+    hostile_text,
+)
+template_text = st.one_of(
+    st.sampled_from([
+        '{{ "x" * 2000000000 }}',
+        "{% for a in range(9000) %}{% for b in range(9000) %}{% endfor %}{% endfor %}",
+        "{{ 10 ** 100000000 }}",
+        '{{ "{:>999999999}".format(1) }}',
+        "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+        "{{ periodStart | date }}",
+        "{{ yesterday }}",
+        "{{ periodStart.__class__.__mro__ }}",
+        "{{ " * 200,
+    ]),
+    st.text(alphabet="{}%#()|.*+ abcxyz0123456789'\"", max_size=80),
+)  # fmt: skip
+deep_template = st.recursive(
+    template_text,
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(min_size=1, max_size=8), children, max_size=3)),
+    max_leaves=12,
+)
+
+# One field replaced per draw, several draws per spec: the cases hit one path, and mixtures.
+JOB_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "cron": st.one_of(hostile_text, st.sampled_from(["* * * * * *", "0 25 * * *", "*/0 * * * *", "@every 1s"])),
+    "every": duration,
+    "jitter": duration,
+    "expectedMaxInterval": duration,
+    "timezone": st.one_of(hostile_text, st.sampled_from(["Mars/Olympus_Mons", "localtime", "Etc/GMT+14"])),
+    "catchUpLimit": huge_number,
+    "catchUpWindow": duration,
+    "priority": hostile_text,
+    "concurrencyPolicy": hostile_text,
+    "payloadTemplate": st.dictionaries(st.text(min_size=1, max_size=10), deep_template, min_size=1, max_size=3),
+    "payload": st.one_of(st.dictionaries(st.text(max_size=10), hostile_text, max_size=3), huge_number),
+    "retry": st.fixed_dictionaries({"maxAttempts": huge_number}),
+    "idempotencyKey": st.one_of(hostile_text, template_text),
+    "suspend": st.booleans(),
+    "suspendReason": hostile_text,
+}
+# Related fields that must agree: (every, jitter, expectedMaxInterval) drawn together.
+disagreeing = st.fixed_dictionaries({
+    "every": st.sampled_from(["1m", "1h", "1d"]),
+    "jitter": st.sampled_from(["0s", "59s", "10m", "2d"]),
+    "expectedMaxInterval": st.sampled_from(["30s", "1h", "3d"]),
+})  # fmt: skip
+
+# Specs the schema admits that only the operator can judge: an unknown zone, a cron whose gaps
+# are shorter than its jitter, templates that fail or would cost too much when rendered.
+operator_judged = st.one_of(
+    st.fixed_dictionaries({"timezone": st.sampled_from(["Mars/Olympus_Mons", "Europe/Atlantis", "UTC"])}),
+    st.fixed_dictionaries({"cron": st.sampled_from(["*/5 * * * *", "0 2 * * *"]), "jitter": st.sampled_from(["1m", "10m", "2d"])}),
+    st.fixed_dictionaries({"payloadTemplate": st.dictionaries(st.sampled_from(["a", "b"]), template_text, min_size=1, max_size=2)}),
+)
+
+job_changes = st.one_of(
+    st.dictionaries(st.sampled_from(sorted(JOB_FIELDS)), st.none(), min_size=1, max_size=3).flatmap(
+        lambda keys: st.fixed_dictionaries({k: JOB_FIELDS[k] for k in keys})
+    ),
+    disagreeing,
+    operator_judged,
+)
+
+step_id = st.one_of(st.sampled_from(["a", "b", "c"]), hostile_text)
+hostile_steps = st.lists(
+    st.fixed_dictionaries(
+        {"id": step_id, "type": st.sampled_from(["wait", "approval", "pod", "nonsense"])},
+        optional={
+            "dependsOn": st.lists(step_id, max_size=3),
+            "wait": st.fixed_dictionaries({"duration": duration}),
+            "timeout": duration,
+            "onTimeout": st.one_of(st.sampled_from(["fail", "skip", "escalate"]), hostile_text),
+        },
+    ),
+    min_size=0,
+    max_size=5,
+)
+
+
+def wait_step(step: str, *needs: str) -> dict[str, Any]:
+    return {"id": step, "type": "wait", "wait": {"duration": "1s"}, "dependsOn": list(needs)}
+
+
+# Well-formed steps whose dependencies the schema cannot judge: fine, a cycle, a self-loop.
+shaped_steps = st.sampled_from([
+    [wait_step("a"), wait_step("b", "a")],
+    [wait_step("a", "c"), wait_step("b", "a"), wait_step("c", "b")],
+    [wait_step("a", "a")],
+    [wait_step("a"), wait_step("b", "a"), wait_step("c", "a", "b")],
+])  # fmt: skip
+workflow_steps = st.one_of(hostile_steps, shaped_steps)
+
+# --- outcomes -------------------------------------------------------------------------------
+
+
+def names_a_field(message: str) -> bool:
+    return "spec." in message or "spec:" in message or "spec " in message
+
+
+def refusal(error: ApiException) -> str:
+    assert error.status in (400, 422), f"admission answered {error.status}: {error.body}"
+    try:
+        return str(json.loads(error.body).get("message", ""))
+    except (TypeError, ValueError):
+        return str(error.body)
+
+
+def settled_job(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The job once the operator processed this generation: Ready, or Invalid naming a field."""
+    obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"]["generation"]:
+        return None
+    return obj
+
+
+def settled_workflow(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any] | None:
+    obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
+    status = obj.get("status") or {}
+    invalid = condition(obj, "Invalid")
+    return obj if status.get("phase") or (invalid and invalid["status"] == "True") else None
+
+
+@pytest.fixture
+def watched(cluster: KubeCluster, namespace: str, fleet: OperatorFleet) -> tuple[OperatorFleet, Any]:
+    """A running leader and a canary job that must keep firing through every example."""
+    leader = fleet.start()
+    fleet.leader()
+    create_job(cluster, namespace, "canary", every="2s", jitter="0s")
+    return fleet, leader
+
+
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def assert_operator_healthy(cluster: KubeCluster, namespace: str, fleet: OperatorFleet, leader: Any) -> None:
+    assert leader.alive and fleet.leader(timeout=10) is leader, "the operator crashed or lost leadership:\n" + fleet.logs()
+    recent = datetime.now(UTC) - timedelta(seconds=30)
+
+    def canary_fired_lately() -> bool:
+        times = [e["nominal"] for e in ledger(cluster, namespace, "canary") if e["outcome"] == "Fired"]
+        return any(datetime.fromisoformat(t.replace("Z", "+00:00")) > recent for t in times)
+
+    wait_for(canary_fired_lately, timeout=30, what="the canary job to keep firing")
+
+
+def test_hostile_scheduled_jobs_are_refused_or_settled_and_harm_nothing(
+    cluster: KubeCluster, namespace: str, watched: tuple[OperatorFleet, Any]
+) -> None:
+    fleet, leader = watched
+    outcomes: dict[str, int] = {"refused": 0, "ready": 0, "invalid": 0}
+
+    @SETTINGS
+    @given(changes=job_changes)
+    def one(changes: dict[str, Any]) -> None:
+        name = f"fz-{uuid.uuid4().hex[:8]}"
+        spec = {"every": "1h", **changes}
+        if "cron" in changes:
+            spec.pop("every")
+        body = job_body(name, **spec)
+        try:
+            cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+        except ApiException as error:
+            message = refusal(error)
+            assert names_a_field(message), f"refused without naming a field: {message!r} for {changes!r}"
+            outcomes["refused"] += 1
+            return
+        try:
+            obj = wait_for(lambda: settled_job(cluster, namespace, name), timeout=30, what=f"{name} processed")
+            invalid, ready = condition(obj, "Invalid"), condition(obj, "Ready")
+            if invalid and invalid["status"] == "True":
+                assert names_a_field(invalid["message"]) or "spec" in invalid["message"], invalid
+                outcomes["invalid"] += 1
+            else:
+                assert ready and ready["status"] == "True", (changes, obj.get("status"))
+                outcomes["ready"] += 1
+        finally:
+            cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+
+    one()
+    print(f"scheduled jobs: {outcomes}")
+    assert outcomes["refused"] and outcomes["invalid"] and outcomes["ready"], outcomes
+    assert_operator_healthy(cluster, namespace, fleet, leader)
+
+
+def test_hostile_workflows_are_refused_or_settled_and_harm_nothing(
+    cluster: KubeCluster, namespace: str, watched: tuple[OperatorFleet, Any]
+) -> None:
+    fleet, leader = watched
+    outcomes: dict[str, int] = {"refused": 0, "running": 0, "invalid": 0}
+
+    @SETTINGS
+    @given(steps=workflow_steps, on_failure=st.one_of(st.none(), st.sampled_from(["fail", "compensate"]), hostile_text))
+    def one(steps: list[dict[str, Any]], on_failure: str | None) -> None:
+        name = f"fz-{uuid.uuid4().hex[:8]}"
+        spec: dict[str, Any] = {"steps": steps}
+        if on_failure is not None:
+            spec["onFailure"] = on_failure
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workflow", "metadata": {"name": name}, "spec": spec}
+        try:
+            cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, body)
+        except ApiException as error:
+            message = refusal(error)
+            assert names_a_field(message), f"refused without naming a field: {message!r} for {spec!r}"
+            outcomes["refused"] += 1
+            return
+        try:
+            obj = wait_for(lambda: settled_workflow(cluster, namespace, name), timeout=30, what=f"{name} processed")
+            invalid = condition(obj, "Invalid")
+            if invalid and invalid["status"] == "True":
+                assert invalid["message"], invalid
+                outcomes["invalid"] += 1
+            else:
+                outcomes["running"] += 1
+        finally:
+            cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
+
+    one()
+    print(f"workflows: {outcomes}")
+    assert outcomes["refused"] and outcomes["invalid"] and outcomes["running"], outcomes
+    assert_operator_healthy(cluster, namespace, fleet, leader)
