@@ -82,7 +82,13 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
         "leaseName": "vigil-watchdog",
     },
     "audit": {"intervalSeconds": 300, "repair": False, "chainGraceSeconds": 120},
-    "http": {"metricsPort": 9090, "apiPort": 8080},
+    "http": {
+        "metricsPort": 9090,
+        "apiPort": 8080,
+        "workers": 8,
+        "requestTimeoutSeconds": 30,
+        "authCacheSeconds": 10,
+    },
     "logging": {"format": "text", "level": "INFO"},
 }
 

@@ -137,6 +137,7 @@ def admission_objects(text: str) -> dict[str, dict[str, Any]]:
         item["kind"]: item
         for item in yaml.safe_load_all(text)
         if item and item["kind"] in (POLICY_KIND, BINDING_KIND)
+        and item["metadata"]["name"].endswith("workflow-requests")
     }
 
 

@@ -6,6 +6,12 @@ attempts as pods when capacity allows; a failed attempt moves it to Backoff
 with the retry time *stored here*, so an operator restart never loses a wait.
 Users act on it through the spec: `cancel` (stop, never retry) and
 `retryRequests` (run a dead-lettered execution again with the same id).
+
+Everything else in the spec is immutable once created, by CEL transition rules the API server
+checks (so a tenant who may patch an Execution, to cancel or retry it, cannot also move its
+occurrence, raise its priority or point it at another job), and `retryRequests` only grows.
+Transition rules compare with the stored object, so they have no pydantic twin: a model parsed
+alone has nothing to compare with.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from pydantic import Field, StringConstraints
 from vigil.model.common import (
     AGE_COLUMN,
     DEFAULT_EMPTY_OBJECT,
+    CelRule,
     ObjectName,
     PrinterColumn,
     ResourceKind,
@@ -25,12 +32,19 @@ from vigil.model.common import (
     SpecModel,
     StatusModel,
     Timestamp,
+    cel_rules,
 )
 from vigil.model.scheduledjob import Priority
 
 ATTEMPTS_MAX_ITEMS = 100
 ExecutionIdText = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
 ShortText = Annotated[str, StringConstraints(max_length=1024)]
+
+#: The API server's words when a write changes a fixed part of an Execution's spec.
+MESSAGE_SPEC_IMMUTABLE = "is immutable: only spec.cancel, spec.cancelReason and spec.retryRequests may change"
+MESSAGE_RETRY_REQUESTS_GROW = "may only grow: increment it to request one more run"
+#: On every spec field but the user's levers: a transition rule, checked on update only.
+_IMMUTABLE = cel_rules(CelRule(rule="self == oldSelf", message=MESSAGE_SPEC_IMMUTABLE))
 
 
 class ExecutionPhase(StrEnum):
@@ -59,24 +73,36 @@ class JobRef(SpecModel):
 class ExecutionSpec(SpecModel):
     """What to run and for which occurrence; `cancel` and `retryRequests` are the user's levers."""
 
-    job: JobRef = Field(description="The ScheduledJob this execution belongs to.")
-    execution_id: ExecutionIdText = Field(description="Stable across every attempt; equals the object name.")
-    scheduled_for: Timestamp = Field(description="The occurrence's nominal time.")
-    period_start: Timestamp = Field(description="Start of the period this run stands for.")
-    period_end: Timestamp = Field(description="End of the period this run stands for.")
-    priority: Priority = Field(default=Priority.NORMAL, description="Dispatch priority.")
+    job: JobRef = Field(description="The ScheduledJob this execution belongs to.", json_schema_extra=_IMMUTABLE)
+    execution_id: ExecutionIdText = Field(
+        description="Stable across every attempt; equals the object name.", json_schema_extra=_IMMUTABLE
+    )
+    scheduled_for: Timestamp = Field(description="The occurrence's nominal time.", json_schema_extra=_IMMUTABLE)
+    period_start: Timestamp = Field(
+        description="Start of the period this run stands for.", json_schema_extra=_IMMUTABLE
+    )
+    period_end: Timestamp = Field(description="End of the period this run stands for.", json_schema_extra=_IMMUTABLE)
+    priority: Priority = Field(
+        default=Priority.NORMAL,
+        description="Dispatch priority. high only in namespaces the chart lists "
+        "(admission.highPriority.namespaces).",
+        json_schema_extra=_IMMUTABLE,
+    )
     retry: RetryPolicy = Field(
         default_factory=RetryPolicy,
-        json_schema_extra=DEFAULT_EMPTY_OBJECT,
+        json_schema_extra={**DEFAULT_EMPTY_OBJECT, **_IMMUTABLE},
         description="The job's retry policy when the execution was created.",
     )
-    source: ExecutionSource = Field(default=ExecutionSource.TRIGGER, description="Trigger or Backfill.")
+    source: ExecutionSource = Field(
+        default=ExecutionSource.TRIGGER, description="Trigger or Backfill.", json_schema_extra=_IMMUTABLE
+    )
     cancel: bool = Field(default=False, description="Set true to stop the execution; it is never retried.")
     cancel_reason: ShortText | None = Field(default=None, description="Why it was cancelled.")
     retry_requests: int = Field(
         default=0,
         ge=0,
         description="Increment to run a dead-lettered execution again, same execution id.",
+        json_schema_extra=cel_rules(CelRule(rule="self >= oldSelf", message=MESSAGE_RETRY_REQUESTS_GROW)),
     )
 
 

@@ -307,7 +307,8 @@ class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
     )
     priority: Priority = Field(
         default=Priority.NORMAL,
-        description="high, normal or low: high has reserved capacity.",
+        description="high, normal or low: high has reserved capacity, and is allowed only in the "
+        "namespaces the chart lists (admission.highPriority.namespaces).",
     )
     retry: RetryPolicy = Field(
         default_factory=RetryPolicy,
