@@ -88,6 +88,8 @@ def _serve(
     executions: ExecutionStore,
     history: MigratingHistory,
     approvals: ApprovalCallback | None,
+    *,
+    lease_name: str,
 ) -> None:
     if settings.http.metrics_port:
         start_http_server(settings.http.metrics_port, registry=metrics.REGISTRY)
@@ -99,7 +101,7 @@ def _serve(
             get_execution=executions.get,
             timeline=lambda execution_id: history.history.timeline(execution_id),
             approvals=approvals,
-            guard=build_guard(api, settings),
+            guard=build_guard(api, settings, lease_name=lease_name),
         ).serve(
             http.api_port,
             httpserver.Limits(
@@ -114,8 +116,9 @@ def _serve(
 AUTH_CACHE_ENTRIES = 4096  # distinct tokens and decisions remembered; the oldest go first
 
 
-def build_guard(api: client.ApiClient, settings: Settings) -> Guard:
-    """TokenReviews and SubjectAccessReviews through the API server, each cached briefly."""
+def build_guard(api: client.ApiClient, settings: Settings, *, lease_name: str) -> Guard:
+    """TokenReviews and SubjectAccessReviews through the API server, each cached briefly;
+    /leader names the holder of `lease_name`, so reading it needs `get` on that Lease."""
     ttl = settings.http.auth_cache_seconds
     review_timeout = settings.http.request_timeout_seconds / 3
     return Guard(
@@ -132,7 +135,7 @@ def build_guard(api: client.ApiClient, settings: Settings) -> Guard:
             group="coordination.k8s.io",
             resource="leases",
             namespace=settings.namespace,
-            name=settings.leader_election.lease_name,
+            name=lease_name,
         ),
     )
 
@@ -372,7 +375,7 @@ def _campaign(
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
-    _serve(api, settings, elector, executions, history, approvals)
+    _serve(api, settings, elector, executions, history, approvals, lease_name=lease_name)
     elector.start()
     return elector, executions, history
 
