@@ -100,7 +100,7 @@ def fleet(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureRequest) 
         print(f"{len(operators.processes)} operator processes; logs in {tmp_path}; the last {len(shown)}:")
         for op in shown:
             print(f"--- {op.name}\n{op.log.read_text(errors='replace')[-6000:]}")
-    cluster.core.delete_namespace(operators.namespace)
+    cluster.clear_namespace(operators.namespace)
 
 
 def header(config: pytest.Config) -> str:
