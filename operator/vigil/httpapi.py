@@ -7,12 +7,16 @@
                                    database, in the namespace the caller may read
     POST /approvals/{token}/approve
     POST /approvals/{token}/reject the approval callback (docs/approvals.md): decides the one
-                                   approval step the token was minted for. Optional JSON body
-                                   {"by": "<name in the calling system>", "reason": "..."}.
+                                   approval step the token was minted for, in the name of the
+                                   one approver it is bound to. Optional JSON body
+                                   {"by": "<that approver>", "reason": "..."}.
                                    200 the recorded decision; 400 bad body; 403 bad, tampered
-                                   or expired token; 404 workflow gone (or re-created: another
-                                   uid); 409 the step is not waiting (decided, timed out, or
-                                   in a later attempt than the token's); 503 try again
+                                   or expired token, a `by` that is not the token's approver,
+                                   or an approver without the RBAC verb `approve`; 404
+                                   workflow gone (or re-created: another uid); 409 the step is
+                                   not waiting (decided, timed out, or in a later attempt than
+                                   the token's), or the approver is no longer one of its
+                                   approvers; 503 try again
 
 Who may call. Every endpoint but the health probes and the approval callback (whose signed
 token is its own authority) needs the caller's Kubernetes bearer token
@@ -42,14 +46,15 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from vigil import httpserver
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
-from vigil.core.approvaltokens import MAX_TOKEN_LENGTH, Claims, InvalidToken, verify
+from vigil.core.approvaltokens import MAX_TOKEN_LENGTH, Claims, InvalidToken, verify_any
 from vigil.core.history import AttemptRecord
 from vigil.core.ports import Clock, HistoryUnavailable
-from vigil.core.workflow import Event, Reason, Record
+from vigil.core.workflow import RULES, Event, Reason, Record, identity_of
 
 log = logging.getLogger(__name__)
 
@@ -64,25 +69,34 @@ MAX_BODY_BYTES = 16 * 1024
 BY_MAX_LENGTH = 253
 REASON_MAX_LENGTH = 1024
 DECISIONS = {"approve": (Event.APPROVED, "approved"), "reject": (Event.REJECTED, "rejected")}
+DECIDE_EVENTS = {action: event for action, (event, _) in DECISIONS.items()}
 #: The 409 reason of a token minted for an earlier attempt of a step that waits again.
 SUPERSEDED = "Superseded"
+#: The 403 reason of a body whose `by` is not the approver the token is bound to.
+IDENTITY_MISMATCH = "IdentityMismatch"
+#: The 403 reason of a token whose approver does not hold the RBAC verb `approve`.
+NOT_AUTHORIZED = "NotAuthorized"
 
 Answer = tuple[int, str, bytes]
 
 
 @dataclasses.dataclass(frozen=True)
 class ApprovalCallback:
-    """What the approval callback needs: the key, a clock, and the workflow engine's two calls.
+    """What the approval callback needs: the keys, a clock, the workflow engine's two calls, and
+    the API server's word on the verb.
 
-    ``submit`` records an input the way ``WorkflowEngine.submit`` does (a conditional status
-    write) and returns the records appended, the input first; LookupError when the workflow
-    is gone.
+    ``keys`` are the keys that verify now (the current one, and the previous one during a
+    rotation's overlap). ``submit`` records an input the way ``WorkflowEngine.submit`` does (a
+    conditional status write) and returns the records appended, the input first; LookupError
+    when the workflow is gone. ``may_approve(namespace, workflow, approver)`` says whether the
+    approver (``user:NAME`` or ``group:NAME``) holds the verb ``approve`` on the workflow.
     """
 
-    key: Callable[[], bytes]
+    keys: Callable[[], Sequence[bytes]]
     clock: Clock
     find_workflow: Callable[[str, str], Mapping[str, Any] | None]
     submit: Callable[[str, str, Record], Sequence[Record]]
+    may_approve: Callable[[str, str, str], bool]
 
 
 def _json(status: int, body: Mapping[str, Any]) -> Answer:
@@ -117,6 +131,30 @@ def decision_body(raw: bytes) -> tuple[str, str]:
             raise ValueError("by must be printable text")
         found.append(value.strip())
     return found[0], found[1]
+
+
+def token_decision(claims: Claims, event: Event, *, now: datetime, reason: str) -> Record:
+    """The input a token records: in its approver's name (a group decides as ``group:NAME``,
+    with that group), so the fold checks it against the step's approvers like any request."""
+    by, groups = identity_of(claims.approver)
+    detail: dict[str, Any] = {
+        "by": by,
+        "via": "token",
+        "approver": claims.approver,
+        "tokenLevel": claims.level,
+        "rules": RULES,
+    }
+    if groups:
+        detail["byGroups"] = list(groups)
+    if reason:
+        detail["reason"] = reason
+    return Record(event, now, step=claims.step, detail=detail)
+
+
+def claims_identity(approver: str, by: str) -> bool:
+    """Whether a body's ``by`` (empty: not given) names the approver a token is bound to: the
+    user's name, or the entry as written (``user:carol``, ``group:editors``)."""
+    return not by or by in (approver, identity_of(approver)[0])
 
 
 def record_to_json(record: AttemptRecord) -> dict[str, Any]:
@@ -225,31 +263,27 @@ class ApiServer:
 
     def _decide(self, callback: ApprovalCallback, token: str, action: str, raw: bytes) -> Answer:
         try:
-            key = callback.key()
+            keys = callback.keys()
         except Exception as error:
             log.warning("approval callback: no signing key: %s", error)
             return _error(503, "the signing key is unavailable; try again", "KeyUnavailable")
         now = callback.clock.now()
         try:
-            claims = verify(key, token, now=now)
+            claims = verify_any(keys, token, now=now)
         except InvalidToken as error:
             return _error(403, str(error), str(error.problem))
         try:
             by, reason = decision_body(raw)
         except ValueError as error:
             return _error(400, str(error), "BadBody")
-        refused = self._not_waiting(callback, claims)
+        if not claims_identity(claims.approver, by):
+            return _error(
+                403, f"the token is {claims.approver}'s: it decides in no other name than theirs", IDENTITY_MISMATCH
+            )
+        refused = self._not_waiting(callback, claims) or self._not_authorized(callback, claims)
         if refused is not None:
             return refused
-        event, decision = DECISIONS[action]
-        detail: dict[str, Any] = {
-            "by": f"token:{by}" if by else "token",
-            "via": "token",
-            "tokenLevel": claims.level,
-        }
-        if reason:
-            detail["reason"] = reason
-        record = Record(event, now, step=claims.step, detail=detail)
+        record = token_decision(claims, DECIDE_EVENTS[action], now=now, reason=reason)
         try:
             added = list(callback.submit(claims.namespace, claims.workflow, record))
         except LookupError as error:
@@ -260,8 +294,8 @@ class ApiServer:
         if refusal is not None:
             return _error(409, str(refusal.detail.get("message", "")), str(refusal.detail.get("reason", "")))
         log.info(
-            "approval callback: step %s of %s/%s %s by %s",
-            claims.step, claims.namespace, claims.workflow, decision, detail["by"],
+            "approval callback: step %s of %s/%s %s by %s (token)",
+            claims.step, claims.namespace, claims.workflow, DECISIONS[action][1], record.detail["by"],
         )
         return _json(
             200,
@@ -269,12 +303,30 @@ class ApiServer:
                 "namespace": claims.namespace,
                 "workflow": claims.workflow,
                 "step": claims.step,
-                "decision": decision,
-                "by": detail["by"],
+                "decision": DECISIONS[action][1],
+                "by": record.detail["by"],
+                "approver": claims.approver,
                 "at": record.to_data()["at"],
                 "tokenLevel": claims.level,
                 "records": [r.to_data() for r in added],
             },
+        )
+
+    def _not_authorized(self, callback: ApprovalCallback, claims: Claims) -> Answer | None:
+        """403 unless the token's approver holds the verb `approve` on the workflow: the same
+        check admission makes of a `kubectl vigil approve`."""
+        try:
+            allowed = callback.may_approve(claims.namespace, claims.workflow, claims.approver)
+        except Exception as error:
+            log.warning("approval callback: the verb of %s could not be checked: %s", claims.approver, error)
+            return _error(503, "the approver's RBAC could not be checked; try again", "AuthorizationUnavailable")
+        if allowed:
+            return None
+        return _error(
+            403,
+            f"{claims.approver} may not decide: deciding an approval needs the 'approve' verb on "
+            f"workflows.vigil.dev (workflow {claims.namespace}/{claims.workflow})",
+            NOT_AUTHORIZED,
         )
 
     def _not_waiting(self, callback: ApprovalCallback, claims: Claims) -> Answer | None:

@@ -34,7 +34,7 @@ from vigil.history.store import SqlHistory
 from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
 from vigil.kube.accessreview import AccessReviews, TokenReviews
-from vigil.kube.approvals import SigningKey, TokenPublisher
+from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.dispatcher import Dispatcher, DispatchReport
 from vigil.kube.events import EventRecorder
@@ -142,37 +142,55 @@ def build_guard(api: client.ApiClient, settings: Settings, *, lease_name: str) -
 
 def build_approvals(
     api: client.ApiClient, settings: Settings, *, clock: Clock, me: str
-) -> tuple[TokenPublisher, ApprovalCallback]:
-    """The approval tokens' publisher (the leader's engine calls it) and the HTTP callback.
+) -> tuple[TokenPublisher | None, ApprovalCallback]:
+    """The approval tokens' publisher (the leader's engine calls it; None without a notifier:
+    tokens go nowhere else) and the HTTP callback.
 
     The callback decides through an engine of its own that never runs passes: `submit` is
     one conditional status write, which any replica may make, so standbys serve it too.
     """
-    core = client.CoreV1Api(api)
+    approvals = settings.approvals
     workflows = WorkflowApi(api)
+    rotation = parse_duration(approvals.key_rotation.period)
     key = SigningKey(
-        core,
+        client.CoreV1Api(api),
         namespace=settings.namespace,
-        name=settings.approvals.key_secret,
-        refresh_seconds=settings.approvals.key_refresh_seconds,
-    )
-    publisher = TokenPublisher(
-        core,
-        key=key,
         clock=clock,
-        find_workflow=workflows.get,
-        default_lifetime=parse_duration(settings.approvals.default_token_lifetime),
-        base_url=settings.approvals.base_url,
-        recheck=timedelta(seconds=settings.approvals.recheck_seconds),
+        name=approvals.key_secret,
+        refresh_seconds=approvals.key_refresh_seconds,
+        rotation_period=rotation if rotation > timedelta(0) else None,
+        overlap=parse_duration(approvals.key_rotation.overlap),
     )
+    publisher = None
+    if approvals.notifier.url:
+        publisher = TokenPublisher(
+            key=key,
+            notifier=WebhookNotifier(approvals.notifier.url, timeout_seconds=approvals.notifier.timeout_seconds),
+            clock=clock,
+            find_workflow=workflows.get,
+            default_lifetime=parse_duration(approvals.default_token_lifetime),
+            base_url=approvals.base_url,
+            recheck=timedelta(seconds=approvals.recheck_seconds),
+            retry=timedelta(seconds=approvals.notifier.retry_seconds),
+        )
+    else:
+        log.info("approvals.notifier.url is empty: no approval tokens are sent; approvers use kubectl")
     deciding = WorkflowEngine(workflows, clock=clock, events=EventRecorder(api, instance=me))
 
     def submit(namespace: str, name: str, record: Record) -> list[Record]:
         added = deciding.submit(namespace, name, record)
-        publisher.after_submit(namespace, name, added)  # a decision may start the next approval
+        if publisher is not None:
+            publisher.after_submit(namespace, name, added)  # a decision may start the next approval
         return added
 
-    callback = ApprovalCallback(key=key.current, clock=clock, find_workflow=workflows.get, submit=submit)
+    reviews = AccessReviews(api, timeout_seconds=settings.http.request_timeout_seconds / 3)
+
+    def may_approve(namespace: str, workflow: str, approver: str) -> bool:
+        return reviews.allowed(*approver_review(namespace, workflow, approver))
+
+    callback = ApprovalCallback(
+        keys=key.keys, clock=clock, find_workflow=workflows.get, submit=submit, may_approve=may_approve
+    )
     return publisher, callback
 
 

@@ -74,16 +74,56 @@ class Workflows(_Section):
     )
 
 
+class Notifier(_Section):
+    url: str = Field(
+        "",
+        description="The webhook every approval token is POSTed to, one JSON notification per approver "
+        "of a waiting step (a chat or e-mail bridge that passes the approve/reject links on to that "
+        "approver). Empty: no token is minted, and approvers decide with kubectl only.",
+    )
+    timeout_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=60,
+        description="Seconds one POST may take (connect and answer): a slow bridge holds one "
+        "workflow worker at most this long.",
+    )
+    retry_seconds: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds before a failed delivery is tried again (the same token: the bridge can "
+        "drop a repeat by its id).",
+    )
+
+
+class KeyRotation(_Section):
+    period: str = Field(
+        "720h",
+        pattern=DURATION_PATTERN,
+        description="How long a signing key signs (30 days) before a replica replaces it with a new "
+        "random key, keeping it as the previous key: a leaked key stops working on its own. 0s "
+        "never rotates.",
+    )
+    overlap: str = Field(
+        "24h",
+        pattern=DURATION_PATTERN,
+        description="How long after a rotation the previous key still verifies tokens: links already "
+        "sent keep working while the new ones are delivered (a day covers a night and a weekend "
+        "morning's backlog). 0s refuses them at once.",
+    )
+
+
 class Approvals(_Section):
     enabled: bool = Field(
         True,
-        description="Publish a signed token for every waiting approval step and accept it on "
-        "POST /approvals/{token}/approve|reject, so systems without Kubernetes credentials can decide.",
+        description="Send a signed token per approver of every waiting approval step to the notifier, "
+        "and accept it on POST /approvals/{token}/approve|reject, so approvers can decide from a link.",
     )
     key_secret: str = Field(
         "vigil-approval-key",
-        description="Secret in the operator namespace holding the HMAC key; created with 32 random "
-        "bytes when missing. Delete it to rotate the key (every outstanding token is then refused).",
+        description="Secret in the operator namespace holding the HMAC key (and, after a rotation, the "
+        "previous one); created with 32 random bytes when missing. Delete it to refuse every "
+        "outstanding token at once.",
     )
     key_refresh_seconds: float = Field(
         60.0,
@@ -91,24 +131,27 @@ class Approvals(_Section):
         description="Seconds a replica trusts its cached key before reading the Secret again: how "
         "long a rotation takes to reach every replica.",
     )
+    key_rotation: KeyRotation = KeyRotation()
     recheck_seconds: float = Field(
         600.0,
         gt=0,
-        description="Seconds after which the leader checks a waiting workflow's token Secrets again "
-        "unprompted (one read of the Workflow): repairs a deleted Secret or a missed publication.",
+        description="Seconds after which the leader checks a waiting workflow's tokens again "
+        "unprompted (one read of the Workflow): repairs a missed or failed delivery.",
     )
     default_token_lifetime: str = Field(
-        "168h",
+        "24h",
         pattern=DURATION_PATTERN,
-        description="How long a token lasts when its step has no timeout (a week: long enough for a "
-        "ticket queue); a new token is published when it ends and the step still waits.",
+        description="How long a token lasts when its step has no timeout (a step with a timeout: "
+        "until it can last be decided). A day, not a week: a link is a credential; a new token is "
+        "sent when it ends and the step still waits.",
     )
     base_url: str = Field(
         "",
         alias="baseURL",
         description="Externally reachable URL of the operator's HTTP API, put in front of approveURL "
-        "and rejectURL; empty publishes path-only URLs (/approvals/<token>/approve).",
+        "and rejectURL; empty sends path-only URLs (/approvals/<token>/approve).",
     )
+    notifier: Notifier = Notifier()
 
 
 class History(_Section):

@@ -6,9 +6,10 @@ and groups as a SelfSubjectReview gives them, through the workflow-requests
 admission policy the session fixture applies — and what they refuse before
 writing anything (output that is not JSON, a step the workflow does not have,
 a workflow that does not exist). A service account with only get and patch on
-workflows shows admission's refusal of an approve without the `approve` verb,
-printed as one line with exit 1; the same account may retry, and approves once
-it holds the verb. Waiting is checked by running one pass of the operator's own
+workflows shows admission's refusal of an approve without the `approve` verb and of
+a retry without the `retry` verb, each printed as one line with exit 1 and a hint
+naming the role that grants it; the account retries once it holds `retry`, and
+approves once it holds `approve`. Waiting is checked by running one pass of the operator's own
 workflow engine in the test, between the append and the verb's answer: an
 approval recorded, an approval refused (exit 1), a request nobody records
 (exit 1 after --timeout). An append after a stale read meets the API server's
@@ -39,7 +40,7 @@ from vigil.cli.workflows import Ask, append_request, request_item
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.workflow import Event
 from vigil.kube.workflows import WorkflowApi, WorkflowEngine
-from vigil.model.workflow import MESSAGE_APPROVE_VERB, RequestAction
+from vigil.model.workflow import MESSAGE_ACTION_VERBS, MESSAGE_APPROVE_VERB, RequestAction
 from vigil.workflowspec import definition_of
 
 GROUP, VERSION, WORKFLOWS = "vigil.dev", "v1alpha1", "workflows"
@@ -230,7 +231,7 @@ def plugin_as(cluster: KubeCluster, env: dict[str, str], *args: str) -> subproce
     )
 
 
-def test_admission_refuses_an_approval_without_the_approve_verb_and_the_cli_says_so(
+def test_admission_refuses_an_approval_or_a_retry_without_its_verb_and_the_cli_says_so(
     cluster: KubeCluster, namespace: str, video: str, editor: dict[str, str]
 ) -> None:
     refused = plugin_as(cluster, editor, "approve", video, "approve", "--reason", "ok", "--no-wait")
@@ -244,19 +245,26 @@ def test_admission_refuses_an_approval_without_the_approve_verb_and_the_cli_says
     assert "workflow-approver ClusterRole" in line  # the hint
     assert requests_of(cluster, namespace, video) == []
 
-    retried = plugin_as(cluster, editor, "retry", video, "approve", "--no-wait")  # patch is enough
-    assert retried.returncode == 0, retried.stderr
-    client.RbacAuthorizationV1Api(cluster.api).create_namespaced_role(namespace, {
-        "metadata": {"name": "workflow-approver"},
-        "rules": [{"apiGroups": [GROUP], "resources": [WORKFLOWS], "verbs": ["approve"]}],
-    })  # fmt: skip
-    bind(cluster, namespace, "workflow-approver", "Role")
+    refused = plugin_as(cluster, editor, "retry", video, "approve", "--no-wait")  # patch is not enough
+    assert refused.returncode == EXIT_API_FAILURE
+    (line,) = refused.stderr.strip().splitlines()
+    assert MESSAGE_ACTION_VERBS["retry"] in line and "built-in edit role grants it" in line
+    assert requests_of(cluster, namespace, video) == []
+    for role, verb in (("workflow-retrier", "retry"), ("workflow-approver", "approve")):
+        client.RbacAuthorizationV1Api(cluster.api).create_namespaced_role(namespace, {
+            "metadata": {"name": role},
+            "rules": [{"apiGroups": [GROUP], "resources": [WORKFLOWS], "verbs": [verb]}],
+        })  # fmt: skip
+        bind(cluster, namespace, role, "Role")
 
-    def approve() -> subprocess.CompletedProcess[str] | None:
-        proc = plugin_as(cluster, editor, "approve", video, "approve", "--reason", "ok", "--no-wait")
+    def appended(*args: str) -> subprocess.CompletedProcess[str] | None:
+        proc = plugin_as(cluster, editor, *args, "--no-wait")
         return proc if proc.returncode == 0 else None
 
-    approved = wait_for(approve, timeout=30, what="the approve verb to take effect")
+    wait_for(lambda: appended("retry", video, "approve"), timeout=30, what="the retry verb to take effect")
+    approved = wait_for(
+        lambda: appended("approve", video, "approve", "--reason", "ok"), timeout=30, what="the approve verb to take effect"
+    )
     assert approved.stdout.startswith("requested: approve step approve of wf/video-1")
     assert [(item["action"], item["by"]) for item in requests_of(cluster, namespace, video)] == [
         ("retry", f"system:serviceaccount:{namespace}:editor"),

@@ -5,17 +5,20 @@ is by the session fixture) together with the CRDs' own rules, with people impers
 admin kubeconfig:
 
 * alice holds only the chart's <release>-workflow-approver ClusterRole (bound in the namespace),
-  bob only a Role with get/list/watch/create/patch/update on workflows;
+  bob a Role with get/list/watch/create/patch/update and the editor's custom verbs retry,
+  complete and cancel on workflows, pat the same Role without the custom verbs;
 * a request must be written in one's own name and groups; approve and reject need the `approve`
-  verb; retry, complete and cancel need only patch; requests already present are not re-checked;
-  a written request cannot be changed (but can be removed); the checks hold on create and at
-  the largest list the CRD allows;
+  verb; retry, complete and cancel need the verb of their own name, and a complete of an
+  approval step needs `approve` too; requests already present are not re-checked; a written
+  request can be neither changed nor removed, nor the list emptied or dropped (each refusal
+  names spec.requests); the checks hold on create and at the largest list the CRD allows;
 * a WorkflowDefinition version keeps its steps (adding steps and versions is fine);
 * a ScheduledJob runs exactly one of template and workflowTemplate.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -28,12 +31,15 @@ from kubernetes.client.exceptions import ApiException
 from tests.integration.conftest import ADMISSION_POLICY, REPO, KubeCluster
 from tests.waiting import wait_for
 from vigil.model.workflow import (
+    MESSAGE_ACTION_VERBS,
     MESSAGE_APPROVE_VERB,
     MESSAGE_BY_IS_WRITER,
+    MESSAGE_COMPLETE_APPROVAL_VERB,
     MESSAGE_DEFINITION_STEPS_KEPT,
     MESSAGE_GROUPS_OF_WRITER,
     MESSAGE_OUTPUT_ONLY_ON_COMPLETE,
     MESSAGE_REQUEST_NEEDS_STEP,
+    MESSAGE_REQUESTS_APPEND_ONLY,
     REQUESTS_MAX_ITEMS,
 )
 
@@ -42,7 +48,10 @@ JSON_PATCH = "application/json-patch+json"
 #: The release the chart's approver role is rendered for (apart from any real install's names).
 RELEASE = "admission-test"
 
-ALICE, BOB = "alice", "bob"
+ALICE, BOB, PAT = "alice", "bob", "pat"
+#: What the editor Role grants on workflows: bob gets the custom verbs too, pat does not.
+EDITOR_VERBS = ["get", "list", "watch", "create", "patch", "update"]
+STEERING_VERBS = ["retry", "complete", "cancel"]
 POD_TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}
 STEPS = [
     {"id": "render", "type": "pod", "template": POD_TEMPLATE},
@@ -135,23 +144,20 @@ def allowed(cluster: KubeCluster, user: str, verb: str, namespace: str) -> bool:
 
 @pytest.fixture
 def people(cluster: KubeCluster, namespace: str, approver_role: str) -> Iterator[People]:
-    """RBAC for alice (approver role only) and bob (editor, no approve); API clients as anyone."""
+    """RBAC for alice (approver role only), bob (editor, no approve) and pat (patch, no custom
+    verbs); API clients as anyone."""
     rbac = client.RbacAuthorizationV1Api(cluster.api)
-    rbac.create_namespaced_role(
-        namespace,
-        client.V1Role(
-            metadata=client.V1ObjectMeta(name="workflow-editor"),
-            rules=[
-                client.V1PolicyRule(
-                    api_groups=[GROUP],
-                    resources=["workflows"],
-                    verbs=["get", "list", "watch", "create", "patch", "update"],
-                )
-            ],
-        ),
-    )
+    for name, verbs in (("workflow-editor", EDITOR_VERBS + STEERING_VERBS), ("workflow-patcher", EDITOR_VERBS)):
+        rbac.create_namespaced_role(
+            namespace,
+            client.V1Role(
+                metadata=client.V1ObjectMeta(name=name),
+                rules=[client.V1PolicyRule(api_groups=[GROUP], resources=["workflows"], verbs=verbs)],
+            ),
+        )
     for binding, kind, role, user in (
         ("bob-edits", "Role", "workflow-editor", BOB),
+        ("pat-patches", "Role", "workflow-patcher", PAT),
         ("alice-approves", "ClusterRole", approver_role, ALICE),
     ):
         rbac.create_namespaced_role_binding(
@@ -163,7 +169,8 @@ def people(cluster: KubeCluster, namespace: str, approver_role: str) -> Iterator
             ),
         )
     wait_for(
-        lambda: allowed(cluster, ALICE, "approve", namespace) and allowed(cluster, BOB, "patch", namespace),
+        lambda: allowed(cluster, ALICE, "approve", namespace) and allowed(cluster, BOB, "cancel", namespace)
+        and allowed(cluster, PAT, "patch", namespace),
         timeout=30,
         what="the RBAC bindings to take effect",
     )
@@ -263,7 +270,24 @@ def test_deciding_an_approval_without_the_approve_verb_is_refused(
     assert requests_of(cluster, namespace, publish) == []
 
 
-def test_retry_complete_and_cancel_need_only_patch(
+@pytest.mark.parametrize(
+    "item",
+    [
+        pytest.param(request("retry-1", "retry", PAT, step="render"), id="retry"),
+        pytest.param(request("complete-1", "complete", PAT, step="render", output="{}"), id="complete"),
+        pytest.param(request("cancel-1", "cancel", PAT), id="cancel"),
+    ],
+)
+def test_retry_complete_and_cancel_without_their_verb_are_refused(
+    cluster: KubeCluster, namespace: str, people: People, publish: str, item: dict[str, Any]
+) -> None:
+    message = refusal(lambda: append(people(PAT), namespace, publish, item), 403)
+    assert f"spec.requests[{item['id']}]: {MESSAGE_ACTION_VERBS[item['action']]}" in message
+    assert f"(user pat, workflow {namespace}/{publish})" in message
+    assert requests_of(cluster, namespace, publish) == []
+
+
+def test_retry_complete_and_cancel_with_their_verbs_are_accepted(
     cluster: KubeCluster, namespace: str, people: People, publish: str
 ) -> None:
     items = [
@@ -274,6 +298,31 @@ def test_retry_complete_and_cancel_need_only_patch(
     for item in items:
         append(people(BOB), namespace, publish, item)
     assert requests_of(cluster, namespace, publish) == items
+
+
+def test_completing_an_approval_step_needs_the_approve_verb_too(
+    cluster: KubeCluster, namespace: str, people: People, publish: str
+) -> None:
+    """bob holds `complete` but not `approve`: completing the approval step would decide it."""
+    bypass = request("complete-1", "complete", BOB, output='{"decision": "approved"}')
+    message = refusal(lambda: append(people(BOB), namespace, publish, bypass), 403)
+    assert f"spec.requests[complete-1]: {MESSAGE_COMPLETE_APPROVAL_VERB}" in message
+    assert requests_of(cluster, namespace, publish) == []
+    approved = request("complete-2", "complete", ALICE)
+    append(people(ALICE), namespace, publish, approved)
+    assert requests_of(cluster, namespace, publish) == [approved]
+
+
+def test_a_complete_at_create_needs_approve_when_the_step_types_are_not_known_yet(
+    cluster: KubeCluster, namespace: str, people: People
+) -> None:
+    """A definitionRef workflow's steps are known only once the operator pins them."""
+    body = workflow("by-ref", requests=[request("complete-1", "complete", BOB, step="render")])
+    del body["spec"]["steps"]
+    body["spec"]["definitionRef"] = {"name": "video-publish", "version": 1}
+    create = people(BOB).create_namespaced_custom_object
+    message = refusal(lambda: create(GROUP, VERSION, namespace, "workflows", body), 403)
+    assert MESSAGE_COMPLETE_APPROVAL_VERB in message
 
 
 def test_requests_already_present_are_not_checked_again(
@@ -319,16 +368,34 @@ def test_a_written_request_cannot_be_changed_even_by_its_author(
     assert requests_of(cluster, namespace, publish) == [request("approve-1", "approve", ALICE)]
 
 
-def test_a_written_request_can_be_removed(
-    cluster: KubeCluster, namespace: str, people: People, publish: str
+@pytest.mark.parametrize(
+    "operations",
+    [
+        pytest.param([{"op": "remove", "path": "/spec/requests/0"}], id="remove-an-item"),
+        pytest.param([{"op": "replace", "path": "/spec/requests", "value": []}], id="empty-the-list"),
+        pytest.param([{"op": "remove", "path": "/spec/requests"}], id="drop-the-list"),
+        pytest.param(
+            [{"op": "replace", "path": "/spec/requests/0", "value": request("cancel-1", "cancel", BOB)}],
+            id="replace-an-item",
+        ),
+    ],
+)
+def test_a_written_request_cannot_be_removed(
+    cluster: KubeCluster, namespace: str, people: People, publish: str, operations: list[dict[str, Any]]
 ) -> None:
+    """Whoever may patch the workflow — its editor, even the admin — cannot erase who asked for what."""
     bob = people(BOB)
-    append(bob, namespace, publish, request("cancel-1", "cancel", BOB), request("retry-1", "retry", BOB))
-    bob.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, "workflows", publish,
-        [{"op": "remove", "path": "/spec/requests/0"}], _content_type=JSON_PATCH,
-    )  # fmt: skip
-    assert [item["id"] for item in requests_of(cluster, namespace, publish)] == ["retry-1"]
+    written = [request("approve-1", "approve", ALICE), request("retry-1", "retry", BOB, step="render")]
+    append(people(ALICE), namespace, publish, written[0])
+    append(bob, namespace, publish, written[1])
+    for api in (bob, cluster.custom):
+        patch = functools.partial(
+            api.patch_namespaced_custom_object,
+            GROUP, VERSION, namespace, "workflows", publish, operations, _content_type=JSON_PATCH,
+        )  # fmt: skip
+        message = refusal(patch, 422)
+        assert "spec.requests: Invalid value: " in message and MESSAGE_REQUESTS_APPEND_ONLY in message, message
+    assert requests_of(cluster, namespace, publish) == written
 
 
 @pytest.mark.parametrize(

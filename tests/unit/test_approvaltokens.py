@@ -1,11 +1,14 @@
-"""Approval tokens: mint and verify (round trip, tampering, expiry), and which tokens a state needs.
+"""Approval tokens: mint and verify (round trip, tampering, expiry, key rotation), and which tokens
+a state needs.
 
-Pure: keys are fixed bytes and `now` is passed in (the Secret names and URLs of
-vigil.kube.approvals are pure functions too, and checked at the end). Hypothesis checks that every minted token
-verifies to its own claims, that changing any single byte of a token gets it refused, and that
-a token is valid exactly while `now` is before its expiry (rounded down to the second). A table
-of named workflow states checks `waiting_approvals`: which steps get a token, with which
-attempt and level, and until when.
+Pure: keys are fixed bytes and `now` is passed in (the URLs and notifications of
+vigil.kube.approvals are pure functions too, and checked at the end). Hypothesis checks that every
+minted token verifies to its own claims (the bound approver among them), that changing any single
+byte of a token gets it refused, and that a token is valid exactly while `now` is before its
+expiry (rounded down to the second). Version 1 tokens (bound to nobody) are refused. A token
+signed with the previous key verifies only when that key is offered. A table of named workflow
+states checks `waiting_approvals`: which steps get tokens, one per current approver, with which
+attempt and level (where each approver joined), and until when.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import base64
 import hashlib
 import hmac
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -24,11 +26,13 @@ from hypothesis import strategies as st
 
 from tests.unit.workflowsim import T0, World, pod
 from vigil.core.approvaltokens import (
+    BoundApprover,
     Claims,
     InvalidToken,
     Problem,
     mint,
     verify,
+    verify_any,
     waiting_approvals,
 )
 from vigil.core.workflow import (
@@ -39,7 +43,7 @@ from vigil.core.workflow import (
     StepKind,
     TimeoutAction,
 )
-from vigil.kube.approvals import approval_urls, starts_waiting, token_secret_name
+from vigil.kube.approvals import approval_urls, notification, notification_id, starts_waiting
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -49,14 +53,22 @@ WEEK = timedelta(days=7)
 
 
 def token(
-    *, uid: str = "6f1c-uid", step: str = "approve", level: int = 0, attempt: int = 1, expires: datetime = EXPIRES
+    *,
+    uid: str = "6f1c-uid",
+    step: str = "approve",
+    approver: str = "user:carol",
+    level: int = 0,
+    attempt: int = 1,
+    expires: datetime = EXPIRES,
+    key: bytes = KEY,
 ) -> str:
     return mint(
-        KEY,
+        key,
         namespace="media",
         workflow="publish-42",
         uid=uid,
         step=step,
+        approver=approver,
         level=level,
         attempt=attempt,
         expires=expires,
@@ -77,6 +89,7 @@ def signed(claims: object = None, *, payload: str | None = None) -> str:
 # --- mint and verify --------------------------------------------------------------------------
 
 names = st.text(min_size=0, max_size=80)
+approvers = st.builds(lambda kind, name: f"{kind}:{name}", st.sampled_from(["user", "group"]), st.text(min_size=1, max_size=80))
 instants = st.datetimes(
     min_value=datetime(1990, 1, 1),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
     max_value=datetime(2200, 1, 1),  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
@@ -90,12 +103,13 @@ instants = st.datetimes(
     workflow=names,
     uid=names,
     step=names,
+    approver=approvers,
     level=st.integers(0, 10),
     attempt=st.integers(1, 1000),
     expires=instants,
 )
 def test_a_minted_token_verifies_to_its_claims(
-    namespace: str, workflow: str, uid: str, step: str, level: int, attempt: int, expires: datetime
+    namespace: str, workflow: str, uid: str, step: str, approver: str, level: int, attempt: int, expires: datetime
 ) -> None:
     minted = mint(
         KEY,
@@ -103,13 +117,19 @@ def test_a_minted_token_verifies_to_its_claims(
         workflow=workflow,
         uid=uid,
         step=step,
+        approver=approver,
         level=level,
         attempt=attempt,
         expires=expires,
     )
     exp = expires.replace(microsecond=0)
     claims = verify(KEY, minted, now=exp - timedelta(microseconds=1))
-    assert claims == Claims(namespace, workflow, uid, step, attempt, level, exp)
+    assert claims == Claims(namespace, workflow, uid, step, approver, attempt, level, exp)
+
+
+def test_a_bare_approver_name_is_bound_as_a_user() -> None:
+    assert verify(KEY, token(approver="carol"), now=BEFORE).approver == "user:carol"
+    assert token(approver="carol") == token(approver="user:carol")
 
 
 @settings(max_examples=500, deadline=None)
@@ -151,10 +171,25 @@ def test_another_key_is_a_bad_signature() -> None:
     assert refused.value.problem is Problem.BAD_SIGNATURE
 
 
+def test_a_rotated_out_key_verifies_only_while_it_is_offered() -> None:
+    """The callback offers the previous key during the rotation's overlap, and then no more."""
+    old = token(key=OTHER_KEY)
+    assert verify_any([KEY, OTHER_KEY], old, now=BEFORE).approver == "user:carol"
+    assert verify_any([KEY, OTHER_KEY], token(), now=BEFORE).approver == "user:carol"
+    with pytest.raises(InvalidToken) as refused:
+        verify_any([KEY], old, now=BEFORE)
+    assert refused.value.problem is Problem.BAD_SIGNATURE
+    with pytest.raises(ValueError, match="no key"):
+        verify_any([], old, now=BEFORE)
+
+
 def test_tokens_are_deterministic_and_differ_per_claim() -> None:
     assert token() == token()
-    variants = {token(), token(level=1), token(attempt=2), token(uid="other"), token(step="x")}
-    assert len(variants) == 5
+    variants = {
+        token(), token(level=1), token(attempt=2), token(uid="other"), token(step="x"), token(approver="user:erin"),
+        token(approver="group:carol"),
+    }  # fmt: skip
+    assert len(variants) == 7
 
 
 @pytest.mark.parametrize(
@@ -169,15 +204,28 @@ def test_tokens_are_deterministic_and_differ_per_claim() -> None:
         ("signed non-JSON", signed(payload=b64(b"not json")), Problem.MALFORMED),
         ("signed non-base64", signed(payload="a"), Problem.MALFORMED),
         ("signed list", signed([1, 2]), Problem.MALFORMED),
-        ("signed other version", signed({"v": 2}), Problem.MALFORMED),
+        ("signed other version", signed({"v": 3}), Problem.MALFORMED),
+        (
+            "signed version 1: bound to nobody",
+            signed({"v": 1, "ns": "a", "wf": "b", "uid": "c", "step": "d", "att": 1, "lvl": 0, "exp": 2**40}),
+            Problem.MALFORMED,
+        ),
         (
             "signed wrong types",
-            signed({"v": 1, "ns": "a", "wf": "b", "uid": "c", "step": "d", "att": True, "lvl": 0, "exp": 9}),
+            signed({"v": 2, "ns": "a", "wf": "b", "uid": "c", "step": "d", "sub": "user:e", "att": True, "lvl": 0,
+                    "exp": 9}),
+            Problem.MALFORMED,
+        ),
+        (
+            "signed approver in no normal spelling",
+            signed({"v": 2, "ns": "a", "wf": "b", "uid": "c", "step": "d", "sub": "carol", "att": 1, "lvl": 0,
+                    "exp": 2**40}),
             Problem.MALFORMED,
         ),
         (
             "signed absurd expiry",
-            signed({"v": 1, "ns": "a", "wf": "b", "uid": "c", "step": "d", "att": 1, "lvl": 0, "exp": 10**20}),
+            signed({"v": 2, "ns": "a", "wf": "b", "uid": "c", "step": "d", "sub": "user:e", "att": 1, "lvl": 0,
+                    "exp": 10**20}),
             Problem.MALFORMED,
         ),
     ],
@@ -190,7 +238,7 @@ def test_malformed_tokens_are_refused_with_a_reason(name: str, text: str, proble
 
 def test_short_keys_and_naive_expiries_are_programming_errors() -> None:
     with pytest.raises(ValueError, match="at least 32"):
-        mint(b"short", namespace="a", workflow="b", uid="c", step="d", level=0, expires=EXPIRES)
+        mint(b"short", namespace="a", workflow="b", uid="c", step="d", approver="user:e", level=0, expires=EXPIRES)
     with pytest.raises(ValueError, match="timezone-aware"):
         token(expires=datetime(2026, 12, 1))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
@@ -199,7 +247,8 @@ def test_short_keys_and_naive_expiries_are_programming_errors() -> None:
 
 
 def approval(step_id: str = "approve", *deps: str, **options: Any) -> StepDef:
-    return StepDef(id=step_id, kind=StepKind.APPROVAL, depends_on=deps, approvers=("user:alice",), **options)
+    options.setdefault("approvers", ("user:alice",))
+    return StepDef(id=step_id, kind=StepKind.APPROVAL, depends_on=deps, **options)
 
 
 ESCALATING: dict[str, Any] = {
@@ -215,6 +264,12 @@ ESCALATING: dict[str, Any] = {
 def waiting(world: World) -> list[tuple[str, int, int, datetime, bool]]:
     found = waiting_approvals(world.definition, world.state, now=world.now, default_lifetime=WEEK)
     return [(a.step, a.attempt, a.level, a.expires, a.renews) for a in found]
+
+
+def bound(world: World) -> list[tuple[str, int]]:
+    """(approver, level joined) of every token the first waiting step needs."""
+    (found,) = waiting_approvals(world.definition, world.state, now=world.now, default_lifetime=WEEK)
+    return [(b.approver, b.level) for b in found.approvers]
 
 
 def test_a_step_with_a_timeout_gets_a_token_until_its_deadline() -> None:
@@ -252,6 +307,17 @@ def test_only_waiting_approval_steps_of_a_running_workflow_get_tokens() -> None:
     assert waiting(world) == []
 
 
+def test_each_approver_gets_a_token_of_their_own_bound_where_they_joined() -> None:
+    """Escalation adds approvers: those already asked keep their level-0 token; the added ones
+    get tokens of level 1; a name given twice, or in two spellings, gets one token."""
+    world = World(Definition("u", (approval(approvers=("user:alice", "group:editors", "alice"), **ESCALATING),)))
+    assert bound(world) == [("user:alice", 0), ("group:editors", 0)]
+    world.run_until_timer()
+    assert bound(world) == [("user:alice", 0), ("group:editors", 0), ("user:carol", 1)]
+    world.run_until_timer()
+    assert bound(world) == [("user:alice", 0), ("group:editors", 0), ("user:carol", 1), ("user:dave", 2)]
+
+
 def test_a_retried_approval_needs_a_token_for_its_new_attempt() -> None:
     world = World(Definition("u", (approval(),)))
     world.request(Event.REJECTED, "approve", by="alice", request="r1")
@@ -260,39 +326,36 @@ def test_a_retried_approval_needs_a_token_for_its_new_attempt() -> None:
     assert [(w[0], w[1]) for w in waiting(world)] == [("approve", 2)]
 
 
-# --- where tokens are published (the pure parts of vigil.kube.approvals) -------------------------
-
-DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-@pytest.mark.parametrize(
-    ("workflow", "step", "expected"),
-    [
-        ("publish-42", "approve", "publish-42-approval-approve"),
-        ("publish-42", "sign_off", "publish-42-approval-sign-off-" + hashlib.sha256(b"sign_off").hexdigest()[:6]),
-        ("a.b", "x", "a.b-approval-x"),
-    ],
-)
-def test_token_secrets_are_named_after_workflow_and_step(workflow: str, step: str, expected: str) -> None:
-    assert token_secret_name(workflow, step) == expected
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    workflow=st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", fullmatch=True).filter(
-        lambda name: DNS_SUBDOMAIN.match(name) is not None
-    ),
-    step=st.from_regex(r"[a-z0-9]([-_a-z0-9]{0,61}[a-z0-9])?", fullmatch=True),
-)
-def test_every_token_secret_name_is_a_valid_object_name(workflow: str, step: str) -> None:
-    name = token_secret_name(workflow, step)
-    assert len(name) <= 253 and DNS_SUBDOMAIN.match(name), name
-    assert name != token_secret_name(workflow, step.replace("_", "-")) or "_" not in step
+# --- what the notifier receives (the pure parts of vigil.kube.approvals) ------------------------
 
 
 def test_urls_are_path_only_unless_a_base_is_configured() -> None:
     assert approval_urls("", "T") == ("/approvals/T/approve", "/approvals/T/reject")
     assert approval_urls("https://vigil.example.com/", "T")[0] == "https://vigil.example.com/approvals/T/approve"
+
+
+def test_a_notification_carries_one_approvers_token_and_links() -> None:
+    world = World(Definition("u", (approval(approvers=("user:carol", "user:erin"), timeout=timedelta(hours=2)),)))
+    (waiting_step,) = waiting_approvals(world.definition, world.state, now=world.now, default_lifetime=WEEK)
+    meta = {"namespace": "media", "name": "publish-42", "uid": "u"}
+    body = notification(meta, waiting_step, BoundApprover("user:erin", 0), token="T.S", base_url="https://v.example")
+    assert body == {
+        "kind": "ApprovalWaiting",
+        "id": notification_id("T.S"),
+        "namespace": "media",
+        "workflow": "publish-42",
+        "uid": "u",
+        "step": "approve",
+        "attempt": 1,
+        "level": 0,
+        "approver": "user:erin",
+        "approvers": ["user:carol", "user:erin"],
+        "expires": "2026-11-01T14:00:00Z",
+        "token": "T.S",
+        "approveURL": "https://v.example/approvals/T.S/approve",
+        "rejectURL": "https://v.example/approvals/T.S/reject",
+    }
+    assert notification_id("T.S") == notification_id("T.S") != notification_id("T.R")
 
 
 def test_publishing_is_due_when_an_approval_starts_waiting_or_escalates() -> None:

@@ -309,6 +309,8 @@ def test_a_slow_client_is_cut_off_and_a_full_pool_answers_503() -> None:
 # API server and operator.
 
 KEY = bytes(range(32))
+#: The key KEY replaced: verifies while the callback still offers it (a rotation's overlap).
+PREVIOUS_KEY = bytes(range(1, 33))
 NOW = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
 
 
@@ -358,28 +360,47 @@ class FakeWorkflows:
 
 
 def approvals_server(
-    workflows: FakeWorkflows, *, clock: FixedClock | None = None, key: bytes | None = KEY
+    workflows: FakeWorkflows,
+    *,
+    clock: FixedClock | None = None,
+    keys: tuple[bytes, ...] | None = (KEY,),
+    verb_holders: frozenset[str] = frozenset({"user:alice", "user:erin"}),
+    may_approve: Any = None,
 ) -> ApiServer:
-    def current_key() -> bytes:
-        if key is None:
+    """The callback over `workflows`; `verb_holders` hold the RBAC verb `approve` (erin is no
+    approver of the step), `keys` verify (None: the key Secret cannot be read)."""
+
+    def current_keys() -> list[bytes]:
+        if keys is None:
             raise RuntimeError("secrets is forbidden")
-        return key
+        return list(keys)
+
+    def holds_verb(namespace: str, workflow: str, approver: str) -> bool:
+        return approver in verb_holders
 
     callback = ApprovalCallback(
-        key=current_key,
+        keys=current_keys,
         clock=clock or FixedClock(NOW + timedelta(minutes=5)),
         find_workflow=workflows.get,
         submit=workflows.submit,
+        may_approve=may_approve or holds_verb,
     )
     return ApiServer(leader=lambda: None, find_execution=lambda i: None, timeline=lambda i: [], approvals=callback)
 
 
 def approval_token(
-    *, uid: str = "uid-1", attempt: int = 1, level: int = 0, expires: datetime = NOW + timedelta(hours=1)
+    *,
+    uid: str = "uid-1",
+    attempt: int = 1,
+    level: int = 0,
+    approver: str = "user:alice",
+    expires: datetime = NOW + timedelta(hours=1),
+    key: bytes = KEY,
 ) -> str:
     return mint(
-        KEY, namespace="media", workflow="publish", uid=uid, step="approve", level=level, attempt=attempt, expires=expires
-    )
+        key, namespace="media", workflow="publish", uid=uid, step="approve", approver=approver, level=level,
+        attempt=attempt, expires=expires,
+    )  # fmt: skip
 
 
 def post(server: ApiServer, action: str, body: Any = None, *, token: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -389,28 +410,81 @@ def post(server: ApiServer, action: str, body: Any = None, *, token: str | None 
     return status, json.loads(answer)
 
 
-def test_a_token_approves_its_step_and_the_decision_is_recorded_as_the_tokens() -> None:
+def test_a_token_approves_its_step_in_its_approvers_name() -> None:
     workflows = FakeWorkflows()
-    status, body = post(approvals_server(workflows), "approve", {"by": "jira-bot", "reason": "TICKET-7 done"})
+    status, body = post(approvals_server(workflows), "approve", {"by": "alice", "reason": "TICKET-7 done"})
     assert status == 200, body
-    assert (body["decision"], body["by"], body["step"], body["tokenLevel"]) == ("approved", "token:jira-bot", "approve", 0)
+    assert (body["decision"], body["by"], body["approver"], body["step"], body["tokenLevel"]) == (
+        "approved", "alice", "user:alice", "approve", 0,
+    )  # fmt: skip
     assert workflows.submitted == [
         Record(
             Event.APPROVED,
             NOW + timedelta(minutes=5),
             step="approve",
-            detail={"by": "token:jira-bot", "via": "token", "tokenLevel": 0, "reason": "TICKET-7 done"},
+            detail={"by": "alice", "via": "token", "approver": "user:alice", "tokenLevel": 0, "rules": 2,
+                    "reason": "TICKET-7 done"},
         )
     ]
-    assert workflows.state.steps["approve"].phase is StepPhase.SUCCEEDED  # not an approver: the token is
+    assert workflows.state.steps["approve"].phase is StepPhase.SUCCEEDED
+    assert workflows.state.steps["approve"].decided_by == "alice"
     assert [r["event"] for r in body["records"]] == ["Approved", "WorkflowSucceeded"]
 
 
 def test_a_token_rejects_its_step_and_a_body_is_optional() -> None:
     workflows = FakeWorkflows()
     status, body = post(approvals_server(workflows), "reject")
-    assert (status, body["decision"], body["by"]) == (200, "rejected", "token")
+    assert (status, body["decision"], body["by"]) == (200, "rejected", "alice")
     assert workflows.state.steps["approve"].phase is StepPhase.FAILED
+
+
+@pytest.mark.parametrize("by", ["mallory", "erin", "user:erin", "token", "token:alice", "group:alice"])
+def test_a_token_decides_in_no_other_name_than_its_approvers(by: str) -> None:
+    workflows = FakeWorkflows()
+    status, body = post(approvals_server(workflows), "approve", {"by": by})
+    assert (status, body["reason"]) == (403, "IdentityMismatch"), body
+    assert workflows.submitted == []
+
+
+@pytest.mark.parametrize("by", ["alice", "user:alice"])
+def test_the_approvers_own_name_in_either_spelling_is_accepted(by: str) -> None:
+    assert post(approvals_server(FakeWorkflows()), "approve", {"by": by})[0] == 200
+
+
+def test_an_approver_without_the_approve_verb_is_403_and_changes_nothing() -> None:
+    workflows = FakeWorkflows()
+    status, body = post(approvals_server(workflows, verb_holders=frozenset()), "approve")
+    assert (status, body["reason"]) == (403, "NotAuthorized"), body
+    assert "'approve' verb" in body["error"] and "user:alice" in body["error"]
+    assert workflows.submitted == []
+
+
+def test_a_token_of_someone_no_longer_an_approver_is_refused_by_the_fold() -> None:
+    """erin holds the verb, and her token is genuine, but the step's approvers do not name her."""
+    workflows = FakeWorkflows()
+    status, body = post(approvals_server(workflows), "approve", token=approval_token(approver="user:erin"))
+    assert (status, body["reason"]) == (409, "NotAnApprover"), body
+    assert workflows.state.steps["approve"].phase is StepPhase.RUNNING
+
+
+def test_a_group_token_decides_as_the_group() -> None:
+    workflows = FakeWorkflows()
+    workflows.definition = Definition(
+        workflows.uid, (StepDef(id="approve", kind=StepKind.APPROVAL, approvers=("group:editors",)),)
+    )
+    workflows.history = record_input(workflows.definition, fold(workflows.definition, []), Record(Event.WORKFLOW_STARTED, NOW))
+    server = approvals_server(workflows, verb_holders=frozenset({"group:editors"}))
+    status, body = post(server, "approve", token=approval_token(approver="group:editors"))
+    assert (status, body["by"]) == (200, "group:editors"), body
+    assert workflows.submitted[0].detail["byGroups"] == ["editors"]
+    assert workflows.state.steps["approve"].decided_by == "group:editors"
+
+
+def test_the_previous_key_verifies_only_while_it_is_offered() -> None:
+    old = approval_token(key=PREVIOUS_KEY)
+    status, body = post(approvals_server(FakeWorkflows(), keys=(KEY,)), "approve", token=old)
+    assert (status, body["reason"]) == (403, "BadSignature")
+    assert post(approvals_server(FakeWorkflows(), keys=(KEY, PREVIOUS_KEY)), "approve", token=old)[0] == 200
 
 
 @pytest.mark.parametrize(
@@ -418,13 +492,13 @@ def test_a_token_rejects_its_step_and_a_body_is_optional() -> None:
     [
         ("expired", approval_token(expires=NOW), "Expired"),
         ("tampered", approval_token().replace(".", "x.", 1)[1:], "BadSignature"),
-        ("another key", mint(bytes(32), namespace="media", workflow="publish", uid="uid-1", step="approve", level=0, expires=NOW + timedelta(hours=1)), "BadSignature"),
+        ("another key", approval_token(key=bytes(32)), "BadSignature"),
         ("garbage", "not-a-token", "Malformed"),
     ],
 )
 def test_a_bad_token_is_403_and_changes_nothing(name: str, token: str, reason: str) -> None:
     workflows = FakeWorkflows()
-    status, body = post(approvals_server(workflows), "approve", {"by": "x"}, token=token)
+    status, body = post(approvals_server(workflows), "approve", {"by": "alice"}, token=token)
     assert (status, body["reason"]) == (403, reason), name
     assert workflows.submitted == []
 
@@ -492,7 +566,15 @@ def test_a_token_of_an_earlier_attempt_is_409_superseded() -> None:
 
 
 def test_trouble_on_our_side_is_503() -> None:
-    assert post(approvals_server(FakeWorkflows(), key=None), "approve")[0] == 503
+    assert post(approvals_server(FakeWorkflows(), keys=None), "approve")[0] == 503
+
+    def no_answer(namespace: str, workflow: str, approver: str) -> bool:
+        raise ReviewUnavailable("SubjectAccessReview failed: 500")
+
+    workflows = FakeWorkflows()
+    status, body = post(approvals_server(workflows, may_approve=no_answer), "approve")
+    assert (status, body["reason"]) == (503, "AuthorizationUnavailable")
+    assert workflows.submitted == []
     busy = FakeWorkflows()
     busy.fail_with = RuntimeError("workflow media/publish kept changing; try again")
     assert post(approvals_server(busy), "approve")[0] == 503
@@ -519,10 +601,10 @@ def test_the_callback_is_served_over_http_and_tokens_stay_out_of_logs() -> None:
         assert refused.value.code == 400
         refused.value.close()
         request = urllib.request.Request(
-            url, data=json.dumps({"by": "slack:@bob"}).encode(), method="POST", headers={"Content-Type": "application/json"}
+            url, data=json.dumps({"by": "alice"}).encode(), method="POST", headers={"Content-Type": "application/json"}
         )
         with urllib.request.urlopen(request, timeout=5) as resp:
-            assert json.loads(resp.read())["by"] == "token:slack:@bob"
+            assert json.loads(resp.read())["by"] == "alice"
     finally:
         http.shutdown()
         http.server_close()

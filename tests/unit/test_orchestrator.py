@@ -268,6 +268,59 @@ class TestApprovals:
         assert made[0].detail["reason"] == "NotAnApprover"
         assert world.state.steps["approve"].phase is StepPhase.RUNNING
 
+    @pytest.mark.parametrize(
+        ("who", "groups", "outcome"),
+        [
+            pytest.param("mallory", [], "NotAnApprover", id="an-editor"),
+            pytest.param("carol", [], "NotAnApprover", id="a-later-level-before-it-applies"),
+            pytest.param("alice", [], None, id="a-named-approver"),
+            pytest.param("dan", ["editors"], None, id="a-member-of-an-approver-group"),
+        ],
+    )
+    def test_completing_an_approval_step_by_hand_is_deciding_it(
+        self, who: str, groups: list[str], outcome: str | None
+    ) -> None:
+        """Rules 2: a complete of an approval step needs an approver, like an approve."""
+        world = at_approval(approval_flow())
+        made = world.request(
+            Event.COMPLETED_MANUALLY, "approve", by=who, byGroups=groups, output={"ok": True}, request="r1", rules=2
+        )
+        if outcome is None:
+            assert world.state.phase is WorkflowPhase.SUCCEEDED
+            assert world.state.steps["approve"].decided_by == who and world.state.steps["approve"].manual
+        else:
+            assert [(r.event, r.detail["reason"], r.detail["by"]) for r in made] == [
+                (Event.REQUEST_REFUSED, outcome, who)
+            ]
+            assert world.state.steps["approve"].phase is StepPhase.RUNNING
+
+    def test_completing_a_pending_approval_step_needs_one_of_its_own_approvers(self) -> None:
+        world = World(approval_flow())  # probe runs; approve has not started
+        refused = world.request(Event.COMPLETED_MANUALLY, "approve", by="mallory", request="r1", rules=2)
+        assert refused[-1].detail["reason"] == "NotAnApprover"
+        world.request(Event.COMPLETED_MANUALLY, "approve", by="alice", request="r2", rules=2)
+        assert world.state.steps["approve"].phase is StepPhase.SUCCEEDED
+
+    def test_a_completion_recorded_before_rules_2_folds_as_it_did(self) -> None:
+        """A history an earlier operator wrote replays to the same state (no `rules` detail)."""
+        world = at_approval(approval_flow())
+        world.request(Event.COMPLETED_MANUALLY, "approve", by="mallory", request="r1")
+        assert world.state.phase is WorkflowPhase.SUCCEEDED
+        replayed_decisions_match(world.definition, world.history)
+
+    def test_a_token_decision_is_checked_against_the_approvers_like_any_other(self) -> None:
+        world = at_approval(approval_flow())
+        token = {"via": "token", "tokenLevel": 0, "rules": 2}
+        refused = world.request(Event.APPROVED, "approve", by="erin", approver="user:erin", **token)
+        assert refused[-1].detail["reason"] == "NotAnApprover"
+        world.request(Event.APPROVED, "approve", by="group:editors", byGroups=["editors"], approver="group:editors", **token)
+        assert world.state.steps["approve"].decided_by == "group:editors"
+
+    def test_a_token_decision_of_an_earlier_operator_folds_as_it_did(self) -> None:
+        world = at_approval(approval_flow())
+        world.request(Event.APPROVED, "approve", by="token:jira-bot", via="token", tokenLevel=0)
+        assert world.state.phase is WorkflowPhase.SUCCEEDED
+
     def test_timeout_escalates_then_the_escalated_approver_may_approve(self) -> None:
         world = at_approval(approval_flow())
         refused = world.request(Event.APPROVED, "approve", by="carol", request="r0")

@@ -67,10 +67,12 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
     "workflows": {"workers": 4, "rescanSeconds": 30},
     "approvals": {
         "enabled": True,
+        "notifier": {"url": "", "timeoutSeconds": 5, "retrySeconds": 30},
         "keySecret": "vigil-approval-key",
         "keyRefreshSeconds": 60,
+        "keyRotation": {"period": "720h", "overlap": "24h"},
         "recheckSeconds": 600,
-        "defaultTokenLifetime": "168h",
+        "defaultTokenLifetime": "24h",
         "baseURL": "",
     },
     "history": {"dsn": "sqlite:////var/lib/vigil/history.db", "retentionDays": 30},
@@ -593,8 +595,12 @@ def test_user_roles_aggregate_and_approval_is_a_custom_verb(
     assert edit["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
     assert view["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
     assert ("vigil.dev", "workflowdefinitions", "create") in rules_of(edit)
+    # Editors steer their workflows (retry, cancel, complete a stuck pod step) but never approve:
+    # admission also asks `approve` of a complete on an approval step.
+    assert {("vigil.dev", "workflows", verb) for verb in ("retry", "cancel", "complete")} <= rules_of(edit)
+    assert not any(verb == "approve" for _, _, verb in rules_of(edit) | rules_of(view))
     assert rules_of(approver) == {
-        ("vigil.dev", "workflows", verb) for verb in ("approve", "get", "list", "watch", "patch")
+        ("vigil.dev", "workflows", verb) for verb in ("approve", "complete", "get", "list", "watch", "patch")
     }
     assert "rbac.authorization.k8s.io/aggregate-to-edit" not in approver["metadata"]["labels"]
 

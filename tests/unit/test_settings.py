@@ -21,7 +21,9 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
     settings = load_settings(write(tmp_path, "namespace: vigil-system\n"), environ={})
     assert (settings.workflows.workers, settings.workflows.rescan_seconds) == (4, 30.0)
     assert settings.approvals.enabled and settings.approvals.key_secret == "vigil-approval-key"
-    assert settings.approvals.default_token_lifetime == "168h" and settings.approvals.base_url == ""
+    assert settings.approvals.default_token_lifetime == "24h" and settings.approvals.base_url == ""
+    assert settings.approvals.notifier.url == ""  # no notifier: no token is minted for anyone
+    assert (settings.approvals.key_rotation.period, settings.approvals.key_rotation.overlap) == ("720h", "24h")
 
 
 @pytest.mark.parametrize(
@@ -32,6 +34,8 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("workflows: {rescan: 5}\n", "workflows.rescan", id="misspelt-key"),
         pytest.param("approvals: {defaultTokenLifetime: a week}\n", "approvals.defaultTokenLifetime", id="bad-duration"),
         pytest.param("approvals: {keyRefreshSeconds: 0}\n", "approvals.keyRefreshSeconds", id="zero-refresh"),
+        pytest.param("approvals: {notifier: {timeoutSeconds: 0}}\n", "approvals.notifier.timeoutSeconds", id="no-timeout"),
+        pytest.param("approvals: {keyRotation: {overlap: 1 day}}\n", "approvals.keyRotation.overlap", id="bad-overlap"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_key(tmp_path: Path, text: str, field: str) -> None:

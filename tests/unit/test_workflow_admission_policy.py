@@ -2,8 +2,9 @@
 
 Covers, without a cluster, helm/vigil/files/admission/workflow-requests.yaml (the only copy of the
 ValidatingAdmissionPolicy and its binding): what it matches, that its messages are the model's
-constants, that the actions it treats as approvals are the model's and the request fields it reads
-exist in the Workflow CRD; and that the chart renders it under the release's name behind
+constants, that every request action the model knows is checked against an RBAC verb (approve and
+reject against `approve`, retry, complete and cancel against their own, complete of an approval
+step against `approve` too), that the request fields it reads exist in the Workflow CRD; and that the chart renders it under the release's name behind
 `admission.workflowRequests.enabled`, strict in its values schema, and that manifests/install.yaml
 carries it. Its behaviour against a real API server is tests/integration/test_workflow_admission.py.
 """
@@ -23,9 +24,12 @@ from tests.unit.test_packaging import CHART, INSTALL_MANIFEST, NAMESPACE, RELEAS
 from vigil.model import APPROVAL_ACTIONS, WORKFLOW
 from vigil.model.crdgen import crd_for
 from vigil.model.workflow import (
+    MESSAGE_ACTION_VERBS,
     MESSAGE_APPROVE_VERB,
     MESSAGE_BY_IS_WRITER,
+    MESSAGE_COMPLETE_APPROVAL_VERB,
     MESSAGE_GROUPS_OF_WRITER,
+    RequestAction,
 )
 
 POLICY_FILE = CHART / "files" / "admission" / "workflow-requests.yaml"
@@ -68,30 +72,56 @@ def test_the_policy_matches_workflow_writes_but_not_their_status() -> None:
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 
+#: Each validation, in order: the model's words, where the message points, the verb it checks.
+REFUSALS = [
+    (MESSAGE_BY_IS_WRITER, "].by: ", None),
+    (MESSAGE_GROUPS_OF_WRITER, "].byGroups: every entry ", None),
+    (MESSAGE_APPROVE_VERB, "]: ", "approve"),
+    (MESSAGE_COMPLETE_APPROVAL_VERB, "]: ", "approve"),
+    (MESSAGE_ACTION_VERBS["complete"], "]: ", "complete"),
+    (MESSAGE_ACTION_VERBS["retry"], "]: ", "retry"),
+    (MESSAGE_ACTION_VERBS["cancel"], "]: ", "cancel"),
+]
+
+
 def test_each_refusal_says_the_models_words_and_names_the_field() -> None:
     policy, _ = policy_and_binding()
     validations = policy["spec"]["validations"]
-    assert [validation["reason"] for validation in validations] == ["Forbidden"] * 3
-    for validation, words, field in zip(
-        validations,
-        (MESSAGE_BY_IS_WRITER, MESSAGE_GROUPS_OF_WRITER, MESSAGE_APPROVE_VERB),
-        ("].by: ", "].byGroups: every entry ", "]: "),
-        strict=True,
-    ):
+    assert [validation["reason"] for validation in validations] == ["Forbidden"] * len(REFUSALS)
+    for validation, (words, field, verb) in zip(validations, REFUSALS, strict=True):
         assert words in validation["message"] and validation["message"].startswith("spec.requests: ")
         assert validation["messageExpression"].startswith('"spec.requests[" + ')
-        assert f'"{field}{words}' in validation["messageExpression"]
+        message = " ".join(validation["messageExpression"].split())
+        assert f'"{field}{words}' in message, message
+        checked = re.findall(r"check\('(\w+)'\)", validation["expression"])
+        assert checked == ([verb] if verb else []), validation["expression"]
 
 
-def test_the_approve_verb_is_checked_for_exactly_the_models_approval_actions() -> None:
+def variable(policy: dict[str, Any], name: str) -> str:
+    return str(next(v for v in policy["spec"]["variables"] if v["name"] == name)["expression"])
+
+
+def test_every_action_of_the_model_is_checked_against_a_verb() -> None:
     policy, _ = policy_and_binding()
-    decisions = next(v for v in policy["spec"]["variables"] if v["name"] == "decisions")
-    assert set(re.findall(r"r\.action == '(\w+)'", decisions["expression"])) == {
-        action.value for action in APPROVAL_ACTIONS
+    decisions = variable(policy, "decisions")
+    assert set(re.findall(r"r\.action == '(\w+)'", decisions)) == {action.value for action in APPROVAL_ACTIONS}
+    steering = {
+        re.findall(r"r\.action == '(\w+)'", variable(policy, name))[0]
+        for name in ("retries", "completions", "cancels")
     }
-    (authorize,) = [v for v in policy["spec"]["validations"] if "authorizer" in v["expression"]]
-    assert "resource('workflows')" in authorize["expression"]
-    assert "check('approve')" in authorize["expression"]
+    assert steering | set(APPROVAL_ACTIONS) == set(RequestAction)
+    authorizer = variable(policy, "workflowAuthorizer")
+    assert "resource('workflows')" in authorizer and ".name(request.name)" in authorizer
+
+
+def test_a_completion_decides_an_approval_step_when_its_type_is_approval_or_unknown() -> None:
+    """Both places a step's type can be: the inline steps, and the definition pinned in status."""
+    policy, _ = policy_and_binding()
+    steps = variable(policy, "approvalSteps")
+    assert "object.spec.steps.filter(s, s.type == 'approval')" in steps
+    assert "variables.pinned.filter(s, s.type == 'approval')" in steps
+    assert "object.status.definition.steps" in variable(policy, "pinned")
+    assert "!variables.typesKnown" in variable(policy, "approvalCompletions")
 
 
 def test_every_request_field_the_policy_reads_is_in_the_crd() -> None:

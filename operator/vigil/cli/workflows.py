@@ -14,7 +14,8 @@ writer, so the CLI never guesses a name. The append is a JSON Patch whose first
 operation tests the resourceVersion that was read, so "add to the list" and
 "create the list" cannot race another writer; a failed test (a 422 after which
 the workflow reads at a new resourceVersion) reads again and tries again. Whatever admission refuses (approve without the RBAC verb
-`approve`, say) is printed as the API server says it, exit 1.
+`approve`, retry without `retry`, say) is printed as the API server says it, with a hint naming
+the role that grants the verb, exit 1.
 
 Then the verb waits (`--wait`, the default, up to `--timeout` seconds) until the
 operator has recorded the request in `status.history` and says what it came
@@ -43,7 +44,9 @@ from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import INPUTS, Event, Record, records_from_data
 from vigil.model import GROUP, VERSION
 from vigil.model.workflow import (
+    MESSAGE_ACTION_VERBS,
     MESSAGE_APPROVE_VERB,
+    MESSAGE_COMPLETE_APPROVAL_VERB,
     REQUEST_GROUPS_MAX_ITEMS,
     RequestAction,
     WorkflowRequest,
@@ -63,6 +66,9 @@ REQUEST_ID_RANDOM_CHARS = 10
 JSON_PATCH = "application/json-patch+json"
 APPROVER_ROLE_HINT = (
     "a RoleBinding to the chart's <release>-workflow-approver ClusterRole grants it"
+)
+EDITOR_ROLE_HINT = (
+    "the built-in edit role grants it (the chart's <release>-edit ClusterRole is aggregated into it)"
 )
 
 #: The command-line argument a request field comes from, for messages about it.
@@ -191,7 +197,11 @@ def _changed_since(cluster: Cluster, ask: Ask, version: str) -> bool:
 
 def refusal_by_admission(err: ApiException) -> Refused:
     message = server_message(err)
-    hint = f" ({APPROVER_ROLE_HINT})" if MESSAGE_APPROVE_VERB in message else ""
+    hint = ""
+    if MESSAGE_APPROVE_VERB in message or MESSAGE_COMPLETE_APPROVAL_VERB in message:
+        hint = f" ({APPROVER_ROLE_HINT})"
+    elif any(words in message for words in MESSAGE_ACTION_VERBS.values()):
+        hint = f" ({EDITOR_ROLE_HINT})"
     return Refused(f"the API server refused the request: {message}{hint}")
 
 

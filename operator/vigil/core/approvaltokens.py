@@ -1,37 +1,46 @@
-"""Signed, expiring approval tokens: how an outside system decides an approval step.
+"""Signed, expiring approval tokens: how an approver decides from a chat or an e-mail link.
 
-A ticketing tool or a chat bot has no Kubernetes credentials, so it cannot append
-to a Workflow's ``spec.requests``. Instead, when an approval step starts waiting,
-the operator mints a token for it and publishes it; whoever holds the token may
-approve or reject that one step by POSTing it to the operator's HTTP API. The
-token itself is the authorization: the fold skips the approver-list check for a
-decision recorded with ``via: token``.
+An approver reading a chat message or an e-mail has no ``kubectl`` at hand, so
+when an approval step starts waiting the operator mints one token per approver
+of the step and sends each to that approver through the notifier (a webhook,
+:mod:`vigil.kube.approvals`); whoever holds the token may approve or reject that
+one step *as that approver* by POSTing it to the operator's HTTP API. A token
+is not authority of its own: the decision is recorded in the bound approver's
+name, and the fold checks that approver against the step's approvers exactly as
+it checks a ``kubectl vigil approve`` (the HTTP API also checks the RBAC verb).
 
 Format — ``base64url(claims JSON) "." base64url(HMAC-SHA256(key, first part))``,
 both parts unpadded. The claims are compact, key-sorted JSON::
 
     {"att": 1, "exp": 1795000000, "lvl": 0, "ns": "media", "step": "approve",
-     "uid": "6f1c...", "v": 1, "wf": "publish-42"}
+     "sub": "user:carol", "uid": "6f1c...", "v": 2, "wf": "publish-42"}
 
 * ``ns``, ``wf``, ``uid`` name the workflow instance. The uid makes a token for
   a workflow that was deleted and re-created under the same name worthless.
 * ``step`` and ``att`` (the attempt): a token decides one waiting period of one
   step. After ``kubectl vigil retry`` starts a new attempt, the old token is
-  refused and a new one is published.
-* ``lvl``: the escalation level when the token was minted. It is provenance,
-  not authority: a token minted before an escalation still decides the step
-  (escalation only *adds* approvers, so the people the first link went to may
-  still decide), and the level is recorded with the decision as ``tokenLevel``.
+  refused and a new one is sent.
+* ``sub``: the one approver the token is bound to, an entry of the step's
+  approvers in its normal spelling (``user:NAME`` or ``group:NAME``).
+* ``lvl``: the escalation level at which that approver joined the step (0: the
+  step's own approvers). Escalation only adds approvers, so an approver's token
+  stays the same, and valid, across escalations; it is recorded with the
+  decision as ``tokenLevel``.
 * ``exp``: whole Unix seconds; the token is valid while ``now < exp``.
+
+Version 1 tokens (no ``sub``: bearer tokens of whoever could read them) are
+refused as malformed.
 
 The signature covers the encoded claims exactly as sent and is compared in its
 encoded form with :func:`hmac.compare_digest`, so no second spelling of a token
 (other padding bits, stray characters) verifies. Tokens are deterministic: the
-same key and claims give the same token, which makes publishing idempotent.
+same key and claims give the same token, which makes sending idempotent.
+:func:`verify_any` accepts a token signed with any of several keys: the current
+one and, during a rotation's overlap, the previous one.
 
 :func:`waiting_approvals` says which tokens a workflow's folded state calls
-for, and until when each is valid. Pure: no clock (``now`` is passed in), no
-randomness, no I/O.
+for — one per approver of each waiting step — and until when each is valid.
+Pure: no clock (``now`` is passed in), no randomness, no I/O.
 """
 
 from __future__ import annotations
@@ -43,28 +52,31 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
 from vigil.core.workflow import (
     Definition,
+    StepDef,
     StepKind,
     StepPhase,
     TimeoutAction,
     WorkflowPhase,
     WorkflowState,
+    normal_approver,
 )
 
 #: The claims layout this module mints; anything else is refused as malformed.
-TOKEN_VERSION = 1
+TOKEN_VERSION = 2
 #: Shortest signing key accepted (HMAC-SHA256's own output length).
 MIN_KEY_BYTES = 32
 #: Longest token accepted: far above any real one (names are at most 253 characters).
 MAX_TOKEN_LENGTH = 4096
 
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$")
-_CLAIM_KEYS = frozenset({"v", "ns", "wf", "uid", "step", "att", "lvl", "exp"})
+_CLAIM_KEYS = frozenset({"v", "ns", "wf", "uid", "step", "sub", "att", "lvl", "exp"})
 
 
 class Problem(StrEnum):
@@ -85,12 +97,14 @@ class InvalidToken(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Claims:
-    """What a verified token says: which step of which workflow instance, and until when."""
+    """What a verified token says: which step of which workflow instance, for which approver,
+    and until when."""
 
     namespace: str
     workflow: str
     uid: str
     step: str
+    approver: str
     attempt: int
     level: int
     expires: datetime
@@ -120,11 +134,13 @@ def mint(
     workflow: str,
     uid: str,
     step: str,
+    approver: str,
     level: int,
     expires: datetime,
     attempt: int = 1,
 ) -> str:
-    """A token for one waiting approval step, valid until ``expires`` (rounded down to a second)."""
+    """A token for one approver of one waiting approval step, valid until ``expires`` (rounded
+    down to a second). ``approver`` is kept in its normal spelling (``user:``/``group:``)."""
     _check_key(key)
     if expires.tzinfo is None:
         raise ValueError("expires must be timezone-aware")
@@ -134,6 +150,7 @@ def mint(
         "wf": workflow,
         "uid": uid,
         "step": step,
+        "sub": normal_approver(approver),
         "att": attempt,
         "lvl": level,
         "exp": int(expires.timestamp() // 1),
@@ -144,11 +161,21 @@ def mint(
 
 def verify(key: bytes, token: str, *, now: datetime) -> Claims:
     """The claims of a token signed with ``key`` and not expired at ``now``; else InvalidToken."""
-    _check_key(key)
+    return verify_any([key], token, now=now)
+
+
+def verify_any(keys: Sequence[bytes], token: str, *, now: datetime) -> Claims:
+    """The claims of a token signed with one of ``keys`` and not expired at ``now``; else
+    InvalidToken. Every key is tried (no early exit), so timing does not tell which matched."""
+    if not keys:
+        raise ValueError("no key to verify with")
+    for key in keys:
+        _check_key(key)
     if len(token) > MAX_TOKEN_LENGTH or not _TOKEN_RE.match(token):
         raise InvalidToken(Problem.MALFORMED, "not a token: expected <claims>.<signature> in base64url")
     payload, signature = token.split(".")
-    if not hmac.compare_digest(_signature(key, payload), signature):
+    matches = [hmac.compare_digest(_signature(key, payload), signature) for key in keys]
+    if not any(matches):
         raise InvalidToken(Problem.BAD_SIGNATURE, "the token's signature does not match")
     claims = _claims(payload)
     if now >= claims.expires:
@@ -166,12 +193,14 @@ def _claims(payload: str) -> Claims:
         raise InvalidToken(Problem.MALFORMED, f"the token's claims are not JSON: {error}") from None
     if not isinstance(data, dict) or set(data) != _CLAIM_KEYS or data["v"] != TOKEN_VERSION:
         raise InvalidToken(Problem.MALFORMED, f"the token's claims are not version {TOKEN_VERSION}")
-    texts = [data[k] for k in ("ns", "wf", "uid", "step")]
+    texts = [data[k] for k in ("ns", "wf", "uid", "step", "sub")]
     numbers = [data[k] for k in ("att", "lvl", "exp")]
     if not all(isinstance(t, str) for t in texts) or not all(
         isinstance(n, int) and not isinstance(n, bool) for n in numbers
     ):
         raise InvalidToken(Problem.MALFORMED, "the token's claims have the wrong types")
+    if normal_approver(data["sub"]) != data["sub"]:
+        raise InvalidToken(Problem.MALFORMED, "the token's approver is not user:NAME or group:NAME")
     try:
         expires = datetime.fromtimestamp(data["exp"], tz=UTC)
     except (OverflowError, OSError, ValueError):
@@ -181,6 +210,7 @@ def _claims(payload: str) -> Claims:
         workflow=data["wf"],
         uid=data["uid"],
         step=data["step"],
+        approver=data["sub"],
         attempt=data["att"],
         level=data["lvl"],
         expires=expires,
@@ -191,16 +221,37 @@ def _claims(payload: str) -> Claims:
 
 
 @dataclasses.dataclass(frozen=True)
+class BoundApprover:
+    """One approver of a waiting step, and the escalation level at which they joined it."""
+
+    approver: str
+    level: int
+
+
+@dataclasses.dataclass(frozen=True)
 class WaitingApproval:
-    """An approval step waiting for a decision: the token it needs, and until when."""
+    """An approval step waiting for a decision: who gets a token for it, and until when."""
 
     step: str
     attempt: int
+    #: The step's escalation level now (0: nobody escalated it).
     level: int
+    #: The step's current approvers, each bound to a token of its own.
+    approvers: tuple[BoundApprover, ...]
     expires: datetime
     #: True when ``expires`` is the default lifetime's end, not a deadline: when it comes and
     #: the step still waits, the next period's token replaces this one.
     renews: bool
+
+
+def joined_levels(step: StepDef) -> dict[str, int]:
+    """Each approver of ``step`` (normal spelling) and the first level that names them."""
+    levels: dict[str, int] = {}
+    named = [step.approvers, *(level.approvers for level in step.escalation)]
+    for number, approvers in enumerate(named):
+        for approver in approvers:
+            levels.setdefault(normal_approver(approver), number)
+    return levels
 
 
 def waiting_approvals(
@@ -208,10 +259,12 @@ def waiting_approvals(
 ) -> list[WaitingApproval]:
     """Every approval step of a running workflow that waits for a decision now.
 
-    A step with a timeout gets a token until it can last be decided: its current deadline,
+    A step with a timeout gets tokens until it can last be decided: its current deadline,
     plus the time of the escalation levels still to come when it escalates on timeout. A
-    step without a timeout waits indefinitely, so its token lasts ``default_lifetime`` from
-    when its attempt started, then the next period's token follows, and so on.
+    step without a timeout waits indefinitely, so its tokens last ``default_lifetime`` from
+    when its attempt started, then the next period's tokens follow, and so on. Each of the
+    step's current approvers gets a token of its own. A step whose tokens would already be
+    expired (a deadline passed, its timer not yet recorded) gets none.
     """
     if state.phase is not WorkflowPhase.RUNNING or default_lifetime <= timedelta(0):
         return []
@@ -230,5 +283,12 @@ def waiting_approvals(
         else:
             periods = max(0, (now - started) // default_lifetime)
             expires, renews = started + default_lifetime * (periods + 1), True
-        found.append(WaitingApproval(step_def.id, step.attempt, step.level, expires, renews))
+        if expires <= now:
+            continue  # its deadline passed; the timer that says so is about to be recorded
+        joined = joined_levels(step_def)
+        bound = tuple(
+            BoundApprover(approver, joined.get(approver, step.level))
+            for approver in dict.fromkeys(normal_approver(a) for a in step.approvers)
+        )
+        found.append(WaitingApproval(step_def.id, step.attempt, step.level, bound, expires, renews))
     return found

@@ -33,6 +33,10 @@ from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 
 #: Largest step output kept, in bytes of its JSON text (a termination message holds 4 KiB).
 OUTPUT_MAX_BYTES = 4096
+#: The rules an input is folded by, recorded in its ``rules`` detail. Rules 2: a manual
+#: completion of an approval step needs an approver (an input without ``rules``, recorded by
+#: an earlier operator, is folded as it was then, so a replayed history gives the same state).
+RULES = 2
 
 
 class StepKind(StrEnum):
@@ -338,12 +342,23 @@ def time_of(detail: Mapping[str, Any], key: str) -> datetime | None:
     return parse_rfc3339(value) if isinstance(value, str) else None
 
 
+def normal_approver(approver: str) -> str:
+    """An approvers entry in one spelling: ``user:NAME`` or ``group:NAME`` (a bare name is a user)."""
+    kind, _, name = approver.partition(":")
+    return approver if name and kind in ("user", "group") else f"user:{approver}"
+
+
+def identity_of(approver: str) -> tuple[str, tuple[str, ...]]:
+    """(by, byGroups) of a decision made as one approvers entry: ``user:carol`` decides as
+    ``carol``; ``group:editors`` as ``group:editors`` with the group ``editors``."""
+    kind, _, name = normal_approver(approver).partition(":")
+    return (name, ()) if kind == "user" else (f"group:{name}", (name,))
+
+
 def is_approver(approvers: Sequence[str], *, by: str | None, groups: Sequence[str]) -> bool:
     """Whether a user (or one of their groups) is among ``approvers`` (``user:x``, ``group:y``, ``x``)."""
     for approver in approvers:
-        kind, _, name = approver.partition(":")
-        if not name:
-            kind, name = "user", approver
+        kind, _, name = normal_approver(approver).partition(":")
         if kind == "user" and name == by:
             return True
         if kind == "group" and name in groups:
@@ -470,19 +485,25 @@ def _approval_target(state: WorkflowState, record: Record) -> StepState | None:
             state, record, Reason.NOT_WAITING, f"step {record.step} is not waiting for approval"
         )
         return None
-    by = record.detail.get("by")
-    groups = record.detail.get("byGroups") or []
-    if record.detail.get("via") != "token" and not is_approver(
-        step.approvers, by=by, groups=groups
-    ):
-        _refuse(
-            state,
-            record,
-            Reason.NOT_AN_APPROVER,
-            f"{by} is not among the approvers of step {record.step} ({', '.join(step.approvers)})",
-        )
+    # A token decision of an earlier operator (no bound ``approver``) was checked by its token.
+    legacy_token = record.detail.get("via") == "token" and "approver" not in record.detail
+    if not legacy_token and not _by_approver(state, record, step.approvers):
         return None
     return step
+
+
+def _by_approver(state: WorkflowState, record: Record, approvers: Sequence[str]) -> bool:
+    """Whether the record's author is among ``approvers``; else a NotAnApprover refusal."""
+    by = record.detail.get("by")
+    if is_approver(approvers, by=by, groups=record.detail.get("byGroups") or []):
+        return True
+    _refuse(
+        state,
+        record,
+        Reason.NOT_AN_APPROVER,
+        f"{by} is not among the approvers of step {record.step} ({', '.join(approvers)})",
+    )
+    return False
 
 
 def _approved(definition: Definition, state: WorkflowState, record: Record) -> None:
@@ -546,12 +567,22 @@ def _completed_manually(definition: Definition, state: WorkflowState, record: Re
         _refuse(state, record, Reason.WORKFLOW_FINISHED, f"the workflow is {state.phase}")
     elif not (finishable or reopening) or state.phase is WorkflowPhase.COMPENSATING:
         _refuse(state, record, Reason.NOT_ACTIVE, f"step {record.step} is {step.phase}")
-    else:
+    elif _may_complete(definition, state, record, step):
         if reopening:
             _reopen(state)
         step.manual = True
         step.decided_by = record.detail.get("by")
         _succeed(state, record.step or "", step, record, output=record.detail.get("output"))
+
+
+def _may_complete(definition: Definition, state: WorkflowState, record: Record, step: StepState) -> bool:
+    """Completing an approval step decides it: only its approvers may (the current ones, or the
+    step's own before it starts). Inputs recorded before rules 2 are folded as they were."""
+    rules = record.detail.get("rules")
+    step_def = definition.step(record.step or "")
+    if step_def.kind is not StepKind.APPROVAL or not isinstance(rules, int) or rules < 2:
+        return True
+    return _by_approver(state, record, step.approvers or step_def.approvers)
 
 
 def _cancel_requested(definition: Definition, state: WorkflowState, record: Record) -> None:

@@ -1,73 +1,98 @@
-"""Approval tokens in the cluster: the signing key's Secret, and one token Secret per waiting step.
+"""Approval tokens in the cluster: the signing key's Secret, delivery to the notifier, the verb check.
+
+Where tokens never go. A token decides a step in its approver's name, so it is
+a credential of that approver, and nobody else may read it: it is never written
+to the workflow's namespace (whose Secrets the authors of the workflow may read
+through the built-in ``edit`` role), never logged, never put in status. It
+reaches its approver through the notifier alone; the operator can mint the
+same token again whenever it needs to (tokens are deterministic), so no copy is
+kept anywhere.
 
 The key. Every replica signs and verifies with the same HMAC key, kept in the
 Secret ``vigil-approval-key`` (settings ``approvals.keySecret``) of the operator
-namespace. Whoever needs it first and finds none creates it with 32 random
-bytes; a concurrent creator gets AlreadyExists and reads the winner's. A
-replica re-reads the Secret after ``approvals.keyRefreshSeconds``, so deleting
-it rotates the key everywhere within that time: tokens signed with the old key
-are refused from then on, and the leader publishes new ones.
+namespace, which only the operator's ServiceAccount (and cluster admins) read.
+Whoever needs it first and finds none creates it with 32 random bytes; a
+concurrent creator gets AlreadyExists and reads the winner's. A replica re-reads
+the Secret after ``approvals.keyRefreshSeconds``. When the key is older than
+``approvals.keyRotation.period`` (annotation ``vigil.dev/rotated-at``), the
+replica that notices replaces it — conditional on the resourceVersion it read,
+so one replica wins — with a new random key, keeping the old one as
+``previous``: tokens signed with it still verify for ``keyRotation.overlap``
+after the rotation, while the leader sends tokens signed with the new key.
+Deleting the Secret is the emergency rotation: a new key, no previous one, and
+every outstanding token is refused at once.
 
-The tokens. When an approval step starts waiting (``StepStarted`` of kind
-approval), escalates (``Escalated``), or when a step without a timeout reaches
-the end of its token's lifetime, the leader mints a token
-(:mod:`vigil.core.approvaltokens`) and writes it to the Secret
-``<workflow>-approval-<step>`` in the workflow's namespace, owned by the
-Workflow (so it is garbage-collected with it)::
+Delivery. When an approval step starts waiting (``StepStarted`` of kind
+approval), escalates (``Escalated``), or when a token of a step without a
+timeout reaches the end of its lifetime, the leader mints one token per current
+approver of the step (:mod:`vigil.core.approvaltokens`) and POSTs each, as JSON
+with its approve and reject links, to ``approvals.notifier.url``
+(:class:`WebhookNotifier`). A token is sent once per process: the publisher
+remembers what it delivered, and a token that did not change (an approver kept
+across an escalation, a recheck) is not sent again. A failed delivery is tried
+again after ``notifier.retrySeconds``. A new leader sends the tokens of waiting
+steps again; each notification carries an ``id`` (a digest of the token) by
+which the bridge can drop a repeat. The publisher is level-triggered: it reads
+the Workflow and sends for every approval step that waits *now*, on the first
+pass this process sees of it, when a pass recorded an approval start or
+escalation, when a token's lifetime ends, after a key rotation, and otherwise
+every ``approvals.recheckSeconds``. The HTTP callback's own decisions may start
+the next approval step: :meth:`TokenPublisher.after_submit` sends those at once.
 
-    token       the token
-    approveURL  <approvals.baseURL>/approvals/<token>/approve
-    rejectURL   <approvals.baseURL>/approvals/<token>/reject
-
-The Secret is written only when its content changes; a token is deterministic,
-so republishing the same one is a no-op. The publisher is level-triggered: it
-reads the Workflow and publishes for every approval step that waits *now*. It
-reads a workflow when a pass recorded an approval start or escalation, on the
-first pass this process sees of it (so a new leader repairs what a crashed one
-left unpublished), when a token's lifetime ends, after a key rotation, and
-otherwise every ``approvals.recheckSeconds`` (a deleted token Secret, or a pass
-the engine did not report, is repaired then). The HTTP callback's own decisions
-may start the next approval step: :meth:`TokenPublisher.after_submit` publishes
-those at once.
+The verb. A token proves who it was sent to; whether that approver may decide
+is the API server's to say, as for a ``kubectl vigil approve``:
+:func:`approver_review` is the SubjectAccessReview for the verb ``approve`` on
+the workflow, asked as the token's user (or group), which the HTTP callback
+makes through the same port as the HTTP API's other reviews
+(:class:`vigil.kube.accessreview.AccessReviews`), uncached: a revoked binding
+stops the next decision.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
+import json
 import logging
-import re
 import secrets
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.approvaltokens import MIN_KEY_BYTES, WaitingApproval, mint, waiting_approvals
+from vigil.core.access import Access, User
+from vigil.core.approvaltokens import (
+    MIN_KEY_BYTES,
+    BoundApprover,
+    WaitingApproval,
+    mint,
+    waiting_approvals,
+)
 from vigil.core.ports import Clock
-from vigil.core.timeparse import format_rfc3339
-from vigil.core.workflow import Event, Record, StepKind, fold, records_from_data
-from vigil.kube.pods import LABEL_MANAGED, label_value, owner_reference
-from vigil.kube.workflowpods import LABEL_STEP, LABEL_WORKFLOW, LABEL_WORKFLOW_UID
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.core.workflow import Event, Record, StepKind, fold, normal_approver, records_from_data
+from vigil.kube.pods import LABEL_MANAGED
 from vigil.kube.workflows import FINISHED_PHASES, Pass
+from vigil.model import GROUP
 from vigil.workflowspec import definition_of
 
 log = logging.getLogger(__name__)
 
 KEY_SECRET = "vigil-approval-key"
 KEY_FIELD = "key"
+PREVIOUS_FIELD = "previous"
+ANNOTATION_ROTATED_AT = "vigil.dev/rotated-at"
 KEY_BYTES = 32
 MANAGED_BY_APPROVALS = "vigil-approvals"
-ANNOTATION_ATTEMPT = "vigil.dev/attempt"
-ANNOTATION_LEVEL = "vigil.dev/level"
-ANNOTATION_EXPIRES = "vigil.dev/expires"
-#: Longest Kubernetes object name (DNS-1123 subdomain).
-NAME_MAX = 253
-CONFLICT_TRIES = 4  # concurrent writers of one token Secret tolerated
+#: The RBAC verb that decides an approval, whatever path the decision takes.
+APPROVE_VERB = "approve"
 
 FindWorkflow = Callable[[str, str], Mapping[str, Any] | None]
 
@@ -76,78 +101,145 @@ class KeyUnavailable(Exception):
     """The signing key could not be read or created (the API server is down, or RBAC refuses)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class KeyRing:
+    """The keys in the Secret: the one that signs, and the one it replaced (and when)."""
+
+    current: bytes
+    previous: bytes | None
+    rotated_at: datetime
+
+
 class SigningKey:
-    """The shared HMAC key: read from its Secret (created when missing), cached for a while."""
+    """The shared HMAC key: read from its Secret (created when missing, rotated when old), cached."""
 
     def __init__(
         self,
         core: client.CoreV1Api,
         *,
         namespace: str,
+        clock: Clock,
         name: str = KEY_SECRET,
         refresh_seconds: float = 60.0,
+        rotation_period: timedelta | None = None,
+        overlap: timedelta = timedelta(hours=24),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._core = core
         self._namespace = namespace
+        self._clock = clock
         self._name = name
         self._refresh = refresh_seconds
+        self._period = rotation_period
+        self._overlap = overlap
         self._monotonic = monotonic
         self._lock = threading.Lock()
-        self._key: bytes | None = None
+        self._ring: KeyRing | None = None
         self._read_at = float("-inf")
 
     def current(self) -> bytes:
-        """The key; a stale cached key is kept (and the failure logged) while the API is down."""
-        with self._lock:
-            if self._key is None or self._monotonic() - self._read_at >= self._refresh:
-                try:
-                    self._key = self._load()
-                    self._read_at = self._monotonic()
-                except (ApiException, KeyUnavailable) as error:
-                    if self._key is None:
-                        raise KeyUnavailable(f"approval key {self._namespace}/{self._name}: {error}") from error
-                    log.warning("approval key not re-read (%s); keeping the cached one", error)
-            return self._key
+        """The key that signs now."""
+        return self._cached().current
+
+    def keys(self) -> list[bytes]:
+        """The keys that verify now: the current one, and the previous one during the overlap."""
+        ring = self._cached()
+        if ring.previous is not None and self._clock.now() < ring.rotated_at + self._overlap:
+            return [ring.current, ring.previous]
+        return [ring.current]
 
     def fingerprint(self) -> str:
         """A short digest of the current key: it changes exactly when the key is rotated."""
         return hashlib.sha256(self.current()).hexdigest()[:16]
 
-    def _load(self) -> bytes:
-        for _ in range(3):  # read, or create, or lose the create race and read
-            secret = _read_secret(self._core, self._namespace, self._name)
-            if secret is not None:
-                return self._key_of(secret)
-            body = client.V1Secret(
-                metadata=client.V1ObjectMeta(
-                    name=self._name,
-                    namespace=self._namespace,
-                    labels={LABEL_MANAGED: MANAGED_BY_APPROVALS},
-                    annotations={"vigil.dev/purpose": "HMAC key of approval tokens; delete to rotate"},
-                ),
-                type="Opaque",
-                data={KEY_FIELD: _b64(secrets.token_bytes(KEY_BYTES))},
-            )
-            try:
-                created = self._core.create_namespaced_secret(self._namespace, body)
-            except ApiException as error:
-                if error.status != 409:
-                    raise
-                continue  # someone else created it first: read theirs
-            log.info("created approval key Secret %s/%s", self._namespace, self._name)
-            return self._key_of(created)
-        raise KeyUnavailable("the key Secret kept appearing and disappearing")
+    def _cached(self) -> KeyRing:
+        """The keys; a stale cached ring is kept (and the failure logged) while the API is down."""
+        with self._lock:
+            if self._ring is None or self._monotonic() - self._read_at >= self._refresh:
+                try:
+                    self._ring = self._load()
+                    self._read_at = self._monotonic()
+                except (ApiException, KeyUnavailable) as error:
+                    if self._ring is None:
+                        raise KeyUnavailable(f"approval key {self._namespace}/{self._name}: {error}") from error
+                    log.warning("approval key not re-read (%s); keeping the cached one", error)
+            return self._ring
 
-    def _key_of(self, secret: Any) -> bytes:
-        encoded = (secret.data or {}).get(KEY_FIELD)
-        key = base64.b64decode(encoded) if encoded else b""
-        if len(key) < MIN_KEY_BYTES:
+    def _load(self) -> KeyRing:
+        for _ in range(4):  # read (and rotate), or create; a lost race reads again
+            secret = _read_secret(self._core, self._namespace, self._name)
+            try:
+                if secret is None:
+                    return self._create()
+                ring = self._ring_of(secret)
+                if self._due(ring):
+                    return self._rotate(secret, ring)
+                return ring
+            except ApiException as error:
+                if error.status not in (404, 409):
+                    raise
+        raise KeyUnavailable("the key Secret kept changing under every write")
+
+    def _due(self, ring: KeyRing) -> bool:
+        return self._period is not None and self._clock.now() >= ring.rotated_at + self._period
+
+    def _create(self) -> KeyRing:
+        now = self._clock.now()
+        key = secrets.token_bytes(KEY_BYTES)
+        self._core.create_namespaced_secret(self._namespace, self._body(key, None, now))
+        log.info("created approval key Secret %s/%s", self._namespace, self._name)
+        return KeyRing(key, None, now)
+
+    def _rotate(self, secret: Any, ring: KeyRing) -> KeyRing:
+        now = self._clock.now()
+        key = secrets.token_bytes(KEY_BYTES)
+        body = self._body(key, ring.current, now)
+        body.metadata.resource_version = secret.metadata.resource_version
+        self._core.replace_namespaced_secret(self._name, self._namespace, body)
+        log.info("rotated approval key %s/%s; the previous key verifies until %s",
+                 self._namespace, self._name, format_rfc3339(now + self._overlap))  # fmt: skip
+        return KeyRing(key, ring.current, now)
+
+    def _body(self, key: bytes, previous: bytes | None, rotated_at: datetime) -> client.V1Secret:
+        data = {KEY_FIELD: _b64(key)}
+        if previous is not None:
+            data[PREVIOUS_FIELD] = _b64(previous)
+        return client.V1Secret(
+            metadata=client.V1ObjectMeta(
+                name=self._name,
+                namespace=self._namespace,
+                labels={LABEL_MANAGED: MANAGED_BY_APPROVALS},
+                annotations={
+                    "vigil.dev/purpose": "HMAC keys of approval tokens; delete to refuse every token at once",
+                    ANNOTATION_ROTATED_AT: format_rfc3339(rotated_at),
+                },
+            ),
+            type="Opaque",
+            data=data,
+        )
+
+    def _ring_of(self, secret: Any) -> KeyRing:
+        data = secret.data or {}
+        key = _key_field(data, KEY_FIELD)
+        if key is None:
             raise KeyUnavailable(
-                f"its '{KEY_FIELD}' has {len(key)} bytes, at least {MIN_KEY_BYTES} needed "
+                f"its '{KEY_FIELD}' has fewer than {MIN_KEY_BYTES} bytes "
                 "(delete the Secret and the operator creates a new key)"
             )
-        return key
+        stamp = (secret.metadata.annotations or {}).get(ANNOTATION_ROTATED_AT)
+        try:
+            rotated_at = parse_rfc3339(stamp) if stamp else secret.metadata.creation_timestamp
+        except ValueError:
+            rotated_at = secret.metadata.creation_timestamp
+        if rotated_at is None:
+            rotated_at = self._clock.now()
+        return KeyRing(key, _key_field(data, PREVIOUS_FIELD), rotated_at)
+
+
+def _key_field(data: Mapping[str, str], field: str) -> bytes | None:
+    encoded = data.get(field)
+    key = base64.b64decode(encoded) if encoded else b""
+    return key if len(key) >= MIN_KEY_BYTES else None
 
 
 def _read_secret(core: client.CoreV1Api, namespace: str, name: str) -> Any:
@@ -162,23 +254,6 @@ def _read_secret(core: client.CoreV1Api, namespace: str, name: str) -> Any:
 
 def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
-
-
-def token_secret_name(workflow: str, step: str) -> str:
-    """``<workflow>-approval-<step>`` as an object name.
-
-    Step ids may hold '_', which names may not: it becomes '-', and a short hash of the
-    step id is appended so that ``a_b`` and ``a-b`` keep apart. A name past 253 characters
-    is cut and ends in a hash of the whole.
-    """
-    readable = step.replace("_", "-")
-    name = f"{workflow}-approval-{readable}"
-    if readable != step:
-        name += "-" + hashlib.sha256(step.encode()).hexdigest()[:6]
-    if len(name) > NAME_MAX:
-        digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-        name = re.sub(r"[-.]+$", "", name[: NAME_MAX - len(digest) - 1]) + "-" + digest
-    return name
 
 
 def approval_urls(base_url: str, token: str) -> tuple[str, str]:
@@ -196,37 +271,124 @@ def starts_waiting(records: Iterable[Record]) -> bool:
     )
 
 
+def notification_id(token: str) -> str:
+    """A stable id of one token's notification: a repeat of it has the same id."""
+    return hashlib.sha256(token.encode("ascii")).hexdigest()[:32]
+
+
+def notification(
+    meta: Mapping[str, Any], approval: WaitingApproval, bound: BoundApprover, *, token: str, base_url: str
+) -> dict[str, Any]:
+    """The JSON the notifier receives for one approver of one waiting step."""
+    approve, reject = approval_urls(base_url, token)
+    return {
+        "kind": "ApprovalWaiting",
+        "id": notification_id(token),
+        "namespace": meta["namespace"],
+        "workflow": meta["name"],
+        "uid": meta["uid"],
+        "step": approval.step,
+        "attempt": approval.attempt,
+        "level": approval.level,
+        "approver": bound.approver,
+        "approvers": [a.approver for a in approval.approvers],
+        "expires": format_rfc3339(approval.expires),
+        "token": token,
+        "approveURL": approve,
+        "rejectURL": reject,
+    }
+
+
+# --- the notifier -----------------------------------------------------------------------------
+
+
+class NotifierFailed(Exception):
+    """A notification was not accepted (no answer in time, or not a 2xx)."""
+
+
+class Notifier(Protocol):
+    def send(self, body: Mapping[str, Any]) -> None:
+        """Deliver one notification; NotifierFailed when it was not accepted."""
+        ...
+
+
+class WebhookNotifier:
+    """POSTs each notification as JSON to one URL; any 2xx is delivered."""
+
+    def __init__(self, url: str, *, timeout_seconds: float) -> None:
+        self._url = url
+        self._timeout = timeout_seconds
+
+    def send(self, body: Mapping[str, Any]) -> None:
+        request = urllib.request.Request(
+            self._url,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json", "User-Agent": "vigil-approvals"},
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as answer:
+                status = answer.status
+        except urllib.error.HTTPError as error:
+            error.close()
+            raise NotifierFailed(f"the notifier answered {error.code}") from None
+        except (OSError, ValueError) as error:  # refused, unreachable, timed out, a bad URL
+            raise NotifierFailed(f"the notifier could not be reached: {error}") from None
+        if not 200 <= status < 300:
+            raise NotifierFailed(f"the notifier answered {status}")
+
+
+# --- the verb ---------------------------------------------------------------------------------
+
+
+def approver_review(namespace: str, workflow: str, approver: str) -> tuple[User, Access]:
+    """The SubjectAccessReview that says whether `approver` may decide: the verb `approve` on
+    the workflow, asked as the user (``user:NAME``) or as a member of the group
+    (``group:NAME``) alone, since a token names one identity and no group memberships."""
+    kind, _, name = normal_approver(approver).partition(":")
+    user = User(name=name) if kind == "user" else User(name="", groups=(name,))
+    return user, Access(verb=APPROVE_VERB, group=GROUP, resource="workflows", namespace=namespace, name=workflow)
+
+
+# --- the publisher ----------------------------------------------------------------------------
+
+
 class TokenPublisher:
-    """Publishes a token Secret for every approval step that waits (the leader's half)."""
+    """Sends a token to the notifier for every approver of every waiting step (the leader's half)."""
 
     def __init__(
         self,
-        core: client.CoreV1Api,
         *,
         key: SigningKey,
+        notifier: Notifier,
         clock: Clock,
         find_workflow: FindWorkflow,
         default_lifetime: timedelta,
         base_url: str = "",
         recheck: timedelta = timedelta(minutes=10),
+        retry: timedelta = timedelta(seconds=30),
     ) -> None:
-        self._core = core
         self._key = key
+        self._notifier = notifier
         self._clock = clock
         self._find = find_workflow
         self._lifetime = default_lifetime
         self._base_url = base_url
         self._recheck = recheck
+        self._retry = retry
         self._lock = threading.Lock()
         #: Per workflow checked by this process: when to check it again (a token's lifetime
-        #: ends, or `recheck` passed). A workflow missing here is checked on its next pass.
+        #: ends, a delivery failed, or `recheck` passed). A workflow missing here is checked
+        #: on its next pass.
         self._check_at: dict[tuple[str, str], datetime] = {}
+        #: Per workflow: the ids of the notifications delivered for its current tokens.
+        self._sent: dict[tuple[str, str], frozenset[str]] = {}
         self._fingerprint: str | None = None
 
     # --- hooks --------------------------------------------------------------------------------
 
     def on_pass(self, done: Pass) -> None:
-        """The engine's after-pass hook: publish when the pass (or anything before it) calls for it."""
+        """The engine's after-pass hook: send when the pass (or anything before it) calls for it."""
         key = (done.namespace, done.name)
         try:
             if done.phase in FINISHED_PHASES:
@@ -240,162 +402,101 @@ class TokenPublisher:
                 self.refresh(*key)
         except KeyUnavailable as error:
             self._forget(key)
-            log.warning("workflow %s/%s: approval tokens not published: %s", *key, error)
+            log.warning("workflow %s/%s: approval tokens not sent: %s", *key, error)
         except Exception:
             self._forget(key)  # checked again on its next pass
-            log.exception("workflow %s/%s: approval tokens not published; retrying next pass", *key)
+            log.exception("workflow %s/%s: approval tokens not sent; retrying next pass", *key)
 
     def after_submit(self, namespace: str, name: str, records: Sequence[Record]) -> None:
-        """After the HTTP callback recorded a decision: publish for approval steps it started."""
+        """After the HTTP callback recorded a decision: send for approval steps it started."""
         if starts_waiting(records):
             try:
                 self.refresh(namespace, name)
             except Exception:
                 self._forget((namespace, name))
-                log.exception("workflow %s/%s: approval tokens not published", namespace, name)
+                log.exception("workflow %s/%s: approval tokens not sent", namespace, name)
 
-    # --- publishing ---------------------------------------------------------------------------
+    # --- sending ------------------------------------------------------------------------------
 
     def refresh(self, namespace: str, name: str) -> list[str]:
-        """Read the workflow and publish its tokens; the names of the Secrets written."""
+        """Read the workflow and send the tokens not yet delivered; the ids of those sent now."""
         obj = self._find(namespace, name)
         if obj is None:
             self._forget((namespace, name))
             return []
-        written, renew_at = self._publish(obj)
-        check_at = self._clock.now() + self._recheck
+        sent, wake = self.send_tokens(obj)
         with self._lock:
-            self._check_at[(namespace, name)] = min(check_at, renew_at) if renew_at else check_at
-        return written
+            self._check_at[(namespace, name)] = wake
+        return sent
 
-    def publish_tokens(self, workflow: Mapping[str, Any]) -> list[str]:
-        """Publish a token for every approval step of ``workflow`` that waits now.
-
-        Idempotent: a Secret already holding the right token is left alone. Returns the
-        names of the Secrets created or changed.
-        """
-        return self._publish(workflow)[0]
-
-    def _publish(self, workflow: Mapping[str, Any]) -> tuple[list[str], datetime | None]:
+    def send_tokens(self, workflow: Mapping[str, Any]) -> tuple[list[str], datetime]:
+        """Send a token for every approver of every approval step of ``workflow`` that waits now
+        and has not had it yet. Returns the ids sent, and when to check the workflow again."""
         meta, status = workflow["metadata"], workflow.get("status") or {}
+        now = self._clock.now()
         if not status.get("definition"):
-            return [], None
+            return [], now + self._recheck
         definition = definition_of(status["definition"], uid=meta["uid"])
         state = fold(definition, records_from_data(status.get("history") or []))
-        now = self._clock.now()
         waiting = waiting_approvals(definition, state, now=now, default_lifetime=self._lifetime)
-        written = [
-            name for approval in waiting if (name := self._apply(workflow, approval)) is not None
-        ]
-        renewals = [a.expires for a in waiting if a.renews]
-        return written, min(renewals) if renewals else None
+        key = (meta["namespace"], meta["name"])
+        with self._lock:
+            delivered = self._sent.get(key, frozenset())
+        current: set[str] = set()
+        sent: list[str] = []
+        failed = False
+        for approval in waiting:
+            for bound in approval.approvers:
+                body = self._notification(meta, approval, bound)
+                current.add(body["id"])
+                if body["id"] in delivered:
+                    continue
+                try:
+                    self._notifier.send(body)
+                except NotifierFailed as error:
+                    failed = True
+                    current.discard(body["id"])
+                    log.warning("workflow %s/%s: token for %s (step %s) not delivered: %s",
+                                *key, bound.approver, approval.step, error)  # fmt: skip
+                    continue
+                sent.append(body["id"])
+                log.info("workflow %s/%s: token for %s (step %s) delivered",
+                         *key, bound.approver, approval.step)  # fmt: skip
+        with self._lock:
+            self._sent[key] = frozenset(current)
+        wakes = [now + (self._retry if failed else self._recheck)]
+        wakes += [a.expires for a in waiting if a.renews]
+        return sent, min(wakes)
 
-    def _apply(self, workflow: Mapping[str, Any], approval: WaitingApproval) -> str | None:
-        """Create or update one token Secret; its name when written, None when already right."""
-        meta = workflow["metadata"]
+    def _notification(
+        self, meta: Mapping[str, Any], approval: WaitingApproval, bound: BoundApprover
+    ) -> dict[str, Any]:
         token = mint(
             self._key.current(),
             namespace=meta["namespace"],
             workflow=meta["name"],
             uid=meta["uid"],
             step=approval.step,
+            approver=bound.approver,
             attempt=approval.attempt,
-            level=approval.level,
+            level=bound.level,
             expires=approval.expires,
         )
-        approve, reject = approval_urls(self._base_url, token)
-        body = token_secret(workflow, approval, token=token, approve_url=approve, reject_url=reject)
-        name: str = body["metadata"]["name"]
-        namespace: str = meta["namespace"]
-        for _ in range(CONFLICT_TRIES):
-            current = _read_secret(self._core, namespace, name)
-            try:
-                if current is None:
-                    self._core.create_namespaced_secret(namespace, body)
-                elif not _ours(current):
-                    log.warning(
-                        "Secret %s/%s exists and is not Vigil's: token for step %s not published",
-                        namespace, name, approval.step,
-                    )
-                    return None
-                elif _same(current, body):
-                    return None
-                else:
-                    body["metadata"]["resourceVersion"] = current.metadata.resource_version
-                    self._core.replace_namespaced_secret(name, namespace, body)
-            except ApiException as error:
-                if error.status == 409:
-                    continue  # created or changed meanwhile: read again
-                raise
-            return name
-        raise RuntimeError(f"Secret {namespace}/{name} kept changing")
+        return notification(meta, approval, bound, token=token, base_url=self._base_url)
 
     # --- bookkeeping --------------------------------------------------------------------------
 
     def _forget(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._check_at.pop(key, None)
+            self._sent.pop(key, None)
 
     def _notice_rotation(self) -> None:
-        """A new key makes every published token worthless: check every workflow again."""
+        """A new key signs new tokens: check every workflow again (the old ones still verify
+        during the overlap)."""
         fingerprint = self._key.fingerprint()
         with self._lock:
             if self._fingerprint is not None and fingerprint != self._fingerprint:
-                log.info("approval key rotated: republishing the tokens of waiting approval steps")
+                log.info("approval key rotated: sending new tokens for waiting approval steps")
                 self._check_at.clear()
             self._fingerprint = fingerprint
-
-
-def token_secret(
-    workflow: Mapping[str, Any],
-    approval: WaitingApproval,
-    *,
-    token: str,
-    approve_url: str,
-    reject_url: str,
-) -> dict[str, Any]:
-    """The token Secret of one waiting approval step, owned by its Workflow."""
-    meta = workflow["metadata"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "Opaque",
-        "metadata": {
-            "name": token_secret_name(meta["name"], approval.step),
-            "namespace": meta["namespace"],
-            "labels": {
-                LABEL_MANAGED: MANAGED_BY_APPROVALS,
-                LABEL_WORKFLOW: label_value(meta["name"]),
-                LABEL_WORKFLOW_UID: meta["uid"],
-                LABEL_STEP: approval.step,
-            },
-            "annotations": {
-                ANNOTATION_ATTEMPT: str(approval.attempt),
-                ANNOTATION_LEVEL: str(approval.level),
-                ANNOTATION_EXPIRES: format_rfc3339(approval.expires),
-            },
-            "ownerReferences": [owner_reference(workflow, "Workflow", block_owner_deletion=False)],
-        },
-        "data": {
-            "token": _b64(token.encode()),
-            "approveURL": _b64(approve_url.encode()),
-            "rejectURL": _b64(reject_url.encode()),
-        },
-    }
-
-
-def _ours(current: Any) -> bool:
-    return (current.metadata.labels or {}).get(LABEL_MANAGED) == MANAGED_BY_APPROVALS
-
-
-def _same(current: Any, wanted: Mapping[str, Any]) -> bool:
-    """Same token, same annotations, and owned by the same Workflow instance."""
-    owners = [owner.uid for owner in current.metadata.owner_references or []]
-    return bool(
-        (current.data or {}) == wanted["data"]
-        and all(
-            (current.metadata.annotations or {}).get(k) == v
-            for k, v in wanted["metadata"]["annotations"].items()
-        )
-        and owners == [wanted["metadata"]["ownerReferences"][0]["uid"]]
-    )

@@ -70,13 +70,11 @@ def execution_env(
     return [{"name": n, "value": v} for n, v in zip(ENV_NAMES, values, strict=True)]
 
 
-def owner_reference(
-    obj: Mapping[str, Any], kind: str, *, block_owner_deletion: bool = True
-) -> dict[str, Any]:
+def owner_reference(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
     """A controller ownerReference to ``obj``, one of Vigil's own objects of ``kind``.
 
     ``kind`` is the caller's to say (a job mapping handed around may lack its own). Every
-    child blocks its owner's foreground deletion except the approval token Secrets.
+    child blocks its owner's foreground deletion.
     """
     meta = obj["metadata"]
     return {
@@ -85,7 +83,7 @@ def owner_reference(
         "name": meta["name"],
         "uid": meta["uid"],
         "controller": True,
-        "blockOwnerDeletion": block_owner_deletion,
+        "blockOwnerDeletion": True,
     }
 
 

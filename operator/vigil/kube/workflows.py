@@ -53,6 +53,7 @@ from vigil.core.orchestrator import (
 from vigil.core.ports import Clock, HistoryUnavailable, WorkflowHistorySink
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.core.workflow import (
+    RULES,
     Definition,
     Event,
     Record,
@@ -702,7 +703,7 @@ def _pod_name(wanted: WantedPod) -> str:
 
 def _request_input(request: Mapping[str, Any], now: datetime) -> Record:
     event = REQUEST_EVENTS[request["action"]]
-    detail: dict[str, Any] = {"request": request["id"], "by": request.get("by", "")}
+    detail: dict[str, Any] = {"request": request["id"], "by": request.get("by", ""), "rules": RULES}
     for key in ("byGroups", "reason"):
         if request.get(key):
             detail[key] = request[key]

@@ -9,11 +9,14 @@ no cycle — is a pydantic validator, reported by the operator as an ``Invalid``
 ``spec.requests`` is how people steer a running workflow (approve, reject, retry, complete,
 cancel): an append-only list written by ``kubectl vigil approve|reject|...``. Three layers guard
 it. The CRD makes each item immutable once written (a transition rule correlated by the item's
-``id``); the ValidatingAdmissionPolicy in ``helm/vigil/files/admission/workflow-requests.yaml``
-checks that a new item's ``by`` and ``byGroups`` are the writer's own and that approvals come
-from someone holding the ``approve`` verb; the models here check what neither can (``output``
-is JSON). :func:`added_requests` and :func:`check_requests_unchanged` are the Python twins of
-the policy's and the transition rule's view of an update.
+``id``) and the list append-only (transition rules keeping every old id, and the list itself);
+the ValidatingAdmissionPolicy in ``helm/vigil/files/admission/workflow-requests.yaml`` checks
+that a new item's ``by`` and ``byGroups`` are the writer's own and that each action comes from
+someone holding its RBAC verb (``approve`` for approve and reject, and for a complete of an
+approval step; ``retry``, ``complete``, ``cancel``); the models here check what neither can
+(``output`` is JSON). :func:`added_requests`, :func:`check_requests_unchanged` and
+:func:`check_requests_kept` are the Python twins of the policy's and the transition rules' view
+of an update.
 
 A WorkflowDefinition's versions are immutable in the one way that matters to running
 workflows: a step, once in a version, is never removed or renamed there (a transition rule;
@@ -108,6 +111,20 @@ MESSAGE_GROUPS_OF_WRITER = "must be a group of whoever writes the request"
 #: A new approve or reject request from someone without the ``approve`` verb.
 MESSAGE_APPROVE_VERB = (
     "approving or rejecting a step needs the 'approve' verb on workflows.vigil.dev"
+)
+#: A new complete request for an approval step from someone without the ``approve`` verb.
+MESSAGE_COMPLETE_APPROVAL_VERB = (
+    "completing an approval step needs the 'approve' verb on workflows.vigil.dev"
+)
+#: A new retry, complete or cancel request from someone without the verb of that name.
+MESSAGE_ACTION_VERBS = {
+    "retry": "retrying a step needs the 'retry' verb on workflows.vigil.dev",
+    "complete": "completing a step needs the 'complete' verb on workflows.vigil.dev",
+    "cancel": "cancelling needs the 'cancel' verb on workflows.vigil.dev",
+}
+#: A write that removes a request (or the whole list).
+MESSAGE_REQUESTS_APPEND_ONLY = (
+    "requests cannot be removed: the list is append-only, so it keeps who asked for what"
 )
 
 
@@ -351,8 +368,25 @@ class DefinitionRef(SpecModel):
     version: int = Field(ge=1, description="The definition version to pin.")
 
 
-_WORKFLOW_RULES = cel_rules(
-    CelRule(rule="has(self.steps) != has(self.definitionRef)", message=MESSAGE_STEPS_OR_DEFINITION)
+_STEPS_OR_DEFINITION_RULE = CelRule(
+    rule="has(self.steps) != has(self.definitionRef)", message=MESSAGE_STEPS_OR_DEFINITION
+)
+_WORKFLOW_RULES = cel_rules(_STEPS_OR_DEFINITION_RULE)
+# The list's own rule keeps every old id (items are immutable, so every old item); this one
+# keeps the list itself, which a write may leave out altogether.
+_WORKFLOW_SPEC_RULES = cel_rules(
+    _STEPS_OR_DEFINITION_RULE,
+    CelRule(
+        rule="has(self.requests) || !has(oldSelf.requests) || size(oldSelf.requests) == 0",
+        message=MESSAGE_REQUESTS_APPEND_ONLY,
+        field_path=".requests",
+    ),
+)
+_REQUESTS_RULES = cel_rules(
+    CelRule(
+        rule="sets.contains(self.map(r, r.id), oldSelf.map(r, r.id))",
+        message=MESSAGE_REQUESTS_APPEND_ONLY,
+    )
 )
 
 
@@ -417,8 +451,7 @@ class WorkflowRequest(SpecModel, json_schema_extra=_REQUEST_RULES):
     """One lever pulled by a person: approve or reject an approval step, retry a failed step,
     complete a step by hand, or cancel. Written by `kubectl vigil` (approve, reject, retry,
     complete, cancel); immutable once written. Admission checks that `by` and `byGroups` are
-    the writer's own and that approve and reject come from a user with the `approve` verb on
-    the workflow."""
+    the writer's own and that the writer holds the action's RBAC verb on the workflow."""
 
     id: RequestId = Field(
         description="The request's unique id (a DNS label, at most 63 characters). The "
@@ -426,8 +459,9 @@ class WorkflowRequest(SpecModel, json_schema_extra=_REQUEST_RULES):
     )
     action: RequestAction = Field(
         description="approve or reject an approval step (needs the `approve` verb on "
-        "workflows.vigil.dev); retry a failed step; complete a step by hand with an output; "
-        "cancel the workflow (or, with step, that step)."
+        "workflows.vigil.dev); retry a failed step (the `retry` verb); complete a step by hand "
+        "with an output (the `complete` verb, and `approve` too for an approval step); cancel "
+        "the workflow (the `cancel` verb).",
     )
     step: StepId | None = Field(
         default=None,
@@ -484,12 +518,24 @@ def added_requests(
     return [request for request in new if request.id not in known]
 
 
+def check_requests_kept(old: Sequence[WorkflowRequest], new: Sequence[WorkflowRequest]) -> None:
+    """Raise ValueError if a request of ``old`` (by id) is missing from ``new``.
+
+    The twin of the CRD's append-only transition rules: requests may be appended, never
+    removed.
+    """
+    kept = {request.id for request in new}
+    missing = [request.id for request in old if request.id not in kept]
+    if missing:
+        raise ValueError(f"{MESSAGE_REQUESTS_APPEND_ONLY} (missing: {', '.join(missing)})")
+
+
 def check_requests_unchanged(
     old: Sequence[WorkflowRequest], new: Sequence[WorkflowRequest]
 ) -> None:
     """Raise ValueError if a request in both ``old`` and ``new`` (by id) differs.
 
-    The twin of the CRD's transition rule: requests may be appended (or removed), never
+    The twin of the CRD's transition rule on each item: requests may be appended, never
     changed.
     """
     before = {request.id: request for request in old}
@@ -533,7 +579,7 @@ class WorkflowTemplate(SpecModel, json_schema_extra=_WORKFLOW_RULES):
         return self
 
 
-class WorkflowSpec(WorkflowTemplate):
+class WorkflowSpec(WorkflowTemplate, json_schema_extra=_WORKFLOW_SPEC_RULES):
     """A DAG of steps to run once, given inline (steps) or by reference (definitionRef), and the
     requests people have made of it. The definition is copied into status when the workflow
     starts, so later edits of a WorkflowDefinition never touch running instances."""
@@ -543,8 +589,12 @@ class WorkflowSpec(WorkflowTemplate):
         max_length=REQUESTS_MAX_ITEMS,
         description="Approvals, rejections, retries, manual completions and cancellations, "
         "appended by `kubectl vigil approve|reject|retry|complete|cancel`. Append-only: an "
-        "item cannot be changed once written (it can be removed).",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+        "item cannot be changed or removed once written, so the spec keeps who asked for what.",
+        json_schema_extra={
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": ["id"],
+            **_REQUESTS_RULES,
+        },
     )
 
     @field_validator("requests")
