@@ -12,7 +12,10 @@ import json
 import random
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
+
+from kubernetes import client
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import (
@@ -21,6 +24,9 @@ from tests.integration.jobs import (
     duplicates,
     env_of,
     get_job,
+    ledger,
+    make_namespace,
+    parse_time,
     patch_spec,
     pods_scheduled_for_by_job,
     rfc3339,
@@ -281,3 +287,46 @@ def test_kubectl_get_shows_schedule_next_run_and_ready(
     for column in ("SCHEDULE", "TIMEZONE", "NEXT RUN", "LAST SCHEDULED", "LAST SUCCESS", "READY", "AGE"):
         assert column in header
     assert "0 2 * * *" in row and "Europe/London" in row and "True" in row
+
+
+def test_a_launch_refused_for_good_settles_as_failed_and_another_namespace_keeps_firing(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    """A ResourceQuota that allows no Executions: each occurrence there settles Failed with the
+    quota's words (ledger, Warning Event, LaunchFailing), and a job elsewhere fires on time."""
+    quota = client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="no-executions"),
+        spec=client.V1ResourceQuotaSpec(hard={"count/executions.vigil.dev": "0"}),
+    )
+    cluster.core.create_namespaced_resource_quota(namespace, quota)
+    wait_for(
+        lambda: (cluster.core.read_namespaced_resource_quota("no-executions", namespace).status.hard or {}),
+        timeout=60,
+        what="the quota to be counted",
+    )
+    other = make_namespace(cluster, "unharmed")
+    try:
+        fleet.start()
+        fleet.leader()
+        create_job(cluster, namespace, "refused", every="2s", jitter="0s")
+        create_job(cluster, other, "fine", every="2s", jitter="0s")
+
+        def settled_failed() -> list[dict[str, Any]] | None:
+            failed = [e for e in ledger(cluster, namespace, "refused") if e["outcome"] == "Failed"]
+            return failed if len(failed) >= 3 else None
+
+        failed = wait_for(settled_failed, timeout=60, what="refused occurrences settled as Failed")
+        assert all(e["reason"] == "LaunchRefused" for e in failed), failed
+        cond = condition(get_job(cluster, namespace, "refused"), "LaunchFailing")
+        assert cond and cond["status"] == "True" and "exceeded quota" in cond["message"], cond
+        events = cluster.core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=refused,reason=Failed"
+        ).items
+        assert events and events[0].type == "Warning" and "exceeded quota" in events[0].message
+        started = now()
+        wait_for_ledger(cluster, other, "fine", through=started + timedelta(seconds=6), timeout=30)
+        fired = [e for e in ledger(cluster, other, "fine") if e["outcome"] == "Fired"]
+        late = [e for e in fired if parse_time(e["at"]) - parse_time(e["fireAt"]) > timedelta(seconds=2)]
+        assert not [e for e in late if parse_time(e["nominal"]) > started], late
+    finally:
+        cluster.clear_namespace(other)

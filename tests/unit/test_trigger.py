@@ -43,7 +43,7 @@ from vigil.core.memory import (
 )
 from vigil.core.ports import Launch
 from vigil.core.schedule import Schedule
-from vigil.core.trigger import Trigger
+from vigil.core.trigger import RETRY_MAX, Trigger
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -357,22 +357,63 @@ def test_an_invalid_job_is_skipped_and_others_still_fire() -> None:
     assert w.ledger.outcomes[("ns", "bad", T0 + 5 * SECOND, "Skipped")] == "JobInvalid"
 
 
-def test_an_entry_that_keeps_failing_does_not_hold_up_others() -> None:
-    w = world()
-    w.add(every_job("poison"))
-    w.add(every_job("fine"))
+class Poisoned(MemoryLauncher):
+    """The cluster refuses every launch of the job named `poison`: for good, or (transient) for now."""
 
-    class Fussy(MemoryLauncher):
-        def launch(self, fire: Fire) -> Launch:
-            if fire.job.name == "poison":
-                raise RuntimeError("cannot build the pod")
+    def __init__(self, *, transient: bool) -> None:
+        super().__init__()
+        self.transient = transient
+        self.healed = False
+
+    def launch(self, fire: Fire) -> Launch:
+        if fire.job.name != "poison" or self.healed:
             return super().launch(fire)
+        if self.transient:
+            raise RuntimeError("503: the API server is busy")
+        return Launch(created=False, refused='executions "x" is forbidden: exceeded quota: none, limited: count/executions=0')
 
-    w.trigger = Trigger(
-        store=w.store, catalogue=w.catalogue, launcher=Fussy(), ledger=w.ledger, clock=w.clock
-    )
-    w.run_until(T0 + 5 * SECOND)
-    assert ("ns", "fine", T0 + 5 * SECOND, "Fired") in w.ledger.outcomes
+
+SIX_HOURS = timedelta(hours=6)
+TICK = timedelta(seconds=20)
+
+
+def poisoned_world(*, transient: bool) -> tuple[World, Poisoned]:
+    launcher = Poisoned(transient=transient)
+    w = world(launcher=launcher)
+    for name in ("poison", "fine"):
+        w.add(every_job(name, every=timedelta(minutes=1), window=timedelta(minutes=1)))
+    return w, launcher
+
+
+def fired(w: World, name: str) -> list[datetime]:
+    return sorted(n for (_, job, n, o) in w.ledger.outcomes if job == name and o == "Fired")
+
+
+def test_a_launch_refused_for_good_settles_as_failed_and_six_hours_later_no_one_else_missed_one() -> None:
+    w, _ = poisoned_world(transient=False)
+    w.run_until(T0 + SIX_HOURS, step=TICK)
+    every_minute = nominals(T0 + timedelta(minutes=1), T0 + SIX_HOURS - timedelta(minutes=1), timedelta(minutes=1))
+    assert fired(w, "fine")[: len(every_minute)] == every_minute
+    failed = {n: why for (_, job, n, o), why in w.ledger.outcomes.items() if job == "poison" and o == "Failed"}
+    assert sorted(failed)[: len(every_minute)] == every_minute
+    assert set(failed.values()) == {"LaunchRefused"}
+    assert not fired(w, "poison")
+    assert w.trigger.cursor is not None and w.trigger.cursor >= T0 + SIX_HOURS - timedelta(minutes=2)
+
+
+def test_a_launch_failing_for_now_is_retried_with_backoff_and_holds_up_no_one_else() -> None:
+    w, launcher = poisoned_world(transient=True)
+    w.run_until(T0 + SIX_HOURS, step=TICK)  # far past the two hours one pass may walk
+    every_minute = nominals(T0 + timedelta(minutes=1), T0 + SIX_HOURS - timedelta(minutes=1), timedelta(minutes=1))
+    assert fired(w, "fine")[: len(every_minute)] == every_minute
+    attempts = sum(1 for call in launcher.calls if call.fire.job.name == "poison")
+    assert attempts < SIX_HOURS / TICK, "backoff: the failing entry is not retried on every pass"
+    assert not fired(w, "poison")
+
+    launcher.healed = True  # the cause goes away: the held occurrences go through catch-up
+    w.run_until(T0 + SIX_HOURS + timedelta(minutes=3), step=TICK)
+    poison = {n for (_, job, n, _o) in w.ledger.outcomes if job == "poison"}
+    assert set(every_minute) <= poison, "every occurrence of the failing job ends with an outcome"
 
 
 def test_an_occurrence_skipped_at_launch_is_recorded_as_skipped() -> None:
@@ -438,6 +479,7 @@ def check_interleaving(launcher: MemoryLauncher, steps: list[tuple[str, int]], e
             with contextlib.suppress(Crash):
                 w.trigger.tick()
             dies.crashes = 0  # only that pass dies (it may have had nothing to launch or mark)
+    w.clock.advance(RETRY_MAX)  # past any backoff a failed entry waits out
     w.trigger.tick()  # a final healthy pass settles everything due
     due = nominals(T0 + timedelta(seconds=every), w.clock.now(), timedelta(seconds=every))
     fired = w.launched()

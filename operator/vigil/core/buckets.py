@@ -35,6 +35,7 @@ class Outcome(StrEnum):
     SUPERSEDED = "Superseded"
     SKIPPED = "Skipped"
     SUSPENDED = "Suspended"
+    FAILED = "Failed"  # the launch was refused for good (a quota, an admission webhook): settled
 
 
 @dataclasses.dataclass(frozen=True)

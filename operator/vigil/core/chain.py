@@ -50,6 +50,7 @@ class Reason(StrEnum):
     CATCH_UP_LIMIT = "CatchUpLimitReached"
     GAP_TOO_LONG = "GapTooLong"
     CONCURRENCY_FORBID = "ConcurrencyForbid"
+    LAUNCH_REFUSED = "LaunchRefused"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,25 +280,40 @@ def _plan_due(entry: BucketEntry, job: JobView, now: datetime) -> EntryPlan:
     )
 
 
-def skip_fires(plan: EntryPlan, skipped: Mapping[str, str], *, now: datetime) -> EntryPlan:
-    """The plan after some fires were skipped at launch (concurrencyPolicy Forbid), recorded as Skipped."""
-    if not skipped:
+@dataclasses.dataclass(frozen=True)
+class Unlaunched:
+    """A fire that did not start: skipped by policy, or refused for good by the cluster."""
+
+    outcome: Outcome  # SKIPPED or FAILED
+    reason: Reason
+    message: str = ""
+
+
+def settle_unlaunched(plan: EntryPlan, unlaunched: Mapping[str, Unlaunched], *, now: datetime) -> EntryPlan:
+    """The plan after some fires did not start, each recorded with its outcome and reason.
+
+    A Forbid skip and a refused launch both end the occurrence: it is marked and recorded, never
+    retried, so the walk moves on (a launch that is always refused must not hold up anyone).
+    """
+    if not unlaunched:
         return plan
-    fires = tuple(f for f in plan.fires if f.execution_id not in skipped)
+    fires = tuple(f for f in plan.fires if f.execution_id not in unlaunched)
     records = plan.records + tuple(
         Record(
             job_namespace=plan.namespace,
             job_name=plan.name,
             occurrence=f.occurrence,
-            outcome=Outcome.SKIPPED,
-            reason=Reason(skipped[f.execution_id]),
+            outcome=unlaunched[f.execution_id].outcome,
+            reason=unlaunched[f.execution_id].reason,
+            message=unlaunched[f.execution_id].message,
         )
         for f in plan.fires
-        if f.execution_id in skipped
+        if f.execution_id in unlaunched
     )
     mark = plan.mark
-    if mark.execution_id is not None and mark.execution_id in skipped:
-        mark = Mark(outcome=Outcome.SKIPPED, at=now, reason=skipped[mark.execution_id])
+    if mark.execution_id is not None and mark.execution_id in unlaunched:
+        why = unlaunched[mark.execution_id]
+        mark = Mark(outcome=why.outcome, at=now, reason=str(why.reason))
     return dataclasses.replace(plan, fires=fires, records=records, mark=mark)
 
 

@@ -26,6 +26,7 @@ class ConditionType(StrEnum):
     SCHEDULE_CHAIN_BROKEN = "ScheduleChainBroken"
     OUTPUT_STALE = "OutputStale"
     SUSPENDED_TOO_LONG = "SuspendedTooLong"
+    LAUNCH_FAILING = "LaunchFailing"  # its last occurrence was refused by the cluster (settled Failed)
 
 
 class ConditionReason(StrEnum):
@@ -36,6 +37,8 @@ class ConditionReason(StrEnum):
     SUSPENDED = "SuspendedByUser"
     ACTIVE = "Active"
     NO_FUTURE_OCCURRENCE = "NoFutureOccurrence"
+    LAUNCH_REFUSED = "LaunchRefused"
+    LAUNCHED = "Launched"
 
 
 def set_condition(

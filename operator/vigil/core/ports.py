@@ -71,13 +71,18 @@ class JobCatalogue(Protocol):
 class Launch:
     """What launching one fired occurrence did."""
 
-    created: bool  # False: it already existed (a repeated pass), or it was skipped
+    created: bool  # False: it already existed (a repeated pass), or it was skipped or refused
     skipped: str = ""  # a reason when the occurrence was not started at all (concurrencyPolicy Forbid)
+    refused: str = ""  # why the cluster refused it for good (a quota, a webhook, a 4xx): never retried
 
 
 class Launcher(Protocol):
     def launch(self, fire: Fire) -> Launch:
-        """Create the occurrence's execution, idempotently."""
+        """Create the occurrence's execution, idempotently.
+
+        A refusal that will not change on a retry is returned as `refused`; one that may (throttled,
+        the server busy, a timeout) is raised, and the trigger retries that entry with backoff.
+        """
         ...
 
 

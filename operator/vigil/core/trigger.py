@@ -17,18 +17,27 @@ names, so one execution results; step 4's precondition settles the marker.
 
 The cursor starts at the oldest pending minute found when leadership begins, so
 minutes missed while no leader ran are walked, never skipped.
+
+One bad entry harms nothing else. A launch the cluster refuses for good (a
+quota, an admission webhook) settles its occurrence as Failed, recorded and
+marked, and the walk moves on. A failure that may pass (throttling, a busy or
+unreachable server) retries that entry with backoff; the job's later entries
+wait behind it (its recorded progress must not pass an unrecorded occurrence),
+every other job goes on, and a past minute held only by such entries no longer
+holds the cursor: it is revisited on its own until it settles.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
-from vigil.core.buckets import MINUTE, Bucket, BucketEntry, Mark, minute_of
-from vigil.core.chain import EntryPlan, plan_entry, skip_fires
+from vigil.core.buckets import MINUTE, Bucket, BucketEntry, Mark, Outcome, minute_of
+from vigil.core.chain import EntryPlan, Reason, Unlaunched, plan_entry, settle_unlaunched
 from vigil.core.ports import BucketStore, Clock, Conflict, JobCatalogue, Launcher, Ledger
 
 log = logging.getLogger(__name__)
@@ -36,6 +45,14 @@ log = logging.getLogger(__name__)
 COMPLETE_GRACE = timedelta(seconds=5)  # a minute is closed this long after it ends (late inserts)
 MAX_MINUTES_PER_TICK = 120  # a long outage is walked over several ticks, two hours at a time
 MARK_RETRIES = 5
+#: An entry whose handling failed (the API server busy or throttling, a timeout) is retried after
+#: this, doubling per failure up to RETRY_MAX; every other job's entries go on meanwhile.
+RETRY_INITIAL = timedelta(seconds=1)
+RETRY_MAX = timedelta(seconds=60)
+#: Past minutes held by failing entries that one pass looks at again, oldest first.
+REVISITS_PER_TICK = 8
+#: How often a past minute waiting only behind a failing entry elsewhere is read anyway.
+REVISIT_IDLE = timedelta(minutes=5)
 
 
 @dataclasses.dataclass
@@ -85,6 +102,17 @@ class Trigger:
         #: Jobs whose entry failed in this pass: their later entries wait for the next pass. Each
         #: job's entries are applied on one thread, so a job's membership is only ever touched by it.
         self._held: set[tuple[str, str]] = set()
+        #: Entries whose handling failed: (failures so far, not retried before), and for each job
+        #: with one, that entry's key: the job's other entries wait until it goes through, in
+        #: every pass (not only the pass it failed in). In memory: a new leader tries them at once.
+        self._retry: dict[str, tuple[int, datetime]] = {}
+        self._retry_minutes: dict[str, datetime] = {}  # the minute each failing entry is in
+        self._failing: dict[tuple[str, str], str] = {}
+        #: Closed minutes behind the cursor still holding a failing entry, and when to look again:
+        #: at the retry time of a failing entry in it; else (entries waiting behind one elsewhere)
+        #: only when a failing entry goes through, or at the slow safety-net pace.
+        self._revisit: dict[datetime, datetime] = {}
+        self._retry_lock = threading.Lock()  # the pool's threads share the three maps above
         # Entries of different jobs are independent, so a hot minute is applied `workers` jobs at a
         # time; one job's entries stay in order on one thread (its ledger is read-modify-write).
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trigger") if workers > 1 else None
@@ -96,7 +124,7 @@ class Trigger:
     def rescan(self) -> None:
         """Move the cursor back to the oldest pending minute (at leadership start, and periodically)."""
         now = self._clock.now()
-        pending = self._store.pending_minutes(until=minute_of(now))
+        pending = [m for m in self._store.pending_minutes(until=minute_of(now)) if m not in self._revisit]
         oldest = pending[0] if pending else minute_of(now)
         if self._cursor is None or oldest < self._cursor:
             log.info("trigger cursor set to %s", oldest.isoformat())
@@ -109,13 +137,21 @@ class Trigger:
         assert self._cursor is not None
         report = TickReport(now=now)
         self._held = set()
+        due = sorted(m for m, at in self._revisit.items() if m < self._cursor and at <= now)
+        for minute in due[:REVISITS_PER_TICK]:
+            if self._visit_minute(minute, now, report):
+                del self._revisit[minute]
+            else:
+                self._revisit[minute] = self._next_look(minute, now)
         current = minute_of(now)
         minute = self._cursor
         next_cursor: datetime | None = None
         while minute <= current and report.minutes < MAX_MINUTES_PER_TICK:
             report.minutes += 1
             settled = self._visit_minute(minute, now, report)
-            if not settled and next_cursor is None:
+            if not settled and now >= minute + MINUTE + COMPLETE_GRACE:
+                self._revisit[minute] = self._next_look(minute, now)  # held by failing entries: move on
+            elif not settled and next_cursor is None:
                 next_cursor = minute
             minute += MINUTE
         self._cursor = next_cursor or minute
@@ -125,7 +161,9 @@ class Trigger:
         """Process one minute; True when every entry in it is marked and it can be left behind."""
         closed = now >= minute + MINUTE + COMPLETE_GRACE
         settled = closed
-        for bucket in self._store.read_minute(minute):
+        buckets = self._store.read_minute(minute)
+        self._release_settled(minute, buckets, now)
+        for bucket in buckets:
             report.buckets += 1
             bucket = self._process(bucket, now, report)
             if bucket.due(now):
@@ -166,37 +204,79 @@ class Trigger:
         marks: dict[str, Mark] = {}
         for entry in entries:
             job = (entry.namespace, entry.name)
-            if job in self._held:
+            failing = self._failing.get(job)
+            waiting = self._retry.get(entry.key)
+            if job in self._held or failing not in (None, entry.key) or (waiting and now < waiting[1]):
+                self._held.add(job)
                 break
             report.entries += 1
             try:
                 lookup = self._catalogue.lookup(entry.namespace, entry.name)
                 plan = plan_entry(entry, lookup.job, now=now, invalid=lookup.invalid)
                 plan = self._apply(plan, now, report)
-            except Exception:  # one bad entry must not hold up other jobs; it is retried next pass
+            except Exception:  # one bad entry must not hold up other jobs; it is retried with backoff
                 log.exception("trigger: entry %s of %s/%s failed", entry.key, entry.namespace, entry.name)
                 report.errors += 1
+                self._back_off(entry, now)
                 self._held.add(job)
                 break
+            if entry.key in self._retry:
+                self._released(entry.key, now)
             marks[entry.key] = plan.mark
         return marks, report
+
+    def _release_settled(self, minute: datetime, buckets: list[Bucket], now: datetime) -> None:
+        """Failing entries of this minute that another pass settled (or that are gone) block no more."""
+        with self._retry_lock:
+            failing = {key for key, at in self._retry_minutes.items() if at == minute}
+        if not failing:
+            return
+        waiting = {e.key for b in buckets for e in b.entries if e.key not in b.marks}
+        for key in failing - waiting:
+            self._released(key, now)
+
+    def _released(self, key: str, now: datetime) -> None:
+        """A failing entry went through (or was settled elsewhere): its job's entries may go now."""
+        with self._retry_lock:
+            self._retry.pop(key, None)
+            self._retry_minutes.pop(key, None)
+            for job in [job for job, k in self._failing.items() if k == key]:
+                del self._failing[job]
+            self._revisit.update(dict.fromkeys(self._revisit, now))
+
+    def _next_look(self, minute: datetime, now: datetime) -> datetime:
+        with self._retry_lock:
+            retries = [self._retry[k][1] for k, m in self._retry_minutes.items() if m == minute and k in self._retry]
+        return min(retries, default=now + REVISIT_IDLE)
+
+    def _back_off(self, entry: BucketEntry, now: datetime) -> None:
+        """Hold the failed entry (and its job's others) until a backoff that doubles per failure."""
+        with self._retry_lock:
+            failures = self._retry.get(entry.key, (0, now))[0] + 1
+            delay = min(RETRY_MAX, RETRY_INITIAL * 2 ** min(failures - 1, 16))
+            self._retry[entry.key] = (failures, now + delay)
+            self._retry_minutes[entry.key] = minute_of(entry.fire_at)
+            self._failing[(entry.namespace, entry.name)] = entry.key
 
     def _apply(self, plan: EntryPlan, now: datetime, report: TickReport) -> EntryPlan:
         if plan.insert is not None:
             self._store.insert(plan.insert)
         launched: dict[str, bool] = {}
-        skipped: dict[str, str] = {}
+        unlaunched: dict[str, Unlaunched] = {}
         for fire in plan.fires:
             result = self._launcher.launch(fire)
             if result.skipped:
-                skipped[fire.execution_id] = result.skipped
+                unlaunched[fire.execution_id] = Unlaunched(Outcome.SKIPPED, Reason(result.skipped))
+                continue
+            if result.refused:
+                unlaunched[fire.execution_id] = Unlaunched(Outcome.FAILED, Reason.LAUNCH_REFUSED, result.refused)
                 continue
             launched[fire.execution_id] = result.created
             report.fired += 1
             if result.created:
                 report.created += 1
                 report.lags.append((self._clock.now() - fire.occurrence.fire_at).total_seconds())
-        plan = skip_fires(plan, skipped, now=now)
+        plan = settle_unlaunched(plan, unlaunched, now=now)
         self._ledger.record(plan, launched=launched, now=now)
         report.recorded += len(plan.records)
         report.outcomes["Fired"] += sum(launched.values())

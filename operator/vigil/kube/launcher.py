@@ -10,6 +10,7 @@ environment.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -147,8 +148,32 @@ class WorkflowCreator:
         return True
 
 
+#: Answers that a retry will not change: the request itself is refused (a ResourceQuota or an
+#: admission webhook says 403, a gone namespace 404, an object too large 413, invalid 422).
+#: Everything else (408, 429, 5xx, a timeout) may pass, and the trigger retries it with backoff.
+PERMANENT_REFUSALS = frozenset({400, 403, 404, 405, 413, 415, 422})
+
+
+def permanent_refusal(err: ApiException) -> str | None:
+    """The API server's message when `err` refuses the create for good, else None."""
+    if err.status not in PERMANENT_REFUSALS:
+        return None
+    try:
+        message = str(json.loads(err.body or "{}").get("message") or "")
+    except ValueError:
+        message = ""
+    return f"{err.status} {err.reason}: {message or err.body}"[:MAX_REFUSAL]
+
+
+MAX_REFUSAL = 512  # characters of the API server's message kept with the Failed outcome
+
+
 class ExecutionLauncher:
-    """The trigger's Launcher: concurrency policy, then one Execution per occurrence."""
+    """The trigger's Launcher: concurrency policy, then one Execution per occurrence.
+
+    A create the cluster refuses for good is returned as `refused` (the occurrence settles as
+    Failed); any other error is raised for the trigger to retry.
+    """
 
     def __init__(
         self,
@@ -169,6 +194,16 @@ class ExecutionLauncher:
         self._workflows = WorkflowCreator(store.api_client)
 
     def launch(self, fire: Fire) -> Launch:
+        try:
+            return self._launch(fire)
+        except ApiException as err:
+            refused = permanent_refusal(err)
+            if refused is None:
+                raise
+            log.warning("launch of %s/%s %s refused: %s", fire.job.namespace, fire.job.name, fire.execution_id, refused)
+            return Launch(created=False, refused=refused)
+
+    def _launch(self, fire: Fire) -> Launch:
         job = self._catalogue.cached(fire.job.namespace, fire.job.name)
         if job is None:
             raise MissingJob(f"{fire.job.namespace}/{fire.job.name}")

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.core.buckets import Outcome
 from vigil.core.chain import EntryPlan, Fire, Record
+from vigil.core.conditions import ConditionReason, ConditionType, condition_status, set_condition
 from vigil.core.ids import pod_name
 from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
@@ -67,6 +68,31 @@ def merge_ledger(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> l
         by_key[(entry["nominal"], entry["outcome"])] = entry
     ordered = sorted(by_key.values(), key=lambda e: parse_rfc3339(e["nominal"]))
     return ordered[-LEDGER_SIZE:]
+
+
+def _launch_failing(
+    status: Mapping[str, Any], plan: EntryPlan, now: datetime, *, generation: int
+) -> list[dict[str, Any]] | None:
+    """The conditions with LaunchFailing set by this plan, or None when it says nothing new.
+
+    True when an occurrence was refused for good (settled Failed), with the API server's words;
+    False again at the next occurrence that launches.
+    """
+    refused = [r for r in plan.records if r.outcome is Outcome.FAILED]
+    conditions = list(status.get("conditions") or [])
+    if refused:
+        latest = max(refused, key=lambda r: r.occurrence.nominal)
+        message = f"{format_rfc3339(latest.occurrence.nominal)} was refused: {latest.message}"
+        return set_condition(
+            conditions, type_=ConditionType.LAUNCH_FAILING, status=True, reason=ConditionReason.LAUNCH_REFUSED,
+            message=message, generation=generation, now=now,
+        )  # fmt: skip
+    if plan.fires and condition_status(conditions, ConditionType.LAUNCH_FAILING) == "True":
+        return set_condition(
+            conditions, type_=ConditionType.LAUNCH_FAILING, status=False, reason=ConditionReason.LAUNCHED,
+            message="", generation=generation, now=now,
+        )  # fmt: skip
+    return None
 
 
 class KubeLedger:
@@ -126,6 +152,9 @@ class KubeLedger:
             patch["nextRun"] = None
         if chain:
             patch["chain"] = chain
+        launch_failing = _launch_failing(status, plan, now, generation=int(obj["metadata"].get("generation", 0)))
+        if launch_failing is not None:
+            patch["conditions"] = launch_failing
         meta = obj["metadata"]
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
         try:
@@ -159,7 +188,7 @@ class KubeLedger:
                     f"{fire.execution_id}",
                 )
         for record in plan.records:
-            warning = record.outcome is Outcome.MISSED
+            warning = record.outcome in (Outcome.MISSED, Outcome.FAILED)
             message = f"{record.outcome} {format_rfc3339(record.occurrence.nominal)}: {record.reason}"
             if record.message:
                 message += f" ({record.message})"
