@@ -55,6 +55,7 @@ log = logging.getLogger("vigil")
 
 EXIT_LOST_LEADERSHIP = 75  # EX_TEMPFAIL: restart me
 RETENTION_EVERY_SECONDS = 3600.0  # history is kept in whole days; hourly is plenty
+HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for a pass in flight to finish
 
 
 class SystemClock:
@@ -470,8 +471,9 @@ def run(settings: Settings) -> int:
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
         watchdog = build_watchdog(api, settings, executions=executions, events=events, clock=clock, store=store)
         threads.append(("watchdog", lambda: _watch(watchdog, settings, stop)))
-    for name, target in threads:
-        threading.Thread(target=target, name=name, daemon=True).start()
+    started = [threading.Thread(target=target, name=name, daemon=True) for name, target in threads]
+    for thread in started:
+        thread.start()
 
     wiring = handlers.Wiring(
         store=store,
@@ -498,8 +500,17 @@ def run(settings: Settings) -> int:
             )
         )
     finally:
-        stop.set()
+        _hand_over(stop, started, elector)
     return 0
+
+
+def _hand_over(stop: threading.Event, threads: list[threading.Thread], elector: LeaderElector) -> None:
+    """A graceful stop (kopf ends on SIGTERM): stop acting — the trigger finishes the pass it is in
+    — then release the Lease, so a standby leads at its next poll instead of after a whole lease."""
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=HANDOVER_JOIN_SECONDS)
+    elector.release()
 
 
 def run_watchdog(settings: Settings) -> int:

@@ -10,14 +10,25 @@ Lease to the other.
 
 from __future__ import annotations
 
+import itertools
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes import client
 
 from tests.integration.conftest import KubeCluster
+from tests.integration.jobs import (
+    create_job,
+    duplicates,
+    executions,
+    ledger,
+    parse_time,
+    wait_for_ledger,
+)
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
 from vigil.kube.leasing import LeaderElector, LeaseConfig
@@ -170,3 +181,41 @@ def test_of_two_operator_processes_one_holds_the_lease_and_the_other_takes_over_
     successor = fleet.leader(timeout=OPERATOR_FAILOVER_TIMEOUT + OPERATOR_LEASE_SECONDS)
     assert successor is survivor
     assert fleet.holder() == survivor.name
+
+
+OPERATOR_RENEW_SECONDS = 1  # tests/integration/operators.py's renew period: a standby polls at half
+#: Smaller than MARGIN_SECONDS: it must stay below the 2 s an unreleased Lease takes at the least.
+HANDOVER_MARGIN_SECONDS = 1.0
+
+
+def test_a_leader_stopped_gracefully_releases_the_lease_and_the_standby_fires_the_next_occurrence(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    """SIGTERM (a rolling update): the leader finishes its pass, clears the Lease's holder and
+    exits; the standby takes it at its next poll — not a whole lease later — and the job's
+    occurrences go on with no gap and no duplicate."""
+    first, second = fleet.start(), fleet.start()
+    holder = fleet.leader(timeout=OPERATOR_FAILOVER_TIMEOUT)
+    standby = second if holder is first else first
+    create_job(cluster, namespace, "steady", every="1s", jitter="0s")
+    wait_for(lambda: len(ledger(cluster, namespace, "steady")) >= 3, timeout=60, what="the job firing")
+
+    holder.kill(signal.SIGTERM)  # returns once the process has exited
+    exited = time.monotonic()
+    assert holder.proc.returncode == 0, f"the leader did not stop cleanly:\n{fleet.logs()}"
+    wait_for(lambda: fleet.holder() == standby.name, timeout=OPERATOR_LEASE_SECONDS, interval=0.05,
+             what="the standby to take the released Lease")  # fmt: skip
+    took = time.monotonic() - exited
+    assert "released lease" in holder.log.read_text(), "the leader exited without releasing the Lease"
+    # An unreleased Lease is taken only once it has not changed for a whole duration (3 s) after
+    # the last renewal, which came at most a renew period before the exit.
+    assert took <= OPERATOR_RENEW_SECONDS / 2 + HANDOVER_MARGIN_SECONDS, f"took {took:.1f}s: not released"
+
+    after = datetime.now(UTC)
+    entries = wait_for_ledger(cluster, namespace, "steady", through=after + timedelta(seconds=3), timeout=30)
+    fired = sorted(e["nominal"] for e in entries if e["outcome"] == "Fired")
+    assert len(fired) == len(set(fired)), "an occurrence fired twice"
+    stamps = [parse_time(n) for n in fired]
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    assert max(gaps) == timedelta(seconds=1), f"an occurrence is missing around the handover: {fired}"
+    assert not duplicates([e["spec"]["scheduledFor"] for e in executions(cluster, namespace)])
