@@ -681,3 +681,73 @@ def test_firing_goes_on_while_the_history_database_is_down_and_nothing_is_lost(
         fleet.stop()
         cluster.clear_namespace(fleet.namespace)
         server.drop()
+
+
+RETENTION_RUN = timedelta(minutes=2)
+RETENTION = {"succeeded": 3, "failed": 1}
+#: Executions the flusher may have written since the last pruning when a sample is taken: the
+#: flush runs every 2 s and prunes right after, and this job ends about one execution a second.
+PRUNE_LAG = 3
+
+
+class ExecutionNames(Follower):
+    """The name of every Execution created in one namespace, recorded by a watch."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+        self._namespace = namespace
+        self.names: set[str] = set()
+        super().__init__(cluster.custom.list_cluster_custom_object, GROUP, VERSION, EXECUTIONS)
+
+    def on_event(self, kind: str, obj: Any) -> None:
+        if kind == "ADDED" and obj["metadata"]["namespace"] == self._namespace:
+            self.names.add(obj["metadata"]["name"])
+
+
+def _kept(cluster: KubeCluster, namespace: str) -> dict[str, int]:
+    """Finished, history-written Executions present, by kind; and pods whose Execution is gone."""
+    items = executions(cluster, namespace)
+    kinds = {"succeeded": 0, "failed": 0}
+    for e in items:
+        phase = execution_status(e).get("phase")
+        if phase in ("Succeeded", "Dead", "Cancelled") and e["metadata"]["labels"].get("vigil.dev/history") == "written":
+            kinds["succeeded" if phase == "Succeeded" else "failed"] += 1
+    present = {e["metadata"]["name"] for e in items}
+    orphans = [p for p in vigil_pods(cluster, namespace) if p.metadata.labels["vigil.dev/execution-id"] not in present]
+    return {**kinds, "orphan pods": len(orphans)}
+
+
+def test_retention_keeps_the_newest_finished_executions_while_the_history_keeps_every_attempt(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    created = ExecutionNames(cluster, namespace)
+    try:
+        create_job(
+            cluster, namespace, "churn", every="1s", jitter="0s", command='test $(( $(date +%s) % 3 )) -ne 0',
+            retry={"maxAttempts": 1}, retention=RETENTION,
+        )  # fmt: skip
+        peaks = {"succeeded": 0, "failed": 0}
+        end = now() + RETENTION_RUN
+        while now() < end:  # sampled throughout the run: the scenario's length, not a wait
+            kept = _kept(cluster, namespace)
+            for kind in peaks:
+                peaks[kind] = max(peaks[kind], kept[kind])
+            assert kept["orphan pods"] == 0 or kept["orphan pods"] <= PRUNE_LAG, kept
+            time.sleep(1)  # the sampling interval
+        assert peaks["succeeded"] <= RETENTION["succeeded"] + PRUNE_LAG, peaks
+        assert peaks["failed"] <= RETENTION["failed"] + PRUNE_LAG, peaks
+
+        patch_spec(cluster, namespace, "churn", {"suspend": True, "suspendReason": "end of test"})
+        wait_all_executions_finished(cluster, namespace, timeout=60)
+        settled = {**RETENTION, "orphan pods": 0}
+        wait_for(lambda: _kept(cluster, namespace) == settled, timeout=60, what=f"exactly {settled} left")
+        assert len(executions(cluster, namespace)) == sum(RETENTION.values())
+
+        dsn = history_dsn(fleet)
+        created.check()
+        assert len(created.names) >= RETENTION_RUN.total_seconds() * 0.8, len(created.names)
+        missing = [n for n in created.names if not history_states(dsn, n)]
+        assert not missing, f"{len(missing)} executions have no history rows: {missing[:5]}"
+    finally:
+        created.stop()

@@ -69,7 +69,7 @@ CLUSTER_ALLOWLIST = (
     grants("vigil.dev", ("scheduledjobs", "workflows", "workflowdefinitions"), (*VIGIL_READ, "patch", "update"))
     | grants("vigil.dev", ("workflows",), ("create",))
     | grants("vigil.dev", ("scheduledjobs/status", "workflows/status", "workflowdefinitions/status"), ("get", "patch", "update"))
-    | grants("vigil.dev", ("executions",), (*VIGIL_READ, "create", "patch", "update"))
+    | grants("vigil.dev", ("executions",), (*VIGIL_READ, "create", "patch", "update", "delete"))
     | grants("vigil.dev", ("executions/status",), ("get", "patch", "update"))
     | grants("", ("pods",), (*VIGIL_READ, "create", "delete", "patch"))
     | grants("", ("events",), ("create", "patch"))

@@ -11,7 +11,7 @@ returns — once each, because the write is idempotent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vigil.core.executions import Execution, Phase
@@ -77,10 +77,15 @@ def attempt_records(obj: Mapping[str, Any], ex: Execution) -> list[AttemptRecord
     return rows
 
 
+#: Called with (namespace, job name, job uid) for each job some of whose executions were written.
+Written = Callable[[str, str, str], object]
+
+
 class HistoryFlusher:
-    def __init__(self, *, store: ExecutionStore, sink: HistorySink) -> None:
+    def __init__(self, *, store: ExecutionStore, sink: HistorySink, on_written: Written | None = None) -> None:
         self._store = store
         self._sink = sink
+        self._on_written = on_written
         self.pending = 0  # the buffer's depth, for the metric
 
     def flush(self) -> int:
@@ -100,7 +105,19 @@ class HistoryFlusher:
                 self._mark_written(obj)
             written += len(batch)
         self.pending = len(objs) - written
+        self._after_written(objs[:written])
         return written
+
+    def _after_written(self, objs: list[dict[str, Any]]) -> None:
+        """Tell each job whose executions were written (retention may delete older ones now)."""
+        if self._on_written is None:
+            return
+        jobs = {(o["metadata"]["namespace"], o["spec"]["job"]["name"], o["spec"]["job"]["uid"]) for o in objs}
+        for namespace, name, uid in sorted(jobs):
+            try:
+                self._on_written(namespace, name, uid)
+            except Exception:  # retention is housekeeping: the next flush of this job tries again
+                log.exception("after writing the history of %s/%s", namespace, name)
 
     def _mark_written(self, obj: Mapping[str, Any]) -> None:
         # Conditional on the version written: a transition since then keeps the label pending.

@@ -227,6 +227,18 @@ _SPEC_RULES = cel_rules(
 )
 
 
+class Retention(SpecModel):
+    """How many finished Executions (and their pods) stay on the API server; the history
+    database keeps every attempt."""
+
+    succeeded: int = Field(
+        default=3, ge=0, le=1000, description="Newest Succeeded Executions kept (like CronJob's 3)."
+    )
+    failed: int = Field(
+        default=1, ge=0, le=1000, description="Newest Dead or Cancelled Executions kept (like CronJob's 1)."
+    )
+
+
 class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
     """What to run, when, and what counts as healthy."""
 
@@ -314,6 +326,12 @@ class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
         default_factory=RetryPolicy,
         json_schema_extra=DEFAULT_EMPTY_OBJECT,
         description="Retries of a failed execution; every attempt keeps the execution id.",
+    )
+    retention: Retention = Field(
+        default_factory=Retention,
+        json_schema_extra=DEFAULT_EMPTY_OBJECT,
+        description="Finished Executions kept, and their pods; older ones are deleted once their "
+        "history is in the database, which keeps every attempt (the operator's HTTP API serves it).",
     )
     timeout: PositiveDuration | None = Field(
         default=None,
