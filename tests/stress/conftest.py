@@ -6,8 +6,9 @@ skipped: a skip in `make test` is a failure). `make stress` sets it and selects 
 
 They need the real local control plane, so the `cluster` and per-test `namespace` fixtures are
 re-exported from tests/integration and the tests get the `integration` marker too. The `fleet`
-of operator processes is this suite's own: on failure it prints the logs of the last few
-processes only, where a hundred killed ones would bury the one that matters.
+of operator processes is this suite's own: it keeps its logs in `.cluster/stress-logs/<test>/`
+and on failure prints those of the last few processes only, where a hundred killed ones would
+bury the one that matters.
 
 Each test fills a `figures` block as it runs; every block is printed in the terminal summary
 and written to `.cluster/stress-report.txt` (after each test, so an interrupted run keeps the
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -40,6 +42,7 @@ __all__ = ["cluster", "figures", "fleet", "namespace", "pytest_runtest_makerepor
 
 HERE = Path(__file__).resolve().parent
 REPORT = REPO / ".cluster" / "stress-report.txt"
+LOGS = REPO / ".cluster" / "stress-logs"
 LOGS_SHOWN = 3  # the last processes' logs printed when a test fails
 FIGURES = pytest.StashKey[list[Figures]]()
 STARTED = pytest.StashKey[datetime]()
@@ -89,15 +92,22 @@ def watches() -> Iterator[contextlib.ExitStack]:
 
 
 @pytest.fixture
-def fleet(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[OperatorFleet]:
-    """Operator processes of one test, in an operator namespace of their own."""
-    operators = OperatorFleet(cluster, tmp_path)
+def fleet(cluster: KubeCluster, request: pytest.FixtureRequest) -> Iterator[OperatorFleet]:
+    """Operator processes of one test, in an operator namespace of their own.
+
+    Their logs and history database are kept in `.cluster/stress-logs/<test>/` until the test
+    runs again (pytest's tmp_path is rotated away while a long run is still being read).
+    """
+    workdir = LOGS / request.node.name
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    operators = OperatorFleet(cluster, workdir)
     yield operators
     operators.stop()
     report = getattr(request.node, "rep_call", None)
     if report is not None and report.failed:
         shown = operators.processes[-LOGS_SHOWN:]
-        print(f"{len(operators.processes)} operator processes; logs in {tmp_path}; the last {len(shown)}:")
+        print(f"{len(operators.processes)} operator processes; logs in {workdir}; the last {len(shown)}:")
         for op in shown:
             print(f"--- {op.name}\n{op.log.read_text(errors='replace')[-6000:]}")
     cluster.clear_namespace(operators.namespace)
