@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -200,41 +201,50 @@ def assert_operator_healthy(cluster: KubeCluster, namespace: str, fleet: Operato
     wait_for(canary_fired_lately, timeout=30, what="the canary job to keep firing")
 
 
+def outcome_of(
+    cluster: KubeCluster, namespace: str, plural: str, body: dict[str, Any], *, running: str
+) -> str:
+    """Create `body`, and say how it ended: refused, invalid, or `running` (Ready, or started);
+    failing the test when a refusal or an Invalid condition names no field. Deletes it after."""
+    name = body["metadata"]["name"]
+    try:
+        cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+    except ApiException as error:
+        message = refusal(error)
+        assert names_a_field(message), f"refused without naming a field: {message!r} for {body['spec']!r}"
+        return "refused"
+    settled = settled_job if plural == PLURAL else settled_workflow
+    try:
+        obj = wait_for(lambda: settled(cluster, namespace, name), timeout=30, what=f"{name} processed")
+        invalid = condition(obj, "Invalid")
+        if invalid and invalid["status"] == "True":
+            assert invalid["message"] and (plural != PLURAL or "spec" in invalid["message"]), invalid
+            return "invalid"
+        if plural == PLURAL:
+            ready = condition(obj, "Ready")
+            assert ready and ready["status"] == "True", (body["spec"], obj.get("status"))
+        return running
+    finally:
+        cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+
+
 def test_hostile_scheduled_jobs_are_refused_or_settled_and_harm_nothing(
     cluster: KubeCluster, namespace: str, watched: tuple[OperatorFleet, Any]
 ) -> None:
     fleet, leader = watched
-    outcomes: dict[str, int] = {"refused": 0, "ready": 0, "invalid": 0}
+    outcomes: Counter[str] = Counter()
 
     @SETTINGS
     @given(changes=job_changes)
     def one(changes: dict[str, Any]) -> None:
-        name = f"fz-{uuid.uuid4().hex[:8]}"
         spec = {"every": "1h", **changes}
         if "cron" in changes:
             spec.pop("every")
-        body = job_body(name, **spec)
-        try:
-            cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
-        except ApiException as error:
-            message = refusal(error)
-            assert names_a_field(message), f"refused without naming a field: {message!r} for {changes!r}"
-            outcomes["refused"] += 1
-            return
-        try:
-            obj = wait_for(lambda: settled_job(cluster, namespace, name), timeout=30, what=f"{name} processed")
-            invalid, ready = condition(obj, "Invalid"), condition(obj, "Ready")
-            if invalid and invalid["status"] == "True":
-                assert names_a_field(invalid["message"]) or "spec" in invalid["message"], invalid
-                outcomes["invalid"] += 1
-            else:
-                assert ready and ready["status"] == "True", (changes, obj.get("status"))
-                outcomes["ready"] += 1
-        finally:
-            cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        body = job_body(f"fz-{uuid.uuid4().hex[:8]}", **spec)
+        outcomes[outcome_of(cluster, namespace, PLURAL, body, running="ready")] += 1
 
     one()
-    print(f"scheduled jobs: {outcomes}")
+    print(f"scheduled jobs: {dict(outcomes)}")
     assert outcomes["refused"] and outcomes["invalid"] and outcomes["ready"], outcomes
     assert_operator_healthy(cluster, namespace, fleet, leader)
 
@@ -243,35 +253,19 @@ def test_hostile_workflows_are_refused_or_settled_and_harm_nothing(
     cluster: KubeCluster, namespace: str, watched: tuple[OperatorFleet, Any]
 ) -> None:
     fleet, leader = watched
-    outcomes: dict[str, int] = {"refused": 0, "running": 0, "invalid": 0}
+    outcomes: Counter[str] = Counter()
 
     @SETTINGS
     @given(steps=workflow_steps, on_failure=st.one_of(st.none(), st.sampled_from(["fail", "compensate"]), hostile_text))
     def one(steps: list[dict[str, Any]], on_failure: str | None) -> None:
-        name = f"fz-{uuid.uuid4().hex[:8]}"
         spec: dict[str, Any] = {"steps": steps}
         if on_failure is not None:
             spec["onFailure"] = on_failure
+        name = f"fz-{uuid.uuid4().hex[:8]}"
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workflow", "metadata": {"name": name}, "spec": spec}
-        try:
-            cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, body)
-        except ApiException as error:
-            message = refusal(error)
-            assert names_a_field(message), f"refused without naming a field: {message!r} for {spec!r}"
-            outcomes["refused"] += 1
-            return
-        try:
-            obj = wait_for(lambda: settled_workflow(cluster, namespace, name), timeout=30, what=f"{name} processed")
-            invalid = condition(obj, "Invalid")
-            if invalid and invalid["status"] == "True":
-                assert invalid["message"], invalid
-                outcomes["invalid"] += 1
-            else:
-                outcomes["running"] += 1
-        finally:
-            cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
+        outcomes[outcome_of(cluster, namespace, WORKFLOWS, body, running="running")] += 1
 
     one()
-    print(f"workflows: {outcomes}")
+    print(f"workflows: {dict(outcomes)}")
     assert outcomes["refused"] and outcomes["invalid"] and outcomes["running"], outcomes
     assert_operator_healthy(cluster, namespace, fleet, leader)
