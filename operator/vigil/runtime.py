@@ -251,6 +251,9 @@ class MigratingHistory:
     def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
         self.history.write_workflow_events(records)
 
+    def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
+        return self.history.workflow_event(workflow_uid, seq)
+
 
 def _every(stop: threading.Event, interval: float, what: str, step: Any) -> None:
     """Run `step` every `interval` seconds until stopped; a failing step is logged, never fatal."""

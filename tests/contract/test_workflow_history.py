@@ -4,7 +4,8 @@
 entries round-trip with every field, aware UTC times and their JSON `data`
 unchanged; writes are idempotent by (workflow uid, seq) and never change a row
 already there; reads come back in seq order, for the newest workflow of a name
-unless a uid is given; retention deletes a workflow's entries together once
+unless a uid is given, and one entry by uid and seq (where an offloaded step
+output is read back); retention deletes a workflow's entries together once
 every one is older than the cutoff; an unreachable database — including a real
 PostgreSQL stopped under the adapter — is `HistoryUnavailable`; and a database
 migrated before workflow history existed gains the table and keeps its attempts.
@@ -185,6 +186,17 @@ def test_entries_come_back_in_seq_order_whatever_the_write_order(history: SqlHis
     assert history.workflow_events("team-a", "missing") == []
 
 
+def test_one_entry_reads_back_by_uid_and_seq(history: SqlHistory) -> None:
+    output = {"rendition": "480p", "bytes": "x" * 5000}
+    written = [entry(0), entry(1, event="PodSucceeded", data={"event": "PodSucceeded", "output": output})]
+    history.write_workflow_events([*written, entry(1, uid="another-uid")])
+    sink: WorkflowHistorySink = history
+    assert sink.workflow_event(UID, 1) == written[1]
+    assert (sink.workflow_event(UID, 1) or written[0]).data["output"] == output
+    assert sink.workflow_event(UID, 2) is None
+    assert sink.workflow_event("no-such-uid", 0) is None
+
+
 def test_a_reused_name_reads_as_its_newest_workflow_unless_a_uid_is_given(
     history: SqlHistory,
 ) -> None:
@@ -244,6 +256,8 @@ def test_an_unreachable_database_is_history_unavailable(unreachable: SqlHistory)
         unreachable.write_workflow_events([entry(0)])
     with pytest.raises(HistoryUnavailable):
         unreachable.workflow_events("team-a", "nightly-etl")
+    with pytest.raises(HistoryUnavailable):
+        unreachable.workflow_event(UID, 0)
     with pytest.raises(HistoryUnavailable):
         unreachable.drop_expired_partitions(STARTED)
 

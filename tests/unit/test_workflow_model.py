@@ -2,7 +2,7 @@
 
 Covers ``spec.requests`` (good requests parse; one named row per bad one, each naming its
 field), the Python twins of the admission checks (``added_requests``, ``check_requests_unchanged``,
-``check_definition_update``), the split of the Workflow spec into the workflow template a
+``check_requests_kept``, ``check_definition_update``), the split of the Workflow spec into the workflow template a
 ScheduledJob holds plus the requests, and what the generated CRDs say about all three.
 """
 
@@ -32,6 +32,11 @@ from vigil.model import (
     describe_validation_error,
 )
 from vigil.model.crdgen import crd_for
+from vigil.model.workflow import (
+    MESSAGE_REQUESTS_APPEND_ONLY,
+    MESSAGE_REQUESTS_TEXT,
+    check_requests_kept,
+)
 
 Spec = dict[str, Any]
 
@@ -114,7 +119,7 @@ BAD_REQUESTS: list[Any] = [
     pytest.param(with_request(action="retry", output="{}"), "spec.requests[0]: request 'approve-1': output is allowed only with action complete", id="output-on-retry"),
     pytest.param(with_request(action="complete", output="{'a': 1}"), "spec.requests[0].output: not valid JSON: Expecting property name enclosed in double quotes", id="output-not-json"),
     pytest.param(with_request(action="complete", output="NaN"), "spec.requests[0].output: not valid JSON: NaN is not JSON", id="output-nan"),
-    pytest.param(with_request(action="complete", output='"' + "x" * 32767 + '"'), "spec.requests[0].output: String should have at most 32768 characters", id="output-too-long"),
+    pytest.param(with_request(action="complete", output='"' + "x" * 4095 + '"'), "spec.requests[0].output: String should have at most 4096 characters", id="output-too-long"),
     pytest.param(with_request(action="resume"), "spec.requests[0].action: Input should be 'approve', 'reject', 'retry', 'complete' or 'cancel'", id="unknown-action"),
     pytest.param(with_request(id="Approve_1"), "spec.requests[0].id: String should match pattern", id="id-not-a-dns-label"),
     pytest.param(with_request(id="a" * 64), "spec.requests[0].id: String should have at most 63 characters", id="id-too-long"),
@@ -153,13 +158,16 @@ def test_added_requests_are_all_on_create_and_only_new_ids_on_update() -> None:
     assert added_requests([cancel], [cancel, readded]) == [readded], "removed and written again: new"
 
 
-def test_requests_may_be_appended_or_removed_but_not_changed() -> None:
+def test_requests_may_be_appended_but_neither_changed_nor_removed() -> None:
     approval, cancel = requests(APPROVAL, {"id": "cancel-1", "action": "cancel", "by": "bob"})
     check_requests_unchanged([approval], [approval, cancel])
-    check_requests_unchanged([approval, cancel], [cancel])
+    check_requests_kept([approval], [approval, cancel])
     changed = approval.model_copy(update={"reason": "second thoughts"})
     with pytest.raises(ValueError, match=r"^request approve-1 cannot be changed once written; append a new request \(with a new id\) instead$"):
         check_requests_unchanged([approval, cancel], [changed, cancel])
+    for erased, missing in (([cancel], "approve-1"), ([], "approve-1, cancel-1")):
+        with pytest.raises(ValueError, match=rf"^requests cannot be removed: .* \(missing: {missing}\)$"):
+            check_requests_kept([approval, cancel], erased)
 
 
 def definition(*versions: tuple[int, list[str]]) -> WorkflowDefinitionSpec:
@@ -257,10 +265,12 @@ def test_requests_are_a_map_keyed_by_id_whose_items_are_immutable() -> None:
     schema = spec_schema(WORKFLOW)["properties"]["requests"]
     assert (schema["x-kubernetes-list-type"], schema["x-kubernetes-list-map-keys"]) == ("map", ["id"])
     assert schema["maxItems"] == REQUESTS_MAX_ITEMS
+    list_rules = [rule["message"] for rule in schema["x-kubernetes-validations"]]
+    assert list_rules == [MESSAGE_REQUESTS_APPEND_ONLY, MESSAGE_REQUESTS_TEXT]
     item = schema["items"]
     assert item["required"] == ["id", "action", "by"]
     assert item["properties"]["action"]["enum"] == ["approve", "reject", "retry", "complete", "cancel"]
-    assert item["properties"]["output"]["maxLength"] == 32768
+    assert item["properties"]["output"]["maxLength"] == 4096  # a step output is at most 4 KiB
     assert item["properties"]["byGroups"]["x-kubernetes-list-type"] == "set"
     rules = {rule["rule"]: rule for rule in item["x-kubernetes-validations"]}
     assert rules["self == oldSelf"]["messageExpression"] == (

@@ -25,6 +25,7 @@ from typing import Any
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import BadInput
 from vigil.cli.tables import precise_duration, relative, render_table
+from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.executions import format_time
 from vigil.core.orchestrator import current, progress
 from vigil.core.workflow import (
@@ -38,7 +39,6 @@ from vigil.core.workflow import (
     StepPhase,
     StepState,
     WorkflowState,
-    fold,
     records_from_data,
 )
 from vigil.workflowspec import definition_of
@@ -62,6 +62,9 @@ class Folded:
     definition: Definition | None
     records: list[Record]
     state: WorkflowState
+    #: History entries before ``records``: folded into the status's checkpoint, and kept only in
+    #: the history database.
+    older: int = 0
 
 
 def read_workflow(obj: Mapping[str, Any]) -> Folded:
@@ -73,14 +76,15 @@ def read_workflow(obj: Mapping[str, Any]) -> Folded:
     try:
         definition = None if raw is None else definition_of(raw, uid=str(meta.get("uid", "")))
         records = records_from_data(status.get("history") or []) if pinned else []
+        checkpoint = Checkpoint.from_data(status.get("checkpoint")) if pinned else None
     except (KeyError, ValueError) as err:
         raise BadInput(
             f'workflow "{meta.get("name")}" in namespace "{meta.get("namespace")}" cannot be read: {err}'
         ) from None
-    state = fold(definition, records) if definition is not None else WorkflowState()
+    state = resume(definition, checkpoint, records) if definition is not None else WorkflowState()
     return Folded(
         name=str(meta.get("name")), namespace=str(meta.get("namespace")), pinned=bool(pinned),
-        definition=definition, records=records, state=state,
+        definition=definition, records=records, state=state, older=checkpoint.seq if checkpoint else 0,
     )  # fmt: skip
 
 
@@ -108,6 +112,8 @@ def header_lines(obj: Mapping[str, Any], folded: Folded, *, now: datetime) -> li
         running = current(folded.definition, state)
         if running:
             parts.append(f"current: {running.replace(',', ', ')}")
+    if folded.older:
+        parts.append(f"{folded.older} older history entries in the history database")
     lines = [", ".join(parts)]
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition.get("type") in SHOWN_CONDITIONS and condition.get("status") == "True":

@@ -114,3 +114,9 @@ class WorkflowHistorySink(Protocol):
         """Insert entries by (workflow uid, seq), keeping a row already there (entries never
         change); raise HistoryUnavailable if the database is unreachable."""
         ...
+
+    def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
+        """Entry ``seq`` of the workflow ``workflow_uid``, or None when it was never written (or
+        has expired); raise HistoryUnavailable if the database is unreachable. Read back only
+        for a step output that left the Workflow's status (vigil.core.checkpoint)."""
+        ...

@@ -21,6 +21,7 @@ No clock, randomness or I/O here: times come from the records themselves.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -284,6 +285,11 @@ class StepState:
     approvers: tuple[str, ...] = ()
     rejected: bool = False
     output: Any = None
+    #: Seq of the record the output came in (its full copy is that history entry).
+    output_seq: int | None = None
+    #: SHA-256 of the output's JSON when it left the status (:mod:`vigil.core.checkpoint`):
+    #: ``output`` is then None and the history database's entry ``output_seq`` holds it.
+    output_offloaded: str | None = None
     reason: str = ""
     message: str = ""
     decided_by: str | None = None
@@ -366,9 +372,17 @@ def is_approver(approvers: Sequence[str], *, by: str | None, groups: Sequence[st
     return False
 
 
-def fold(definition: Definition, records: Iterable[Record]) -> WorkflowState:
-    """Replay ``records`` into the workflow's state."""
-    state = WorkflowState(steps={step.id: StepState() for step in definition.steps})
+def fold(
+    definition: Definition, records: Iterable[Record], *, start: WorkflowState | None = None
+) -> WorkflowState:
+    """Replay ``records`` into the workflow's state: from the beginning, or on top of ``start``
+    (the state the records before them folded into; it is copied, never changed)."""
+    if start is None:
+        state = WorkflowState(steps={step.id: StepState() for step in definition.steps})
+    else:
+        state = copy.deepcopy(start)
+        for step in definition.steps:
+            state.steps.setdefault(step.id, StepState())
     for record in records:
         apply(definition, state, record)
     return state
@@ -417,6 +431,8 @@ def _succeed(
 ) -> None:
     step.phase = StepPhase.SUCCEEDED
     step.output = output
+    step.output_seq = state.seq - 1  # this record's: apply() counted it already
+    step.output_offloaded = None
     step.finished_at = record.at
     step.deadline = step.retry_at = None
     step.deadline_passed = False

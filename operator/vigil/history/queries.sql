@@ -58,6 +58,13 @@ FROM workflow_events
 WHERE namespace = :namespace AND workflow = :workflow AND workflow_uid = :workflow_uid
 ORDER BY seq;
 
+-- name: workflow_event
+-- One entry of a workflow's history, by uid and seq: where a step output that left the
+-- Workflow's status (vigil.core.checkpoint) is read back when a dependent step needs it.
+SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data
+FROM workflow_events
+WHERE workflow_uid = :workflow_uid AND seq = :seq;
+
 -- name: expire_workflow_events
 -- Retention: a workflow's rows go together, once every one is older than :cutoff, so no
 -- history is left without its beginning (a workflow still writing keeps its old entries).

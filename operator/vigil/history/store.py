@@ -156,6 +156,7 @@ INSERT_WORKFLOW_EVENT = sa.text(QUERIES["insert_workflow_event"]).bindparams(
 )
 LATEST_WORKFLOW_EVENTS = sa.text(QUERIES["latest_workflow_events"]).columns(**WORKFLOW_EVENT_TYPES)
 WORKFLOW_EVENTS_OF_UID = sa.text(QUERIES["workflow_events_of_uid"]).columns(**WORKFLOW_EVENT_TYPES)
+WORKFLOW_EVENT = sa.text(QUERIES["workflow_event"]).columns(**WORKFLOW_EVENT_TYPES)
 EXPIRE_WORKFLOW_EVENTS = sa.text(QUERIES["expire_workflow_events"]).bindparams(
     sa.bindparam("cutoff", type_=UtcDateTime())
 )
@@ -489,6 +490,13 @@ class SqlHistory:
         with unavailable_on_outage(), self.engine.connect() as connection:
             rows = connection.execute(query, params).mappings()
             return [WorkflowEventRecord(**{str(k): v for k, v in row.items()}) for row in rows]
+
+    def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
+        """Entry `seq` of the workflow with uid `workflow_uid`, if it was written."""
+        params = {"workflow_uid": workflow_uid, "seq": seq}
+        with unavailable_on_outage(), self.engine.connect() as connection:
+            row = connection.execute(WORKFLOW_EVENT, params).mappings().first()
+            return WorkflowEventRecord(**{str(k): v for k, v in row.items()}) if row is not None else None
 
     def _records(self, query: sa.Select[Any]) -> list[AttemptRecord]:
         with unavailable_on_outage(), self.engine.connect() as connection:

@@ -75,9 +75,10 @@ from vigil.core.approvaltokens import (
     mint,
     waiting_approvals,
 )
+from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.core.workflow import Event, Record, StepKind, fold, normal_approver, records_from_data
+from vigil.core.workflow import Event, Record, StepKind, normal_approver, records_from_data
 from vigil.kube.pods import LABEL_MANAGED
 from vigil.kube.workflows import FINISHED_PHASES, Pass
 from vigil.model import GROUP
@@ -437,7 +438,8 @@ class TokenPublisher:
         if not status.get("definition"):
             return [], now + self._recheck
         definition = definition_of(status["definition"], uid=meta["uid"])
-        state = fold(definition, records_from_data(status.get("history") or []))
+        checkpoint = Checkpoint.from_data(status.get("checkpoint"))
+        state = resume(definition, checkpoint, records_from_data(status.get("history") or []))
         waiting = waiting_approvals(definition, state, now=now, default_lifetime=self._lifetime)
         key = (meta["namespace"], meta["name"])
         with self._lock:

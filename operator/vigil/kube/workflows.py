@@ -16,7 +16,16 @@ One pass over a Workflow (``reconcile``):
    delete running pods the state no longer wants, post Events.
 
 Everything an action depends on is in the written status, so a crash at any
-point is repaired by the next pass — in this process or a new one. Passes are
+point is repaired by the next pass — in this process or a new one.
+
+The status stays within etcd's object size. Entries are mirrored to the history
+database as they are recorded (``historyMirrored`` counts them from the first);
+past a budget the oldest mirrored entries are folded into ``status.checkpoint``
+and leave the status (:mod:`vigil.core.checkpoint`), and so do large step
+outputs, which a dependent's pod then reads back from the database. While the
+database is behind, entries stay, up to a hard cap: a pass that would pass it
+records nothing and tries again later, so the workflow waits rather than
+writing a status the API server would refuse on every pass. Passes are
 level-triggered: pod and Workflow changes queue the workflow, timers queue it
 at their recorded time, and a periodic rescan queues every unfinished one (that
 is also how a fresh operator resumes all in-flight workflows).
@@ -36,6 +45,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from vigil.core.checkpoint import Budget, Checkpoint, compact, entry_bytes, output_digest, resume
 from vigil.core.conditions import set_condition
 from vigil.core.history import WorkflowEventRecord
 from vigil.core.ids import ExecutionId, pod_name
@@ -67,6 +77,7 @@ from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR
 from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import LABEL_WORKFLOW_UID, pod_result, workflow_pod
 from vigil.model import GROUP, VERSION
+from vigil.model.workflow import HISTORY_MAX_ITEMS
 from vigil.workflowspec import (
     InvalidWorkflow,
     definition_of,
@@ -90,6 +101,14 @@ JOB_OUTCOMES = {
 CONFLICT_TRIES = 8  # concurrent status writers tolerated in one pass
 INPUT_ROUNDS = 10  # new inputs gathered per pass before writing (results can make timers due)
 RETRY_AFTER_ERROR = timedelta(seconds=5)
+#: When the oldest mirrored entries leave the status for the checkpoint (and outputs over 256
+#: bytes leave with them): 500 entries or 256 KiB of them, leaving half of each.
+HISTORY_BUDGET = Budget(items=500, bytes=256 * 1024, inline_output_bytes=256)
+#: The most entry bytes a status holds while the database is behind: with the checkpoint (one
+#: summary per step), the pinned definition and the spec, the object stays below etcd's 1.5 MB.
+HISTORY_MAX_BYTES = 640 * 1024
+#: Entries kept in a cache of outputs read back from the database.
+OUTPUT_CACHE_ENTRIES = 256
 CONDITION_INVALID = "Invalid"
 CONDITION_STUCK = "Stuck"
 FINISHED_PHASES = ("Succeeded", "Failed", "Compensated", "Cancelled")
@@ -127,6 +146,37 @@ Key = tuple[str, str]
 
 class Conflict(Exception):
     """The workflow changed since it was read; the pass starts again."""
+
+
+class HistoryFull(Exception):
+    """The status cannot take more entries until the history database has the oldest."""
+
+
+class OutputUnavailable(Exception):
+    """A step output that left the status cannot be read back from the history database."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What a Workflow's status holds of its history: the checkpoint, the entries after it, and
+    how many entries, counted from the first, are in the history database."""
+
+    checkpoint: Checkpoint | None
+    entries: list[Record]
+    mirrored: int
+
+    @property
+    def base(self) -> int:
+        """The seq of the first entry in the status."""
+        return self.checkpoint.seq if self.checkpoint else 0
+
+    @classmethod
+    def of(cls, status: Mapping[str, Any]) -> Recorded:
+        return cls(
+            Checkpoint.from_data(status.get("checkpoint")),
+            records_from_data(status.get("history") or []),
+            int(status.get("historyMirrored") or 0),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,6 +298,8 @@ class WorkflowEngine:
         #: The resourceVersion of each workflow's last status write of ours, until its watch
         #: event arrives: that event needs no pass (the pass that wrote it already acted).
         self._own: dict[Key, str] = {}
+        #: Outputs read back from the database, by (workflow uid, seq), oldest first.
+        self._outputs: dict[tuple[str, int], Any] = {}
 
     # --- queueing -----------------------------------------------------------------------------
 
@@ -322,9 +374,8 @@ class WorkflowEngine:
         for obj in self.api.list_all():
             status = obj.get("status") or {}
             unfinished = status.get("phase") not in FINISHED_PHASES
-            unmirrored = self._history is not None and int(status.get("historyMirrored") or 0) < len(
-                status.get("history") or []
-            )
+            recorded = int((status.get("checkpoint") or {}).get("seq") or 0) + len(status.get("history") or [])
+            unmirrored = self._history is not None and int(status.get("historyMirrored") or 0) < recorded
             if unfinished or unmirrored:
                 meta = obj["metadata"]
                 self.notify(meta["namespace"], meta["name"])
@@ -389,23 +440,20 @@ class WorkflowEngine:
             if obj is None or not status.get("definition"):
                 raise LookupError(f"workflow {namespace}/{name} not found or not started")
             definition = definition_of(status["definition"], uid=obj["metadata"]["uid"])
-            history = records_from_data(status.get("history") or [])
-            state = fold(definition, history)
+            recorded = Recorded.of(status)
+            state = resume(definition, recorded.checkpoint, recorded.entries)
             added = record_input(definition, state, record)
-            new_status = self._status(
-                obj,
-                definition,
-                state,
-                [*history, *added],
-                int(status.get("historyMirrored") or 0),
-                (),
-                record.at,
-            )
+            entries = [*recorded.entries, *added]
+            mirrored = self._mirror(obj, recorded.base, recorded.entries, recorded.mirrored)
+            try:
+                new_status = self._status(obj, definition, state, recorded, entries, mirrored, (), record.at)
+            except HistoryFull as full:
+                raise RuntimeError(f"workflow {namespace}/{name}: {full}; try again") from None
             try:
                 self._wrote(obj, self.api.write_status(obj, new_status))
             except Conflict:
                 continue
-            self._mirror(obj, [*history, *added], len(history))
+            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries))
             self._announce(obj, added, (), status)
             self._report(obj, added, (), state)
             if self._running:
@@ -421,18 +469,24 @@ class WorkflowEngine:
         uid = obj["metadata"]["uid"]
         pinned = status["definition"]
         definition = definition_of(pinned, uid=uid)
-        history = records_from_data(status.get("history") or [])
-        state = fold(definition, history)
+        recorded = Recorded.of(status)
+        state = resume(definition, recorded.checkpoint, recorded.entries)
         pods = self.api.pods(obj["metadata"]["namespace"], uid)
         new = self._record_inputs(obj, definition, state, pods, now)
         stuck = tuple(stuck_steps(definition, state, now=now))
-        mirrored = self._mirror(obj, history, int(status.get("historyMirrored") or 0))
-        new_status = self._status(obj, definition, state, [*history, *new], mirrored, stuck, now)
+        mirrored = self._mirror(obj, recorded.base, recorded.entries, recorded.mirrored)
+        entries = [*recorded.entries, *new]
+        try:
+            new_status = self._status(obj, definition, state, recorded, entries, mirrored, stuck, now)
+        except HistoryFull as full:
+            log.warning("workflow %s/%s: %s; nothing recorded, trying again later", obj["metadata"]["namespace"],
+                        obj["metadata"]["name"], full)  # fmt: skip
+            return now + RETRY_AFTER_ERROR
         if new_status != status:
             self._wrote(obj, self.api.write_status(obj, new_status))
             # Now recorded: mirror them at once, best effort. The counter in status catches up on
             # a later pass (rewriting is idempotent), and after an outage that pass writes them.
-            self._mirror(obj, [*history, *new], len(history))
+            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries))
         self._act(obj, pinned, definition, state, pods)
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
@@ -514,11 +568,11 @@ class WorkflowEngine:
             generation=meta.get("generation", 0),
             now=now,
         )
-        new_status = self._status(obj, definition, state, records, 0, (), now)
+        new_status = self._status(obj, definition, state, Recorded(None, [], 0), records, 0, (), now)
         new_status["conditions"] = conditions
         new_status["definition"] = pinned
         self._wrote(obj, self.api.write_status(obj, new_status))
-        self._mirror(obj, records, 0)
+        self._mirror(obj, 0, records, 0)
         self._act(obj, pinned, definition, state, {})
         self._announce(obj, records, (), status)
         self._report(obj, records, (), state)
@@ -575,9 +629,14 @@ class WorkflowEngine:
                 new += record_input(definition, state, record)
         return new
 
-    def _mirror(self, obj: Mapping[str, Any], history: Sequence[Record], mirrored: int) -> int:
-        """Write the recorded-but-unmirrored history to the database; the new mirrored count."""
-        if self._history is None or mirrored >= len(history):
+    def _mirror(self, obj: Mapping[str, Any], base: int, entries: Sequence[Record], mirrored: int) -> int:
+        """Write the recorded-but-unmirrored entries to the database; the new mirrored count.
+
+        ``entries`` are the history from seq ``base`` on; ``mirrored`` entries from the first
+        are in the database already (never fewer than ``base``: only mirrored entries leave).
+        """
+        end = base + len(entries)
+        if self._history is None or mirrored >= end:
             return mirrored
         meta = obj["metadata"]
         rows = [
@@ -592,25 +651,36 @@ class WorkflowEngine:
                 at=record.at,
                 data=record.to_data(),
             )
-            for seq, record in enumerate(history[mirrored:], start=mirrored)
+            for seq, record in enumerate(entries[max(0, mirrored - base) :], start=max(mirrored, base))
         ]
         try:
             self._history.write_workflow_events(rows)
         except HistoryUnavailable:
             return mirrored  # kept in status; written on a later pass
-        return len(history)
+        return end
 
     def _status(
         self,
         obj: Mapping[str, Any],
         definition: Definition,
         state: WorkflowState,
-        history: Sequence[Record],
+        recorded: Recorded,
+        entries: Sequence[Record],
         mirrored: int,
         stuck: Sequence[str],
         now: datetime,
     ) -> dict[str, Any]:
+        """The new status: ``entries`` are the history after ``recorded.checkpoint``, the new
+        ones included. Over the budget, the oldest mirrored ones go into the checkpoint;
+        HistoryFull when what must stay is more than a status may hold."""
         meta = obj["metadata"]
+        checkpoint, kept = compact(definition, recorded.checkpoint, entries, mirrored=mirrored, budget=HISTORY_BUDGET)
+        held = sum(entry_bytes(record) for record in kept)
+        if len(kept) > HISTORY_MAX_ITEMS or held > HISTORY_MAX_BYTES:
+            raise HistoryFull(
+                f"{len(kept)} history entries ({held} bytes) wait for the history database, which has "
+                f"{mirrored} of {(checkpoint.seq if checkpoint else 0) + len(kept)}"
+            )
         status = dict(obj.get("status") or {})
         conditions = set_condition(
             status.get("conditions") or [],
@@ -625,7 +695,7 @@ class WorkflowEngine:
             {
                 "observedGeneration": meta.get("generation"),
                 "phase": str(state.phase),
-                "history": [record.to_data() for record in history],
+                "history": [record.to_data() for record in kept],
                 "historyMirrored": mirrored,
                 "steps": {step_id: _step_summary(folded) for step_id, folded in state.steps.items()},
                 "progress": progress(definition, state),
@@ -633,6 +703,8 @@ class WorkflowEngine:
                 "conditions": conditions,
             }
         )
+        if checkpoint is not None:
+            status["checkpoint"] = checkpoint.to_data()
         if state.started_at is not None:
             status["startedAt"] = format_rfc3339(state.started_at)
         if state.finished_at is not None:
@@ -656,13 +728,14 @@ class WorkflowEngine:
             if name in pods:
                 continue
             template, compensate = templates[want.step]
+            inputs = {dep: self._output(obj, state, dep) for dep in inputs_for(definition, state, want.step)}
             body = workflow_pod(
                 workflow=obj,
                 wanted=want,
                 template=compensate if want.compensation else template,
-                inputs=inputs_for(definition, state, want.step),
+                inputs=inputs,
                 parameters=pinned.get("parameters") or {},
-                output=state.steps[want.step].output,
+                output=self._output(obj, state, want.step) if want.compensation else None,
             )
             self.api.create_pod(namespace, body)
         for name, pod in pods.items():
@@ -670,6 +743,29 @@ class WorkflowEngine:
             deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
             if name not in wanted and not finished and not deleting:
                 self.api.delete_pod(namespace, name)
+
+    def _output(self, obj: Mapping[str, Any], state: WorkflowState, step_id: str) -> Any:
+        """A step's output: from the state, or, when it left the status, from the database entry
+        it came in (checked against the digest kept)."""
+        step = state.steps[step_id]
+        if step.output_offloaded is None or step.output_seq is None:
+            return step.output
+        key = (str(obj["metadata"]["uid"]), step.output_seq)
+        with self._lock:
+            if key in self._outputs:
+                return self._outputs[key]
+        where = f"output of step {step_id} (history entry {step.output_seq})"
+        if self._history is None:
+            raise OutputUnavailable(f"{where}: no history database")
+        entry = self._history.workflow_event(*key)
+        output = (entry.data or {}).get("output") if entry is not None else None
+        if entry is None or output_digest(output) != step.output_offloaded:
+            raise OutputUnavailable(f"{where}: missing or changed in the history database")
+        with self._lock:
+            self._outputs[key] = output
+            while len(self._outputs) > OUTPUT_CACHE_ENTRIES:
+                self._outputs.pop(next(iter(self._outputs)))
+        return output
 
     def _announce(
         self,

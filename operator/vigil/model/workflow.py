@@ -24,6 +24,12 @@ workflows: a step, once in a version, is never removed or renamed there (a trans
 
 The status is mostly the orchestrator's data (pinned definition, history, folded step states),
 kept as free-form objects so that its format can evolve without a CRD change.
+
+Sizes. A Workflow is one etcd object, refused past 1.5 MB, so every list and string that grows
+has a bound: the spec's by ``maxItems``/``maxLength`` (and the requests' text by a total, a CEL
+rule); the status's by the engine, which keeps at most :data:`HISTORY_MAX_ITEMS` history entries
+and moves older ones, and large step outputs, to the history database with a checkpoint of
+their folded state and a digest in their place (:mod:`vigil.core.checkpoint`).
 """
 
 from __future__ import annotations
@@ -35,7 +41,13 @@ from typing import Annotated, Any, Self
 
 from pydantic import Field, StringConstraints, field_validator, model_validator
 
-from vigil.core.workflow import ErrorAction, FailureAction, StepKind, TimeoutAction
+from vigil.core.workflow import (
+    OUTPUT_MAX_BYTES,
+    ErrorAction,
+    FailureAction,
+    StepKind,
+    TimeoutAction,
+)
 from vigil.core.workflow import WorkflowPhase as CoreWorkflowPhase
 from vigil.model.common import (
     AGE_COLUMN,
@@ -89,8 +101,17 @@ REQUEST_USER_MAX_LENGTH = 253
 REQUEST_GROUPS_MAX_ITEMS = 50
 #: Longest reason text.
 REQUEST_REASON_MAX_LENGTH = 1024
-#: Longest ``output`` (JSON text) of a complete request.
-REQUEST_OUTPUT_MAX_LENGTH = 32768
+#: Longest ``output`` (JSON text) of a complete request: a step output is at most 4 KiB (a pod's
+#: termination message), and the operator keeps no more of it.
+REQUEST_OUTPUT_MAX_LENGTH = OUTPUT_MAX_BYTES
+#: Most characters of ``output`` and ``reason`` over all requests of a workflow together: with
+#: the per-item bounds, the whole list stays far below etcd's object limit.
+REQUESTS_TEXT_MAX_LENGTH = 128 * 1024
+#: Most parameters of a workflow, and the longest value (they reach each pod's environment).
+PARAMETERS_MAX_ITEMS = 64
+PARAMETER_VALUE_MAX_LENGTH = 4096
+#: Most history entries a Workflow's status holds; older ones are in the history database.
+HISTORY_MAX_ITEMS = 2000
 
 MESSAGE_STEPS_OR_DEFINITION = "exactly one of steps or definitionRef must be set"
 MESSAGE_WAIT_DURATION_OR_UNTIL = "exactly one of duration or until must be set"
@@ -382,11 +403,19 @@ _WORKFLOW_SPEC_RULES = cel_rules(
         field_path=".requests",
     ),
 )
+MESSAGE_REQUESTS_TEXT = (
+    f"the requests' output and reason may hold at most {REQUESTS_TEXT_MAX_LENGTH} characters together"
+)
 _REQUESTS_RULES = cel_rules(
     CelRule(
         rule="sets.contains(self.map(r, r.id), oldSelf.map(r, r.id))",
         message=MESSAGE_REQUESTS_APPEND_ONLY,
-    )
+    ),
+    CelRule(
+        rule="self.map(r, (has(r.output) ? size(r.output) : 0) + (has(r.reason) ? size(r.reason) : 0)).sum()"
+        f" <= {REQUESTS_TEXT_MAX_LENGTH}",
+        message=MESSAGE_REQUESTS_TEXT,
+    ),
 )
 
 
@@ -557,8 +586,9 @@ class WorkflowTemplate(SpecModel, json_schema_extra=_WORKFLOW_RULES):
         description="When the workflow fails: just fail, or first run the compensate pods of "
         "the steps that succeeded, in reverse dependency order.",
     )
-    parameters: dict[str, str] = Field(
+    parameters: dict[str, Annotated[str, StringConstraints(max_length=PARAMETER_VALUE_MAX_LENGTH)]] = Field(
         default_factory=dict,
+        max_length=PARAMETERS_MAX_ITEMS,
         description="Named values for the workflow, made available to its steps' pods.",
     )
     definition_ref: DefinitionRef | None = Field(
@@ -622,16 +652,26 @@ class WorkflowStatus(StatusModel):
     )
     history: list[dict[str, Any]] = Field(
         default_factory=list,
+        max_length=HISTORY_MAX_ITEMS,
         description="The append-only record of what happened, as plain data; the workflow's "
-        "state is a fold over it.",
+        "state is a fold over the checkpoint and it. The most recent entries only: older ones "
+        "are in the history database (historyMirrored counts those written there).",
+    )
+    checkpoint: dict[str, Any] | None = Field(
+        default=None,
+        description="The state the oldest history entries fold into, once they left the status "
+        "for the history database: seq (how many), digest (SHA-256 chained over them) and state.",
     )
     history_mirrored: int | None = Field(
         default=None,
         ge=0,
-        description="How many history entries are written to the history database.",
+        description="How many history entries, from the first, are written to the history "
+        "database.",
     )
     steps: dict[str, dict[str, Any]] = Field(
-        default_factory=dict, description="The folded state of each step, by step id."
+        default_factory=dict,
+        max_length=STEPS_MAX_ITEMS,
+        description="The folded state of each step, by step id.",
     )
     progress: Annotated[str, StringConstraints(max_length=32)] | None = Field(
         default=None, description="Finished steps out of all steps, e.g. 3/6."
