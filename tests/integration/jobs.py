@@ -23,9 +23,15 @@ def rfc3339(at: datetime) -> str:
     return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: Tests count what fired by the Executions and pods left on the API server, so their jobs keep
+#: them all; test_executions.py checks retention itself with the defaults' small limits.
+KEEP_EVERY_EXECUTION = {"succeeded": 1000, "failed": 1000}
+
+
 def job_body(name: str, *, command: str = "true", **spec: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "template": {"spec": {"containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", command]}]}},
+        "retention": KEEP_EVERY_EXECUTION,
     }
     body.update(spec)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": name}, "spec": body}
