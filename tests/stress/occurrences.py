@@ -3,7 +3,7 @@
 Within each job's window (its first fired occurrence to the end of the run) every point of the
 `every` lattice must have exactly one Execution and that Execution exactly one pod; outside it,
 nothing twice either. Counted by uid from `Sightings` watches, so an object deleted and created
-again counts twice. Fire lag is the time this process first saw the Execution (or the pod)
+again counts twice, and one deleted by retention still counts once. Fire lag is the time this process first saw the Execution (or the pod)
 minus its nominal time: jitter is off, so the nominal time is the fire time.
 """
 
@@ -21,6 +21,7 @@ from tests.integration.jobs import (
     MANAGED_SELECTOR,
     PLURAL,
     VERSION,
+    create_job,
     parse_time,
     patch_spec,
     rfc3339,
@@ -28,8 +29,10 @@ from tests.integration.jobs import (
 from tests.stress.figures import Figures, percentile, spread
 from tests.stress.recorders import Sighting, Sightings
 from tests.waiting import wait_for
+from vigil.model.scheduledjob import Retention
 
 FINAL = ("Succeeded", "Dead", "Cancelled")
+DEFAULT_RETENTION = Retention().model_dump()
 SHOWN = 10  # problems listed by name in a failure message
 
 
@@ -59,6 +62,17 @@ def watch_pods(cluster: KubeCluster, namespace: str) -> Sightings:
         return cluster.core.list_namespaced_pod(namespace, **kwargs)
 
     return Sightings(list_pods, pod_facts, label_selector=MANAGED_SELECTOR)
+
+
+def create_recurring_job(cluster: KubeCluster, namespace: str, name: str, *, every: timedelta) -> None:
+    """A job firing on the `every` lattice, jitter off, catching up on everything missed.
+
+    It keeps the operator's default retention (tests/integration's jobs keep every Execution):
+    finished Executions and their pods are deleted as they go, as in production, and the
+    watches have counted them by then.
+    """
+    create_job(cluster, namespace, name, every=f"{int(every.total_seconds())}s", jitter="0s",
+               catchUpPolicy="All", catchUpWindow="10m", retention=DEFAULT_RETENTION)  # fmt: skip
 
 
 def lattice(first: datetime, last: datetime, step: timedelta) -> list[str]:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.jobs import create_job, parse_time
+from tests.integration.jobs import parse_time
 from tests.integration.operators import OperatorFleet
 from tests.stress.failover import (
     STANDBYS,
@@ -35,6 +35,7 @@ from tests.stress.failover import (
 from tests.stress.figures import Figures, spread
 from tests.stress.occurrences import (
     account,
+    create_recurring_job,
     first_fired,
     lag_trend,
     recorded_missed,
@@ -68,7 +69,7 @@ def test_leader_sigkills_while_jobs_fire_lose_and_duplicate_no_occurrence(
     pods = watches.enter_context(watch_pods(cluster, namespace))
     created = datetime.now(UTC)
     for name in JOBS:
-        create_job(cluster, namespace, name, every="2s", jitter="0s", catchUpPolicy="All", catchUpWindow="10m")
+        create_recurring_job(cluster, namespace, name, every=PERIOD)
     wait_for(lambda: len(first_fired(executions, JOBS)) == len(JOBS), timeout=FIRE_TIMEOUT, what="every job to fire")
     figures.add("scenario", f"{len(JOBS)} jobs every {PERIOD.seconds}s, 1 leader + 2 standbys, seed {SIZES.seed}")
 

@@ -16,10 +16,9 @@ missed or doubled, when the executions unfinished at the end exceed KEEP_UP_SECO
 rate (the pod path did not keep up: it is then not waited for, only reported), when an
 execution has no pod or more than one, and when the RSS exceeds VIGIL_STRESS_SOAK_RSS_MIB (200).
 
-Nothing deletes finished Executions or pods yet (DESIGN's retention policy is not built), so
-the run leaves rate x seconds of each in the namespace; the kube-controller-manager's pod
-garbage collector deletes terminated pods past 12,500. Neither changes what is checked: pods
-are counted from a watch, by uid, as they are created.
+The jobs keep the operator's default retention, so finished Executions and their pods are
+deleted as they go, as in production: the soak measures a steady state, not a pile. What is
+checked is counted from watches, by uid, as objects are created, so deletions change nothing.
 """
 
 from __future__ import annotations
@@ -32,12 +31,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.integration.conftest import REPO, KubeCluster
-from tests.integration.jobs import create_job, parse_time
+from tests.integration.jobs import parse_time
 from tests.integration.operators import OperatorFleet, OperatorProcess
 from tests.stress.figures import Figures
 from tests.stress.occurrences import (
     FINAL,
     account,
+    create_recurring_job,
     first_fired,
     lag_trend,
     recorded_missed,
@@ -71,7 +71,7 @@ def test_a_steady_soak_keeps_up_keeps_memory_in_budget_and_fires_every_occurrenc
     executions = watches.enter_context(watch_executions(cluster, namespace))
     pods = watches.enter_context(watch_pods(cluster, namespace))
     for name in jobs:
-        create_job(cluster, namespace, name, every="2s", jitter="0s", catchUpPolicy="All", catchUpWindow="10m")
+        create_recurring_job(cluster, namespace, name, every=PERIOD)
     wait_for(lambda: len(first_fired(executions, jobs)) == len(jobs), timeout=120, what="every job to fire")
     figures.add("scenario", f"{len(jobs)} jobs every {PERIOD.seconds}s = {SIZES.soak_rate} executions/s "
                             f"for {SIZES.soak_seconds:.0f} s, one operator")  # fmt: skip
