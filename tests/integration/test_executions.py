@@ -704,12 +704,15 @@ class ExecutionNames(Follower):
 
 
 def _kept(cluster: KubeCluster, namespace: str) -> dict[str, int]:
-    """Finished, history-written Executions present, by kind; and pods whose Execution is gone."""
+    """Finished, history-written Executions present, by kind; those whose history is not written
+    yet (retention never takes them); and pods whose Execution is gone."""
     items = executions(cluster, namespace)
-    kinds = {"succeeded": 0, "failed": 0}
+    kinds = {"succeeded": 0, "failed": 0, "history pending": 0}
     for e in items:
         phase = execution_status(e).get("phase")
-        if phase in ("Succeeded", "Dead", "Cancelled") and e["metadata"]["labels"].get("vigil.dev/history") == "written":
+        if e["metadata"]["labels"].get("vigil.dev/history") != "written":
+            kinds["history pending"] += 1
+        elif phase in ("Succeeded", "Dead", "Cancelled"):
             kinds["succeeded" if phase == "Succeeded" else "failed"] += 1
     present = {e["metadata"]["name"] for e in items}
     orphans = [p for p in vigil_pods(cluster, namespace) if p.metadata.labels["vigil.dev/execution-id"] not in present]
@@ -740,7 +743,7 @@ def test_retention_keeps_the_newest_finished_executions_while_the_history_keeps_
 
         patch_spec(cluster, namespace, "churn", {"suspend": True, "suspendReason": "end of test"})
         wait_all_executions_finished(cluster, namespace, timeout=60)
-        settled = {**RETENTION, "orphan pods": 0}
+        settled = {**RETENTION, "history pending": 0, "orphan pods": 0}
         wait_for(lambda: _kept(cluster, namespace) == settled, timeout=60, what=f"exactly {settled} left")
         assert len(executions(cluster, namespace)) == sum(RETENTION.values())
 
