@@ -62,8 +62,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.integration)
     if stress and os.environ.get("VIGIL_STRESS") != "1":
         config.hook.pytest_deselected(items=stress)
-        chosen = set(stress)
-        items[:] = [item for item in items if item not in chosen]
+        deselected = set(stress)
+        items[:] = [item for item in items if item not in deselected]
 
 
 def pytest_configure(config: pytest.Config) -> None:
