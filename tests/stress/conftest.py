@@ -1,6 +1,6 @@
 """Fixtures and hooks of the stress suite: off unless VIGIL_STRESS=1, figures reported at the end.
 
-The stress tests take an hour and a half at their default sizes (tests/stress/sizes.py), so the
+The stress tests take about 75 minutes at their default sizes (tests/stress/sizes.py), so the
 normal suite never runs them: unless VIGIL_STRESS=1 they are deselected at collection (not
 skipped: a skip in `make test` is a failure). `make stress` sets it and selects `-m stress`.
 

@@ -1,6 +1,6 @@
 """How big the stress runs are: the sizes issue 14 asks for, overridable from the environment.
 
-`make stress` runs them at these defaults (about an hour and a half in all, the soak being the
+`make stress` runs them at these defaults (about 75 minutes on the 2-core machine, the soak being the
 hour); a quick check of the harness itself sets smaller ones, e.g.
 `VIGIL_STRESS_KILLS=5 VIGIL_STRESS_SOAK_SECONDS=60 VIGIL_STRESS_WORKFLOW_KILLS=3`.
 """
