@@ -77,6 +77,7 @@ class Workflows(_Section):
 class Notifier(_Section):
     url: str = Field(
         "",
+        pattern=r"^(https?://[^\s/]+(/\S*)?)?$",
         description="The webhook every approval token is POSTed to, one JSON notification per approver "
         "of a waiting step (a chat or e-mail bridge that passes the approve/reject links on to that "
         "approver). Empty: no token is minted, and approvers decide with kubectl only.",

@@ -98,6 +98,8 @@ def test_related_durations_are_compared_in_every_unit(cluster: KubeCluster, name
         ("negative duration", {"catchUpWindow": "-5m"}, "spec.catchUpWindow"),
         ("catch-up limit out of bounds", {"catchUpLimit": 0}, "spec.catchUpLimit"),
         ("unknown priority", {"priority": "urgent"}, "spec.priority"),
+        ("negative retention", {"retention": {"succeeded": -1}}, "spec.retention.succeeded"),
+        ("retention past its cap", {"retention": {"failed": 1001}}, "spec.retention.failed"),
         ("jitter longer than the interval", {"cron": None, "every": "1m", "jitter": "10m"}, "spec.jitter"),
         ("jitter in days past the interval", {"cron": None, "every": "1d", "jitter": "1d1s"}, "spec.jitter"),
         ("expected interval below the interval", {"cron": None, "every": "2h", "expectedMaxInterval": "1h59m"}, "spec.expectedMaxInterval"),

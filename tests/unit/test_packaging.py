@@ -406,6 +406,23 @@ def test_a_misspelt_nested_value_fails_on_the_schema(helm: tuple[Path, dict[str,
     assert "shard" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [
+        pytest.param("postgresql.enabled=maybe", "/postgresql/enabled", id="postgresql-enabled-not-true-false-auto"),
+        pytest.param("admission.highPriority.namespaces=billing", "/admission/highPriority/namespaces", id="namespaces-not-a-list"),
+        pytest.param("networkPolicy.enabled=yes", "/networkPolicy/enabled", id="network-policy-not-a-boolean"),
+        pytest.param("config.approvals.notifier.url=chat-bridge", "/config/approvals/notifier/url", id="notifier-without-scheme"),
+    ],
+)
+def test_a_value_of_the_wrong_kind_fails_on_the_schema_naming_it(
+    helm: tuple[Path, dict[str, str]], value: str, named: str
+) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART), "--set", value)
+    assert result.returncode != 0
+    assert named in result.stderr, result.stderr
+
+
 def test_install_manifest_is_current(helm: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     binary, environment = helm
     rendered = tmp_path / "install.yaml"

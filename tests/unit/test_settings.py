@@ -36,6 +36,10 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("approvals: {keyRefreshSeconds: 0}\n", "approvals.keyRefreshSeconds", id="zero-refresh"),
         pytest.param("approvals: {notifier: {timeoutSeconds: 0}}\n", "approvals.notifier.timeoutSeconds", id="no-timeout"),
         pytest.param("approvals: {keyRotation: {overlap: 1 day}}\n", "approvals.keyRotation.overlap", id="bad-overlap"),
+        pytest.param("approvals: {notifier: {url: chat-bridge}}\n", "approvals.notifier.url", id="notifier-without-scheme"),
+        pytest.param("http: {workers: 0}\n", "http.workers", id="no-http-workers"),
+        pytest.param("http: {requestTimeoutSeconds: 0}\n", "http.requestTimeoutSeconds", id="no-request-time"),
+        pytest.param("http: {authCacheSeconds: -1}\n", "http.authCacheSeconds", id="negative-auth-cache"),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_key(tmp_path: Path, text: str, field: str) -> None:
