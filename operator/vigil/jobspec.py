@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from vigil.core.chain import CatchUp, JobView
 from vigil.core.executions import Backoff, RetryPolicy
 from vigil.core.jitter import default_jitter_window
+from vigil.core.retention import Limits
 from vigil.core.schedule import Schedule, ScheduleKind
 from vigil.core.timeparse import parse_rfc3339
 from vigil.model.common import RetryPolicy as ModelRetryPolicy
@@ -114,3 +115,8 @@ def retry_policy(raw: Mapping[str, Any]) -> RetryPolicy:
             max=timedelta(seconds=model.backoff.max.total_seconds()),
         ),
     )
+
+
+def retention_limits(spec: ScheduledJobSpec) -> Limits:
+    """The core's retention limits from a job's `retention` block."""
+    return Limits(succeeded=spec.retention.succeeded, failed=spec.retention.failed)

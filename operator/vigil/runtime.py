@@ -28,12 +28,10 @@ from vigil.core.dispatch import Capacity
 from vigil.core.executions import Execution
 from vigil.core.history import AttemptRecord, WorkflowEventRecord
 from vigil.core.ports import Clock
-from vigil.core.retention import Limits
 from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
 from vigil.history.store import SqlHistory
 from vigil.httpapi import ApiServer, ApprovalCallback, Guard
-from vigil.jobspec import InvalidJob, parse_spec
 from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
@@ -337,20 +335,6 @@ def _publish_watchdog(assessed: list[Assessed]) -> None:
     metrics.record_dead_letters(dead_letters)
 
 
-def retention_limits(catalogue: KubeCatalogue, namespace: str, name: str) -> Limits | None:
-    """A job's retention limits: from the spec the trigger last read, else read now."""
-    spec = catalogue.cached_spec(namespace, name)
-    if spec is None:
-        obj = catalogue.fetch(namespace, name)
-        if obj is None:
-            return None
-        try:
-            spec = parse_spec(obj)
-        except InvalidJob:
-            return None
-    return Limits(succeeded=spec.retention.succeeded, failed=spec.retention.failed)
-
-
 def _record_transition(before: Execution, after: Execution) -> None:
     ended = after.attempts[len(before.attempts) :]
     metrics.record_execution(str(after.phase), attempt_outcome=str(ended[-1].outcome) if ended else None)
@@ -470,7 +454,7 @@ def run(settings: Settings) -> int:
         clock=clock,
         workers=settings.trigger.workers,
     )
-    pruner = Pruner(api, store=executions, limits_of=lambda ns, name: retention_limits(catalogue, ns, name))
+    pruner = Pruner(api, store=executions, catalogue=catalogue)
     flusher = HistoryFlusher(store=executions, sink=history, on_written=pruner.prune)
     engine = WorkflowEngine(
         WorkflowApi(api),

@@ -16,7 +16,7 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,26 @@ class KubeCluster:
             return found + [f"pods/{p.metadata.name}" for p in self.core.list_namespaced_pod(name).items]
 
         wait_for(lambda: not leftovers(), timeout=timeout, interval=0.5, what=f"namespace {name} to be emptied")
+
+    @contextlib.contextmanager
+    def impersonating(self) -> Iterator[Callable[..., client.ApiClient]]:
+        """`as_user(user, group=None)`: an API client of the admin's that acts as that user (and
+        group), so their rights come from real RBAC. Every client made is closed on exit."""
+        made: list[client.ApiClient] = []
+
+        def as_user(user: str, group: str | None = None) -> client.ApiClient:
+            api = config.new_client_from_config(config_file=str(self.kubeconfig))
+            api.set_default_header("Impersonate-User", user)
+            if group is not None:
+                api.set_default_header("Impersonate-Group", group)
+            made.append(api)
+            return api
+
+        try:
+            yield as_user
+        finally:
+            for api in made:
+                api.close()
 
     def token_kubeconfig(
         self, namespace: str, service_account: str, path: Path, *, hours: int = 4

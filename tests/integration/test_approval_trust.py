@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.integration.approvals import Callback, Notifier, start_with_api
@@ -116,17 +116,8 @@ def people(cluster: KubeCluster, namespace: str, chart_roles: dict[str, str]) ->
         timeout=60,
         what="the chart's roles to be aggregated and bound",
     )
-    made: list[client.ApiClient] = []
-
-    def as_user(user: str) -> client.ApiClient:
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        api.set_default_header("Impersonate-User", user)
-        made.append(api)
-        return api
-
-    yield as_user
-    for api in made:
-        api.close()
+    with cluster.impersonating() as as_user:
+        yield as_user
 
 
 def refused_at_admission(call: Callable[[], object]) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import REPO, KubeCluster
@@ -133,10 +133,8 @@ def tenant(cluster: KubeCluster, namespace: str, listed: str) -> Iterator[client
     """The tenant's client, allowed to edit Vigil objects in `namespace` and in `listed`."""
     for where in (namespace, listed):
         grant_tenant(cluster, where)
-    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-    api.set_default_header("Impersonate-User", TENANT)
-    yield client.CustomObjectsApi(api)
-    api.close()
+    with cluster.impersonating() as as_user:
+        yield client.CustomObjectsApi(as_user(TENANT))
     rbac = client.RbacAuthorizationV1Api(cluster.api)
     rbac.delete_namespaced_role_binding(TENANT, listed)
     rbac.delete_namespaced_role(TENANT, listed)

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import ADMISSION_POLICY, REPO, KubeCluster
@@ -174,19 +174,12 @@ def people(cluster: KubeCluster, namespace: str, approver_role: str) -> Iterator
         timeout=30,
         what="the RBAC bindings to take effect",
     )
-    clients: list[client.ApiClient] = []
+    with cluster.impersonating() as impersonate:
 
-    def as_user(user: str, group: str | None = None) -> client.CustomObjectsApi:
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        api.set_default_header("Impersonate-User", user)
-        if group is not None:
-            api.set_default_header("Impersonate-Group", group)
-        clients.append(api)
-        return client.CustomObjectsApi(api)
+        def as_user(user: str, group: str | None = None) -> client.CustomObjectsApi:
+            return client.CustomObjectsApi(impersonate(user, group))
 
-    yield as_user
-    for api in clients:
-        api.close()
+        yield as_user
 
 
 @pytest.fixture

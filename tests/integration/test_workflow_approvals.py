@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
@@ -61,17 +61,8 @@ def grant(cluster: KubeCluster, namespace: str, user: str, verbs: list[str]) -> 
 @pytest.fixture
 def as_user(cluster: KubeCluster) -> Iterator[Any]:
     """An API client acting as a user (impersonated by the admin)."""
-    made: list[client.ApiClient] = []
-
-    def impersonate(user: str) -> client.ApiClient:
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        api.set_default_header("Impersonate-User", user)
-        made.append(api)
-        return api
-
-    yield impersonate
-    for api in made:
-        api.close()
+    with cluster.impersonating() as impersonate:
+        yield impersonate
 
 
 def approve_as(api: client.ApiClient, namespace: str, name: str, user: str, **extra: Any) -> None:

@@ -29,7 +29,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.core.workflow import (
@@ -166,6 +166,7 @@ def _parse_time(value: Any) -> datetime | None:
     return parse_rfc3339(value) if isinstance(value, str) else None
 
 
+_T = TypeVar("_T", StepState, Compensation)
 _STEP_TIMES = ("started_at", "attempt_started_at", "finished_at", "retry_at", "fire_at", "deadline")
 _COMPENSATION_TIMES = ("retry_at", "started_at", "finished_at")
 
@@ -188,30 +189,20 @@ def _dataclass_to_data(obj: Any, times: Sequence[str]) -> dict[str, Any]:
     return data
 
 
-def _step_from_data(data: Mapping[str, Any]) -> StepState:
-    step = StepState()
+def _dataclass_from_data(cls: type[_T], data: Mapping[str, Any], times: Sequence[str]) -> _T:
+    """The inverse of `_dataclass_to_data`: a step's (or compensation's) state from its data."""
+    obj = cls()
     for key, value in data.items():
-        if key in _STEP_TIMES:
+        if key in times:
             value = _parse_time(value)
         elif key == "phase":
             value = StepPhase(value)
         elif key == "approvers":
             value = tuple(value)
         elif key == "compensation":
-            value = _compensation_from_data(value)
-        setattr(step, key, value)
-    return step
-
-
-def _compensation_from_data(data: Mapping[str, Any]) -> Compensation:
-    comp = Compensation()
-    for key, value in data.items():
-        if key in _COMPENSATION_TIMES:
-            value = _parse_time(value)
-        elif key == "phase":
-            value = StepPhase(value)
-        setattr(comp, key, value)
-    return comp
+            value = _dataclass_from_data(Compensation, value, _COMPENSATION_TIMES)
+        setattr(obj, key, value)
+    return obj
 
 
 def state_to_data(state: WorkflowState) -> dict[str, Any]:
@@ -235,7 +226,7 @@ def state_to_data(state: WorkflowState) -> dict[str, Any]:
 def state_from_data(data: Mapping[str, Any]) -> WorkflowState:
     return WorkflowState(
         phase=WorkflowPhase(data["phase"]),
-        steps={step_id: _step_from_data(step) for step_id, step in (data.get("steps") or {}).items()},
+        steps={step_id: _dataclass_from_data(StepState, step, _STEP_TIMES) for step_id, step in (data.get("steps") or {}).items()},
         requests=set(data.get("requests") or ()),
         refusals=[
             Refusal(**{**refusal, "reason": Reason(refusal["reason"])}) for refusal in data.get("refusals") or ()

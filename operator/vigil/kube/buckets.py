@@ -39,6 +39,7 @@ from vigil.core.buckets import (
 )
 from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.conflicts import conflict_from
 from vigil.model import GROUP, VERSION
 
 log = logging.getLogger(__name__)
@@ -295,16 +296,14 @@ class KubeBucketStore:
         try:
             self._api.create_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, body)
         except ApiException as err:
-            if err.status == 409:
-                raise Conflict(f"bucket {name} created concurrently") from err
+            conflict_from(err, f"bucket {name} created concurrently")
             raise
 
     def _replace(self, name: str, obj: dict[str, Any]) -> None:
         try:
             self._api.replace_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, name, obj)
         except ApiException as err:
-            if err.status == 409:
-                raise Conflict(f"bucket {name} changed concurrently") from err
+            conflict_from(err, f"bucket {name} changed concurrently")
             raise
 
     def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
@@ -326,8 +325,7 @@ class KubeBucketStore:
                 GROUP, VERSION, self._namespace, PLURAL, bucket, body
             )
         except ApiException as err:
-            if err.status == 409:
-                raise Conflict(f"bucket {bucket}: version {version} is stale") from err
+            conflict_from(err, f"bucket {bucket}: version {version} is stale")
             raise
         return bucket_from_object(obj)
 

@@ -23,10 +23,11 @@ T = TypeVar("T")
 CONFLICT_TRIES = 5
 
 
-def conflict_from(err: ApiException) -> None:
-    """Re-raise a 409 as the core's `Conflict`; any other error is not ours to translate."""
+def conflict_from(err: ApiException, what: str = "") -> None:
+    """Re-raise a 409 as the core's `Conflict` (saying `what` changed); any other error is left
+    for the caller."""
     if err.status == 409:
-        raise Conflict(str(err.reason)) from err
+        raise Conflict(what or str(err.reason)) from err
 
 
 def retry_on_conflict(step: Callable[[], T], *, tries: int = CONFLICT_TRIES) -> T:

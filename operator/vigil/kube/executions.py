@@ -26,8 +26,8 @@ from vigil.core.executions import (
     new_execution,
 )
 from vigil.core.ids import ExecutionId
-from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.conflicts import conflict_from
 from vigil.kube.pods import (
     LABEL_EXECUTION,
     LABEL_JOB,
@@ -150,8 +150,7 @@ class ExecutionStore:
                 GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
             )
         except ApiException as err:
-            if err.status == 409:
-                raise Conflict(f"execution {meta['namespace']}/{meta['name']} changed concurrently") from err
+            conflict_from(err, f"execution {meta['namespace']}/{meta['name']} changed concurrently")
             raise
         return self.label(obj, {LABEL_PHASE: str(execution.phase), LABEL_HISTORY: "pending"})
 

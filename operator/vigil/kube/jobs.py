@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import JobLookup
-from vigil.jobspec import InvalidJob, job_view
+from vigil.jobspec import InvalidJob, job_view, parse_spec
 from vigil.model import GROUP, VERSION
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -66,6 +66,19 @@ class KubeCatalogue:
     def cached(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._cache.get((namespace, name))
+
+    def current_spec(self, namespace: str, name: str) -> ScheduledJobSpec | None:
+        """The job's spec as the trigger last read it, else read now; None if gone or invalid."""
+        spec = self.cached_spec(namespace, name)
+        if spec is not None:
+            return spec
+        obj = self.fetch(namespace, name)
+        if obj is None:
+            return None
+        try:
+            return parse_spec(obj)
+        except InvalidJob:
+            return None
 
     def cached_spec(self, namespace: str, name: str) -> ScheduledJobSpec | None:
         with self._lock:

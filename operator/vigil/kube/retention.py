@@ -13,23 +13,21 @@ its dependents.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.retention import Finished, Limits, to_delete
+from vigil.core.retention import Finished, to_delete
 from vigil.core.timeparse import parse_rfc3339
+from vigil.jobspec import retention_limits
 from vigil.kube.executions import LABEL_HISTORY, PLURAL, ExecutionStore, readable
+from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.pods import LABEL_EXECUTION, LABEL_JOB_UID
 from vigil.model import GROUP, VERSION
 
 log = logging.getLogger(__name__)
-
-#: (namespace, job name) -> the job's limits, or None when the job is gone or unreadable.
-LimitsOf = Callable[[str, str], Limits | None]
-
 
 def finished_of(obj: Mapping[str, Any]) -> Finished | None:
     """Retention's view of one Execution object (None if it cannot be read)."""
@@ -47,17 +45,18 @@ def finished_of(obj: Mapping[str, Any]) -> Finished | None:
 
 
 class Pruner:
-    def __init__(self, api: client.ApiClient, *, store: ExecutionStore, limits_of: LimitsOf) -> None:
+    def __init__(self, api: client.ApiClient, *, store: ExecutionStore, catalogue: KubeCatalogue) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._store = store
-        self._limits_of = limits_of
+        self._catalogue = catalogue
 
     def prune(self, namespace: str, job: str, job_uid: str) -> int:
         """Delete the job's executions beyond its limits, with their pods; returns how many went."""
-        limits = self._limits_of(namespace, job)
-        if limits is None:
-            return 0
+        spec = self._catalogue.current_spec(namespace, job)
+        if spec is None:
+            return 0  # gone (its executions go with it) or invalid: nothing is deleted
+        limits = retention_limits(spec)
         selector = f"{LABEL_JOB_UID}={job_uid}"
         objs = {o["metadata"]["name"]: o for o in self._store.select(selector=selector, namespace=namespace)}
         views = [v for v in (finished_of(o) for o in objs.values()) if v is not None]
