@@ -66,7 +66,6 @@ from vigil.core.buckets import BucketEntry, entry_key, minute_label, minute_of
 from vigil.core.ids import execution_id
 from vigil.core.memory import FakeClock
 from vigil.core.trigger import Trigger
-from vigil.jobspec import schedule_hash
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_body
@@ -74,6 +73,7 @@ from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.ledger import KubeLedger
 from vigil.kube.results import JobResults
+from vigil.model.jobspec import schedule_hash
 
 REPO = Path(__file__).resolve().parents[1]
 STATE = REPO / ".cluster" / "bench"

@@ -52,7 +52,6 @@ from vigil.core.memory import FakeClock, MemoryCatalogue, MemoryLauncher, Memory
 from vigil.core.ports import JobCatalogue, Launch, Launcher, Ledger
 from vigil.core.schedule import Schedule, next_occurrences, occurrence_at
 from vigil.core.timeparse import parse_rfc3339
-from vigil.jobspec import job_view
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
@@ -60,6 +59,7 @@ from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.ledger import KubeLedger
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import job_view
 
 JOBS = "scheduledjobs"
 EVERY = timedelta(minutes=1)

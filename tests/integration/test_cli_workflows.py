@@ -41,7 +41,7 @@ from vigil.core.timeparse import parse_rfc3339
 from vigil.core.workflow import Event
 from vigil.kube.workflows import WorkflowApi, WorkflowEngine
 from vigil.model.workflow import MESSAGE_ACTION_VERBS, MESSAGE_APPROVE_VERB, RequestAction
-from vigil.workflowspec import definition_of
+from vigil.model.workflowspec import definition_of
 
 GROUP, VERSION, WORKFLOWS = "vigil.dev", "v1alpha1", "workflows"
 REQUEST_ID = re.compile(r"^r-[a-z2-7]{10}$")

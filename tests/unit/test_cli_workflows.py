@@ -61,7 +61,7 @@ from vigil.model.workflow import (
     RequestAction,
     WorkflowRequest,
 )
-from vigil.workflowspec import definition_of
+from vigil.model.workflowspec import definition_of
 
 UID = "7d0c4a8e-0000-4000-8000-0000000000aa"
 ALICE = Identity("alice", ("editors", "system:authenticated"))

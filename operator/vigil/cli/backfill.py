@@ -38,10 +38,10 @@ from vigil.core.schedule import (
     occurrences_between,
 )
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.jobspec import InvalidJob, job_view
 from vigil.kube.executions import execution_body
 from vigil.kube.pods import LABEL_JOB_UID
 from vigil.model.execution import ExecutionSource
+from vigil.model.jobspec import InvalidJob, job_view
 
 DEFAULT_LIMIT = 1000  # occurrences per backfill; more needs an explicit --limit
 DATE_FORMAT = re.compile(r"\d{4}-\d{2}-\d{2}")

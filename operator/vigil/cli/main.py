@@ -46,7 +46,7 @@ from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT, BadInput, api_failure
 from vigil.core.schedule import next_occurrences, occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.jobspec import InvalidJob, job_view
+from vigil.model.jobspec import InvalidJob, job_view
 
 PLACEHOLDER_UID = "00000000-0000-0000-0000-000000000000"
 __all__ = ["EXIT_BAD_INPUT", "BadInput", "main", "parser"]  # tests and scripts import these from here

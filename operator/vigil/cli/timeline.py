@@ -41,7 +41,7 @@ from vigil.core.workflow import (
     WorkflowState,
     records_from_data,
 )
-from vigil.workflowspec import definition_of
+from vigil.model.workflowspec import definition_of
 
 STEP_COLUMNS = ["STEP", "TYPE", "PHASE", "ATTEMPTS", "STARTED", "DURATION", "DETAIL"]
 EVENT_COLUMNS = ["TIME", "EVENT", "STEP", "ATTEMPT", "DETAIL"]

@@ -82,7 +82,7 @@ from vigil.core.workflow import Event, Record, StepKind, normal_approver, record
 from vigil.kube.pods import LABEL_MANAGED
 from vigil.kube.workflows import FINISHED_PHASES, Pass
 from vigil.model import GROUP
-from vigil.workflowspec import definition_of
+from vigil.model.workflowspec import definition_of
 
 log = logging.getLogger(__name__)
 

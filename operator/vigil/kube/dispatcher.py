@@ -38,12 +38,12 @@ from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.podstatus import PodPhase, attempt_result, classify_pod
 from vigil.core.ports import Clock, Conflict
 from vigil.core.timeparse import parse_rfc3339
-from vigil.jobspec import InvalidJob, parse_spec, retry_policy
 from vigil.kube.executions import ExecutionStore, readable
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import PodFactory
 from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
 from vigil.kube.results import JobResults
+from vigil.model.jobspec import InvalidJob, parse_spec, retry_policy
 
 log = logging.getLogger(__name__)
 

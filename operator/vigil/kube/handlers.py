@@ -31,12 +31,12 @@ from vigil.core.payload import PayloadError, occurrence_variables, render_payloa
 from vigil.core.ports import BucketStore, Clock, Conflict
 from vigil.core.schedule import occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.jobspec import InvalidJob, job_view
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.pods import LABEL_EXECUTION, LABEL_MANAGED, MANAGED_BY
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import InvalidJob, job_view
 from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """Reading ScheduledJobs from the API server for the trigger.
 
 The catalogue fetches a job when one of its occurrences is due (so a pass costs
-what is due, not what exists) and converts it with `vigil.jobspec`. A job that
+what is due, not what exists) and converts it with `vigil.model.jobspec`. A job that
 fails validation is reported as invalid rather than raising: one bad object
 must never stop the trigger. The last fetched object is kept briefly so the launcher and the ledger
 do not fetch it again within the same pass.
@@ -17,8 +17,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import JobLookup
-from vigil.jobspec import InvalidJob, job_view, parse_spec
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import InvalidJob, job_view, parse_spec
 from vigil.model.scheduledjob import ScheduledJobSpec
 
 PLURAL = "scheduledjobs"

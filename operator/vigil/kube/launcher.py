@@ -25,7 +25,6 @@ from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
 from vigil.core.ports import Clock, Conflict, Launch
 from vigil.core.timeparse import format_rfc3339
-from vigil.jobspec import parse_spec
 from vigil.kube.executions import ExecutionStore, execution_body, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.pods import (
@@ -40,6 +39,7 @@ from vigil.kube.pods import (
 )
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import parse_spec
 from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)

@@ -23,12 +23,12 @@ from vigil.core.executions import Execution, Phase, finish
 from vigil.core.podstatus import attempt_result, classify_pod, deleted_verdict
 from vigil.core.ports import Clock, Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.jobspec import retry_policy
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import retry_policy
 
 log = logging.getLogger(__name__)
 

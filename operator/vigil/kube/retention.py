@@ -21,11 +21,11 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.core.retention import Finished, to_delete
 from vigil.core.timeparse import parse_rfc3339
-from vigil.jobspec import retention_limits
 from vigil.kube.executions import LABEL_HISTORY, PLURAL, ExecutionStore, readable
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.pods import LABEL_EXECUTION, LABEL_JOB_UID
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import retention_limits
 
 log = logging.getLogger(__name__)
 

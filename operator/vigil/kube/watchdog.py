@@ -29,11 +29,11 @@ from vigil.core.chain import chain_head, resume_entry
 from vigil.core.conditions import set_condition
 from vigil.core.ports import BucketStore, Clock
 from vigil.core.watchdog import DEFAULT_CHAIN_GRACE, Finding, JobFacts, JobReport, assess_job
-from vigil.jobspec import InvalidJob, job_view
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.watchfacts import FactGatherer
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import InvalidJob, job_view
 
 log = logging.getLogger(__name__)
 

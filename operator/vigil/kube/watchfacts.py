@@ -23,12 +23,12 @@ from kubernetes.client.exceptions import ApiException
 from vigil.core.executions import Phase
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.watchdog import JobFacts
-from vigil.jobspec import InvalidJob, parse_spec
 from vigil.kube.buckets import LABEL_PENDING
 from vigil.kube.buckets import PLURAL as BUCKETS
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import PLURAL as JOBS
 from vigil.model import GROUP, VERSION
+from vigil.model.jobspec import InvalidJob, parse_spec
 
 log = logging.getLogger(__name__)
 

@@ -78,7 +78,7 @@ from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import LABEL_WORKFLOW_UID, pod_result, workflow_pod
 from vigil.model import GROUP, VERSION
 from vigil.model.workflow import HISTORY_MAX_ITEMS
-from vigil.workflowspec import (
+from vigil.model.workflowspec import (
     InvalidWorkflow,
     definition_of,
     parse_workflow_spec,

@@ -23,8 +23,8 @@ from vigil.core.workflow import (
     StepDef,
     TimeoutAction,
 )
-from vigil.jobspec import retry_policy
 from vigil.model.common import describe_validation_error
+from vigil.model.jobspec import retry_policy
 from vigil.model.workflow import (
     DefinitionVersion,
     Step,
