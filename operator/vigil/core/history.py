@@ -64,3 +64,49 @@ class WorkflowEventRecord:
     attempt: int | None
     at: datetime  # timezone-aware; read back as UTC
     data: Mapping[str, Any]
+
+
+#: Executions per page of a job's history, when the caller names no number, and at most.
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionSummary:
+    """One execution as the history database remembers it, once its Execution may be gone.
+
+    The last recorded attempt gives the state (the execution's final one, when it finished),
+    reason, error, pod and finish time; ``attempts`` is that attempt's number, and
+    ``started_at`` the first attempt's start.
+    """
+
+    execution_id: str
+    namespace: str
+    job: str
+    job_uid: str
+    priority: str
+    scheduled_for: datetime
+    state: AttemptState
+    attempts: int
+    reason: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    pod: str = ""
+    error: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class HistoryCursor:
+    """Where a page of a job's history ended: the next page starts after this execution, in
+    newest-first order (by scheduled time, then execution id)."""
+
+    scheduled_for: datetime
+    execution_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionPage:
+    """A page of a job's executions, newest first; ``after`` is None on the last page."""
+
+    executions: list[ExecutionSummary]
+    after: HistoryCursor | None = None

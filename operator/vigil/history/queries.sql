@@ -1,11 +1,11 @@
 -- Raw SQL the history adapter runs besides its SQLAlchemy Core statements (store.py):
--- PostgreSQL partition upkeep and DDL locking, and the workflow_events statements (both
--- databases). One statement per named block.
+-- PostgreSQL partition upkeep and DDL locking, and the workflow_events statements and the
+-- paged list of a job's executions (both databases). One statement per named block.
 --
 -- DDL takes no bind parameters, so {partition}, {start} and {end} are formatted in by
 -- store.py — always from a date it computed (attempts_YYYYMMDD, ISO timestamps), never
--- from a record's text. The workflow_events statements take :name bind parameters, typed
-by store.py (times as UTC, `data` as JSON/JSONB).
+-- from a record's text. The other statements take :name bind parameters, typed
+-- by store.py (times as UTC, `data` as JSON/JSONB).
 
 -- name: lock_ddl
 -- Serialises schema changes (migrations, creating and dropping partitions) between
@@ -75,3 +75,30 @@ WHERE at < :cutoff
     FROM workflow_events AS newer
     WHERE newer.workflow_uid = workflow_events.workflow_uid AND newer.at >= :cutoff
   );
+
+-- name: job_executions
+-- One job's executions, newest occurrence first, one row each: the last recorded attempt (the
+-- final state, once finished) with the first attempt's start. Keyset-paged: only executions
+-- strictly after (:after_scheduled_for, :after_execution_id) in that order; the first page
+-- passes a cursor after every row. :limit is one more than the page, so the caller knows
+-- whether another page follows. The walk uses attempts_job_recent; an execution's attempts are
+-- found by the primary key (all of them share its scheduled_for, so on PostgreSQL they are in
+-- one partition).
+SELECT latest.execution_id, latest.namespace, latest.job, latest.job_uid, latest.priority,
+       latest.scheduled_for, latest.state, latest.attempt AS attempts, latest.reason,
+       (SELECT min(earlier.started_at)
+        FROM attempts AS earlier
+        WHERE earlier.execution_id = latest.execution_id
+          AND earlier.scheduled_for = latest.scheduled_for) AS started_at,
+       latest.finished_at, latest.pod, latest.error
+FROM attempts AS latest
+WHERE latest.namespace = :namespace AND latest.job = :job
+  AND (latest.scheduled_for < :after_scheduled_for
+       OR (latest.scheduled_for = :after_scheduled_for AND latest.execution_id < :after_execution_id))
+  AND latest.attempt = (
+    SELECT max(other.attempt)
+    FROM attempts AS other
+    WHERE other.execution_id = latest.execution_id AND other.scheduled_for = latest.scheduled_for
+  )
+ORDER BY latest.scheduled_for DESC, latest.execution_id DESC
+LIMIT :limit;

@@ -31,6 +31,11 @@ all of them are older than the cutoff, so a history read back is never missing
 its beginning. A workflow's name can be reused (deleted, created again): reads
 by name return the newest incarnation — the uid with the latest entry — unless
 a uid is given.
+
+`job_executions` is the long-term record of a job once retention has deleted
+its older Executions: one summary per execution (its last attempt), newest
+first, in keyset pages (a cursor of scheduled time and execution id, so a page
+costs the same however deep it is). The operator's HTTP API serves it.
 """
 
 from __future__ import annotations
@@ -51,7 +56,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 
-from vigil.core.history import AttemptRecord, AttemptState, WorkflowEventRecord
+from vigil.core.history import (
+    MAX_PAGE_SIZE,
+    AttemptRecord,
+    AttemptState,
+    ExecutionPage,
+    ExecutionSummary,
+    HistoryCursor,
+    WorkflowEventRecord,
+)
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.migrations import SCRIPT_LOCATION
 from vigil.history.precedence import STAGES, TERMINAL_STAGE, key_of, updated_at_of, winners
@@ -157,6 +170,13 @@ INSERT_WORKFLOW_EVENT = sa.text(QUERIES["insert_workflow_event"]).bindparams(
 LATEST_WORKFLOW_EVENTS = sa.text(QUERIES["latest_workflow_events"]).columns(**WORKFLOW_EVENT_TYPES)
 WORKFLOW_EVENTS_OF_UID = sa.text(QUERIES["workflow_events_of_uid"]).columns(**WORKFLOW_EVENT_TYPES)
 WORKFLOW_EVENT = sa.text(QUERIES["workflow_event"]).columns(**WORKFLOW_EVENT_TYPES)
+JOB_EXECUTIONS = (
+    sa.text(QUERIES["job_executions"])
+    .bindparams(sa.bindparam("after_scheduled_for", type_=UtcDateTime()))
+    .columns(scheduled_for=UtcDateTime(), started_at=UtcDateTime(), finished_at=UtcDateTime())
+)
+#: The first page's cursor: after every row (SQLite and PostgreSQL both hold this instant).
+AFTER_EVERYTHING = HistoryCursor(datetime(9999, 12, 31, tzinfo=UTC), "")
 EXPIRE_WORKFLOW_EVENTS = sa.text(QUERIES["expire_workflow_events"]).bindparams(
     sa.bindparam("cutoff", type_=UtcDateTime())
 )
@@ -282,6 +302,11 @@ def _row(record: AttemptRecord) -> dict[str, Any]:
 def _record(row: sa.RowMapping) -> AttemptRecord:
     fields = {str(name): value for name, value in row.items()}
     return AttemptRecord(**{**fields, "state": AttemptState(row["state"])})
+
+
+def _summary(row: sa.RowMapping) -> ExecutionSummary:
+    fields = {str(name): value for name, value in row.items()}
+    return ExecutionSummary(**{**fields, "state": AttemptState(row["state"])})
 
 
 def _workflow_event_row(record: WorkflowEventRecord) -> dict[str, Any]:
@@ -464,6 +489,31 @@ class SqlHistory:
             .limit(limit)
         )
         return self._records(query)
+
+    def job_executions(
+        self, namespace: str, job: str, *, limit: int, after: HistoryCursor | None = None
+    ) -> ExecutionPage:
+        """A page of the job's executions (every job of that name the namespace has had), newest
+        occurrence first, each as its last attempt left it; the next page starts `after` the
+        cursor this one returns."""
+        if not 1 <= limit <= MAX_PAGE_SIZE:
+            raise ValueError(f"limit must be between 1 and {MAX_PAGE_SIZE}, not {limit}")
+        cursor = after or AFTER_EVERYTHING
+        params = {
+            "namespace": namespace,
+            "job": job,
+            "after_scheduled_for": cursor.scheduled_for,
+            "after_execution_id": cursor.execution_id,
+            "limit": limit + 1,
+        }
+        with unavailable_on_outage(), self.engine.connect() as connection:
+            rows = connection.execute(JOB_EXECUTIONS, params).mappings().all()
+        found = [_summary(row) for row in rows[:limit]]
+        last = found[-1] if len(rows) > limit else None
+        return ExecutionPage(
+            executions=found,
+            after=HistoryCursor(last.scheduled_for, last.execution_id) if last else None,
+        )
 
     def timeline(self, execution_id: str) -> list[AttemptRecord]:
         """Every attempt of one execution, first attempt first."""
