@@ -5,6 +5,11 @@
     GET  /executions/{id}          the Execution (spec and status) and its rows in the history
     GET  /namespaces/{ns}/executions/{id}
                                    database, in the namespace the caller may read
+    GET  /namespaces/{ns}/scheduledjobs/{job}/executions?limit=N&continue=TOKEN
+                                   the job's executions in the history database, newest first,
+                                   a page at a time (limit 1..500, default 50); the answer's
+                                   `continue` asks for the next page. Served from the history
+                                   alone: it is where retention leaves what it deletes.
     POST /approvals/{token}/approve
     POST /approvals/{token}/reject the approval callback (docs/approvals.md): decides the one
                                    approval step the token was minted for, in the name of the
@@ -30,6 +35,8 @@ Authenticated but not allowed: 403. The review could not be made: 503.
   only that namespace's object and history rows. By id alone, an id that exists nowhere the
   caller may read is 403, like one that exists elsewhere (the two must look alike); 404 is for
   those who may get executions in every namespace, or who ask in a namespace of their own.
+* A job's executions need ``list`` on ``executions.vigil.dev`` in its namespace: whoever may
+  ``kubectl get executions`` there may page through the ones retention deleted, too.
 * ``/leader`` needs ``get`` on the leader Lease in the operator's namespace.
 
 Every replica serves it (standbys included), so the Service can route anywhere: a
@@ -41,10 +48,13 @@ caller's token on, so it cannot be used. Tokens are credentials: they are never 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import json
 import logging
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -52,7 +62,14 @@ from typing import Any
 from vigil import httpserver
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
 from vigil.core.approvaltokens import MAX_TOKEN_LENGTH, Claims, InvalidToken, verify_any
-from vigil.core.history import AttemptRecord
+from vigil.core.history import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    AttemptRecord,
+    ExecutionPage,
+    ExecutionSummary,
+    HistoryCursor,
+)
 from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.core.workflow import RULES, Event, Reason, Record, identity_of
 
@@ -62,6 +79,9 @@ EXECUTION_ID = r"[a-z0-9][-a-z0-9]{0,62}"
 NAMESPACE = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
 EXECUTION_PATH = re.compile(rf"^/executions/({EXECUTION_ID})/?$")
 NAMESPACED_EXECUTION_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/executions/({EXECUTION_ID})/?$")
+JOB_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"  # a DNS subdomain, as every object name
+JOB_EXECUTIONS_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/scheduledjobs/({JOB_NAME})/executions/?$")
+JOB_EXECUTIONS_PARAMETERS = frozenset({"limit", "continue"})
 HEALTH_PATHS = ("/healthz", "/readyz")
 APPROVAL_PATH = re.compile(rf"^/approvals/([^/]{{1,{MAX_TOKEN_LENGTH}}})/(approve|reject)/?$")
 #: Largest request body read, in bytes: a name and a reason fit many times over.
@@ -78,6 +98,8 @@ IDENTITY_MISMATCH = "IdentityMismatch"
 NOT_AUTHORIZED = "NotAuthorized"
 
 Answer = tuple[int, str, bytes]
+#: ``job_executions(namespace, job, limit, after)``: a page of the job's history (SqlHistory's).
+JobExecutions = Callable[[str, str, int, HistoryCursor | None], ExecutionPage]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +216,67 @@ def execution_access(namespace: str, execution_id: str = "") -> Access:
     return Access(verb="get", group="vigil.dev", resource="executions", namespace=namespace, name=execution_id)
 
 
+def list_executions_access(namespace: str) -> Access:
+    """``list executions.vigil.dev`` in `namespace`: what `kubectl get executions -n NS` needs."""
+    return Access(verb="list", group="vigil.dev", resource="executions", namespace=namespace)
+
+
+def summary_to_json(summary: ExecutionSummary) -> dict[str, Any]:
+    def t(value: datetime | None) -> str | None:
+        return value.isoformat() if value is not None else None
+
+    return {
+        "executionId": summary.execution_id,
+        "jobUid": summary.job_uid,
+        "priority": summary.priority,
+        "scheduledFor": t(summary.scheduled_for),
+        "state": str(summary.state),
+        "attempts": summary.attempts,
+        "reason": summary.reason,
+        "startedAt": t(summary.started_at),
+        "finishedAt": t(summary.finished_at),
+        "pod": summary.pod,
+        "error": summary.error,
+    }
+
+
+def encode_cursor(cursor: HistoryCursor) -> str:
+    """The `continue` token of the page after `cursor`: opaque to callers, no secret in it."""
+    raw = f"{cursor.scheduled_for.isoformat()}|{cursor.execution_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(token: str) -> HistoryCursor:
+    """The cursor a `continue` token names; ValueError when it is not one this API wrote."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        stamp, execution_id = raw.split("|", 1)
+        scheduled_for = datetime.fromisoformat(stamp)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError("continue is not a token from an earlier page of this list") from None
+    if scheduled_for.tzinfo is None or not re.fullmatch(EXECUTION_ID, execution_id):
+        raise ValueError("continue is not a token from an earlier page of this list")
+    return HistoryCursor(scheduled_for, execution_id)
+
+
+def page_request(query: str) -> tuple[int, HistoryCursor | None]:
+    """(limit, cursor) from a query string; ValueError naming the parameter that is wrong."""
+    try:
+        params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise ValueError("the query string cannot be read") from None
+    unknown = sorted(set(params) - JOB_EXECUTIONS_PARAMETERS)
+    if unknown:
+        raise ValueError(f"unknown parameter {unknown[0]!r}: only 'limit' and 'continue' are accepted")
+    if any(len(values) > 1 for values in params.values()):
+        raise ValueError("each parameter may be given once")
+    limit_text = params.get("limit", [str(DEFAULT_PAGE_SIZE)])[0]
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_PAGE_SIZE:
+        raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE_SIZE}, not {limit_text!r}")
+    token = params.get("continue", [""])[0]
+    return int(limit_text), decode_cursor(token) if token else None
+
+
 class ApiServer:
     """Serves the endpoints above from the collaborators it is given.
 
@@ -211,29 +294,37 @@ class ApiServer:
         approvals: ApprovalCallback | None = None,
         guard: Guard | None = None,
         get_execution: Callable[[str, str], Mapping[str, Any] | None] | None = None,
+        job_executions: JobExecutions | None = None,
     ) -> None:
         self._leader = leader
         self._find_execution = find_execution
         self._get_execution = get_execution
         self._timeline = timeline
+        self._job_executions = job_executions
         self._approvals = approvals
         self._guard = guard
 
-    def answer(self, path: str, *, token: str | None = None) -> Answer:
-        """(status, content type, body) for a GET of `path` by the holder of `token`."""
+    def answer(self, target: str, *, token: str | None = None) -> Answer:
+        """(status, content type, body) for a GET of `target` (a path, and a query string for
+        the routes that take one) by the holder of `token`."""
+        path, _, query = target.partition("?")
         if path in HEALTH_PATHS:
             return 200, "text/plain", b"ok\n"
         if APPROVAL_PATH.match(path) and self._approvals is not None:
             return 405, "text/plain", b"POST decides an approval; GET does nothing\n"
-        if path != "/leader" and not (EXECUTION_PATH.match(path) or NAMESPACED_EXECUTION_PATH.match(path)):
+        if path != "/leader" and not (
+            EXECUTION_PATH.match(path)
+            or NAMESPACED_EXECUTION_PATH.match(path)
+            or (JOB_EXECUTIONS_PATH.match(path) and self._job_executions is not None)
+        ):
             return 404, "text/plain", b"not found\n"
         try:
-            return self._guarded(path, token)
+            return self._guarded(path, query, token)
         except ReviewUnavailable as error:
             log.warning("HTTP API: cannot review a caller: %s", error)
             return _error(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
 
-    def _guarded(self, path: str, token: str | None) -> Answer:
+    def _guarded(self, path: str, query: str, token: str | None) -> Answer:
         guard = self._guard
         user = guard.authenticator.authenticate(token) if guard is not None and token else None
         if guard is None or user is None:
@@ -245,6 +336,9 @@ class ApiServer:
             if not guard.authorizer.allowed(user, guard.leader_lease):
                 return _forbidden(user, guard.leader_lease)
             return 200, "text/plain", f"{self._leader() or ''}\n".encode()
+        of_job = JOB_EXECUTIONS_PATH.match(path)
+        if of_job is not None:
+            return self._job_history(guard, user, of_job.group(1), of_job.group(3), query)
         namespaced = NAMESPACED_EXECUTION_PATH.match(path)
         if namespaced is not None:
             return self._execution_in(guard, user, namespaced.group(1), namespaced.group(3))
@@ -390,6 +484,30 @@ class ApiServer:
             "Forbidden",
         )
 
+    def _job_history(self, guard: Guard, user: User, namespace: str, job: str, query: str) -> Answer:
+        """A page of the job's executions from the history: authorised first (``list`` on
+        executions there), then the query string read, then the database asked."""
+        access = list_executions_access(namespace)
+        if not guard.authorizer.allowed(user, access):
+            return _forbidden(user, access)
+        try:
+            limit, after = page_request(query)
+        except ValueError as error:
+            return _error(400, str(error), "BadRequest")
+        assert self._job_executions is not None  # answer() routed here only when it is set
+        try:
+            page = self._job_executions(namespace, job, limit, after)
+        except HistoryUnavailable as error:
+            return _error(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
+        body: dict[str, Any] = {
+            "namespace": namespace,
+            "job": job,
+            "executions": [summary_to_json(s) for s in page.executions],
+        }
+        if page.after is not None:
+            body["continue"] = encode_cursor(page.after)
+        return _json(200, body)
+
     def _rows(self, execution_id: str) -> tuple[list[AttemptRecord] | None, str | None]:
         try:
             return list(self._timeline(execution_id)), None
@@ -420,7 +538,7 @@ class ApiServer:
         """Serve on `port` (0: any free one) from a thread, within `limits` (default: Limits())."""
         return httpserver.serve(
             port,
-            get=lambda path, token: self.answer(path, token=token),
+            get=lambda target, token: self.answer(target, token=token),
             post=lambda path, token, body: self.answer_post(path, body),
             limits=limits or httpserver.Limits(),
             redact=_redacted,

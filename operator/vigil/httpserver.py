@@ -13,8 +13,9 @@ memory. This server is bounded the way a production server is:
   beyond that it is answered ``413`` and the connection closed;
 * HTTP/1.0 semantics: one request per connection, so an idle keep-alive holds nothing.
 
-It knows nothing of what it serves: ``get(path, token)`` and ``post(path, token, body)`` answer,
-where ``token`` is the bearer token of the Authorization header (None without one).
+It knows nothing of what it serves: ``get(target, token)`` and ``post(path, token, body)`` answer,
+where ``token`` is the bearer token of the Authorization header (None without one) and ``target``
+the request's path with its query string (``?…``) when it has one.
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ def serve(
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             try:
-                answer = get(path, bearer_token(self.headers.get("Authorization")))
+                answer = get(self.path, bearer_token(self.headers.get("Authorization")))
             except Exception:
                 log.exception("GET %s failed", redact(path))
                 answer = 500, "text/plain", b"internal error\n"

@@ -102,6 +102,9 @@ def _serve(
             find_execution=executions.find,
             get_execution=executions.get,
             timeline=lambda execution_id: history.history.timeline(execution_id),
+            job_executions=lambda namespace, job, limit, after: history.history.job_executions(
+                namespace, job, limit=limit, after=after
+            ),
             approvals=approvals,
             guard=build_guard(api, settings, lease_name=lease_name),
         ).serve(
