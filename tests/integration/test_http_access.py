@@ -11,7 +11,10 @@ A ScheduledJob in the test's namespace runs once; then, with ServiceAccount toke
 * `reader`, who may get executions in the namespace, gets 200 with spec and status, by id and by
   namespace and id; an id that exists nowhere is 403 for them (they may not read every namespace,
   so "absent" and "elsewhere" look the same), and 404 for someone who may;
-* the health probes stay open; /leader needs `get` on the leader Lease.
+* the health probes stay open; /leader needs `get` on the leader Lease;
+* the job's executions from the history database (`/namespaces/NS/scheduledjobs/JOB/executions`)
+  need `list` on executions there: 401 without a token, 403 for `stranger`, for `reader` (who
+  may only `get`) and for `neighbour`'s list elsewhere; `lister` gets the page with the run.
 """
 
 from __future__ import annotations
@@ -91,6 +94,7 @@ def token_of(
 
 
 GET_EXECUTIONS = [client.V1PolicyRule(api_groups=[GROUP], resources=["executions"], verbs=["get"])]
+LIST_EXECUTIONS = [client.V1PolicyRule(api_groups=[GROUP], resources=["executions"], verbs=["list"])]
 
 
 @pytest.fixture
@@ -153,6 +157,24 @@ def test_the_execution_api_authenticates_and_authorises_every_caller(
     assert served.get(f"/namespaces/{namespace}/executions/ex-nowhere", reader)[0] == 404
     assert served.get("/leader", reader)[0] == 403
     assert served.get("/healthz")[0] == 200 and served.get("/readyz")[0] == 200
+
+    job_history = f"/namespaces/{namespace}/scheduledjobs/once/executions"
+    lister = token_of(cluster, namespace, "lister", LIST_EXECUTIONS)
+    neighbour_lister = token_of(cluster, neighbourhood, "neighbour-lister", LIST_EXECUTIONS)
+    assert served.get(job_history)[0] == 401
+    assert served.get(job_history, token="not-a-token")[0] == 401
+    for caller in (stranger, reader, neighbour, neighbour_lister):
+        assert served.get(job_history, caller)[0] == 403
+    assert served.get(job_history + "?limit=0", reader)[0] == 403  # access before the query's errors
+    assert served.get(job_history + "?limit=0", lister)[0] == 400
+
+    def listed() -> list[dict[str, Any]] | None:
+        status, body = served.get(job_history + "?limit=10", lister)
+        assert status == 200, body
+        return list(body["executions"]) or None
+
+    [row] = wait_for(listed, timeout=60, what="the run in the job's history")
+    assert row["executionId"] == execution_id and row["attempts"] == 1
 
     lease_reader = token_of(
         cluster,
