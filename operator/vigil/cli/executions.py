@@ -1,7 +1,12 @@
 """Looking at executions: `executions JOB`, `describe EXECUTION` and `dead-letters`.
 
 Each verb reads Execution objects (a job's by its uid label, dead letters by
-the phase label) and prints what their status says. The labels only narrow the
+the phase label) and prints what their status says. `executions JOB` also asks
+the operator's HTTP API for the job's older executions, those retention deleted,
+from the history database (`--history N`, default 20; 0 not to ask; the address
+and token as vigil.cli.operatorapi says), and merges them in by scheduled time,
+marked `history` in a last FROM column; when the history cannot be asked it says
+why in one line on stderr and shows the Executions all the same. The labels only narrow the
 list: a label a crash left stale is corrected by the status, which is what the
 rows show. The table builders are pure functions of the objects and `now`; an object
 whose status cannot be read is named on stderr and left out of a list, so one
@@ -11,6 +16,7 @@ bad object never hides the others.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -18,8 +24,10 @@ from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
+from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, connect, kubeconfig_token
 from vigil.cli.tables import age, cell, human_duration, precise_duration, relative, render_table
 from vigil.core.executions import AttemptResult, Execution, Phase, format_time
+from vigil.core.history import ExecutionSummary
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.executions import LABEL_PHASE
 from vigil.kube.pods import LABEL_JOB_UID
@@ -30,6 +38,11 @@ DEAD_LETTER_COLUMNS = ["NAMESPACE", "JOB", "EXECUTION", "ATTEMPTS", "LAST REASON
 ATTEMPT_COLUMNS = ["ATTEMPT", "OUTCOME", "REASON", "EXIT CODE", "STARTED", "FINISHED", "DURATION", "MESSAGE"]
 RUNNING_OUTCOME = "Running"  # the current attempt, not yet recorded
 DEFAULT_SOURCE = "Trigger"
+#: The FROM column, shown once rows from the history are merged in: where each row comes from.
+FROM_COLUMN, FROM_CLUSTER, FROM_HISTORY = "FROM", "cluster", "history"
+#: Older executions asked of the history by default, and at most (`--history N`).
+DEFAULT_HISTORY = 20
+MAX_HISTORY = 10_000
 
 
 def readable(objs: Iterable[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Execution]]:
@@ -51,17 +64,71 @@ def created_at(obj: Mapping[str, Any]) -> datetime | None:
 # --- executions JOB ---------------------------------------------------------------------------
 
 
-def execution_table(objs: Iterable[Mapping[str, Any]], *, now: datetime, with_namespace: bool = False) -> Table:
-    """One row per Execution, newest occurrence first."""
+def execution_table(
+    objs: Iterable[Mapping[str, Any]],
+    *,
+    now: datetime,
+    with_namespace: bool = False,
+    history: Iterable[ExecutionSummary] = (),
+) -> Table:
+    """One row per Execution, and per execution of the `history` no Execution holds any more,
+    newest occurrence first; with history rows, a last column says where each row is from."""
     read = readable(objs)
-    read.sort(key=lambda pair: (pair[1].scheduled_for, pair[1].execution_id), reverse=True)
-    rows: list[list[object]] = []
+    live = {ex.execution_id for _, ex in read}
+    keyed: list[tuple[datetime, str, str, list[object]]] = []
     for obj, ex in read:
         row: list[object] = [
             ex.execution_id, format_time(ex.scheduled_for), ex.phase, ex.attempt, ex.reason, age(created_at(obj), now)
         ]
-        rows.append([ex.namespace, *row] if with_namespace else row)
-    return (["NAMESPACE", *EXECUTION_COLUMNS] if with_namespace else list(EXECUTION_COLUMNS)), rows
+        keyed.append((ex.scheduled_for, ex.execution_id, ex.namespace, row))
+    older = {s.execution_id: s for s in history if s.execution_id not in live}
+    for s in older.values():
+        row = [s.execution_id, format_time(s.scheduled_for), phase_name(s), s.attempts, s.reason, age(s.scheduled_for, now)]
+        keyed.append((s.scheduled_for, s.execution_id, s.namespace, row))
+    keyed.sort(key=lambda entry: (entry[0], entry[1]), reverse=True)
+    rows: list[list[object]] = []
+    for _, execution_id, namespace, row in keyed:
+        where = [FROM_HISTORY if execution_id in older else FROM_CLUSTER] if older else []
+        rows.append([*([namespace] if with_namespace else []), *row, *where])
+    headers = ["NAMESPACE"] * with_namespace + EXECUTION_COLUMNS + [FROM_COLUMN] * bool(older)
+    return headers, rows
+
+
+def phase_name(summary: ExecutionSummary) -> str:
+    """The history's state of an execution in the words of an Execution's phase (Succeeded, Dead…)."""
+    return str(summary.state).capitalize()
+
+
+def older_executions(
+    api: OperatorApi, namespace: str, job: str, *, want: int, live: set[str]
+) -> list[ExecutionSummary]:
+    """Up to `want` of the job's executions from the history that are not among the `live`
+    ones, newest first, asked a page at a time."""
+    found: list[ExecutionSummary] = []
+    cont: str | None = None
+    while len(found) < want:
+        page, cont = api.job_executions(namespace, job, limit=want - len(found) + len(live), cont=cont)
+        found.extend(s for s in page if s.execution_id not in live)
+        if cont is None:
+            break
+    return found[:want]
+
+
+def history_of(
+    args: argparse.Namespace, cluster: Cluster, jobs: list[dict[str, Any]], live: set[str]
+) -> tuple[list[ExecutionSummary], str | None]:
+    """The jobs' older executions from the operator's API, and why none could be asked (or None)."""
+    if args.history == 0:
+        return [], None
+    try:
+        api = connect(args.api_url, environ=os.environ, kube_token=lambda: kubeconfig_token(cluster.api.configuration))
+        found: list[ExecutionSummary] = []
+        for job in jobs:
+            meta = job["metadata"]
+            found += older_executions(api, meta["namespace"], meta["name"], want=args.history, live=live)
+    except HistoryNotShown as why:
+        return [], str(why)
+    return found, None
 
 
 def cmd_executions(args: argparse.Namespace) -> int:
@@ -80,11 +147,23 @@ def cmd_executions(args: argparse.Namespace) -> int:
         selector=f"{LABEL_JOB_UID} in ({uids})",
         namespace=None if args.all_namespaces else jobs[0]["metadata"]["namespace"],
     )
-    if not objs:
+    live = {str(obj["metadata"]["name"]) for obj in objs}
+    older, why_not = history_of(args, cluster, jobs, live)
+    if why_not is not None:
+        print(f"kubectl vigil: older executions from the history database are not shown: {why_not}", file=sys.stderr)
+    if not objs and not older:
         print(f'No executions of scheduledjob "{args.job}" in {where}.', file=sys.stderr)
         return 0
-    print(render_table(*execution_table(objs, now=datetime.now(UTC), with_namespace=args.all_namespaces)))
+    table = execution_table(objs, now=datetime.now(UTC), with_namespace=args.all_namespaces, history=older)
+    print(render_table(*table))
     return 0
+
+
+def history_count(text: str) -> int:
+    """`--history N`: a whole number from 0 to MAX_HISTORY."""
+    if not text.isdigit() or int(text) > MAX_HISTORY:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_HISTORY}, not {text!r}")
+    return int(text)
 
 
 # --- describe EXECUTION -----------------------------------------------------------------------
@@ -192,8 +271,17 @@ def _time(value: datetime | None) -> str | None:
 
 def add_parsers(sub: Any) -> None:
     """Register the verbs of this module on the CLI's subparsers."""
-    ex = sub.add_parser("executions", help="a job's executions, newest first")
+    ex = sub.add_parser("executions", help="a job's executions, newest first, older ones from the history database")
     ex.add_argument("job", help="a ScheduledJob")
+    ex.add_argument(
+        "--history", type=history_count, default=DEFAULT_HISTORY, metavar="N",
+        help=f"also show up to N executions retention deleted, from the history database through the operator's "
+        f"API (default {DEFAULT_HISTORY}; 0: do not ask)",
+    )  # fmt: skip
+    ex.add_argument(
+        "--api-url", help="the operator's HTTP API, e.g. http://127.0.0.1:8080 after kubectl port-forward "
+        "(default: $VIGIL_API_URL)",
+    )  # fmt: skip
     add_namespace_options(ex, listing=True)
     ex.set_defaults(func=cmd_executions)
 
