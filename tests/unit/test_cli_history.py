@@ -11,14 +11,16 @@ FROM column that only appears with them; `--history` refusing what is not 0..100
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, config
 
 from tests.unit.test_cli_executions import DAY1, DAY2, NOW, as_object, fresh
 from tests.unit.test_httpapi_job_history import History, Reviews, api
@@ -88,12 +90,24 @@ def test_the_flag_wins_over_the_environment_and_the_token_variable_over_the_kube
     assert connect(None, environ={API_URL_ENV: "http://x:1"}, kube_token=lambda: "t-kube").token == "t-kube"
 
 
-def test_only_a_bearer_token_of_the_kubeconfig_is_sent() -> None:
-    bearer, basic, certificate = client.Configuration(), client.Configuration(), client.Configuration()
-    bearer.api_key = {"authorization": "Bearer abc.def"}
-    basic.api_key = {"authorization": "Basic dXNlcjpwdw=="}
-    assert kubeconfig_token(bearer) == "abc.def"
-    assert kubeconfig_token(basic) is None and kubeconfig_token(certificate) is None
+def loaded(tmp_path: Path, user: dict[str, str]) -> client.Configuration:
+    """A client configuration as the kubernetes client loads it from a kubeconfig with `user`."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
+        "users": [{"name": "u", "user": user}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+    }))  # fmt: skip
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    return configuration
+
+
+def test_only_a_bearer_token_of_the_kubeconfig_is_sent(tmp_path: Path) -> None:
+    assert kubeconfig_token(loaded(tmp_path, {"token": "abc.def"})) == "abc.def"
+    assert kubeconfig_token(loaded(tmp_path, {"username": "u", "password": "pw"})) is None
+    assert kubeconfig_token(client.Configuration()) is None  # a client certificate, say
 
 
 # -- the client against the real HTTP API ------------------------------------------------------

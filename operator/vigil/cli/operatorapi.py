@@ -165,6 +165,7 @@ def kubeconfig_token(configuration: Any) -> str | None:
     refresh = getattr(configuration, "refresh_api_key_hook", None)
     if refresh is not None:
         refresh(configuration)
-    value = str((getattr(configuration, "api_key", None) or {}).get("authorization") or "")
+    keys = getattr(configuration, "api_key", None) or {}
+    value = str(keys.get("BearerToken") or keys.get("authorization") or "")  # the loader's key, or a hand-set one
     scheme, _, token = value.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
