@@ -4,7 +4,9 @@
     kubectl vigil next -f FILE|JOB [--from RFC3339] [--count N]
                                           the next occurrences (no cluster needed with -f)
     kubectl vigil occurrences JOB         the trigger ledger: each occurrence's outcome
-    kubectl vigil executions JOB          the job's executions, newest first
+    kubectl vigil executions JOB [--history N]
+                                          the job's executions, newest first, with older ones
+                                          from the history database (VIGIL_API_URL)
     kubectl vigil describe EXECUTION      an execution's timeline, attempt by attempt
     kubectl vigil dead-letters [-A]       executions whose every attempt failed
     kubectl vigil retry EXECUTION         run a dead execution once more (same execution id)

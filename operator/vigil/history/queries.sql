@@ -80,7 +80,9 @@ WHERE at < :cutoff
 -- One job's executions, newest occurrence first, one row each: the last recorded attempt (the
 -- final state, once finished) with the first attempt's start. Keyset-paged: only executions
 -- strictly after (:after_scheduled_for, :after_execution_id) in that order; the first page
--- passes a cursor after every row. :limit is one more than the page, so the caller knows
+-- passes a cursor after every row. The redundant `scheduled_for <= cursor` lets the index seek
+-- straight to the cursor (the OR alone makes SQLite scan from the top), so a page deep in the
+-- history costs what the first one does. :limit is one more than the page, so the caller knows
 -- whether another page follows. The walk uses attempts_job_recent; an execution's attempts are
 -- found by the primary key (all of them share its scheduled_for, so on PostgreSQL they are in
 -- one partition).
@@ -93,6 +95,7 @@ SELECT latest.execution_id, latest.namespace, latest.job, latest.job_uid, latest
        latest.finished_at, latest.pod, latest.error
 FROM attempts AS latest
 WHERE latest.namespace = :namespace AND latest.job = :job
+  AND latest.scheduled_for <= :after_scheduled_for
   AND (latest.scheduled_for < :after_scheduled_for
        OR (latest.scheduled_for = :after_scheduled_for AND latest.execution_id < :after_execution_id))
   AND latest.attempt = (
