@@ -224,3 +224,10 @@ def test_the_query_string_reaches_the_route_through_the_transport() -> None:
         served.server_close()
     assert len(data["executions"]) == 2 and "continue" in data
     assert history.asked == [("ns", "reconcile", 2, None)]
+
+
+def test_the_other_routes_ignore_a_query_string_as_before() -> None:
+    server = api()
+    assert server.answer("/healthz?probe=1") == (200, "text/plain", b"ok\n")
+    assert server.answer("/nothing?limit=5", token="t-alice")[0] == 404
+    assert server.answer("/leader?x", token="t-alice")[0] == 403
