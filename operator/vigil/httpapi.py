@@ -271,7 +271,7 @@ def page_request(query: str) -> tuple[int, HistoryCursor | None]:
     if any(len(values) > 1 for values in params.values()):
         raise ValueError("each parameter may be given once")
     limit_text = params.get("limit", [str(DEFAULT_PAGE_SIZE)])[0]
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= MAX_PAGE_SIZE:
+    if not (limit_text.isascii() and limit_text.isdigit()) or not 1 <= int(limit_text) <= MAX_PAGE_SIZE:
         raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE_SIZE}, not {limit_text!r}")
     token = params.get("continue", [""])[0]
     return int(limit_text), decode_cursor(token) if token else None

@@ -209,7 +209,7 @@ def test_without_older_executions_the_table_is_as_before() -> None:
     assert headers == ["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "REASON", "AGE"]
 
 
-@pytest.mark.parametrize("given", ["-1", "ten", "10001", "1.5", ""])
+@pytest.mark.parametrize("given", ["-1", "ten", "10001", "1.5", "", "²"])
 def test_history_takes_a_count_from_0_to_10000(given: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         parser().parse_args(["executions", "nightly", "--history", given])

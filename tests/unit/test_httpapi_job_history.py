@@ -142,6 +142,7 @@ def test_the_page_size_defaults_and_is_capped() -> None:
         pytest.param(f"?limit={MAX_PAGE_SIZE + 1}", "limit must be", id="limit-over-the-maximum"),
         pytest.param("?limit=-1", "limit must be", id="limit-negative"),
         pytest.param("?limit=ten", "limit must be", id="limit-not-a-number"),
+        pytest.param("?limit=%C2%B2", "limit must be", id="limit-a-superscript-digit"),
         pytest.param("?limit=", "limit must be", id="limit-empty"),
         pytest.param("?limit=1&limit=2", "once", id="limit-twice"),
         pytest.param("?page=2", "unknown parameter 'page'", id="unknown-parameter"),

@@ -161,7 +161,7 @@ def cmd_executions(args: argparse.Namespace) -> int:
 
 def history_count(text: str) -> int:
     """`--history N`: a whole number from 0 to MAX_HISTORY."""
-    if not text.isdigit() or int(text) > MAX_HISTORY:
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_HISTORY:
         raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {MAX_HISTORY}, not {text!r}")
     return int(text)
 
