@@ -32,6 +32,7 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("workflows: {workers: 0}\n", "workflows.workers", id="no-workers"),
         pytest.param("workflows: {rescanSeconds: -1}\n", "workflows.rescanSeconds", id="negative-rescan"),
         pytest.param("workflows: {rescan: 5}\n", "workflows.rescan", id="misspelt-key"),
+        pytest.param("workflows: {ttlAfterFinished: 1 day}\n", "workflows.ttlAfterFinished", id="bad-workflow-ttl"),
         pytest.param("approvals: {defaultTokenLifetime: a week}\n", "approvals.defaultTokenLifetime", id="bad-duration"),
         pytest.param("approvals: {keyRefreshSeconds: 0}\n", "approvals.keyRefreshSeconds", id="zero-refresh"),
         pytest.param("approvals: {notifier: {timeoutSeconds: 0}}\n", "approvals.notifier.timeoutSeconds", id="no-timeout"),
