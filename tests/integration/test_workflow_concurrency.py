@@ -4,16 +4,21 @@ A job fires every 3 s a workflow whose one step sleeps for a minute. Forbid: whi
 workflow runs, later occurrences are Skipped in the ledger with reason ConcurrencyForbid and no
 second workflow exists. Replace: each new workflow starts after a cancel request (in the
 operator's own name, admitted by the workflow-requests policy) was appended to the one running;
-that one ends Cancelled and its step pod goes. Allow: workflows run side by side.
+that one ends Cancelled and its step pod goes. Allow: workflows run side by side, and
+`kubectl vigil cancel JOB` cancels every unfinished one (a cancel request in the caller's name
+each), leaving a workflow of another job alone.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from kubernetes import client
+
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import ledger, patch_spec
 from tests.integration.operators import OperatorFleet
+from tests.integration.test_cli import kubectl_plugin
 from tests.integration.workflows import (
     GROUP,
     VERSION,
@@ -128,3 +133,44 @@ def test_allow_runs_workflows_of_the_job_side_by_side(
     suspend(cluster, namespace, "many")
     assert not any((w["spec"].get("requests") or []) for w in running)
     assert not [e for e in ledger(cluster, namespace, "many") if e["outcome"] == "Skipped"]
+
+
+def test_cancel_of_a_workflow_template_job_cancels_its_unfinished_workflows(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    every_3s_sleeping(cluster, namespace, "many", "Allow")
+    every_3s_sleeping(cluster, namespace, "other", "Forbid")
+
+    def two_running() -> list[str] | None:
+        running = [w["metadata"]["name"] for w in workflows_by_schedule(cluster, namespace)
+                   if phase(w) == "Running" and w["metadata"]["labels"]["vigil.dev/job"] == "many"]  # fmt: skip
+        return running if len(running) >= 2 else None
+
+    wait_for(two_running, timeout=60, what="two workflows of the job running")
+    suspend(cluster, namespace, "many")
+    suspend(cluster, namespace, "other")
+    wait_for(lambda: any(phase(w) == "Running" and w["metadata"]["labels"]["vigil.dev/job"] == "other"
+                         for w in workflows_by_schedule(cluster, namespace)), timeout=30, what="the other job's")  # fmt: skip
+    mine = [w["metadata"]["name"] for w in workflows_by_schedule(cluster, namespace) if w["metadata"]["labels"]["vigil.dev/job"] == "many"]
+
+    proc = kubectl_plugin(cluster, "cancel", "many", "-n", namespace, "--reason", "bad deploy")
+    me = client.AuthenticationV1Api(cluster.api).create_self_subject_review(
+        client.V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
+    ).status.user_info.username
+
+    assert proc.returncode == 0, proc.stderr
+    assert f"scheduledjob many: cancel requested for {len(mine)} unfinished workflow(s)" in proc.stdout
+    for name in mine:
+        assert name in proc.stdout
+        done = wait_phase(cluster, namespace, name, "Cancelled", timeout=60)
+        (request,) = done["spec"]["requests"]
+        assert (request["action"], request["reason"], request["by"]) == ("cancel", "bad deploy", me)
+    others = [w for w in workflows_by_schedule(cluster, namespace) if w["metadata"]["labels"]["vigil.dev/job"] == "other"]
+    assert [phase(w) for w in others] == ["Running"]
+    assert not others[0]["spec"].get("requests")
+
+    again = kubectl_plugin(cluster, "cancel", "many", "-n", namespace)
+    assert again.returncode == 0, again.stderr
+    assert "no in-flight executions (Ready, Running or Backoff) and no unfinished workflows" in again.stdout
