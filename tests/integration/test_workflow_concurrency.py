@@ -4,7 +4,9 @@ A job fires every 3 s a workflow whose one step sleeps for a minute. Forbid: whi
 workflow runs, later occurrences are Skipped in the ledger with reason ConcurrencyForbid and no
 second workflow exists. Replace: each new workflow starts after a cancel request (in the
 operator's own name, admitted by the workflow-requests policy) was appended to the one running;
-that one ends Cancelled and its step pod goes. Allow: workflows run side by side, and
+that one ends Cancelled and its step pod goes; an operator without the `cancel` verb is
+refused by that policy, and the occurrence settles Failed with the refusal while the running
+workflow goes on. Allow: workflows run side by side, and
 `kubectl vigil cancel JOB` cancels every unfinished one (a cancel request in the caller's name
 each), leaving a workflow of another job alone.
 """
@@ -16,7 +18,7 @@ from typing import Any
 from kubernetes import client
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.jobs import ledger, patch_spec
+from tests.integration.jobs import condition, get_job, ledger, patch_spec
 from tests.integration.operators import OperatorFleet
 from tests.integration.test_cli import kubectl_plugin
 from tests.integration.workflows import (
@@ -174,3 +176,32 @@ def test_cancel_of_a_workflow_template_job_cancels_its_unfinished_workflows(
     again = kubectl_plugin(cluster, "cancel", "many", "-n", namespace)
     assert again.returncode == 0, again.stderr
     assert "no in-flight executions (Ready, Running or Backoff) and no unfinished workflows" in again.stdout
+
+
+def test_a_replace_that_admission_refuses_settles_the_occurrence_failed_and_starts_nothing(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    """Without the `cancel` verb the operator's cancel request is refused by the workflow-requests
+    policy, as anyone's is: the occurrence settles Failed with the refusal, no second workflow
+    starts, and the running one goes on (nothing is replaced half-way)."""
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    role = next(o for o in fleet.identity.objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-operator"))
+    rules = [dict(r, verbs=[v for v in r["verbs"] if v != "cancel"]) for r in role["rules"]]
+    rbac.patch_cluster_role(role["metadata"]["name"], {"rules": rules})
+    fleet.start()
+    fleet.leader()
+    every_3s_sleeping(cluster, namespace, "latest", "Replace")
+    first = wait_for(lambda: workflows_by_schedule(cluster, namespace), timeout=60, what="a first workflow")[0]
+
+    def two_failed() -> list[dict[str, Any]] | None:
+        failed = [e for e in ledger(cluster, namespace, "latest") if e["outcome"] == "Failed"]
+        return failed if len(failed) >= 2 else None
+
+    failed = wait_for(two_failed, timeout=60, what="two refused occurrences settled Failed")
+    suspend(cluster, namespace, "latest")
+    assert all(e["reason"] == "LaunchRefused" for e in failed), failed
+    launch_failing = condition(get_job(cluster, namespace, "latest"), "LaunchFailing")
+    assert launch_failing and "cancelling needs the 'cancel' verb" in launch_failing["message"], launch_failing
+    runs = workflows_by_schedule(cluster, namespace)
+    assert [w["metadata"]["name"] for w in runs] == [first["metadata"]["name"]]
+    assert phase(runs[0]) == "Running" and not runs[0]["spec"].get("requests")

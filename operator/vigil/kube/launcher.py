@@ -168,7 +168,9 @@ class WorkflowCreator:
         """Append a cancel request to the workflow, in the operator's own name (admission checks
         `by` and the `cancel` verb as it does for people); the engine records it and stops its
         pods. Its id derives from the new occurrence, so a repeated launch appends nothing more.
-        Raises Conflict when the workflow keeps changing (the trigger repeats the launch)."""
+        Raises Conflict when the workflow keeps changing (the trigger repeats the launch), and
+        the API server's refusal when it refuses the append itself (admission without the
+        `cancel` verb, a full request list: the occurrence settles as Failed with its message)."""
         request_id = "replaced-" + hashlib.sha256(replaced_by.encode()).hexdigest()[:16]
         item = {
             "id": request_id,
@@ -177,6 +179,7 @@ class WorkflowCreator:
             "reason": f"replaced by {replaced_by} (concurrencyPolicy Replace)",
             "at": format_rfc3339(now),
         }
+        invalid: tuple[str, ApiException] | None = None  # a 422 and the version it was made at
         for _ in range(REPLACE_TRIES):
             try:
                 obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOW.plural, name)
@@ -184,6 +187,8 @@ class WorkflowCreator:
                 if err.status == 404:
                     return  # gone: nothing left to stop
                 raise
+            if invalid is not None and invalid[0] == obj["metadata"]["resourceVersion"]:
+                raise invalid[1]  # not a failed test of the version: the append itself is refused
             requests = (obj.get("spec") or {}).get("requests")
             finished = (obj.get("status") or {}).get("phase") in TERMINAL_WORKFLOW_PHASES
             if finished or any(r.get("id") == request_id for r in requests or []):
@@ -200,7 +205,10 @@ class WorkflowCreator:
                     _content_type="application/json-patch+json",
                 )  # fmt: skip
             except ApiException as err:
-                if err.status in (409, 422):  # changed since read (a failed test is a 422): again
+                if err.status == 422:  # a failed test of the version, or a refused append
+                    invalid = (obj["metadata"]["resourceVersion"], err)
+                    continue
+                if err.status == 409:
                     continue
                 raise
             log.info("replaced: cancel requested for workflow %s/%s (%s)", namespace, name, item["reason"])
