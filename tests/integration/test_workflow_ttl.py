@@ -3,7 +3,8 @@
 Through a real operator: workflows with a short ttlAfterFinished (their own, and the operator's
 default) finish, then are deleted with their step pods (garbage-collected through their owner
 references), while their history rows stay in the history database; one with 0s stays, and so
-does a running one. With the engine in this process and a clock the test moves (the only
+does a running one. A ScheduledJob's workflow takes the TTL of its workflowTemplate, and after
+it is gone the job's `recent` list and `kubectl vigil occurrences` still name it. With the engine in this process and a clock the test moves (the only
 stand-in: days cannot pass in a test): a running workflow stays ten days past any TTL, and a
 finished one whose history the database has not taken yet stays until it has, then goes. A bad
 ttlAfterFinished is refused by the API server naming the field.
@@ -20,7 +21,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
+from tests.integration.jobs import get_job, rfc3339
 from tests.integration.operators import OperatorFleet
+from tests.integration.test_cli import kubectl_plugin
 from tests.integration.workflows import (
     GROUP,
     VERSION,
@@ -32,6 +35,7 @@ from tests.integration.workflows import (
 )
 from tests.waiting import wait_for
 from vigil.core.history import WorkflowEventRecord
+from vigil.core.ids import execution_id
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.store import SqlHistory
 from vigil.kube.workflows import WorkflowApi, WorkflowEngine
@@ -92,6 +96,34 @@ def test_finished_workflows_leave_after_their_ttl_with_their_pods_and_their_hist
         assert exists(cluster, namespace, "kept")
         assert pods_of(cluster, namespace, uids["kept"])
         assert get_workflow(cluster, namespace, "running")["status"]["phase"] == "Running"
+    finally:
+        fleet.stop()
+        cluster.clear_namespace(fleet.namespace)
+
+
+def test_a_scheduled_workflow_takes_its_ttl_from_the_template_and_the_job_still_names_it(
+    cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    fleet = OperatorFleet(cluster, tmp_path, workflows={"rescanSeconds": 2, "ttlAfterFinished": "1h"})
+    try:
+        fleet.start()
+        fleet.leader()
+        run_at = (datetime.now(UTC) + timedelta(seconds=3)).replace(microsecond=0)
+        job = cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": "nightly"},
+            "spec": {"runAt": rfc3339(run_at), "workflowTemplate": {"ttlAfterFinished": "3s", "steps": [pod_step("a")]}},
+        })  # fmt: skip
+        name = execution_id(job["metadata"]["uid"], run_at)
+        done = wait_phase(cluster, namespace, name, "Succeeded", timeout=120)
+        assert done["spec"]["ttlAfterFinished"] == "3s"
+        wait_for(lambda: not exists(cluster, namespace, name), timeout=60, what="the scheduled workflow deleted")
+        assert history_rows(fleet.settings["history"]["dsn"], namespace, name) == done["status"]["history"]
+
+        recent = (get_job(cluster, namespace, "nightly").get("status") or {}).get("recent") or []
+        assert [(r["executionId"], r["outcome"]) for r in recent] == [(name, "Succeeded")]
+        shown = kubectl_plugin(cluster, "occurrences", "nightly", "-n", namespace)
+        assert shown.returncode == 0, shown.stderr
+        assert name in shown.stdout
     finally:
         fleet.stop()
         cluster.clear_namespace(fleet.namespace)
