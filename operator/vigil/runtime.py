@@ -49,6 +49,7 @@ from vigil.kube.retention import Pruner
 from vigil.kube.watchdog import Assessed, Watchdog
 from vigil.kube.watchfacts import FactGatherer
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
+from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
 from vigil.settings import Settings
 
@@ -467,6 +468,7 @@ def run(settings: Settings) -> int:
         workers=settings.workflows.workers,
         rescan_seconds=settings.workflows.rescan_seconds,
         on_pass=_after_workflow_pass(publisher),
+        ttl=WorkflowTtl(client.CustomObjectsApi(api), default=setting_ttl(settings.workflows.ttl_after_finished)),
     )
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [

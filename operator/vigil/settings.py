@@ -72,6 +72,14 @@ class Workflows(_Section):
         description="Seconds between scans for unfinished workflows: the safety net behind watches "
         "and timers, and how a new leader resumes every in-flight workflow.",
     )
+    ttl_after_finished: str = Field(
+        "24h",
+        pattern=DURATION_PATTERN,
+        description="How long a finished workflow stays on the API server when its spec sets no "
+        "ttlAfterFinished: a day to look at it with kubectl, after which the history database "
+        "keeps its record (it is deleted only once its whole history is written there). 0s or "
+        "empty keeps finished workflows forever.",
+    )
 
 
 class Notifier(_Section):

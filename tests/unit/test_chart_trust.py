@@ -67,7 +67,7 @@ def grants(group: str, resources: tuple[str, ...], verbs: tuple[str, ...]) -> se
 #: templates/rbac.yaml.
 CLUSTER_ALLOWLIST = (
     grants("vigil.dev", ("scheduledjobs", "workflows", "workflowdefinitions"), (*VIGIL_READ, "patch", "update"))
-    | grants("vigil.dev", ("workflows",), ("create",))
+    | grants("vigil.dev", ("workflows",), ("create", "cancel", "delete"))
     | grants("vigil.dev", ("scheduledjobs/status", "workflows/status", "workflowdefinitions/status"), ("get", "patch", "update"))
     | grants("vigil.dev", ("executions",), (*VIGIL_READ, "create", "patch", "update", "delete"))
     | grants("vigil.dev", ("executions/status",), ("get", "patch", "update"))

@@ -64,7 +64,7 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
     },
     "trigger": {"tickMilliseconds": 250, "shards": 4, "maxOccurrencesPerBucket": 2000, "workers": 8},
     "dispatch": {"maxRunning": 100, "reservedHigh": 10, "perNamespaceMax": 50},
-    "workflows": {"workers": 4, "rescanSeconds": 30},
+    "workflows": {"workers": 4, "rescanSeconds": 30, "ttlAfterFinished": "24h"},
     "approvals": {
         "enabled": True,
         "notifier": {"url": "", "timeoutSeconds": 5, "retrySeconds": 30},
@@ -413,6 +413,7 @@ def test_a_misspelt_nested_value_fails_on_the_schema(helm: tuple[Path, dict[str,
         pytest.param("admission.highPriority.namespaces=billing", "/admission/highPriority/namespaces", id="namespaces-not-a-list"),
         pytest.param("networkPolicy.enabled=yes", "/networkPolicy/enabled", id="network-policy-not-a-boolean"),
         pytest.param("config.approvals.notifier.url=chat-bridge", "/config/approvals/notifier/url", id="notifier-without-scheme"),
+        pytest.param("config.workflows.ttlAfterFinished=1 day", "/config/workflows/ttlAfterFinished", id="workflow-ttl-not-a-duration"),
     ],
 )
 def test_a_value_of_the_wrong_kind_fails_on_the_schema_naming_it(
@@ -599,9 +600,10 @@ def test_operator_rbac_is_least_privilege(helm: tuple[Path, dict[str, str]]) -> 
         for group, resource, _ in cluster_rules
     )
     assert not any("*" in triple for triple in cluster_rules | namespace_rules)
-    # The one vigil.dev delete: retention removes finished Executions once their history is written.
+    # The vigil.dev deletes: retention removes finished Executions, and ttlAfterFinished finished
+    # Workflows, once their history is written.
     deletes = {(group, resource) for group, resource, verb in cluster_rules if verb == "delete"}
-    assert {d for d in deletes if d[0] == "vigil.dev"} == {("vigil.dev", "executions")}
+    assert {d for d in deletes if d[0] == "vigil.dev"} == {("vigil.dev", "executions"), ("vigil.dev", "workflows")}
 
 
 def test_user_roles_aggregate_and_approval_is_a_custom_verb(

@@ -1,13 +1,16 @@
-"""The operator's settings file: the workflow and approval sections, and bad values refused
-naming the key (the chart's values.schema.json refuses the same values at install)."""
+"""The operator's settings file: the workflow and approval sections (the workflow TTL's 0s or
+empty meaning forever), and bad values refused naming the key (the chart's values.schema.json
+refuses the same values at install)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from vigil.kube.workflowttl import setting_ttl
 from vigil.settings import load_settings
 
 
@@ -20,6 +23,7 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, "namespace: vigil-system\n"), environ={})
     assert (settings.workflows.workers, settings.workflows.rescan_seconds) == (4, 30.0)
+    assert setting_ttl(settings.workflows.ttl_after_finished) == timedelta(hours=24)
     assert settings.approvals.enabled and settings.approvals.key_secret == "vigil-approval-key"
     assert settings.approvals.default_token_lifetime == "24h" and settings.approvals.base_url == ""
     assert settings.approvals.notifier.url == ""  # no notifier: no token is minted for anyone
@@ -32,6 +36,7 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("workflows: {workers: 0}\n", "workflows.workers", id="no-workers"),
         pytest.param("workflows: {rescanSeconds: -1}\n", "workflows.rescanSeconds", id="negative-rescan"),
         pytest.param("workflows: {rescan: 5}\n", "workflows.rescan", id="misspelt-key"),
+        pytest.param("workflows: {ttlAfterFinished: 1 day}\n", "workflows.ttlAfterFinished", id="bad-workflow-ttl"),
         pytest.param("approvals: {defaultTokenLifetime: a week}\n", "approvals.defaultTokenLifetime", id="bad-duration"),
         pytest.param("approvals: {keyRefreshSeconds: 0}\n", "approvals.keyRefreshSeconds", id="zero-refresh"),
         pytest.param("approvals: {notifier: {timeoutSeconds: 0}}\n", "approvals.notifier.timeoutSeconds", id="no-timeout"),
@@ -46,3 +51,9 @@ def test_a_bad_value_is_refused_naming_its_key(tmp_path: Path, text: str, field:
     with pytest.raises(ValidationError) as caught:
         load_settings(write(tmp_path, text), environ={})
     assert field in {".".join(str(part) for part in error["loc"]) for error in caught.value.errors()}
+
+
+@pytest.mark.parametrize(("text", "ttl"), [("0s", None), ("", None), ("7d", timedelta(days=7)), ("90m", timedelta(minutes=90))])
+def test_the_workflow_ttl_setting_zero_or_empty_keeps_workflows_forever(tmp_path: Path, text: str, ttl: timedelta | None) -> None:
+    settings = load_settings(write(tmp_path, f"workflows: {{ttlAfterFinished: '{text}'}}\n"), environ={})
+    assert setting_ttl(settings.workflows.ttl_after_finished) == ttl

@@ -3,7 +3,8 @@
 Covers ``spec.requests`` (good requests parse; one named row per bad one, each naming its
 field), the Python twins of the admission checks (``added_requests``, ``check_requests_unchanged``,
 ``check_requests_kept``, ``check_definition_update``), the split of the Workflow spec into the workflow template a
-ScheduledJob holds plus the requests, and what the generated CRDs say about all three.
+ScheduledJob holds plus the requests (with its ttlAfterFinished, a duration), and what the generated CRDs
+say about all three.
 """
 
 from __future__ import annotations
@@ -240,6 +241,29 @@ def test_a_workflow_template_runs_steps_or_a_definition(template: Spec, expected
     assert expected in errors_of(ScheduledJobSpec, {"cron": "0 2 * * *", "workflowTemplate": template})
 
 
+@pytest.mark.parametrize(
+    ("ttl", "expected"),
+    [
+        pytest.param("1 day", "ttlAfterFinished: invalid duration '1 day'", id="words"),
+        pytest.param("-1h", "ttlAfterFinished: negative durations are not allowed", id="negative"),
+        pytest.param("1.5h", "ttlAfterFinished: invalid duration '1.5h'", id="decimal"),
+        pytest.param(3600, "ttlAfterFinished: a duration must be a string", id="a-number"),
+    ],
+)
+def test_a_bad_ttl_after_finished_is_refused_naming_the_field(ttl: object, expected: str) -> None:
+    assert f"spec.{expected}" in errors_of(WorkflowSpec, {"steps": STEPS, "ttlAfterFinished": ttl})
+    template = {"steps": STEPS, "ttlAfterFinished": ttl}
+    assert f"spec.workflowTemplate.{expected}" in errors_of(
+        ScheduledJobSpec, {"cron": "0 2 * * *", "workflowTemplate": template}
+    )
+
+
+def test_ttl_after_finished_is_a_duration_on_both_and_zero_is_allowed() -> None:
+    assert str(WorkflowSpec.model_validate({"steps": STEPS, "ttlAfterFinished": "0s"}).ttl_after_finished) == "0s"
+    for schema in (spec_schema(WORKFLOW), spec_schema(SCHEDULED_JOB)["properties"]["workflowTemplate"]):
+        assert schema["properties"]["ttlAfterFinished"]["pattern"] == "^([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?$"
+
+
 def test_a_workflow_template_may_reference_a_definition_with_parameters() -> None:
     spec = ScheduledJobSpec.model_validate(
         {
@@ -293,7 +317,7 @@ def test_a_definition_version_keeps_its_steps_by_a_transition_rule() -> None:
 def test_a_scheduled_job_workflow_template_is_the_template_without_requests() -> None:
     spec = spec_schema(SCHEDULED_JOB)
     template = spec["properties"]["workflowTemplate"]
-    assert set(template["properties"]) == {"steps", "onFailure", "parameters", "definitionRef"}
+    assert set(template["properties"]) == {"steps", "onFailure", "parameters", "definitionRef", "ttlAfterFinished"}
     assert template["x-kubernetes-validations"][0]["message"] == "exactly one of steps or definitionRef must be set"
     messages = [rule["message"] for rule in spec["x-kubernetes-validations"]]
     assert "exactly one of template or workflowTemplate must be set" in messages

@@ -13,7 +13,10 @@ The same two verbs steer workflows (vigil.cli.workflows): `retry WF STEP`
 (a second name makes it a workflow step) and `cancel WF`. `cancel NAME` looks
 for an execution, then a ScheduledJob, then a Workflow, and acts on the first
 it finds; a kind the caller may not read is passed over, and `--job` or
-`--workflow` skips the search.
+`--workflow` skips the search. `cancel JOB` stops everything of the job in
+flight: its executions, and for a workflowTemplate job its unfinished workflows,
+each of which gets a cancel request in the caller's name (as `cancel WF` appends
+one; a workflow that already has one is left as it is).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -30,9 +34,11 @@ from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput, Contention
 from vigil.cli.tables import render_table
 from vigil.core.executions import Execution, Phase, format_time
+from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
 from vigil.kube.executions import PLURAL
+from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR, LABEL_JOB_UID
 from vigil.model import GROUP, VERSION
-from vigil.model.workflow import RequestAction
+from vigil.model.workflow import WORKFLOW, RequestAction
 
 #: Conditional writes tried before giving up on an execution that keeps changing.
 MAX_CONFLICT_ROUNDS = 5
@@ -146,6 +152,51 @@ def cancel_job(cluster: Cluster, job: Mapping[str, Any], *, reason: str | None) 
     return sorted(requests, key=lambda request: request.execution.scheduled_for)
 
 
+@dataclasses.dataclass(frozen=True)
+class WorkflowCancel:
+    """A workflow of a job that was asked to cancel; `repeated` when a cancel request was there already."""
+
+    name: str
+    scheduled_for: str
+    phase: str
+    repeated: bool
+
+    @property
+    def outcome(self) -> str:
+        return ALREADY_REQUESTED if self.repeated else REQUESTED
+
+
+def cancel_job_workflows(cluster: Cluster, job: Mapping[str, Any], *, reason: str | None) -> list[WorkflowCancel]:
+    """Append a cancel request, in the caller's name, to every unfinished workflow of a
+    workflowTemplate job (found by its uid label), oldest occurrence first."""
+    meta = job["metadata"]
+    namespace = meta["namespace"]
+    listed = cluster.custom.list_namespaced_custom_object(
+        GROUP, VERSION, namespace, WORKFLOW.plural, label_selector=f"{LABEL_JOB_UID}={meta['uid']}"
+    )
+    cancels: list[WorkflowCancel] = []
+    identity = None
+    for obj in listed.get("items") or []:
+        phase = str((obj.get("status") or {}).get("phase") or "Pending")
+        if phase in TERMINAL_WORKFLOW_PHASES:
+            continue
+        name = obj["metadata"]["name"]
+        repeated = any(r.get("action") == "cancel" for r in (obj.get("spec") or {}).get("requests") or [])
+        if not repeated:
+            identity = identity or cluster.whoami()
+            ask = workflows.Ask(action=RequestAction.CANCEL, workflow=name, namespace=namespace, reason=reason)
+            item = workflows.request_item(
+                ask, identity=identity, request_id=workflows.new_request_id(), at=datetime.now(UTC)
+            )
+            try:
+                workflows.append_request(cluster, ask, item)
+            except BadInput:  # gone since the list (it finished past its TTL): nothing left to stop
+                continue
+        scheduled = str((obj["metadata"].get("annotations") or {}).get(ANNOTATION_SCHEDULED_FOR) or "")
+        cancels.append(WorkflowCancel(name=name, scheduled_for=scheduled, phase=phase, repeated=repeated))
+    return sorted(cancels, key=lambda cancel: (cancel.scheduled_for, cancel.name))
+
+
 def _print_execution_cancelled(request: CancelRequest, *, also_a_job: bool) -> None:
     ex = request.execution
     stops = "deletes its pod" if ex.phase is Phase.RUNNING else "stops it"
@@ -156,20 +207,30 @@ def _print_execution_cancelled(request: CancelRequest, *, also_a_job: bool) -> N
               "(add --job to cancel the job's in-flight executions)")  # fmt: skip
 
 
-def _print_job_cancelled(name: str, namespace: str, requests: list[CancelRequest]) -> None:
-    if not requests:
+def _print_job_cancelled(
+    name: str, namespace: str, requests: list[CancelRequest], cancels: list[WorkflowCancel]
+) -> None:
+    if not requests and not cancels:
         print(f'scheduledjob {name} in namespace "{namespace}" has no in-flight executions '
-              "(Ready, Running or Backoff): nothing to cancel")  # fmt: skip
+              "(Ready, Running or Backoff) and no unfinished workflows: nothing to cancel")  # fmt: skip
         return
-    repeated = sum(request.repeated for request in requests)
-    print(f"scheduledjob {name}: cancel requested for {len(requests)} in-flight execution(s) "
-          f"({repeated} of them already requested before)")  # fmt: skip
-    rows = [
-        [r.execution.execution_id, format_time(r.execution.scheduled_for), r.execution.phase, r.execution.attempt,
-         r.outcome]
-        for r in requests
-    ]  # fmt: skip
-    print(render_table(["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "CANCEL"], rows))
+    if requests:
+        repeated = sum(request.repeated for request in requests)
+        print(f"scheduledjob {name}: cancel requested for {len(requests)} in-flight execution(s) "
+              f"({repeated} of them already requested before)")  # fmt: skip
+        rows = [
+            [r.execution.execution_id, format_time(r.execution.scheduled_for), r.execution.phase,
+             r.execution.attempt, r.outcome]
+            for r in requests
+        ]  # fmt: skip
+        print(render_table(["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "CANCEL"], rows))
+    if cancels:
+        repeated = sum(cancel.repeated for cancel in cancels)
+        print(f"scheduledjob {name}: cancel requested for {len(cancels)} unfinished workflow(s) "
+              f"({repeated} of them already requested before); the operator stops their pods "
+              "(kubectl vigil timeline WORKFLOW shows it)")  # fmt: skip
+        rows = [[c.name, c.scheduled_for, c.phase, c.outcome] for c in cancels]
+        print(render_table(["WORKFLOW", "SCHEDULED", "PHASE", "CANCEL"], rows))
 
 
 def _visible(find: Callable[[], Mapping[str, Any] | None], kind: str, hidden: list[str]) -> Mapping[str, Any] | None:
@@ -198,7 +259,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         return 0
     job = _visible(lambda: cluster.find_job(args.name, namespace), "scheduledjobs", hidden)
     if job is not None:
-        _print_job_cancelled(args.name, namespace, cancel_job(cluster, job, reason=args.reason))
+        requests = cancel_job(cluster, job, reason=args.reason)
+        _print_job_cancelled(args.name, namespace, requests, cancel_job_workflows(cluster, job, reason=args.reason))
         return 0
     if not args.job and _visible(lambda: cluster.find_workflow(args.name, namespace), "workflows", hidden):
         return workflows.request(args, RequestAction.CANCEL, workflow=args.name, cluster=cluster)
@@ -220,7 +282,7 @@ def add_parsers(sub: Any) -> None:
     rt.set_defaults(func=cmd_retry)
 
     ca = sub.add_parser(
-        "cancel", help="cancel an execution, every in-flight execution of a job, or a workflow"
+        "cancel", help="cancel an execution, everything of a job in flight (executions, workflows), or a workflow"
     )
     ca.add_argument("name", help="an execution id, a ScheduledJob's name or a Workflow's name")
     ca.add_argument("--reason", help="why (kept in spec.cancelReason, or the workflow's request)")

@@ -10,7 +10,7 @@
     kubectl vigil describe EXECUTION      an execution's timeline, attempt by attempt
     kubectl vigil dead-letters [-A]       executions whose every attempt failed
     kubectl vigil retry EXECUTION         run a dead execution once more (same execution id)
-    kubectl vigil cancel EXECUTION|JOB    cancel an execution, or all in-flight ones of a job
+    kubectl vigil cancel EXECUTION|JOB    cancel an execution, or all in-flight ones of a job (and its workflows)
     kubectl vigil backfill JOB --from DATE --to DATE [--dry-run]
                                           create the executions of past occurrences
     kubectl vigil approve|reject WF STEP --reason TEXT

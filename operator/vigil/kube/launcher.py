@@ -10,21 +10,24 @@ environment.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes.client import CustomObjectsApi
+from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubjectReview
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import Fire
-from vigil.core.executions import cancel, concurrency
+from vigil.core.executions import ConcurrencyPolicy, cancel, concurrency
 from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
 from vigil.core.ports import Clock, Conflict, Launch
 from vigil.core.timeparse import format_rfc3339
+from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
+from vigil.core.workflowruns import workflow_concurrency
 from vigil.kube.executions import ExecutionStore, execution_body, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.pods import (
@@ -41,6 +44,7 @@ from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import parse_spec
 from vigil.model.scheduledjob import ScheduledJobSpec
+from vigil.model.workflow import WORKFLOW
 
 log = logging.getLogger(__name__)
 
@@ -131,21 +135,97 @@ def workflow_body(job: Mapping[str, Any], fire: Fire) -> dict[str, Any]:
 
 
 class WorkflowCreator:
-    """Creates the Workflow of one occurrence; False when it exists already."""
+    """The Workflows of a workflowTemplate job: creates one per occurrence (False when it exists
+    already), lists the job's, and cancels one that concurrencyPolicy Replace replaces."""
 
     def __init__(self, api: Any) -> None:
+        self._api = api
         self._custom = CustomObjectsApi(api)
+        self._username: str | None = None
 
     def create(self, body: dict[str, Any]) -> bool:
         try:
             self._custom.create_namespaced_custom_object(
-                GROUP, VERSION, body["metadata"]["namespace"], "workflows", body
+                GROUP, VERSION, body["metadata"]["namespace"], WORKFLOW.plural, body
             )
         except ApiException as err:
             if err.status == 409:
                 return False
             raise
         return True
+
+    def of_job(self, namespace: str, job_uid: str) -> dict[ExecutionId, str | None]:
+        """The job's workflows (named by their occurrence's execution id) and their phases."""
+        listed = self._custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, WORKFLOW.plural, label_selector=f"{LABEL_JOB_UID}={job_uid}"
+        )
+        return {
+            ExecutionId(obj["metadata"]["name"]): (obj.get("status") or {}).get("phase")
+            for obj in listed.get("items") or []
+        }
+
+    def cancel(self, namespace: str, name: str, *, replaced_by: ExecutionId, now: datetime) -> None:
+        """Append a cancel request to the workflow, in the operator's own name (admission checks
+        `by` and the `cancel` verb as it does for people); the engine records it and stops its
+        pods. Its id derives from the new occurrence, so a repeated launch appends nothing more.
+        Raises Conflict when the workflow keeps changing (the trigger repeats the launch), and
+        the API server's refusal when it refuses the append itself (admission without the
+        `cancel` verb, a full request list: the occurrence settles as Failed with its message)."""
+        request_id = "replaced-" + hashlib.sha256(replaced_by.encode()).hexdigest()[:16]
+        item = {
+            "id": request_id,
+            "action": "cancel",
+            "by": self._whoami(),
+            "reason": f"replaced by {replaced_by} (concurrencyPolicy Replace)",
+            "at": format_rfc3339(now),
+        }
+        invalid: tuple[str, ApiException] | None = None  # a 422 and the version it was made at
+        for _ in range(REPLACE_TRIES):
+            try:
+                obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOW.plural, name)
+            except ApiException as err:
+                if err.status == 404:
+                    return  # gone: nothing left to stop
+                raise
+            if invalid is not None and invalid[0] == obj["metadata"]["resourceVersion"]:
+                raise invalid[1]  # not a failed test of the version: the append itself is refused
+            requests = (obj.get("spec") or {}).get("requests")
+            finished = (obj.get("status") or {}).get("phase") in TERMINAL_WORKFLOW_PHASES
+            if finished or any(r.get("id") == request_id for r in requests or []):
+                return
+            test = {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]}
+            add = (
+                {"op": "add", "path": "/spec/requests/-", "value": item}
+                if requests is not None
+                else {"op": "add", "path": "/spec/requests", "value": [item]}
+            )
+            try:
+                self._custom.patch_namespaced_custom_object(
+                    GROUP, VERSION, namespace, WORKFLOW.plural, name, [test, add],
+                    _content_type="application/json-patch+json",
+                )  # fmt: skip
+            except ApiException as err:
+                if err.status == 422:  # a failed test of the version, or a refused append
+                    invalid = (obj["metadata"]["resourceVersion"], err)
+                    continue
+                if err.status == 409:
+                    continue
+                raise
+            log.info("replaced: cancel requested for workflow %s/%s (%s)", namespace, name, item["reason"])
+            return
+        raise Conflict(f"replace: workflow {namespace}/{name} kept changing; the trigger retries")
+
+    def _whoami(self) -> str:
+        """The operator's user name as the API server knows it (a SelfSubjectReview, asked once)."""
+        if self._username is None:
+            review = AuthenticationV1Api(self._api).create_self_subject_review(
+                V1SelfSubjectReview(api_version="authentication.k8s.io/v1", kind="SelfSubjectReview")
+            )
+            info = review.status.user_info if review.status is not None else None
+            if info is None or not info.username:
+                raise RuntimeError("the API server did not say who the operator is (SelfSubjectReview)")
+            self._username = str(info.username)
+        return self._username
 
 
 #: Answers that a retry will not change: the request itself is refused (a ResourceQuota or an
@@ -209,7 +289,7 @@ class ExecutionLauncher:
             raise MissingJob(f"{fire.job.namespace}/{fire.job.name}")
         spec = parse_spec(job)
         if spec.workflow_template is not None:
-            return self._launch_workflow(job, fire)
+            return self._launch_workflow(job, fire, policy=spec.concurrency_policy)
         active = self._store.active_for_job(fire.job.namespace, fire.job.uid)
         decision = concurrency(
             spec.concurrency_policy,
@@ -240,12 +320,25 @@ class ExecutionLauncher:
             self._on_ready()
         return Launch(created=created)
 
-    def _launch_workflow(self, job: Mapping[str, Any], fire: Fire) -> Launch:
-        """A workflowTemplate job: one Workflow per occurrence, named from its execution id.
+    def _launch_workflow(self, job: Mapping[str, Any], fire: Fire, *, policy: ConcurrencyPolicy) -> Launch:
+        """A workflowTemplate job: its concurrency policy over its workflows, then one Workflow
+        per occurrence, named from its execution id.
 
-        The concurrency policy does not apply (a workflow has no single pod to replace); the
-        Workflow's own name makes a repeated launch a 409, never a second workflow.
+        Forbid skips the occurrence (outcome Skipped, as for a pod job) while a workflow of the
+        job is in flight; Replace asks each in flight to cancel (the engine stops its pods) and
+        starts the new one; Allow starts it regardless, without looking. The Workflow's own name
+        makes a repeated launch a 409, never a second workflow.
         """
+        meta = job["metadata"]
+        if ConcurrencyPolicy(policy) is not ConcurrencyPolicy.ALLOW:
+            incoming = ExecutionId(fire.execution_id)
+            workflows = self._workflows.of_job(meta["namespace"], meta["uid"])
+            decision = workflow_concurrency(policy, workflows, incoming=incoming)
+            if not decision.start:
+                log.info("skipped %s/%s %s: %s", meta["namespace"], meta["name"], incoming, decision.reason)
+                return Launch(created=False, skipped=str(decision.reason))
+            for name in decision.replace:
+                self._workflows.cancel(meta["namespace"], name, replaced_by=incoming, now=self._clock.now())
         created = self._workflows.create(workflow_body(job, fire))
         if created:
             log.info("fired %s/%s workflow %s", fire.job.namespace, fire.job.name, fire.execution_id)

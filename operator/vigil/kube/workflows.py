@@ -28,7 +28,9 @@ records nothing and tries again later, so the workflow waits rather than
 writing a status the API server would refuse on every pass. Passes are
 level-triggered: pod and Workflow changes queue the workflow, timers queue it
 at their recorded time, and a periodic rescan queues every unfinished one (that
-is also how a fresh operator resumes all in-flight workflows).
+is also how a fresh operator resumes all in-flight workflows). A finished
+workflow leaves once its ttlAfterFinished has passed and its whole history is in
+the database (:mod:`vigil.kube.workflowttl`, asked after each pass on it).
 """
 
 from __future__ import annotations
@@ -72,10 +74,12 @@ from vigil.core.workflow import (
     parse_output,
     records_from_data,
 )
+from vigil.core.workflowttl import Verdict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR
 from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import LABEL_WORKFLOW_UID, pod_result, workflow_pod
+from vigil.kube.workflowttl import WorkflowTtl
 from vigil.model import GROUP, VERSION
 from vigil.model.workflow import HISTORY_MAX_ITEMS
 from vigil.model.workflowspec import (
@@ -280,6 +284,7 @@ class WorkflowEngine:
         workers: int = 4,
         rescan_seconds: float = 30.0,
         on_pass: Callable[[Pass], None] | None = None,
+        ttl: WorkflowTtl | None = None,
     ) -> None:
         self.api = api
         self._clock = clock
@@ -288,6 +293,8 @@ class WorkflowEngine:
         self._workers = workers
         self._rescan_seconds = rescan_seconds
         self._on_pass = on_pass
+        #: Deletes finished workflows past their ttlAfterFinished (None: kept forever).
+        self._ttl = ttl
         self._lock = threading.Condition()
         self._ready: deque[Key] = deque()
         self._queued: set[Key] = set()
@@ -369,14 +376,17 @@ class WorkflowEngine:
             return not self._ready and not self._busy
 
     def rescan(self) -> int:
-        """Queue every workflow that is unfinished or not yet mirrored; the count queued."""
+        """Queue every workflow that is unfinished, not yet mirrored, or finished and past its
+        ttlAfterFinished; the count queued."""
         queued = 0
+        now = self._clock.now()
         for obj in self.api.list_all():
             status = obj.get("status") or {}
             unfinished = status.get("phase") not in FINISHED_PHASES
             recorded = int((status.get("checkpoint") or {}).get("seq") or 0) + len(status.get("history") or [])
             unmirrored = self._history is not None and int(status.get("historyMirrored") or 0) < recorded
-            if unfinished or unmirrored:
+            expired = self._ttl is not None and self._ttl.due(obj, now)
+            if unfinished or unmirrored or expired:
                 meta = obj["metadata"]
                 self.notify(meta["namespace"], meta["name"])
                 queued += 1
@@ -491,7 +501,13 @@ class WorkflowEngine:
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
         self._tell_job(obj, new)
-        return self._next_pass(definition, state, now)
+        wake = self._next_pass(definition, state, now)
+        if self._ttl is None or not state.finished:
+            return wake
+        ending = self._ttl.after_pass(obj, new_status, now)  # the status as it now stands
+        if ending.verdict is Verdict.DELETE:
+            return None
+        return min((at for at in (wake, ending.at) if at is not None), default=None)
 
     def _tell_job(self, obj: Mapping[str, Any], new: Sequence[Record]) -> None:
         """A workflow started by a ScheduledJob ended: record it in the job's status, as an

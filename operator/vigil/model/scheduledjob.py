@@ -294,9 +294,10 @@ class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
     )
     concurrency_policy: ConcurrencyPolicy = Field(
         default=ConcurrencyPolicy.ALLOW,
-        description="When an occurrence fires while an earlier execution still runs: Allow "
-        "runs both; Forbid skips the new one (recorded as Skipped); Replace stops the running "
-        "one and starts the new one.",
+        description="When an occurrence fires while an earlier execution (or, for a "
+        "workflowTemplate, an earlier workflow) still runs: Allow runs both; Forbid skips the "
+        "new one (recorded as Skipped); Replace stops the running one (a workflow gets a cancel "
+        "request) and starts the new one.",
     )
     payload: dict[str, Any] | None = Field(
         default=None,

@@ -54,6 +54,7 @@ from vigil.model.common import (
     DNS_LABEL_PATTERN,
     CelRule,
     Condition,
+    Duration,
     ObjectName,
     PodTemplate,
     PositiveDuration,
@@ -593,6 +594,13 @@ class WorkflowTemplate(SpecModel, json_schema_extra=_WORKFLOW_RULES):
     )
     definition_ref: DefinitionRef | None = Field(
         default=None, description="Run a version of a WorkflowDefinition instead of inline steps."
+    )
+    ttl_after_finished: Duration | None = Field(
+        default=None,
+        description="How long the workflow stays after it finished (Succeeded, Failed, "
+        "Compensated or Cancelled), e.g. 1h or 7d; then it is deleted with its step pods, once "
+        "its whole history is in the history database, which keeps it. Unset: the operator's "
+        "default (the chart's workflows.ttlAfterFinished, 24h). 0s keeps it forever.",
     )
 
     @field_validator("steps")
