@@ -72,6 +72,7 @@ from vigil.core.history import (
 )
 from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.core.workflow import RULES, Event, Reason, Record, identity_of
+from vigil.model.names import EXECUTIONS, GROUP
 
 log = logging.getLogger(__name__)
 
@@ -213,7 +214,7 @@ class Guard:
 
 def execution_access(namespace: str, execution_id: str = "") -> Access:
     """``get executions.vigil.dev`` (that one, or any with an empty id) in `namespace` ("" = all)."""
-    return Access(verb="get", group="vigil.dev", resource="executions", namespace=namespace, name=execution_id)
+    return Access(verb="get", group=GROUP, resource=EXECUTIONS, namespace=namespace, name=execution_id)
 
 
 def list_executions_access(namespace: str) -> Access:

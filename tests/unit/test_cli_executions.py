@@ -37,7 +37,7 @@ from vigil.cli.executions import (
     execution_table,
     phase_since,
 )
-from vigil.cli.interventions import MAX_CONFLICT_ROUNDS, request_retry, retry_refusal
+from vigil.cli.interventions import request_retry, retry_refusal
 from vigil.cli.tables import human_duration, precise_duration, relative, render_table
 from vigil.core.executions import (
     AttemptOutcome,
@@ -54,6 +54,7 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import ExecutionId, execution_id
 from vigil.core.timeparse import format_rfc3339
+from vigil.kube.conflicts import CONFLICT_TRIES
 from vigil.model.jobspec import job_view
 
 UID = "3f2c1d4e-0000-4000-8000-00000000abcd"
@@ -464,8 +465,8 @@ def test_retry_refuses_when_the_execution_left_dead_while_it_was_retrying() -> N
 
 
 def test_retry_gives_up_on_an_execution_that_keeps_changing() -> None:
-    api = FakeExecutions([stored(DEAD_AFTER_TWO, version="1")], conflicts=MAX_CONFLICT_ROUNDS)
+    api = FakeExecutions([stored(DEAD_AFTER_TWO, version="1")], conflicts=CONFLICT_TRIES)
 
     with pytest.raises(Contention, match="kept changing"):
         request_retry(cast(Cluster, api), "ex-a", "shop")
-    assert len(api.patches) == MAX_CONFLICT_ROUNDS
+    assert len(api.patches) == CONFLICT_TRIES

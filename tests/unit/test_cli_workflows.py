@@ -42,7 +42,6 @@ from vigil.cli.timeline import (
     timeline_lines,
 )
 from vigil.cli.workflows import (
-    MAX_CONFLICT_ROUNDS,
     POLL_SECONDS,
     Ask,
     append_patch,
@@ -55,6 +54,7 @@ from vigil.cli.workflows import (
 )
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import Event
+from vigil.kube.conflicts import CONFLICT_TRIES
 from vigil.model.workflow import (
     MESSAGE_APPROVE_VERB,
     REQUEST_GROUPS_MAX_ITEMS,
@@ -254,11 +254,11 @@ def test_admission_refusing_an_approval_becomes_one_line_with_a_hint() -> None:
 
 
 def test_an_append_gives_up_on_a_workflow_that_keeps_changing() -> None:
-    api = FakeWorkflows([workflow_object("7")], [refused(409, "conflict")] * MAX_CONFLICT_ROUNDS)
+    api = FakeWorkflows([workflow_object("7")], [refused(409, "conflict")] * CONFLICT_TRIES)
 
     with pytest.raises(Contention, match="kept changing"):
         append_request(cast(Cluster, api), ask(RequestAction.APPROVE), ITEM)
-    assert len(api.patches) == MAX_CONFLICT_ROUNDS
+    assert len(api.patches) == CONFLICT_TRIES
 
 
 def test_a_step_the_workflow_does_not_have_is_refused_before_any_write() -> None:

@@ -39,9 +39,9 @@ from vigil.core.schedule import (
 )
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.executions import execution_body
-from vigil.kube.pods import LABEL_JOB_UID
 from vigil.model.execution import ExecutionSource
 from vigil.model.jobspec import InvalidJob, job_view
+from vigil.model.names import LABEL_JOB_UID
 
 DEFAULT_LIMIT = 1000  # occurrences per backfill; more needs an explicit --limit
 DATE_FORMAT = re.compile(r"\d{4}-\d{2}-\d{2}")

@@ -22,9 +22,8 @@ from vigil.cli.errors import BadInput
 from vigil.core.executions import Execution
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULED_JOBS, WORKFLOWS
 
-JOBS = "scheduledjobs"
-WORKFLOWS = "workflows"
 DEFAULT_NAMESPACE = "default"  # kubectl's, when the context names none
 
 
@@ -56,7 +55,7 @@ class Cluster:
 
     def find_job(self, name: str, namespace: str) -> dict[str, Any] | None:
         try:
-            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name)
+            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, SCHEDULED_JOBS, name)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -72,7 +71,7 @@ class Cluster:
     def jobs_named(self, name: str) -> list[dict[str, Any]]:
         """The ScheduledJobs called `name` in every namespace."""
         result = self.custom.list_cluster_custom_object(
-            GROUP, VERSION, JOBS, field_selector=f"metadata.name={name}"
+            GROUP, VERSION, SCHEDULED_JOBS, field_selector=f"metadata.name={name}"
         )
         return list(result["items"])
 

@@ -30,7 +30,7 @@ from vigil.core.executions import AttemptResult, Execution, Phase, format_time
 from vigil.core.history import ExecutionSummary
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.executions import LABEL_PHASE
-from vigil.kube.pods import LABEL_JOB_UID
+from vigil.model.names import LABEL_JOB_UID
 
 Table = tuple[list[str], list[list[object]]]
 EXECUTION_COLUMNS = ["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "REASON", "AGE"]

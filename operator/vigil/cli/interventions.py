@@ -34,14 +34,19 @@ from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput, Contention
 from vigil.cli.tables import render_table
 from vigil.core.executions import Execution, Phase, format_time
+from vigil.core.ports import Conflict
 from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
-from vigil.kube.executions import PLURAL
-from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR, LABEL_JOB_UID
+from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.model import GROUP, VERSION
-from vigil.model.workflow import WORKFLOW, RequestAction
+from vigil.model.names import (
+    ANNOTATION_SCHEDULED_FOR,
+    EXECUTIONS,
+    LABEL_JOB_UID,
+    SCHEDULED_JOBS,
+    WORKFLOWS,
+)
+from vigil.model.workflow import RequestAction
 
-#: Conditional writes tried before giving up on an execution that keeps changing.
-MAX_CONFLICT_ROUNDS = 5
 WHY_NOT_RETRIED = {
     Phase.SUCCEEDED: "it has already succeeded",
     Phase.CANCELLED: "a cancelled execution is never run again",
@@ -60,7 +65,8 @@ def retry_refusal(name: str, namespace: str, phase: Phase) -> str:
 
 def request_retry(cluster: Cluster, name: str, namespace: str) -> int:
     """Add one to spec.retryRequests of a Dead execution; the attempt number it will run as."""
-    for _ in range(MAX_CONFLICT_ROUNDS):
+
+    def request() -> int:
         obj = cluster.execution(name, namespace)
         ex = read_execution(obj)
         if ex.phase is not Phase.DEAD:
@@ -71,13 +77,16 @@ def request_retry(cluster: Cluster, name: str, namespace: str) -> int:
             "spec": {"retryRequests": requests + 1},
         }
         try:
-            cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, patch)
+            cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS, name, patch)
         except ApiException as err:
-            if err.status == 409:  # changed since we read it: read again, decide again
-                continue
+            conflict_from(err)  # changed since we read it: read again, decide again
             raise
         return ex.attempt + 1
-    raise Contention(f'execution "{name}" in namespace "{namespace}" kept changing; try again')
+
+    try:
+        return retry_on_conflict(request)
+    except Conflict:
+        raise Contention(f'execution "{name}" in namespace "{namespace}" kept changing; try again') from None
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -172,7 +181,7 @@ def cancel_job_workflows(cluster: Cluster, job: Mapping[str, Any], *, reason: st
     meta = job["metadata"]
     namespace = meta["namespace"]
     listed = cluster.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, WORKFLOW.plural, label_selector=f"{LABEL_JOB_UID}={meta['uid']}"
+        GROUP, VERSION, namespace, WORKFLOWS, label_selector=f"{LABEL_JOB_UID}={meta['uid']}"
     )
     cancels: list[WorkflowCancel] = []
     identity = None
@@ -252,17 +261,17 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     hidden: list[str] = []
     execution = None
     if not args.job:
-        execution = _visible(lambda: cluster.executions.get(namespace, args.name), "executions", hidden)
+        execution = _visible(lambda: cluster.executions.get(namespace, args.name), EXECUTIONS, hidden)
     if execution is not None:
         request = cancel_execution(cluster, execution, reason=args.reason)
         _print_execution_cancelled(request, also_a_job=cluster.find_job(args.name, namespace) is not None)
         return 0
-    job = _visible(lambda: cluster.find_job(args.name, namespace), "scheduledjobs", hidden)
+    job = _visible(lambda: cluster.find_job(args.name, namespace), SCHEDULED_JOBS, hidden)
     if job is not None:
         requests = cancel_job(cluster, job, reason=args.reason)
         _print_job_cancelled(args.name, namespace, requests, cancel_job_workflows(cluster, job, reason=args.reason))
         return 0
-    if not args.job and _visible(lambda: cluster.find_workflow(args.name, namespace), "workflows", hidden):
+    if not args.job and _visible(lambda: cluster.find_workflow(args.name, namespace), WORKFLOWS, hidden):
         return workflows.request(args, RequestAction.CANCEL, workflow=args.name, cluster=cluster)
     what = "scheduledjob" if args.job else "workflow, execution or scheduledjob"
     unreadable = f" (you may not read {' or '.join(hidden)} there)" if hidden else ""

@@ -26,6 +26,7 @@ from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import BadInput
 from vigil.cli.tables import precise_duration, relative, render_table
 from vigil.core.checkpoint import Checkpoint, resume
+from vigil.core.conditions import ConditionType
 from vigil.core.executions import format_time
 from vigil.core.orchestrator import current, progress
 from vigil.core.workflow import (
@@ -48,7 +49,7 @@ EVENT_COLUMNS = ["TIME", "EVENT", "STEP", "ATTEMPT", "DETAIL"]
 #: Longest value shown in an event's DETAIL (an output or a message can be kilobytes).
 DETAIL_VALUE_MAX = 60
 #: Conditions worth a line under the header when true.
-SHOWN_CONDITIONS = ("Invalid", "Stuck")
+SHOWN_CONDITIONS = (ConditionType.INVALID, ConditionType.STUCK)
 DECISIONS = frozenset({Event.APPROVED, Event.REJECTED, Event.COMPLETED_MANUALLY})
 
 

@@ -38,11 +38,15 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from vigil.cli.cluster import WORKFLOWS, Cluster, Identity, add_namespace_options
+from vigil.cli.cluster import Cluster, Identity, add_namespace_options
 from vigil.cli.errors import BadInput, Contention, Refused, server_message
+from vigil.core.conditions import ConditionType
+from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import INPUTS, Event, Record, records_from_data
+from vigil.kube.conflicts import retry_on_conflict
 from vigil.model import GROUP, VERSION
+from vigil.model.names import WORKFLOWS
 from vigil.model.workflow import (
     MESSAGE_ACTION_VERBS,
     MESSAGE_APPROVE_VERB,
@@ -54,7 +58,6 @@ from vigil.model.workflow import (
 )
 
 #: Conditional appends tried before giving up on a workflow that keeps changing.
-MAX_CONFLICT_ROUNDS = 5
 #: How long a verb waits for the operator to record its request, by default (seconds).
 DEFAULT_WAIT_SECONDS = 30.0
 #: Between two reads of the workflow while waiting (seconds): a person is waiting, the
@@ -207,24 +210,27 @@ def refusal_by_admission(err: ApiException) -> Refused:
 
 def append_request(cluster: Cluster, ask: Ask, item: Mapping[str, Any]) -> None:
     """Append `item` to the workflow's spec.requests with a resourceVersion-tested JSON Patch."""
-    for _ in range(MAX_CONFLICT_ROUNDS):
+
+    def append() -> None:
         obj = cluster.workflow(ask.workflow, ask.namespace)
         check_step(obj, ask)
+        version = str(obj["metadata"]["resourceVersion"])
         try:
             cluster.custom.patch_namespaced_custom_object(
                 GROUP, VERSION, ask.namespace, WORKFLOWS, ask.workflow, append_patch(obj, item),
                 _content_type=JSON_PATCH,
             )  # fmt: skip
         except ApiException as err:
-            if err.status == 409:
-                continue
-            if err.status == 422 and _changed_since(cluster, ask, str(obj["metadata"]["resourceVersion"])):
-                continue  # the resourceVersion test failed: read again, append again
+            if err.status == 409 or (err.status == 422 and _changed_since(cluster, ask, version)):
+                raise Conflict(version) from err  # the resourceVersion test failed: read again, append again
             if err.status == 403:
                 raise refusal_by_admission(err) from None
             raise
-        return
-    raise Contention(f'workflow "{ask.workflow}" in namespace "{ask.namespace}" kept changing; try again')
+
+    try:
+        retry_on_conflict(append)
+    except Conflict:
+        raise Contention(f'workflow "{ask.workflow}" in namespace "{ask.namespace}" kept changing; try again') from None
 
 
 # --- waiting for the operator -----------------------------------------------------------------
@@ -252,7 +258,7 @@ def outcome_of(history: Sequence[Mapping[str, Any]], request_id: str) -> Outcome
 def invalid_message(obj: Mapping[str, Any]) -> str | None:
     """The message of a true Invalid condition: the operator acts on no request then."""
     for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Invalid" and condition.get("status") == "True":
+        if condition.get("type") == ConditionType.INVALID and condition.get("status") == "True":
             return str(condition.get("message") or "(no message)")
     return None
 

@@ -3,7 +3,9 @@
 A condition's `lastTransitionTime` moves only when its status changes, and a
 caller compares the new list with the old and writes only on a difference —
 so a reconcile that changes nothing writes nothing. Reasons are CamelCase
-constants, listed here so users can search for them.
+constants, listed here so users can search for them (the reasons of an
+occurrence's outcome, `vigil.core.chain.Reason`, and of the watchdog's findings,
+`vigil.core.watchdog.WatchdogReason`, live beside the rules that choose them).
 """
 
 from __future__ import annotations
@@ -27,18 +29,32 @@ class ConditionType(StrEnum):
     OUTPUT_STALE = "OutputStale"
     SUSPENDED_TOO_LONG = "SuspendedTooLong"
     LAUNCH_FAILING = "LaunchFailing"  # its last occurrence was refused by the cluster (settled Failed)
+    # on a Workflow
+    STUCK = "Stuck"  # a step runs past its expectedDuration
 
 
 class ConditionReason(StrEnum):
     SCHEDULED = "Scheduled"
-    COMPLETED = "Completed"
-    INVALID_SPEC = "InvalidSpec"
+    INVALID_SPEC = "InvalidSpec"  # also the Warning Event's reason
     VALID = "Valid"
     SUSPENDED = "SuspendedByUser"
     ACTIVE = "Active"
-    NO_FUTURE_OCCURRENCE = "NoFutureOccurrence"
     LAUNCH_REFUSED = "LaunchRefused"
     LAUNCHED = "Launched"
+
+
+class EventReason(StrEnum):
+    """Reasons of the Events that report an action rather than a condition."""
+
+    FIRED = "Fired"  # an occurrence became an execution
+    RESUMED = "Resumed"  # a suspended job was resumed; the catch-up policy decides the gap
+    REPLACED = "Replaced"  # concurrencyPolicy Replace cancelled an execution for a newer one
+    RETRYING = "Retrying"  # an attempt failed; the next waits for its backoff
+    SUCCEEDED = "Succeeded"
+    CANCELLED = "Cancelled"
+    STEP_STUCK = "StepStuck"  # a workflow step runs past its expectedDuration
+    CHAIN_REPAIRED = "ChainRepaired"  # the watchdog re-entered a broken schedule chain's head
+    RECOVERED = "Recovered"  # a watchdog finding cleared
 
 
 def set_condition(

@@ -79,9 +79,15 @@ from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.core.workflow import Event, Record, StepKind, normal_approver, records_from_data
-from vigil.kube.pods import LABEL_MANAGED
 from vigil.kube.workflows import FINISHED_PHASES, Pass
 from vigil.model import GROUP
+from vigil.model.names import (
+    ANNOTATION_PURPOSE,
+    ANNOTATION_ROTATED_AT,
+    LABEL_MANAGED,
+    MANAGED_BY_APPROVALS,
+    WORKFLOWS,
+)
 from vigil.model.workflowspec import definition_of
 
 log = logging.getLogger(__name__)
@@ -89,9 +95,7 @@ log = logging.getLogger(__name__)
 KEY_SECRET = "vigil-approval-key"
 KEY_FIELD = "key"
 PREVIOUS_FIELD = "previous"
-ANNOTATION_ROTATED_AT = "vigil.dev/rotated-at"
 KEY_BYTES = 32
-MANAGED_BY_APPROVALS = "vigil-approvals"
 #: The RBAC verb that decides an approval, whatever path the decision takes.
 APPROVE_VERB = "approve"
 
@@ -211,7 +215,7 @@ class SigningKey:
                 namespace=self._namespace,
                 labels={LABEL_MANAGED: MANAGED_BY_APPROVALS},
                 annotations={
-                    "vigil.dev/purpose": "HMAC keys of approval tokens; delete to refuse every token at once",
+                    ANNOTATION_PURPOSE: "HMAC keys of approval tokens; delete to refuse every token at once",
                     ANNOTATION_ROTATED_AT: format_rfc3339(rotated_at),
                 },
             ),
@@ -348,7 +352,7 @@ def approver_review(namespace: str, workflow: str, approver: str) -> tuple[User,
     (``group:NAME``) alone, since a token names one identity and no group memberships."""
     kind, _, name = normal_approver(approver).partition(":")
     user = User(name=name) if kind == "user" else User(name="", groups=(name,))
-    return user, Access(verb=APPROVE_VERB, group=GROUP, resource="workflows", namespace=namespace, name=workflow)
+    return user, Access(verb=APPROVE_VERB, group=GROUP, resource=WORKFLOWS, namespace=namespace, name=workflow)
 
 
 # --- the publisher ----------------------------------------------------------------------------

@@ -41,6 +41,8 @@ from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.conflicts import conflict_from
 from vigil.model import GROUP, VERSION
+from vigil.model.names import LABEL_MINUTE, SCHEDULE_BUCKETS
+from vigil.model.names import LABEL_PENDING as LABEL_PENDING  # re-exported for the watchdog's facts
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +56,7 @@ class _Insert:
         self.bucket: str | None = None
         self.error: Exception | None = None
 
-PLURAL = "schedulebuckets"
-LABEL_MINUTE = "vigil.dev/minute"
-LABEL_PENDING = "vigil.dev/pending"
+PLURAL = SCHEDULE_BUCKETS  # what the watchdog's facts import from here
 INSERT_RETRIES = 10
 
 

@@ -19,9 +19,10 @@ from kubernetes.client.exceptions import ApiException
 from vigil.core.chain import JobLookup
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, job_view, parse_spec
+from vigil.model.names import SCHEDULED_JOBS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
-PLURAL = "scheduledjobs"
+PLURAL = SCHEDULED_JOBS  # what the ledger, results and watchdog import from here
 CACHE_SIZE = 4096  # jobs kept between a pass's lookup and its launch/ledger writes
 
 

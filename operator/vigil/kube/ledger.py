@@ -21,14 +21,21 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.core.buckets import Outcome
 from vigil.core.chain import EntryPlan, Fire, Record
-from vigil.core.conditions import ConditionReason, ConditionType, condition_status, set_condition
+from vigil.core.conditions import (
+    ConditionReason,
+    ConditionType,
+    EventReason,
+    condition_status,
+    set_condition,
+)
 from vigil.core.ids import pod_name
 from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
-from vigil.kube.jobs import PLURAL, KubeCatalogue
+from vigil.kube.jobs import KubeCatalogue
 from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULED_JOBS
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +166,7 @@ class KubeLedger:
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
         try:
             self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
+                GROUP, VERSION, meta["namespace"], SCHEDULED_JOBS, meta["name"], body
             )
         except ApiException as err:
             conflict_from(err)
@@ -183,7 +190,7 @@ class KubeLedger:
                 self._events.emit(
                     obj,
                     type_=NORMAL,
-                    reason="Fired",
+                    reason=EventReason.FIRED,
                     message=f"fired {format_rfc3339(fire.occurrence.nominal)}{late} as execution "
                     f"{fire.execution_id}",
                 )

@@ -19,14 +19,16 @@ from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.timeparse import format_rfc3339
 from vigil.model import GROUP, VERSION
 
-LABEL_JOB = "vigil.dev/job"
-LABEL_JOB_UID = "vigil.dev/job-uid"
-LABEL_EXECUTION = "vigil.dev/execution-id"
-LABEL_ATTEMPT = "vigil.dev/attempt"
-LABEL_MANAGED = "app.kubernetes.io/managed-by"
-ANNOTATION_SCHEDULED_FOR = "vigil.dev/scheduled-for"
-ANNOTATION_PERIOD = "vigil.dev/period"
-MANAGED_BY = "vigil"
+# Declared in vigil.model.names; re-exported for the adapters that build or select pods.
+from vigil.model.names import ANNOTATION_PERIOD as ANNOTATION_PERIOD
+from vigil.model.names import ANNOTATION_SCHEDULED_FOR as ANNOTATION_SCHEDULED_FOR
+from vigil.model.names import LABEL_ATTEMPT as LABEL_ATTEMPT
+from vigil.model.names import LABEL_EXECUTION as LABEL_EXECUTION
+from vigil.model.names import LABEL_JOB as LABEL_JOB
+from vigil.model.names import LABEL_JOB_UID as LABEL_JOB_UID
+from vigil.model.names import LABEL_MANAGED as LABEL_MANAGED
+from vigil.model.names import MANAGED_BY as MANAGED_BY
+
 ENV_NAMES = (
     "VIGIL_EXECUTION_ID",
     "VIGIL_ATTEMPT",

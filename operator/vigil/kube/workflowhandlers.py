@@ -21,17 +21,21 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from vigil.core.conditions import set_condition
+from vigil.core.conditions import ConditionReason, ConditionType, set_condition
 from vigil.kube.events import WARNING
-from vigil.kube.pods import LABEL_MANAGED
-from vigil.kube.workflowpods import LABEL_WORKFLOW, MANAGED_BY_WORKFLOWS
-from vigil.kube.workflows import DEFINITIONS, PLURAL
 from vigil.model import GROUP, VERSION
 from vigil.model.common import describe_validation_error
+from vigil.model.names import (
+    LABEL_MANAGED,
+    LABEL_WORKFLOW,
+    MANAGED_BY_WORKFLOWS,
+    WORKFLOW_DEFINITIONS,
+    WORKFLOWS,
+)
 from vigil.model.workflow import WorkflowDefinitionSpec
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
+@kopf.on.event(GROUP, VERSION, WORKFLOWS)
 def workflow_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     if type != "DELETED":
         meta = body["metadata"]
@@ -54,7 +58,7 @@ def definition_problem(spec: Mapping[str, Any]) -> str | None:
     return None
 
 
-@kopf.on.event(GROUP, VERSION, DEFINITIONS)
+@kopf.on.event(GROUP, VERSION, WORKFLOW_DEFINITIONS)
 def definition_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
     if type == "DELETED":
         return
@@ -66,9 +70,9 @@ def definition_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -
     now: datetime = memo.wiring.clock.now()
     conditions = set_condition(
         status.get("conditions") or [],
-        type_="Invalid",
+        type_=ConditionType.INVALID,
         status=problem is not None,
-        reason="InvalidSpec" if problem else "Valid",
+        reason=ConditionReason.INVALID_SPEC if problem else ConditionReason.VALID,
         message=problem or "",
         generation=generation,
         now=now,
@@ -79,11 +83,11 @@ def definition_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -
     }
     try:
         memo.workflows.api.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], DEFINITIONS, meta["name"], patch
+            GROUP, VERSION, meta["namespace"], WORKFLOW_DEFINITIONS, meta["name"], patch
         )
     except ApiException as err:
         if err.status in (404, 409):
             return  # gone, or changed: the next event checks again
         raise
     if problem:
-        memo.wiring.events.emit(dict(body), type_=WARNING, reason="InvalidSpec", message=problem)
+        memo.wiring.events.emit(dict(body), type_=WARNING, reason=ConditionReason.INVALID_SPEC, message=problem)

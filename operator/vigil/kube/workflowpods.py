@@ -20,13 +20,19 @@ from typing import Any
 from vigil.core.orchestrator import WantedPod
 from vigil.core.podstatus import PodPhase, classify_pod
 from vigil.core.workflow import Event, Record, parse_output
-from vigil.kube.pods import LABEL_JOB, LABEL_JOB_UID, LABEL_MANAGED, build_pod, label_value
+from vigil.kube.pods import build_pod, label_value
+from vigil.model.names import (
+    LABEL_COMPENSATION,
+    LABEL_JOB,
+    LABEL_JOB_UID,
+    LABEL_MANAGED,
+    LABEL_STEP,
+    LABEL_WORKFLOW,
+    MANAGED_BY_WORKFLOWS,
+)
 
-LABEL_WORKFLOW = "vigil.dev/workflow"
-LABEL_WORKFLOW_UID = "vigil.dev/workflow-uid"
-LABEL_STEP = "vigil.dev/step"
-LABEL_COMPENSATION = "vigil.dev/compensation"
-MANAGED_BY_WORKFLOWS = "vigil-workflows"
+# Declared in vigil.model.names; re-exported for the workflow engine, which reads step pods by it.
+from vigil.model.names import LABEL_WORKFLOW_UID as LABEL_WORKFLOW_UID
 
 
 def workflow_pod(

@@ -18,9 +18,6 @@ from vigil.model.bucket import (
     ScheduleBucketStatus,
 )
 from vigil.model.common import (
-    API_VERSION,
-    GROUP,
-    VERSION,
     Backoff,
     Condition,
     ConditionStatus,
@@ -44,6 +41,7 @@ from vigil.model.execution import (
     ExecutionStatus,
     JobRef,
 )
+from vigil.model.names import API_VERSION, GROUP, VERSION
 from vigil.model.scheduledjob import (
     ACTIVE_MAX_ITEMS,
     OCCURRENCES_MAX_ITEMS,

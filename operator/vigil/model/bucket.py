@@ -26,6 +26,7 @@ from vigil.model.common import (
     StatusModel,
     Timestamp,
 )
+from vigil.model.names import SCHEDULE_BUCKETS
 from vigil.model.scheduledjob import OccurrenceOutcome
 
 #: Most occurrences the API server accepts in one bucket: the upper bound of the operator's
@@ -129,7 +130,7 @@ class ScheduleBucketStatus(StatusModel):
 
 SCHEDULE_BUCKET = ResourceKind(
     kind="ScheduleBucket",
-    plural="schedulebuckets",
+    plural=SCHEDULE_BUCKETS,
     short_names=("sb",),
     spec_model=ScheduleBucketSpec,
     status_model=ScheduleBucketStatus,

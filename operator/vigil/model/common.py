@@ -55,11 +55,7 @@ from vigil.model.durations import (
     format_duration,
     parse_duration,
 )
-
-#: The API group and version of every Vigil resource.
-GROUP = "vigil.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
+from vigil.model.names import GROUP, VERSION
 
 #: ``json_schema_extra`` for an object field whose nested fields all have defaults: the API
 #: server then fills in the whole object when it is omitted (defaulting is recursive).

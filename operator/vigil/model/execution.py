@@ -34,6 +34,7 @@ from vigil.model.common import (
     Timestamp,
     cel_rules,
 )
+from vigil.model.names import EXECUTIONS
 from vigil.model.scheduledjob import Priority
 
 ATTEMPTS_MAX_ITEMS = 100
@@ -147,7 +148,7 @@ class ExecutionStatus(StatusModel):
 
 EXECUTION = ResourceKind(
     kind="Execution",
-    plural="executions",
+    plural=EXECUTIONS,
     short_names=("ex",),
     spec_model=ExecutionSpec,
     status_model=ExecutionStatus,

@@ -58,6 +58,7 @@ from vigil.model.common import (
     names_of_set_fields,
 )
 from vigil.model.durations import format_duration, parse_duration
+from vigil.model.names import SCHEDULED_JOBS
 from vigil.model.workflow import WorkflowTemplate
 
 # --------------------------------------------------------------------------------------------
@@ -528,7 +529,7 @@ class ScheduledJobStatus(StatusModel):
 
 SCHEDULED_JOB = ResourceKind(
     kind="ScheduledJob",
-    plural="scheduledjobs",
+    plural=SCHEDULED_JOBS,
     short_names=("sj",),
     spec_model=ScheduledJobSpec,
     status_model=ScheduledJobStatus,

@@ -67,6 +67,7 @@ from vigil.model.common import (
     cel_rules,
     conditions_field,
 )
+from vigil.model.names import WORKFLOW_DEFINITIONS, WORKFLOWS
 
 #: Most steps one workflow may have.
 STEPS_MAX_ITEMS = 200
@@ -694,7 +695,7 @@ class WorkflowStatus(StatusModel):
 
 WORKFLOW = ResourceKind(
     kind="Workflow",
-    plural="workflows",
+    plural=WORKFLOWS,
     short_names=("wf",),
     spec_model=WorkflowSpec,
     status_model=WorkflowStatus,
@@ -804,7 +805,7 @@ class WorkflowDefinitionStatus(StatusModel):
 
 WORKFLOW_DEFINITION = ResourceKind(
     kind="WorkflowDefinition",
-    plural="workflowdefinitions",
+    plural=WORKFLOW_DEFINITIONS,
     short_names=("wfd",),
     spec_model=WorkflowDefinitionSpec,
     status_model=WorkflowDefinitionStatus,

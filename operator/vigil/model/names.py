@@ -1,0 +1,49 @@
+"""Every name Vigil writes on the API server, declared once.
+
+The API group and version, each resource's plural (what URLs, RBAC rules and
+kopf handlers name), and the label and annotation keys put on the objects
+Vigil creates. The models' `ResourceKind`s, the adapters, the CLI and the HTTP
+API all take them from here, as the CronJob controller and kueue keep theirs
+in one module: a rename is one edit, and a search finds every use.
+"""
+
+from __future__ import annotations
+
+#: The API group and version of every Vigil resource.
+GROUP = "vigil.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+# -- resource plurals --------------------------------------------------------------------------
+SCHEDULED_JOBS = "scheduledjobs"
+EXECUTIONS = "executions"
+WORKFLOWS = "workflows"
+WORKFLOW_DEFINITIONS = "workflowdefinitions"
+SCHEDULE_BUCKETS = "schedulebuckets"
+
+# -- labels and annotations on execution pods (and workflow step pods) -------------------------
+LABEL_JOB = "vigil.dev/job"
+LABEL_JOB_UID = "vigil.dev/job-uid"
+LABEL_EXECUTION = "vigil.dev/execution-id"
+LABEL_ATTEMPT = "vigil.dev/attempt"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+ANNOTATION_SCHEDULED_FOR = "vigil.dev/scheduled-for"
+ANNOTATION_PERIOD = "vigil.dev/period"
+#: `LABEL_MANAGED`'s value on an execution's pods, and on a workflow step's.
+MANAGED_BY = "vigil"
+MANAGED_BY_WORKFLOWS = "vigil-workflows"
+
+# -- labels on workflow step pods ----------------------------------------------------------------
+LABEL_WORKFLOW = "vigil.dev/workflow"
+LABEL_WORKFLOW_UID = "vigil.dev/workflow-uid"
+LABEL_STEP = "vigil.dev/step"
+LABEL_COMPENSATION = "vigil.dev/compensation"
+
+# -- labels on ScheduleBuckets: which minute, and whether any occurrence is still unfired --------
+LABEL_MINUTE = "vigil.dev/minute"
+LABEL_PENDING = "vigil.dev/pending"
+
+# -- annotations on the approval signing key's Secret --------------------------------------------
+ANNOTATION_ROTATED_AT = "vigil.dev/rotated-at"
+ANNOTATION_PURPOSE = "vigil.dev/purpose"
+MANAGED_BY_APPROVALS = "vigil-approvals"
