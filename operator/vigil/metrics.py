@@ -3,17 +3,23 @@
 Names carry the `vigil_` prefix and the unit suffixes Prometheus expects
 (`_total`, `_seconds`); each help text names its labels. The core never imports
 this module: it returns reports (a trigger pass's `TickReport`), and the
-composition root hands them to the recording helpers here.
+composition root hands them to the recording helpers here. Nor does this module
+import the kube adapters: what it reads of their reports (the watchdog's
+verdicts, a dispatcher pass) is stated as a Protocol here, and the adapters'
+types satisfy it.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from vigil.core.executions import Execution
 from vigil.core.trigger import TickReport
+from vigil.core.watchdog import JobFacts, JobReport
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -159,6 +165,27 @@ def record_execution(phase: str, *, attempt_outcome: str | None) -> None:
         EXECUTIONS.labels(outcome="Dead").inc()
 
 
+def record_transition(before: Execution, after: Execution) -> None:
+    """An execution went from `before` to `after`: count it by its new phase and the attempt that ended."""
+    ended = after.attempts[len(before.attempts) :]
+    record_execution(str(after.phase), attempt_outcome=str(ended[-1].outcome) if ended else None)
+
+
+class DispatchFigures(Protocol):
+    """What a dispatcher pass reports that is exported (`vigil.kube.dispatcher.DispatchReport`)."""
+
+    @property
+    def duplicates(self) -> int: ...
+    @property
+    def oldest_ready_age(self) -> Mapping[str, float]: ...
+
+
+def record_dispatch(report: DispatchFigures) -> None:
+    DUPLICATE_ATTEMPTS.inc(report.duplicates)
+    for priority, age in report.oldest_ready_age.items():
+        OLDEST_READY_AGE.labels(priority=priority).set(age)
+
+
 WATCHDOG_GAUGES = (
     SECONDS_SINCE_SUCCESS,
     OVERDUE,
@@ -182,6 +209,52 @@ def replace_gauge(gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
     for labels, value in values.items():
         gauge.labels(*labels).set(value)
     _PUBLISHED[id(gauge)] = set(values)
+
+
+class Verdict(Protocol):
+    """One job's watchdog verdict, as `vigil.kube.watchdog.Assessed` carries it."""
+
+    @property
+    def facts(self) -> JobFacts: ...
+    @property
+    def report(self) -> JobReport: ...
+
+
+def publish_watchdog(assessed: Sequence[Verdict]) -> None:
+    """A watchdog pass's verdicts become the gauges the alerts read; jobs gone lose their series."""
+    Series = dict[tuple[str, ...], float]
+    since: Series = {}
+    overdue: Series = {}
+    broken: Series = {}
+    stale: Series = {}
+    output_age: Series = {}
+    suspended: Series = {}
+    dead_letters: dict[tuple[str, str], list[float]] = {}
+    for item in assessed:
+        key = (item.facts.namespace, item.facts.name)
+        report = item.report
+        since[key] = report.seconds_since_success
+        if report.overdue.applicable and report.overdue.status:
+            overdue[(*key, str(report.overdue.reason))] = 1.0
+        if report.chain.applicable:
+            broken[key] = 1.0 if report.chain.status else 0.0
+        if report.freshness.applicable:
+            stale[key] = 1.0 if report.freshness.status else 0.0
+            if report.freshness.age_seconds is not None:
+                output_age[key] = report.freshness.age_seconds
+        if item.facts.suspended and report.suspension.age_seconds is not None:
+            suspended[key] = report.suspension.age_seconds
+        dead_letters[key] = [dead.age_seconds for dead in report.dead_letters]
+    for gauge, values in (
+        (SECONDS_SINCE_SUCCESS, since),
+        (OVERDUE, overdue),
+        (CHAIN_BROKEN, broken),
+        (OUTPUT_STALE, stale),
+        (OUTPUT_AGE, output_age),
+        (SUSPENDED_SECONDS, suspended),
+    ):
+        replace_gauge(gauge, values)
+    record_dead_letters(dead_letters)
 
 # --- workflows --------------------------------------------------------------------------------
 

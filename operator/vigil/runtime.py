@@ -1,5 +1,11 @@
 """The composition root: the one place that builds every collaborator and wires them.
 
+Only wiring lives here: which adapter gets which collaborator, which thread runs
+which pass, what each report is recorded as. The passes themselves are in
+`vigil.kube.loops`, the factories the CLI shares in `vigil.kube.wiring`, the
+lazily migrated history database in `vigil.history.migrating`, and what a
+report becomes as metrics in `vigil.metrics`.
+
 `run(settings)` starts the health/metrics endpoints, then campaigns for the
 leader Lease. Standbys stay warm (imported, connected, serving health) and wait.
 The leader starts the trigger thread and the kopf operator; if it ever loses
@@ -15,7 +21,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import kopf
@@ -25,18 +31,15 @@ from prometheus_client import start_http_server
 from vigil import httpserver, logs, metrics
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
-from vigil.core.executions import Execution
-from vigil.core.history import AttemptRecord, WorkflowEventRecord
 from vigil.core.ports import Clock
 from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
-from vigil.history.store import SqlHistory
+from vigil.history.migrating import MigratingHistory
 from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
-from vigil.kube.buckets import KubeBucketStore
-from vigil.kube.dispatcher import Dispatcher, DispatchReport
+from vigil.kube.dispatcher import Dispatcher
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.historyflush import HistoryFlusher
@@ -44,10 +47,10 @@ from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
+from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
-from vigil.kube.watchdog import Assessed, Watchdog
-from vigil.kube.watchfacts import FactGatherer
+from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
@@ -58,13 +61,6 @@ log = logging.getLogger("vigil")
 EXIT_LOST_LEADERSHIP = 75  # EX_TEMPFAIL: restart me
 RETENTION_EVERY_SECONDS = 3600.0  # history is kept in whole days; hourly is plenty
 HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for a pass in flight to finish
-
-
-class SystemClock:
-    """The only clock the operator reads; the core receives it, never `datetime.now()`."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 API_CONNECTIONS = 32  # the trigger, dispatcher, watchdog, history and kopf's handler threads share it
@@ -200,159 +196,9 @@ def build_approvals(
     return publisher, callback
 
 
-def _trigger_loop(trigger: Trigger, settings: Settings, stop: threading.Event) -> None:
-    interval = settings.trigger.tick_milliseconds / 1000
-    rescan_every = settings.trigger.rescan_seconds
-    last_rescan = time.monotonic()
-    trigger.rescan()
-    while not stop.is_set():
-        started = time.monotonic()
-        try:
-            report = trigger.tick()
-            metrics.record_tick(report, duration_seconds=time.monotonic() - started)
-        except Exception:
-            log.exception("trigger pass failed; retrying next tick")
-        if time.monotonic() - last_rescan > rescan_every:
-            last_rescan = time.monotonic()
-            try:
-                trigger.rescan()
-            except Exception:
-                log.exception("bucket rescan failed")
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
-
-
-class MigratingHistory:
-    """The history database, migrated on first use: an unreachable database never delays startup."""
-
-    def __init__(self, dsn: str, *, retention_days: int) -> None:
-        self._dsn = dsn
-        self._retention_days = retention_days
-        self._history: SqlHistory | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def history(self) -> SqlHistory:
-        with self._lock:
-            if self._history is None:
-                history = SqlHistory(self._dsn, retention_days=self._retention_days)
-                try:
-                    history.migrate()
-                except Exception:
-                    history.close()
-                    raise
-                self._history = history
-            return self._history
-
-    def expire(self, clock: Clock) -> None:
-        """Drop history older than the retention (whole days; partitions on PostgreSQL)."""
-        self.history.drop_expired_partitions(clock.now())
-
-    def write(self, records: list[AttemptRecord]) -> None:
-        self.history.write(records)
-
-    def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
-        self.history.write_workflow_events(records)
-
-    def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
-        return self.history.workflow_event(workflow_uid, seq)
-
-
-def _every(stop: threading.Event, interval: float, what: str, step: Any) -> None:
-    """Run `step` every `interval` seconds until stopped; a failing step is logged, never fatal."""
-    while not stop.is_set():
-        try:
-            step()
-        except Exception:
-            log.exception("%s failed; retrying", what)
-        stop.wait(interval)
-
-
-def build_watchdog(
-    api: client.ApiClient,
-    settings: Settings,
-    *,
-    executions: ExecutionStore,
-    events: EventRecorder,
-    clock: Clock,
-    store: KubeBucketStore,
-) -> Watchdog:
-    return Watchdog(
-        api,
-        gatherer=FactGatherer(api, operator_namespace=settings.namespace, executions=executions),
-        events=events,
-        clock=clock,
-        suspended_max_age=parse_duration(settings.watchdog.suspended_max_age),
-        chain_grace=timedelta(seconds=settings.audit.chain_grace_seconds),
-        store=store,
-        repair=settings.audit.repair,
-        publish=_publish_watchdog,
-    )
-
-
-def _watch(watchdog: Watchdog, settings: Settings, stop: threading.Event) -> None:
-    """Watchdog passes every interval; the schedule-integrity audit every audit interval."""
-    last_audit = float("-inf")
-    while not stop.is_set():
-        audit = time.monotonic() - last_audit >= settings.audit.interval_seconds
-        try:
-            watchdog.check(audit=audit)
-            if audit:
-                last_audit = time.monotonic()
-        except Exception:
-            log.exception("watchdog pass failed; retrying")
-        stop.wait(settings.watchdog.interval_seconds)
-
-
-def _publish_watchdog(assessed: list[Assessed]) -> None:
-    Series = dict[tuple[str, ...], float]
-    since: Series = {}
-    overdue: Series = {}
-    broken: Series = {}
-    stale: Series = {}
-    output_age: Series = {}
-    suspended: Series = {}
-    dead_letters: dict[tuple[str, str], list[float]] = {}
-    for item in assessed:
-        key = (item.facts.namespace, item.facts.name)
-        report = item.report
-        since[key] = report.seconds_since_success
-        if report.overdue.applicable and report.overdue.status:
-            overdue[(*key, str(report.overdue.reason))] = 1.0
-        if report.chain.applicable:
-            broken[key] = 1.0 if report.chain.status else 0.0
-        if report.freshness.applicable:
-            stale[key] = 1.0 if report.freshness.status else 0.0
-            if report.freshness.age_seconds is not None:
-                output_age[key] = report.freshness.age_seconds
-        if item.facts.suspended and report.suspension.age_seconds is not None:
-            suspended[key] = report.suspension.age_seconds
-        dead_letters[key] = [dead.age_seconds for dead in report.dead_letters]
-    for gauge, values in (
-        (metrics.SECONDS_SINCE_SUCCESS, since),
-        (metrics.OVERDUE, overdue),
-        (metrics.CHAIN_BROKEN, broken),
-        (metrics.OUTPUT_STALE, stale),
-        (metrics.OUTPUT_AGE, output_age),
-        (metrics.SUSPENDED_SECONDS, suspended),
-    ):
-        metrics.replace_gauge(gauge, values)
-    metrics.record_dead_letters(dead_letters)
-
-
-def _record_transition(before: Execution, after: Execution) -> None:
-    ended = after.attempts[len(before.attempts) :]
-    metrics.record_execution(str(after.phase), attempt_outcome=str(ended[-1].outcome) if ended else None)
-
-
 def _flush_history(flusher: HistoryFlusher) -> None:
     flusher.flush()
     metrics.HISTORY_BUFFER.set(flusher.pending)
-
-
-def _record_dispatch(report: DispatchReport) -> None:
-    metrics.DUPLICATE_ATTEMPTS.inc(report.duplicates)
-    for priority, age in report.oldest_ready_age.items():
-        metrics.OLDEST_READY_AGE.labels(priority=priority).set(age)
 
 
 def _record_workflow_pass(done: Pass) -> None:
@@ -422,15 +268,10 @@ def run(settings: Settings) -> int:
     elector.wait_until_leader()
     metrics.IS_LEADER.set(1)
 
-    store = KubeBucketStore(
-        api,
-        namespace=settings.namespace,
-        shards=settings.trigger.shards,
-        max_per_bucket=settings.trigger.max_occurrences_per_bucket,
-    )
+    store = bucket_store(api, settings)
     catalogue = KubeCatalogue(api)
     events = EventRecorder(api, instance=me)
-    results = JobResults(api, store=executions, events=events, clock=clock, on_transition=_record_transition)
+    results = JobResults(api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition)
     dispatcher = Dispatcher(
         api,
         store=executions,
@@ -472,15 +313,17 @@ def run(settings: Settings) -> int:
     )
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
-        ("trigger", lambda: _trigger_loop(trigger, settings, stop)),
-        ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=_record_dispatch)),
-        ("history", lambda: _every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
+        ("trigger", lambda: trigger_loop(trigger, settings, stop, on_tick=metrics.record_tick)),
+        ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch)),
+        ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
         ("workflows", lambda: engine.run(stop)),
-        ("retention", lambda: _every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
+        ("retention", lambda: every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
     ]
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
-        watchdog = build_watchdog(api, settings, executions=executions, events=events, clock=clock, store=store)
-        threads.append(("watchdog", lambda: _watch(watchdog, settings, stop)))
+        watchdog = build_watchdog(
+            api, settings, executions=executions, events=events, clock=clock, store=store, publish=metrics.publish_watchdog
+        )
+        threads.append(("watchdog", lambda: watch(watchdog, settings, stop)))
     started = [threading.Thread(target=target, name=name, daemon=True) for name, target in threads]
     for thread in started:
         thread.start()
@@ -531,15 +374,12 @@ def run_watchdog(settings: Settings) -> int:
     elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me)
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
     elector.wait_until_leader()
-    store = KubeBucketStore(
-        api,
-        namespace=settings.namespace,
-        shards=settings.trigger.shards,
-        max_per_bucket=settings.trigger.max_occurrences_per_bucket,
-    )
+    store = bucket_store(api, settings)
     events = EventRecorder(api, instance=me)
-    watchdog = build_watchdog(api, settings, executions=executions, events=events, clock=clock, store=store)
-    _watch(watchdog, settings, threading.Event())
+    watchdog = build_watchdog(
+        api, settings, executions=executions, events=events, clock=clock, store=store, publish=metrics.publish_watchdog
+    )
+    watch(watchdog, settings, threading.Event())
     return 0
 
 

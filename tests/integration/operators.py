@@ -109,7 +109,7 @@ class OperatorFleet:
             config.write_text(yaml.safe_dump(merged(self.settings, overrides)))
         with log.open("ab") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "vigil.cli.main", command, "--config", str(config)],
+                [sys.executable, "-m", "vigil", command, "--config", str(config)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

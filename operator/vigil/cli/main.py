@@ -1,6 +1,7 @@
 """`vigil` / `kubectl vigil`: run the operator, and ask it questions.
 
     vigil operator --config FILE          run the operator (what the Deployment runs)
+    vigil watchdog --config FILE          run the watchdog alone (its own Deployment)
     kubectl vigil next -f FILE|JOB [--from RFC3339] [--count N]
                                           the next occurrences (no cluster needed with -f)
     kubectl vigil occurrences JOB         the trigger ledger: each occurrence's outcome
@@ -29,13 +30,18 @@ Every input the command cannot use — a file, a name, a date, a refused action 
 ends with one line on stderr and exit code 2. What the API server, its
 admission or the operator turns down ends with one line and exit code 1. The
 workflow verbs wait for the operator to record the request (--no-wait not to).
+
+`operator` and `watchdog` are parsed here but run by the entry point
+(`vigil.__main__`), which passes them in as `serve`: the CLI never imports the
+operator's composition root.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -115,20 +121,18 @@ def cmd_occurrences(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_operator(args: argparse.Namespace) -> int:
-    from vigil.runtime import main as run_operator
-    from vigil.settings import load_settings
-
-    return run_operator(load_settings(Path(args.config) if args.config else None))
+#: Runs `operator` or `watchdog` with the config file given (if any); the entry point's.
+Serve = Callable[[str, Path | None], int]
+RUNTIME_VERBS = ("operator", "watchdog")
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kubectl vigil", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    op = sub.add_parser("operator", help="run the operator")
-    op.add_argument("--config", help="the operator's config.yaml")
-    op.set_defaults(func=cmd_operator)
+    for verb, text in (("operator", "run the operator"), ("watchdog", "run the watchdog alone (its own Deployment)")):
+        run = sub.add_parser(verb, help=text)
+        run.add_argument("--config", type=Path, help="the operator's config.yaml")
 
     nx = sub.add_parser("next", help="print the next occurrences of a job")
     nx.add_argument("job", nargs="?", help="a ScheduledJob in the cluster")
@@ -152,11 +156,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, serve: Serve | None = None) -> int:
+    """Run one verb; `operator` and `watchdog` go to `serve` (the entry point's), the rest run here."""
     args = parser().parse_args(argv)
     if args.command == "next" and not (args.file or args.job):
         parser().error("next: give a JOB name or -f FILE")
     try:
+        if args.command in RUNTIME_VERBS:
+            if serve is None:
+                raise BadInput(f"{args.command}: run it as `vigil {args.command}` (or `python -m vigil {args.command}`)")
+            return serve(args.command, args.config)
         return int(args.func(args))
     except BadInput as err:
         print(f"kubectl vigil: {err}", file=sys.stderr)
@@ -170,4 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # `python -m vigil.cli.main` is the older spelling of `python -m vigil`: become that program
+    # (same process id, same environment), so every command line written for it keeps working.
+    os.execv(sys.executable, [sys.executable, "-m", "vigil", *sys.argv[1:]])

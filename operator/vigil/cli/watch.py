@@ -1,58 +1,62 @@
 """Verbs for what did not happen: `audit` (with `--repair`) and `report suspended`.
 
-    kubectl vigil audit [--repair] [--operator-namespace vigil-system]
+    kubectl vigil audit [--repair] [--config FILE] [--operator-namespace NS] [--grace-seconds S]
     kubectl vigil report suspended [-n NS | -A]
 
 `audit` runs the watchdog's own rules (`vigil.core.watchdog`) from the CLI on
 the cluster's current state — the same verdicts the operator writes as
 conditions — and prints every finding that is not healthy; `--repair`
 re-enters each broken chain's head so the catch-up policy decides its gap.
+The watchdog and its bucket store are built by the operator's own factory
+(`vigil.kube.wiring`) from the operator's settings (`--config`, else the
+defaults), so the audit reads the same shards with the same limits.
 """
 
 from __future__ import annotations
 
 import argparse
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.tables import age, render_table
-from vigil.core.ports import Clock
-from vigil.kube.buckets import KubeBucketStore
+from vigil.core.conditions import ConditionType
 from vigil.kube.events import EventRecorder
 from vigil.kube.watchdog import Watchdog
-from vigil.kube.watchfacts import FactGatherer
-
-DEFAULT_OPERATOR_NAMESPACE = "vigil-system"
-SUSPENDED_MAX_AGE = timedelta(days=7)
-
-
-class _Now:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog
+from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULED_JOBS
+from vigil.settings import Settings, load_settings
 
 
-def _watchdog(
-    cluster: Cluster, operator_namespace: str, *, repair: bool, clock: Clock, grace: timedelta
-) -> Watchdog:
-    return Watchdog(
+def audit_settings(args: argparse.Namespace) -> Settings:
+    """The operator's settings (its config file, else the defaults the chart also ships), with
+    what the flags override: where the buckets live, the chain grace, whether to repair."""
+    settings = load_settings(args.config)
+    audit = settings.audit.model_copy(update={"repair": args.repair})
+    if args.grace_seconds is not None:
+        audit = audit.model_copy(update={"chain_grace_seconds": args.grace_seconds})
+    namespace = args.operator_namespace or settings.namespace
+    return settings.model_copy(update={"audit": audit, "namespace": namespace})
+
+
+def _watchdog(cluster: Cluster, settings: Settings, *, clock: SystemClock) -> Watchdog:
+    return build_watchdog(
         cluster.api,
-        gatherer=FactGatherer(cluster.api, operator_namespace=operator_namespace, executions=cluster.executions),
+        settings,
+        executions=cluster.executions,
         events=EventRecorder(cluster.api, instance="kubectl-vigil"),
         clock=clock,
-        suspended_max_age=SUSPENDED_MAX_AGE,
-        chain_grace=grace,
-        store=KubeBucketStore(cluster.api, namespace=operator_namespace, shards=4, max_per_bucket=2000),
-        repair=repair,
+        store=bucket_store(cluster.api, settings),
     )
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    settings = audit_settings(args)
     cluster = Cluster()
-    clock = _Now()
-    grace = timedelta(seconds=args.grace_seconds)
-    watchdog = _watchdog(cluster, args.operator_namespace, repair=args.repair, clock=clock, grace=grace)
+    clock = SystemClock()
+    watchdog = _watchdog(cluster, settings, clock=clock)
     assessed = watchdog.assess()
     rows: list[list[Any]] = []
     for item in assessed:
@@ -77,16 +81,16 @@ def cmd_report_suspended(args: argparse.Namespace) -> int:
     now = datetime.now(UTC)
     namespace = None if args.all_namespaces else cluster.namespace(args.namespace)
     if namespace is None:
-        jobs = cluster.custom.list_cluster_custom_object("vigil.dev", "v1alpha1", "scheduledjobs")["items"]
+        jobs = cluster.custom.list_cluster_custom_object(GROUP, VERSION, SCHEDULED_JOBS)["items"]
     else:
-        jobs = cluster.custom.list_namespaced_custom_object("vigil.dev", "v1alpha1", namespace, "scheduledjobs")["items"]
+        jobs = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, SCHEDULED_JOBS)["items"]
     rows: list[list[Any]] = []
     for job in jobs:
         spec = job.get("spec") or {}
         if not spec.get("suspend"):
             continue
         condition: dict[str, Any] = next(
-            (c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == "Suspended"), {}
+            (c for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == ConditionType.SUSPENDED), {}
         )
         since = condition.get("lastTransitionTime")
         since_time = datetime.fromisoformat(since.replace("Z", "+00:00")) if since else None
@@ -98,19 +102,13 @@ def cmd_report_suspended(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_watchdog(args: argparse.Namespace) -> int:
-    from vigil.runtime import main as run
-    from vigil.settings import load_settings
-
-    return run(load_settings(args.config), watchdog_only=True)
-
-
 def add_parsers(sub: Any) -> None:
     audit = sub.add_parser("audit", help="check every job: overdue, broken chains, stale output, dead letters")
     audit.add_argument("--repair", action="store_true", help="re-enter the head of every broken schedule chain")
-    audit.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE, help="where the buckets live")
+    audit.add_argument("--config", type=Path, help="the operator's config.yaml: its shards, grace and limits")
+    audit.add_argument("--operator-namespace", help="where the buckets live (default: the config's namespace)")
     audit.add_argument(
-        "--grace-seconds", type=float, default=120.0, help="how late a chain head may be before it counts as broken"
+        "--grace-seconds", type=float, help="how late a chain head may be before it counts as broken (default: the config's)"
     )
     audit.set_defaults(func=cmd_audit)
 
@@ -118,7 +116,3 @@ def add_parsers(sub: Any) -> None:
     report.add_argument("what", choices=["suspended"])
     add_namespace_options(report, listing=True)
     report.set_defaults(func=cmd_report_suspended)
-
-    watchdog = sub.add_parser("watchdog", help="run the watchdog alone (its own Deployment)")
-    watchdog.add_argument("--config", type=Path, help="the operator's config.yaml")
-    watchdog.set_defaults(func=cmd_watchdog)

@@ -1,0 +1,35 @@
+"""`vigil`, `kubectl-vigil` and `python -m vigil`: the one entry point, above both roots.
+
+`vigil operator` and `vigil watchdog` run the operator's composition root
+(`vigil.runtime`); every other verb is the kubectl plugin (`vigil.cli`). This is
+the only module that knows both, so the layers contract in pyproject.toml can
+keep the CLI from ever importing the runtime: the CLI parses the two verbs (so
+`--help` lists them) and hands them back through the `serve` it is given.
+
+The runtime is imported only when one of its verbs is asked for, so a plugin
+verb does not pay for loading kopf, the HTTP API and every adapter.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from vigil.cli import main as cli
+
+
+def serve(command: str, config: Path | None) -> int:
+    """Run `vigil operator` or `vigil watchdog` with the settings read from `config`."""
+    from vigil import runtime
+    from vigil.settings import load_settings
+
+    return runtime.main(load_settings(config), watchdog_only=command == "watchdog")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return cli.main(argv, serve=serve)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Factories for the collaborators both roots build: the operator and the kubectl plugin.
+
+`vigil.runtime` (the operator) and `vigil.cli` (`kubectl vigil audit`) both
+need the bucket store and the watchdog; built here from the same `Settings`,
+the plugin reads the buckets with the operator's shard count and judges with
+the operator's grace and suspension limits, instead of constants of its own.
+`SystemClock` is the one clock either reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from kubernetes import client
+
+from vigil.core.ports import Clock
+from vigil.kube.buckets import KubeBucketStore
+from vigil.kube.events import EventRecorder
+from vigil.kube.executions import ExecutionStore
+from vigil.kube.watchdog import Assessed, Watchdog
+from vigil.kube.watchfacts import FactGatherer
+from vigil.model.durations import parse_duration
+from vigil.settings import Settings
+
+
+class SystemClock:
+    """The only clock the operator reads; the core receives it, never `datetime.now()`."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def bucket_store(api: client.ApiClient, settings: Settings) -> KubeBucketStore:
+    """The ScheduleBuckets in the operator's namespace, sharded as the settings say."""
+    return KubeBucketStore(
+        api,
+        namespace=settings.namespace,
+        shards=settings.trigger.shards,
+        max_per_bucket=settings.trigger.max_occurrences_per_bucket,
+    )
+
+
+def _publish_nothing(assessed: list[Assessed]) -> None:
+    """No metrics (the plugin's audit prints its findings instead)."""
+
+
+def build_watchdog(
+    api: client.ApiClient,
+    settings: Settings,
+    *,
+    executions: ExecutionStore,
+    events: EventRecorder,
+    clock: Clock,
+    store: KubeBucketStore,
+    publish: Callable[[list[Assessed]], None] = _publish_nothing,
+) -> Watchdog:
+    """The watchdog with the settings' limits; `settings.audit.repair` re-enters broken chains."""
+    return Watchdog(
+        api,
+        gatherer=FactGatherer(api, operator_namespace=settings.namespace, executions=executions),
+        events=events,
+        clock=clock,
+        suspended_max_age=parse_duration(settings.watchdog.suspended_max_age),
+        chain_grace=timedelta(seconds=settings.audit.chain_grace_seconds),
+        store=store,
+        repair=settings.audit.repair,
+        publish=publish,
+    )
