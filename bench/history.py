@@ -1,8 +1,8 @@
 """History inserts per second, on SQLite and on PostgreSQL: `python -m bench.history [--records N]`.
 
 `run(dsn, n)` migrates the database at `dsn`, then writes `n` fresh attempt
-records through `SqlHistory.write` in batches of `BufferedHistory`'s default
-size (the way the operator writes them), spread over a few days so PostgreSQL
+records through `SqlHistory.write` in batches of 500, one transaction each (the
+operator's history flusher writes up to 200 executions' attempts per transaction), spread over a few days so PostgreSQL
 creates and fills several daily partitions, and returns records written per
 second of wall time. Each record is a new row: the upsert's insert path.
 
@@ -25,7 +25,6 @@ from pathlib import Path
 
 from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
 from vigil.core.history import AttemptRecord, AttemptState
-from vigil.history.buffer import DEFAULT_BATCH_SIZE
 from vigil.history.store import SqlHistory
 
 DEFAULT_RECORDS = 20_000
@@ -59,6 +58,8 @@ def records(n: int) -> list[AttemptRecord]:
     return made
 
 
+BATCH_SIZE = 500  # records per write: one transaction, a few milliseconds on either database
+
 def run(dsn: str, n: int) -> float:
     """Write `n` new attempt records to the history database at `dsn`; returns inserts per second."""
     history = SqlHistory(dsn, retention_days=3650)
@@ -66,8 +67,8 @@ def run(dsn: str, n: int) -> float:
         history.migrate()
         batch = records(n)
         started = time.perf_counter()
-        for start in range(0, n, DEFAULT_BATCH_SIZE):
-            history.write(batch[start : start + DEFAULT_BATCH_SIZE])
+        for start in range(0, n, BATCH_SIZE):
+            history.write(batch[start : start + BATCH_SIZE])
         elapsed = time.perf_counter() - started
     finally:
         history.close()
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=DEFAULT_RECORDS)
     args = parser.parse_args(argv)
     print(
-        f"# history inserts/s — {args.records} records, batches of {DEFAULT_BATCH_SIZE}, {os.cpu_count()} cores"
+        f"# history inserts/s — {args.records} records, batches of {BATCH_SIZE}, {os.cpu_count()} cores"
     )
     with tempfile.TemporaryDirectory(prefix="vigil-bench-") as workdir:
         sqlite_rate = run(f"sqlite:///{Path(workdir) / 'history.db'}", args.records)

@@ -186,18 +186,6 @@ def record_dispatch(report: DispatchFigures) -> None:
         OLDEST_READY_AGE.labels(priority=priority).set(age)
 
 
-WATCHDOG_GAUGES = (
-    SECONDS_SINCE_SUCCESS,
-    OVERDUE,
-    CHAIN_BROKEN,
-    DEAD_LETTER_AGE,
-    DEAD_LETTERS,
-    OUTPUT_STALE,
-    OUTPUT_AGE,
-    SUSPENDED_SECONDS,
-)
-
-
 _PUBLISHED: dict[int, set[tuple[str, ...]]] = {}  # label sets replace_gauge has set, per gauge
 
 

@@ -1,18 +1,12 @@
-"""The history database contract, run against SQLite and a real PostgreSQL, plus the buffer in front of it.
+"""The history database contract, run against SQLite and a real PostgreSQL.
 
 `SqlHistory` must behave the same on both databases: rows round-trip with every
 field and aware UTC times; writes are idempotent by (execution id, attempt); a
 record never moves an attempt backwards, whatever the arrival order (one table
-of named scenarios, also run against the in-memory buffer); queries by job and
+of named scenarios); queries by job and
 by execution; retention by whole UTC days (PostgreSQL drops partitions, SQLite
 deletes rows); an unreachable database is `HistoryUnavailable`; migrations are
 idempotent and produce exactly the canonical schema.sql.
-
-`BufferedHistory` never raises, holds records through an outage (the newest per
-key), stops calling a database known to be down until a flush succeeds, and
-isolates a record the database refuses. On PostgreSQL the outage is real: the
-server is stopped and restarted under the buffer, and every record ends up in
-the table exactly once.
 """
 
 from __future__ import annotations
@@ -27,12 +21,9 @@ import pytest
 import sqlalchemy as sa
 
 from tests.contract.historydb import RETENTION_DAYS, fresh_dsn
-from tests.contract.postgres import PostgresServer
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.ports import HistoryUnavailable
-from vigil.history.buffer import BufferedHistory
 from vigil.history.migrations import VERSION_TABLE
-from vigil.history.precedence import AttemptKey, key_of, supersedes
 from vigil.history.store import SqlHistory, attempts, load_blocks
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "operator" / "vigil" / "history" / "schema.sql"
@@ -192,17 +183,6 @@ def test_one_batch_holding_both_records_keeps_the_same_one(
     assert history.timeline("exec-1") == [attempt(**arrival.kept)]
 
 
-@pytest.mark.parametrize("arrival", ARRIVALS, ids=lambda a: a.name)
-def test_the_buffer_keeps_the_same_record_as_the_database(arrival: Arrival) -> None:
-    sink = MemorySink(down=True)
-    buffered = BufferedHistory(sink)
-
-    buffered.record([attempt(**arrival.first)])
-    buffered.record([attempt(**arrival.second)])
-
-    assert buffered.pending() == [attempt(**arrival.kept)]
-
-
 # -- queries ----------------------------------------------------------------------------------
 
 
@@ -350,107 +330,3 @@ def test_schema_sql_is_what_the_migrations_produce(
     )
 
 
-# -- the buffer -------------------------------------------------------------------------------
-
-
-class MemorySink:
-    """An in-memory HistorySink that can be down, or refuse chosen records."""
-
-    def __init__(self, *, down: bool = False, refused: frozenset[AttemptKey] = frozenset()) -> None:
-        self.down = down
-        self.refused = refused
-        self.rows: dict[AttemptKey, AttemptRecord] = {}
-        self.calls = 0
-
-    def write(self, records: list[AttemptRecord]) -> None:
-        self.calls += 1
-        if self.down:
-            raise HistoryUnavailable("the database is down")
-        if any(key_of(r) in self.refused for r in records):
-            raise ValueError("a value the database refuses")
-        for record in records:
-            current = self.rows.get(key_of(record))
-            if current is None or supersedes(record, current):
-                self.rows[key_of(record)] = record
-
-
-def test_the_buffer_writes_through_while_the_database_answers() -> None:
-    sink = MemorySink()
-    buffered = BufferedHistory(sink)
-
-    buffered.record([attempt("exec-1"), attempt("exec-2")])
-
-    assert buffered.depth == 0
-    assert set(sink.rows) == {("exec-1", 1), ("exec-2", 1)}
-
-
-def test_the_buffer_stops_calling_a_database_that_is_down_until_a_flush_succeeds() -> None:
-    sink = MemorySink(down=True)
-    buffered = BufferedHistory(sink, batch_size=2)
-
-    buffered.record([attempt("exec-1")])
-    buffered.record([attempt("exec-2")])
-    buffered.record([attempt("exec-3")])
-
-    assert (sink.calls, buffered.depth, buffered.unavailable) == (1, 3, True)
-    assert buffered.flush() == 0
-    sink.down = False
-    assert buffered.flush() == 3
-    assert (buffered.depth, buffered.unavailable, len(sink.rows)) == (0, False, 3)
-    assert sink.calls == 4  # the failed write, the failed flush, two batches
-
-
-def test_a_refused_record_is_set_aside_and_the_rest_are_written() -> None:
-    sink = MemorySink(refused=frozenset({("exec-2", 1)}))
-    buffered = BufferedHistory(sink)
-
-    buffered.record([attempt("exec-1"), attempt("exec-2"), attempt("exec-3")])
-
-    assert set(sink.rows) == {("exec-1", 1), ("exec-3", 1)}
-    assert (buffered.depth, buffered.rejected) == (0, 1)
-
-
-def test_a_full_buffer_drops_its_oldest_records_and_counts_them() -> None:
-    buffered = BufferedHistory(MemorySink(down=True), capacity=2)
-
-    buffered.record([attempt("exec-1"), attempt("exec-2"), attempt("exec-3")])
-
-    assert [r.execution_id for r in buffered.pending()] == ["exec-2", "exec-3"]
-    assert buffered.dropped == 1
-
-
-@pytest.mark.postgres
-def test_records_buffered_through_a_postgres_outage_are_written_exactly_once(
-    postgres: PostgresServer,
-) -> None:
-    history = SqlHistory(postgres.create_database(), connect_timeout_seconds=2)
-    history.migrate()
-    buffered = BufferedHistory(history, batch_size=4)
-    started = [attempt(f"exec-{i}") for i in range(5)]
-    buffered.record(started)
-    assert (buffered.depth, row_count(history)) == (0, 5)
-
-    postgres.stop()
-    try:
-        completed = [attempt(f"exec-{i}", **finished(AttemptState.SUCCEEDED, T2)) for i in range(5)]
-        new = [attempt(f"exec-{i}") for i in range(5, 10)]
-        for depth, record in enumerate(completed + new, start=1):
-            buffered.record([record])  # never raises
-            assert buffered.depth == depth
-        assert buffered.unavailable
-    finally:
-        postgres.start()
-
-    assert buffered.flush() == 10
-    assert buffered.depth == 0
-    assert row_count(history) == 10
-    assert {r.state for r in history.attempts_for_job("team-a", "reconcile")} == {
-        AttemptState.SUCCEEDED,
-        AttemptState.RUNNING,
-    }
-    assert [history.timeline(f"exec-{i}") for i in range(5)] == [[r] for r in completed]
-
-    assert buffered.flush() == 0
-    history.write(completed + new)  # a flush whose answer was lost, repeated
-    assert row_count(history) == 10
-    history.close()

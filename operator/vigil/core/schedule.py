@@ -211,20 +211,6 @@ def occurrences_between(schedule: Schedule, start: datetime, end: datetime) -> I
     return itertools.takewhile(lambda nominal: nominal <= end, found)
 
 
-def skipped_between(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
-    """Where, in (start, end], the Skip policy dropped a wall time the clock sprang over.
-
-    Each is the instant the clock jumped (where Shift would have fired), so the
-    trigger can record the skip. Empty unless the schedule is a cron with
-    ``gap=Skip``; a jump instant that is itself an occurrence is not reported.
-    """
-    if schedule.kind is not ScheduleKind.CRON or schedule.gap is not GapPolicy.SKIP:
-        return []
-    kept = set(occurrences_between(schedule, start, end))
-    shifted = dataclasses.replace(schedule, gap=GapPolicy.SHIFT)
-    return [instant for instant in occurrences_between(shifted, start, end) if instant not in kept]
-
-
 def previous_occurrence(schedule: Schedule, before: datetime) -> datetime:
     """The latest nominal time strictly before `before`; ValueError if there is none."""
     before = _instant(before, "before")
@@ -233,12 +219,6 @@ def previous_occurrence(schedule: Schedule, before: datetime) -> datetime:
     if schedule.kind is ScheduleKind.EVERY:
         return _previous_on_lattice(schedule, before)
     return _previous_cron(schedule, before)
-
-
-def is_occurrence(schedule: Schedule, instant: datetime) -> bool:
-    """Whether `instant` is one of the schedule's nominal times."""
-    instant = _instant(instant, "instant")
-    return next_occurrence(schedule, instant - _ONE_MICROSECOND) == instant
 
 
 def occurrence_at(schedule: Schedule, nominal: datetime, *, jitter: timedelta) -> Occurrence:

@@ -1,11 +1,11 @@
-"""Which of two records of the same attempt wins: the one rule the buffer and the database share.
+"""Which of two records of the same attempt wins, whatever order they arrive in.
 
 An attempt's life only moves forward — ready, then running, then one terminal
 state (succeeded, failed, cancelled, dead) — but its records can arrive in any
-order: a `running` buffered through an outage may reach the database after the
+order: a `running` held through an outage may reach the database after the
 `succeeded` that followed it. So a record in a later stage always wins; between
 two records of the same stage the one updated later wins; and writing the same
-record again changes nothing. `BufferedHistory` applies this in memory and
+record again changes nothing. `winners` applies this within one batch and
 `SqlHistory`'s upsert applies it in SQL (built from `STAGES` below), so both
 keep the same record whatever the arrival order.
 """

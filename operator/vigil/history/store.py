@@ -19,8 +19,8 @@ boundary, so both keep exactly the same rows.
 
 A write never moves an attempt backwards (vigil.history.precedence): the
 upsert's WHERE clause is that rule in SQL. Every failure to reach the database
-raises `HistoryUnavailable`, so the caller (BufferedHistory) keeps the records
-and writes them later; writing them twice is harmless.
+raises `HistoryUnavailable`, so the caller (the history flusher, which leaves
+the Executions marked unwritten) writes them later; writing them twice is harmless.
 
 Workflow history (`write_workflow_events`, `workflow_events`) is the
 `WorkflowHistorySink`: an append-only log, so a write is an insert that keeps
