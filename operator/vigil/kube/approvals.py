@@ -76,9 +76,10 @@ from vigil.core.approvaltokens import (
     waiting_approvals,
 )
 from vigil.core.checkpoint import Checkpoint, resume
-from vigil.core.ports import Clock
+from vigil.core.ports import Clock, Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.core.workflow import Event, Record, StepKind, normal_approver, records_from_data
+from vigil.kube.conflicts import retry_on_conflict
 from vigil.kube.workflows import FINISHED_PHASES, Pass
 from vigil.model import GROUP
 from vigil.model.names import (
@@ -96,6 +97,7 @@ KEY_SECRET = "vigil-approval-key"
 KEY_FIELD = "key"
 PREVIOUS_FIELD = "previous"
 KEY_BYTES = 32
+LOAD_TRIES = 4  # reads of the key Secret before giving up on one that keeps changing
 #: The RBAC verb that decides an approval, whatever path the decision takes.
 APPROVE_VERB = "approve"
 
@@ -171,19 +173,25 @@ class SigningKey:
             return self._ring
 
     def _load(self) -> KeyRing:
-        for _ in range(4):  # read (and rotate), or create; a lost race reads again
-            secret = _read_secret(self._core, self._namespace, self._name)
-            try:
-                if secret is None:
-                    return self._create()
-                ring = self._ring_of(secret)
-                if self._due(ring):
-                    return self._rotate(secret, ring)
-                return ring
-            except ApiException as error:
-                if error.status not in (404, 409):
-                    raise
-        raise KeyUnavailable("the key Secret kept changing under every write")
+        try:
+            return retry_on_conflict(self._load_once, tries=LOAD_TRIES)
+        except Conflict:
+            raise KeyUnavailable("the key Secret kept changing under every write") from None
+
+    def _load_once(self) -> KeyRing:
+        """Read (and rotate), or create; a lost race (404 or 409) is a Conflict: read again."""
+        secret = _read_secret(self._core, self._namespace, self._name)
+        try:
+            if secret is None:
+                return self._create()
+            ring = self._ring_of(secret)
+            if self._due(ring):
+                return self._rotate(secret, ring)
+            return ring
+        except ApiException as error:
+            if error.status in (404, 409):
+                raise Conflict(f"approval key {self._namespace}/{self._name}: {error.reason}") from error
+            raise
 
     def _due(self, ring: KeyRing) -> bool:
         return self._period is not None and self._clock.now() >= ring.rotated_at + self._period

@@ -16,6 +16,7 @@ has already marked: the first writer wins.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Mapping
@@ -39,7 +40,7 @@ from vigil.core.buckets import (
 )
 from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.kube.conflicts import conflict_from
+from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.model import GROUP, VERSION
 from vigil.model.names import LABEL_MINUTE, SCHEDULE_BUCKETS
 from vigil.model.names import LABEL_PENDING as LABEL_PENDING  # re-exported for the watchdog's facts
@@ -210,14 +211,7 @@ class KubeBucketStore:
             by_minute.setdefault(minute_of(waiter.entry.fire_at), []).append(waiter)
         for minute, waiters in by_minute.items():
             try:
-                for _ in range(INSERT_RETRIES):
-                    try:
-                        self._insert_group(minute, waiters)
-                        break
-                    except Conflict:
-                        continue
-                else:
-                    raise Conflict(f"insert into {minute.isoformat()}: gave up after {INSERT_RETRIES} conflicts")
+                retry_on_conflict(functools.partial(self._insert_group, minute, waiters), tries=INSERT_RETRIES)
             except Exception as error:  # every caller of this minute hears of it
                 for waiter in waiters:
                     waiter.error = error
@@ -334,15 +328,12 @@ class KubeBucketStore:
         self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, bucket, body)
 
     def remove(self, bucket: str, key: str) -> None:
+        def remove_once() -> None:
+            obj = self._get(bucket)
+            if obj is None:
+                return
+            obj["spec"]["occurrences"] = [o for o in obj["spec"].get("occurrences") or [] if o["key"] != key]
+            self._replace(bucket, obj)
+
         with self._lock:
-            for _ in range(INSERT_RETRIES):
-                obj = self._get(bucket)
-                if obj is None:
-                    return
-                obj["spec"]["occurrences"] = [o for o in obj["spec"].get("occurrences") or [] if o["key"] != key]
-                try:
-                    self._replace(bucket, obj)
-                    return
-                except Conflict:
-                    continue
-        raise Conflict(f"remove {key} from {bucket}: gave up after {INSERT_RETRIES} conflicts")
+            retry_on_conflict(remove_once, tries=INSERT_RETRIES)
