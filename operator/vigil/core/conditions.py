@@ -41,6 +41,9 @@ class ConditionReason(StrEnum):
     ACTIVE = "Active"
     LAUNCH_REFUSED = "LaunchRefused"
     LAUNCHED = "Launched"
+    # a Workflow's Stuck condition
+    PAST_EXPECTED_DURATION = "PastExpectedDuration"
+    ON_TIME = "OnTime"
 
 
 class EventReason(StrEnum):
@@ -48,9 +51,7 @@ class EventReason(StrEnum):
 
     FIRED = "Fired"  # an occurrence became an execution
     RESUMED = "Resumed"  # a suspended job was resumed; the catch-up policy decides the gap
-    REPLACED = "Replaced"  # concurrencyPolicy Replace cancelled an execution for a newer one
     RETRYING = "Retrying"  # an attempt failed; the next waits for its backoff
-    SUCCEEDED = "Succeeded"
     CANCELLED = "Cancelled"
     STEP_STUCK = "StepStuck"  # a workflow step runs past its expectedDuration
     CHAIN_REPAIRED = "ChainRepaired"  # the watchdog re-entered a broken schedule chain's head
