@@ -4,12 +4,18 @@ The metrics port is read by Prometheus and whoever else can reach it, and a labe
 for as long as the series lives: an execution id names a tenant's work and grows without bound.
 Covers: every label of every exported metric is one of a small bounded set (namespaces, jobs,
 workflows, priorities, outcomes, reasons, events); dead letters are published per job (the
-oldest's age) and per namespace (how many), and vanish with the jobs that had them.
+oldest's age) and per namespace (how many), and vanish with the jobs that had them; a watchdog
+pass's verdicts become the per-job gauges, and a job that is gone loses its series.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 from vigil import metrics
+from vigil.core.watchdog import JobFacts, assess_job
+from vigil.kube.watchdog import Assessed
 
 #: Every label a Vigil metric may carry: each bounded by what is live (namespaces, jobs,
 #: workflows) or by a closed set of values (priority, outcome, reason, event).
@@ -44,3 +50,28 @@ def test_dead_letters_are_the_oldest_per_job_and_a_count_per_namespace() -> None
     assert samples("vigil_dead_letters") == {(("namespace", "media"),): 1.0}
     metrics.record_dead_letters({})
     assert samples("vigil_dead_letter_age_seconds") == {} and samples("vigil_dead_letters") == {}
+
+
+def verdict(name: str, facts_at: datetime, **facts: Any) -> Assessed:
+    job = JobFacts(namespace="media", name=name, recurring=True, enabled_since=facts_at, **facts)
+    report = assess_job(job, facts_at + timedelta(hours=2), suspended_max_age=timedelta(days=7))
+    return Assessed(job={}, facts=job, report=report)
+
+
+def test_a_watchdog_pass_sets_each_jobs_gauges_and_a_gone_job_loses_its_series() -> None:
+    at = datetime(2026, 5, 1, tzinfo=UTC)
+    late = verdict("late", at, expected_max_interval=timedelta(hours=1), next_occurrence=at + timedelta(hours=3))
+    fine = verdict("fine", at, last_success=at + timedelta(hours=1, minutes=50), next_occurrence=at + timedelta(hours=3))
+
+    metrics.publish_watchdog([late, fine])
+    overdue = samples("vigil_job_overdue")
+    since = samples("vigil_job_seconds_since_last_success")
+
+    assert list(overdue) == [(("job", "late"), ("namespace", "media"), ("reason", "NotFired"))]
+    assert since[(("job", "late"), ("namespace", "media"))] == 7200.0
+    assert since[(("job", "fine"), ("namespace", "media"))] == 600.0
+
+    metrics.publish_watchdog([fine])
+
+    assert samples("vigil_job_overdue") == {}
+    assert list(samples("vigil_job_seconds_since_last_success")) == [(("job", "fine"), ("namespace", "media"))]
