@@ -219,7 +219,7 @@ def execution_access(namespace: str, execution_id: str = "") -> Access:
 
 def list_executions_access(namespace: str) -> Access:
     """``list executions.vigil.dev`` in `namespace`: what `kubectl get executions -n NS` needs."""
-    return Access(verb="list", group="vigil.dev", resource="executions", namespace=namespace)
+    return Access(verb="list", group=GROUP, resource=EXECUTIONS, namespace=namespace)
 
 
 def summary_to_json(summary: ExecutionSummary) -> dict[str, Any]:
