@@ -41,6 +41,7 @@ from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
 from vigil.kube.dispatcher import Dispatcher
 from vigil.kube.events import EventRecorder
+from vigil.kube.executioncontroller import ExecutionCaches, ExecutionController
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.historyflush import HistoryFlusher
 from vigil.kube.jobs import KubeCatalogue
@@ -48,9 +49,10 @@ from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
 from vigil.kube.loops import every, trigger_loop, watch
-from vigil.kube.results import JobResults
+from vigil.kube.results import JobResults, JobStatusWriter
 from vigil.kube.retention import Pruner
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog
+from vigil.kube.workflowpods import workflow_of
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
@@ -201,6 +203,12 @@ def _flush_history(flusher: HistoryFlusher) -> None:
     metrics.HISTORY_BUFFER.set(flusher.pending)
 
 
+def _notify_workflow(engine: WorkflowEngine, pod: dict[str, Any]) -> None:
+    owner = workflow_of(pod)
+    if owner is not None:
+        engine.notify(*owner)
+
+
 def _record_workflow_pass(done: Pass) -> None:
     metrics.record_workflow_pass(
         namespace=done.namespace,
@@ -270,19 +278,35 @@ def run(settings: Settings) -> int:
 
     store = bucket_store(api, settings)
     catalogue = KubeCatalogue(api)
-    events = EventRecorder(api, instance=me)
-    results = JobResults(api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition)
+    events = EventRecorder(api, instance=me, background=True)
+    caches = ExecutionCaches.build(api, executions)
+    writer = JobStatusWriter()
+    results = JobResults(
+        api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition, writer=writer
+    )
     dispatcher = Dispatcher(
         api,
         store=executions,
+        pods=caches.pods,
+        started=caches.started,
         catalogue=catalogue,
-        results=results,
         clock=clock,
         capacity=Capacity(
             max_running=settings.dispatch.max_running,
             reserved_high=settings.dispatch.reserved_high,
             per_namespace_max=settings.dispatch.per_namespace_max,
         ),
+        workflow_pods=caches.workflow_pods,
+    )
+    controller = ExecutionController(
+        store=executions,
+        pods=caches.pods,
+        started=caches.started,
+        results=results,
+        core=client.CoreV1Api(api),
+        clock=clock,
+        wake_dispatcher=dispatcher.notify,
+        running_after=timedelta(seconds=settings.dispatch.running_after_seconds),
     )
     trigger = Trigger(
         store=store,
@@ -294,15 +318,19 @@ def run(settings: Settings) -> int:
             results=results,
             pods=client.CoreV1Api(api),
             on_ready=dispatcher.notify,
+            as_started=dispatcher.as_started,
         ),
         ledger=KubeLedger(api, catalogue=catalogue, events=events),
         clock=clock,
         workers=settings.trigger.workers,
     )
-    pruner = Pruner(api, store=executions, catalogue=catalogue)
-    flusher = HistoryFlusher(store=executions, sink=history, on_written=pruner.prune)
+    flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.prune(*job))
+    pruner = Pruner(api, store=executions, catalogue=catalogue, written=flusher.written, pods=caches.pods)
+    caches.executions.add_handler(controller.execution_changed)
+    caches.executions.add_handler(flusher.changed)
+    caches.pods.add_handler(controller.pod_changed)
     engine = WorkflowEngine(
-        WorkflowApi(api),
+        WorkflowApi(api, pod_cache=caches.workflow_pods),
         clock=clock,
         events=events,
         history=history,
@@ -310,13 +338,22 @@ def run(settings: Settings) -> int:
         rescan_seconds=settings.workflows.rescan_seconds,
         on_pass=_after_workflow_pass(publisher),
         ttl=WorkflowTtl(client.CustomObjectsApi(api), default=setting_ttl(settings.workflows.ttl_after_finished)),
+        admit=dispatcher.want,
     )
+    caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
+    caches.workflow_pods.add_handler(lambda key, pod, deleted: _notify_workflow(engine, pod))
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
+        ("executions-cache", lambda: caches.executions.run(stop)),
+        ("pods-cache", lambda: caches.pods.run(stop)),
+        ("workflow-pods-cache", lambda: caches.workflow_pods.run(stop)),
+        ("execution-controller", lambda: controller.queue.run(stop)),
+        ("job-status", lambda: writer.queue.run(stop)),
         ("trigger", lambda: trigger_loop(trigger, settings, stop, on_tick=metrics.record_tick)),
-        ("dispatcher", lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch)),
+        ("dispatcher", lambda: caches.when_synced(
+            stop, lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch))),
         ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
-        ("workflows", lambda: engine.run(stop)),
+        ("workflows", lambda: caches.when_synced(stop, lambda: engine.run(stop))),
         ("retention", lambda: every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
     ]
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
@@ -328,15 +365,7 @@ def run(settings: Settings) -> int:
     for thread in started:
         thread.start()
 
-    wiring = handlers.Wiring(
-        store=store,
-        events=events,
-        clock=clock,
-        results=results,
-        pods=client.CoreV1Api(api),
-        executions=executions,
-        wake_dispatcher=dispatcher.notify,
-    )
+    wiring = handlers.Wiring(store=store, events=events, clock=clock)
     registry = kopf.get_default_registry()
 
     @kopf.on.startup(registry=registry)
@@ -375,7 +404,7 @@ def run_watchdog(settings: Settings) -> int:
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
     elector.wait_until_leader()
     store = bucket_store(api, settings)
-    events = EventRecorder(api, instance=me)
+    events = EventRecorder(api, instance=me, background=True)
     watchdog = build_watchdog(
         api, settings, executions=executions, events=events, clock=clock, store=store, publish=metrics.publish_watchdog
     )

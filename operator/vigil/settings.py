@@ -60,6 +60,13 @@ class Dispatch(_Section):
     max_running: int = Field(100, ge=1, description="Executions running at once, cluster-wide.")
     reserved_high: int = Field(10, ge=0, description="Slots only `high` priority may use.")
     per_namespace_max: int = Field(50, ge=1, description="Running executions per namespace.")
+    running_after_seconds: float = Field(
+        5.0,
+        ge=0,
+        le=3600,
+        description="An attempt's pod still running after this long is recorded Running on its "
+        "Execution; one that ends sooner goes from Ready straight to its outcome (one write).",
+    )
 
 
 class Workflows(_Section):

@@ -43,7 +43,7 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import ExecutionId, execution_id, pod_name
 from vigil.core.ports import Conflict
-from vigil.kube.executions import LABEL_PHASE, PLURAL, ExecutionStore, execution_body
+from vigil.kube.executions import PLURAL, ExecutionStore, execution_body
 
 LONDON = "Europe/London"
 DAILY_0200 = "0 2 * * *"
@@ -120,7 +120,6 @@ def make_execution(
         ex_id, namespace=job["metadata"]["namespace"], job="nightly", scheduled_for=nominal, now=datetime.now(UTC)
     )
     target = shape(fresh, datetime.now(UTC) - timedelta(hours=1)) if shape else fresh
-    body["metadata"]["labels"][LABEL_PHASE] = str(target.phase)  # never Ready to a dispatcher unless meant
     assert store.create(body)
     if shape:
         write_status(store, job["metadata"]["namespace"], ex_id, target)

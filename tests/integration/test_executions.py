@@ -250,39 +250,30 @@ def test_a_dead_letter_is_announced_and_a_retry_request_runs_it_again_with_the_s
 
 
 #: The backoff of `retry_spec(max_attempts=3, initial="1s")` below: what a retry would wait.
-def _labels(cluster: KubeCluster, namespace: str, name: str) -> dict[str, str]:
-    return dict((get_execution(cluster, namespace, name) or {}).get("metadata", {}).get("labels") or {})
-
-
-def test_a_final_transition_whose_label_write_was_lost_still_reaches_history_and_dead_letters(
+def test_a_final_transition_whose_history_was_not_written_reaches_it_through_the_next_leader(
     cluster: KubeCluster, namespace: str, fleet: OperatorFleet
 ) -> None:
-    """The crash window between an Execution's status write and its label write, replayed: the
-    Dead status stands, the labels still say Running and history written. The next leader puts
-    the labels right, writes the attempt's row and lists it among the dead letters."""
+    """The crash window between an Execution's final status write and its history row, replayed:
+    the leader dies with the Dead status stored, and the database it wrote to is not the one the
+    next leader uses. The next leader's cache announces every Execution, so it writes the row,
+    and the dead letter is listed."""
     fleet.start()
     fleet.leader()
     ex_id = one_off(cluster, namespace, "doomed", command="exit 3", retry=retry_spec(max_attempts=1, initial="1s"))
     wait_execution_phase(cluster, namespace, ex_id, "Dead", timeout=60)
-    wait_for(lambda: _labels(cluster, namespace, ex_id).get("vigil.dev/history") == "written", timeout=30,
-             what="the dead execution's history written")  # fmt: skip
     fleet.leader().kill()
-    stale = {"vigil.dev/phase": "Running", "vigil.dev/history": "written"}  # as before the last transition
-    cluster.custom.patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, EXECUTIONS, ex_id, {"metadata": {"labels": stale}}
-    )
     after_crash = f"sqlite:///{fleet.workdir}/after-crash.db"  # the row the crash kept from being written
     fleet.start(history={"dsn": after_crash})
     fleet.leader()
 
-    wait_for(lambda: _labels(cluster, namespace, ex_id).get("vigil.dev/phase") == "Dead", timeout=60,
-             what="the phase label put right")  # fmt: skip
     wait_for(lambda: history_states(after_crash, ex_id), timeout=60, what="the attempt's history row")
     assert history_states(after_crash, ex_id) == [(1, str(AttemptState.DEAD))]
-    dead_letters = cluster.custom.list_namespaced_custom_object(
-        GROUP, VERSION, namespace, EXECUTIONS, label_selector="vigil.dev/phase=Dead"
-    )["items"]
-    assert [e["metadata"]["name"] for e in dead_letters] == [ex_id]
+    dead_letters = [
+        e["metadata"]["name"]
+        for e in cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS)["items"]
+        if execution_status(e).get("phase") == "Dead"
+    ]
+    assert dead_letters == [ex_id]
 
 
 CANCEL_BACKOFF = Backoff(initial=timedelta(seconds=1), factor=2, max=timedelta(seconds=10))
@@ -359,7 +350,7 @@ def test_concurrency_replace_cancels_the_running_execution_and_starts_the_new_on
     _every_3s_sleeping(cluster, namespace, "latest", "Replace")
     first = wait_for(lambda: _by_schedule(cluster, namespace), timeout=60, what="a first execution")[0]
     first_id = first["metadata"]["name"]
-    wait_execution_phase(cluster, namespace, first_id, "Running", timeout=30)
+    wait_for(lambda: execution_pods(cluster, namespace, first_id), timeout=30, what="the first execution's pod")
     wait_for(lambda: len(_by_schedule(cluster, namespace)) >= 2, timeout=30, what="a second execution")
     second_id = _by_schedule(cluster, namespace)[1]["metadata"]["name"]
 
@@ -415,11 +406,14 @@ def _create_executions(cluster: KubeCluster, job: dict[str, Any], count: int) ->
 
 
 def _running(cluster: KubeCluster, *namespaces: str) -> int:
+    """Attempts holding a slot: their pods, Pending or Running and not being deleted (an attempt
+    is recorded Running only after a while; its pod is what runs from the start)."""
     return sum(
-        len(cluster.custom.list_namespaced_custom_object(
-            GROUP, VERSION, ns, EXECUTIONS, label_selector="vigil.dev/phase=Running")["items"])
+        1
         for ns in namespaces
-    )  # fmt: skip
+        for pod in vigil_pods(cluster, ns)
+        if pod.status.phase in ("Pending", "Running") and not pod.metadata.deletion_timestamp
+    )
 
 
 def _started(pods: PodCreations, namespace: str, *, at_least: int) -> list[tuple[str, int]] | None:
@@ -532,31 +526,29 @@ CAPS_HIGH = 6
 
 
 class RunningCensus(Follower):
-    """The Running executions of some namespaces after every change the API server records.
+    """The attempts holding a slot in some namespaces after every change the API server records:
+    their pods, Pending or Running and not being deleted (an execution is recorded Running only
+    after a while; its pod is what runs, from the moment it exists).
 
     Each watch event is one write, in the order etcd applied them, so checking the counts after
     each one checks every state any dispatch pass could have read — finer than the passes.
     """
 
-    def __init__(self, cluster: KubeCluster, namespaces: set[str]) -> None:
-        self._namespaces = namespaces
-        self._state: dict[tuple[str, str], tuple[str, str]] = {}  # (ns, name) -> (phase, priority)
+    def __init__(self, cluster: KubeCluster, priorities: dict[str, str]) -> None:
+        self._priorities = priorities  # each namespace's one priority
+        self._state: dict[tuple[str, str], bool] = {}  # (ns, pod) -> live
         self.peak_total = self.peak_shared = self.peak_high = 0
         self.peak_by_namespace: Counter[str] = Counter()
         self.breaches: list[str] = []
-        super().__init__(cluster.custom.list_cluster_custom_object, GROUP, VERSION, EXECUTIONS)
+        super().__init__(cluster.core.list_pod_for_all_namespaces, label_selector="app.kubernetes.io/managed-by=vigil")
 
     def on_event(self, kind: str, obj: Any) -> None:
-        meta = obj["metadata"]
-        if meta["namespace"] not in self._namespaces:
+        meta = obj.metadata
+        if meta.namespace not in self._priorities:
             return
-        key = (meta["namespace"], meta["name"])
-        if kind == "DELETED":
-            self._state.pop(key, None)
-        else:
-            phase = (obj.get("status") or {}).get("phase") or "Ready"
-            self._state[key] = (phase, obj["spec"].get("priority", "normal"))
-        running = [(ns, priority) for (ns, _), (phase, priority) in self._state.items() if phase == "Running"]
+        key = (meta.namespace, meta.name)
+        self._state[key] = kind != "DELETED" and obj.status.phase in ("Pending", "Running") and not meta.deletion_timestamp
+        running = [(ns, self._priorities[ns]) for (ns, _), live in self._state.items() if live]
         total = len(running)
         shared = sum(priority != "high" for _, priority in running)
         by_namespace = Counter(ns for ns, _ in running)
@@ -564,6 +556,7 @@ class RunningCensus(Follower):
         self.peak_high = max(self.peak_high, total - shared)
         for ns, count in by_namespace.items():
             self.peak_by_namespace[ns] = max(self.peak_by_namespace[ns], count)
+        meta = {"resourceVersion": meta.resource_version}
         at = f"at revision {meta['resourceVersion']}"
         if total > CAPS["maxRunning"]:
             self.breaches.append(f"{total} running {at}, maxRunning {CAPS['maxRunning']}")
@@ -585,7 +578,7 @@ def test_running_stays_within_the_global_the_namespace_and_the_reserved_caps(
     and the reserved ones stay empty."""
     fleet = OperatorFleet(cluster, tmp_path, dispatch=CAPS)
     spaces = [make_namespace(cluster, f"caps-{x}") for x in "abc"]
-    census = RunningCensus(cluster, set(spaces))
+    census = RunningCensus(cluster, dict(zip(spaces, ("normal", "normal", "high"), strict=True)))
     try:
         run_at = rfc3339(now() + FAR_FUTURE)
         for ns, priority, count in zip(spaces, ("normal", "normal", "high"), (CAPS_NORMAL_PER_NAMESPACE, CAPS_NORMAL_PER_NAMESPACE, CAPS_HIGH), strict=True):
@@ -654,24 +647,23 @@ def test_firing_goes_on_while_the_history_database_is_down_and_nothing_is_lost(
         assert len(during) >= OUTAGE_SECONDS / 2 - 3, f"only {len(during)} fired in a {OUTAGE_SECONDS}s outage"
         unfinished = [e["metadata"]["name"] for e in during[:-3] if execution_status(e).get("phase") != "Succeeded"]
         assert not unfinished, f"executions stalled during the outage: {unfinished}"
-        pending = [e for e in during if e["metadata"]["labels"].get("vigil.dev/history") == "pending"]
-        assert pending, "while the database is down, history must be buffered on the Executions"
-
+        # Those that ended during the outage can have reached the database only after it is back:
+        # every one of them must be among its rows below.
         server.start()
         patch_spec(cluster, namespace, "steady", {"suspend": True, "suspendReason": "end of test"})
         wait_all_executions_finished(cluster, namespace, timeout=60)
-
-        def flushed() -> list[dict[str, Any]] | None:
-            items = executions(cluster, namespace)
-            return items if all(e["metadata"]["labels"].get("vigil.dev/history") != "pending" for e in items) else None
-
-        finished = wait_for(flushed, timeout=HISTORY_TIMEOUT, what="every execution written to the history")
+        finished = executions(cluster, namespace)
         expected = {
             (e["metadata"]["name"], attempt)
             for e in finished
             for attempt in range(1, execution_status(e)["attempt"] + 1)
         }
-        rows = _history_rows(server, database)
+
+        def flushed() -> dict[tuple[str, int], int] | None:
+            rows = _history_rows(server, database)
+            return rows if expected <= set(rows) else None
+
+        rows = wait_for(flushed, timeout=HISTORY_TIMEOUT, what="every execution written to the history")
         assert {key: n for key, n in rows.items() if n != 1} == {}, "an attempt has more than one row"
         assert set(rows) == expected
     except BaseException:
@@ -685,9 +677,10 @@ def test_firing_goes_on_while_the_history_database_is_down_and_nothing_is_lost(
 
 RETENTION_RUN = timedelta(minutes=2)
 RETENTION = {"succeeded": 3, "failed": 1}
-#: Executions the flusher may have written since the last pruning when a sample is taken: the
-#: flush runs every 2 s and prunes right after, and this job ends about one execution a second.
-PRUNE_LAG = 3
+#: Finished Executions beyond the limits a sample may see: those the flusher has not written yet
+#: (it runs every 2 s) plus those it wrote since the last pruning (right after each flush); this
+#: job ends about one execution a second, so 2 + 1 of each, and garbage collection's pod lag.
+PRUNE_LAG = 3 + 3
 
 
 class ExecutionNames(Follower):
@@ -704,15 +697,12 @@ class ExecutionNames(Follower):
 
 
 def _kept(cluster: KubeCluster, namespace: str) -> dict[str, int]:
-    """Finished, history-written Executions present, by kind; those whose history is not written
-    yet (retention never takes them); and pods whose Execution is gone."""
+    """Finished Executions present, by kind; and pods whose Execution is gone."""
     items = executions(cluster, namespace)
-    kinds = {"succeeded": 0, "failed": 0, "history pending": 0}
+    kinds = {"succeeded": 0, "failed": 0}
     for e in items:
         phase = execution_status(e).get("phase")
-        if e["metadata"]["labels"].get("vigil.dev/history") != "written":
-            kinds["history pending"] += 1
-        elif phase in ("Succeeded", "Dead", "Cancelled"):
+        if phase in ("Succeeded", "Dead", "Cancelled"):
             kinds["succeeded" if phase == "Succeeded" else "failed"] += 1
     present = {e["metadata"]["name"] for e in items}
     orphans = [p for p in vigil_pods(cluster, namespace) if p.metadata.labels["vigil.dev/execution-id"] not in present]
@@ -743,7 +733,7 @@ def test_retention_keeps_the_newest_finished_executions_while_the_history_keeps_
 
         patch_spec(cluster, namespace, "churn", {"suspend": True, "suspendReason": "end of test"})
         wait_all_executions_finished(cluster, namespace, timeout=60)
-        settled = {**RETENTION, "history pending": 0, "orphan pods": 0}
+        settled = {**RETENTION, "orphan pods": 0}
         wait_for(lambda: _kept(cluster, namespace) == settled, timeout=60, what=f"exactly {settled} left")
         assert len(executions(cluster, namespace)) == sum(RETENTION.values())
 

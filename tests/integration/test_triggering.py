@@ -270,8 +270,8 @@ def test_pods_carry_the_execution_id_period_and_rendered_payload(
     local_date = start.astimezone(ZoneInfo("Europe/London")).strftime("%Y-%m-%d")
     assert json.loads(env["VIGIL_PAYLOAD"])["date"] == local_date
     assert env["VIGIL_IDEMPOTENCY_KEY"].startswith("daily:")
-    owner = pod.metadata.owner_references[0]
-    assert (owner.kind, owner.name) == ("ScheduledJob", "daily")
+    owner = pod.metadata.owner_references[0]  # the Execution: deleting it deletes its pods
+    assert (owner.kind, owner.name, owner.controller) == ("Execution", env["VIGIL_EXECUTION_ID"], True)
     assert pod.spec.restart_policy == "Never"
 
 

@@ -29,7 +29,7 @@ from vigil.cli.tables import age, cell, human_duration, precise_duration, relati
 from vigil.core.executions import AttemptResult, Execution, Phase, format_time
 from vigil.core.history import ExecutionSummary
 from vigil.core.timeparse import parse_rfc3339
-from vigil.kube.executions import LABEL_PHASE
+from vigil.kube.executions import phase_of
 from vigil.model.names import LABEL_JOB_UID
 
 Table = tuple[list[str], list[list[object]]]
@@ -255,7 +255,8 @@ def dead_letter_table(objs: Iterable[Mapping[str, Any]], *, now: datetime) -> Ta
 def cmd_dead_letters(args: argparse.Namespace) -> int:
     cluster = Cluster()
     namespace = None if args.all_namespaces else cluster.namespace(args.namespace)
-    objs = cluster.executions.select(selector=f"{LABEL_PHASE}={Phase.DEAD}", namespace=namespace)
+    every = cluster.executions.select(selector="", namespace=namespace)
+    objs = [o for o in every if phase_of(o) == Phase.DEAD]
     headers, rows = dead_letter_table(objs, now=datetime.now(UTC))
     if not rows:
         where = "any namespace" if namespace is None else f'namespace "{namespace}"'

@@ -1,12 +1,13 @@
-"""The leader's dispatcher: retries that have come due, and attempts started within capacity.
+"""The leader's dispatcher: Ready executions started within capacity, as pods.
 
-Each pass reads the executions that are Ready, Running or in Backoff (by the
-phase label: what is in flight, never the history), moves due retries to
-Ready, asks `vigil.core.dispatch.choose` which Ready ones may start — global
-cap, reserved high-priority slots, per-namespace caps, round-robin across
-namespaces — and starts them: pod first (named from execution id and attempt,
-so a repeat is a 409), then the Running transition. Every wait is a stored
-`retryAt`, so a restarted leader picks up exactly where the old one stopped.
+Each pass reads what is in flight from the watch-fed caches (never a list from
+the API server), asks `vigil.core.dispatch.choose` which Ready ones may start —
+global cap, reserved high-priority slots, per-namespace caps, round-robin across
+namespaces — and creates their pods (named from execution id and attempt, so a
+repeat is a 409). Creating the pod is the start: no status is written for it.
+An execution whose current attempt has a pod (in the cache, or just created by
+this process) occupies a slot; the execution controller records what becomes of
+the pod, and records Running only for a pod still running after a while.
 """
 
 from __future__ import annotations
@@ -14,54 +15,94 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.dispatch import Capacity, choose, oldest_ready_age
-from vigil.core.executions import (
-    Execution,
-    Phase,
-    as_candidate,
-    finish,
-    is_retry_due,
-    retry_due,
-    running_counts,
-    start,
-)
+from vigil.core.dispatch import Candidate, Capacity, Priority, Running, choose, oldest_ready_age
+from vigil.core.executions import Execution, Phase, as_candidate, running_counts, start
 from vigil.core.ids import ExecutionId, pod_name
-from vigil.core.podstatus import PodPhase, attempt_result, classify_pod
-from vigil.core.ports import Clock, Conflict
+from vigil.core.ports import Clock
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.executions import ExecutionStore, readable
+from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import PodFactory
-from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
-from vigil.kube.results import JobResults
-from vigil.model.jobspec import InvalidJob, parse_spec, retry_policy
+from vigil.kube.pods import BY_EXECUTION, live, pod_started_at
+from vigil.model.jobspec import InvalidJob, parse_spec
+from vigil.model.names import LABEL_PRIORITY
 
 log = logging.getLogger(__name__)
 
-RECONCILE_EVERY = timedelta(seconds=10)
-START_CONCURRENCY = 8  # attempts started at once within a pass
-START_WRITE_TRIES = 3  # conflicts on recording a start (metadata changes) before giving up for this pass
-MIN_PASS_GAP = 0.2  # seconds between two passes at least
-#: The gap after a pass is at least this many times the pass's own duration: a pass lists every
-#: in-flight Execution, so with thousands in flight back-to-back passes would spend the API
-#: server on lists while the trigger waits for its writes. Keeps the dispatcher under ~1/3 busy.
-PASS_COST_FACTOR = 2.0
+START_CONCURRENCY = 8  # pods created at once within a pass
+MIN_PASS_GAP = 0.05  # seconds between two passes at least: a burst of wake-ups becomes one pass
+
+Key = tuple[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    attempt: int
+    pod: str
+    at: datetime
+
+
+class Started:
+    """Pods this process created whose execution has not recorded them yet (the pod cache may
+    not have seen them either). Shared by the dispatcher and the execution controller."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._marks: dict[Key, Mark] = {}
+
+    def mark(self, key: Key, mark: Mark) -> None:
+        with self._lock:
+            self._marks[key] = mark
+
+    def get(self, key: Key) -> Mark | None:
+        with self._lock:
+            return self._marks.get(key)
+
+    def drop(self, key: Key) -> None:
+        with self._lock:
+            self._marks.pop(key, None)
+
+
+def attempt_pod(pods: Informer, ex: Execution) -> dict[str, Any] | None:
+    """The pod of the execution's current attempt, if the cache has it."""
+    return pods.get(ex.namespace, ex.pod or pod_name(ExecutionId(ex.execution_id), ex.attempt))
+
+
+def as_started(ex: Execution, *, pods: Informer, started: Started) -> Execution:
+    """A Ready execution whose attempt's pod exists, with its start recorded as it happened (a
+    cancel or a replace then says the attempt ran, and stops its pod); any other as it is."""
+    if ex.phase is not Phase.READY:
+        return ex
+    pod = attempt_pod(pods, ex)
+    if pod is not None:
+        return start(ex, pod=pod["metadata"]["name"], now=pod_started_at(pod))
+    mark = started.get((ex.namespace, ex.execution_id))
+    if mark is not None and mark.attempt == ex.attempt:
+        return start(ex, pod=mark.pod, now=mark.at)
+    return ex
+
+
+@dataclasses.dataclass(frozen=True)
+class PodRequest:
+    """A workflow step's pod waiting for a slot."""
+
+    body: dict[str, Any]
+    priority: Priority
+    since: datetime
 
 
 @dataclasses.dataclass
 class DispatchReport:
-    retried: int = 0
     started: int = 0
-    stuck: int = 0
     duplicates: int = 0  # newly seen: two live pods for one execution
     ready: int = 0
     running: int = 0
@@ -74,86 +115,164 @@ class Dispatcher:
         api: client.ApiClient,
         *,
         store: ExecutionStore,
+        pods: Informer,
+        started: Started,
         catalogue: KubeCatalogue,
-        results: JobResults,
         clock: Clock,
         capacity: Capacity,
-        pending_limit: timedelta = timedelta(minutes=5),
+        workflow_pods: Informer | None = None,
     ) -> None:
-        self._api = api
         self._core = client.CoreV1Api(api)
+        self._workflow_pods = workflow_pods
+        self._requests_lock = threading.Lock()
+        self._requests: dict[Key, dict[Key, PodRequest]] = {}  # workflow -> pod -> request
         self._store = store
+        self._pods = pods
+        self._started = started
         self._catalogue = catalogue
-        self._results = results
         self._clock = clock
         self._capacity = capacity
-        self._pending_limit = pending_limit
-        self._pods = PodFactory()
+        self._factory = PodFactory()
         self._wake = threading.Event()
-        self._last_reconcile: datetime | None = None
         self._duplicates_seen: set[tuple[str, str, int]] = set()
 
     def notify(self) -> None:
-        """Something became Ready: run a pass now rather than at the next interval."""
+        """Something became Ready or a slot freed: run a pass now rather than at the next interval."""
         self._wake.set()
 
     def run(self, stop: threading.Event, *, interval: float, on_report: Any = None) -> None:
         while not stop.is_set():
             self._wake.clear()
-            started = time.monotonic()
             try:
                 report = self.dispatch()
                 if on_report is not None:
                     on_report(report)
             except Exception:
                 log.exception("dispatch pass failed; retrying")
-            gap = max(MIN_PASS_GAP, PASS_COST_FACTOR * (time.monotonic() - started))
-            stop.wait(gap)  # a burst of wake-ups (pods ending) becomes one pass, not hundreds
-            self._wake.wait(max(0.0, interval - gap))
+            stop.wait(MIN_PASS_GAP)
+            self._wake.wait(max(0.0, interval - MIN_PASS_GAP))
+
+    def want(self, workflow: Key, bodies: list[dict[str, Any]], priority: str) -> None:
+        """The step pods `workflow` wants started now (replacing what it wanted before)."""
+        now = self._clock.now()
+        with self._requests_lock:
+            before = self._requests.get(workflow, {})
+            wanted = {}
+            for body in bodies:
+                key = (body["metadata"]["namespace"], body["metadata"]["name"])
+                old = before.get(key)
+                wanted[key] = PodRequest(body=body, priority=Priority(priority), since=old.since if old else now)
+            if wanted:
+                self._requests[workflow] = wanted
+            else:
+                self._requests.pop(workflow, None)
+        if bodies:
+            self.notify()
+
+    def workflow_pod_changed(self, key: Key, pod: dict[str, Any], deleted: bool) -> None:
+        """The workflow pod cache's handler: a pod seen needs no mark; an ended one frees a slot."""
+        self._started.drop(key)
+        if deleted or not live(pod):
+            self.notify()
+
+    def as_started(self, ex: Execution) -> Execution:
+        return as_started(ex, pods=self._pods, started=self._started)
+
+    def occupies(self, ex: Execution) -> bool:
+        """Running, or Ready with its attempt's pod already made: it holds a slot."""
+        if ex.phase is Phase.RUNNING:
+            return True
+        if ex.phase is not Phase.READY:
+            return False
+        mark = self._started.get((ex.namespace, ex.execution_id))
+        return (mark is not None and mark.attempt == ex.attempt) or attempt_pod(self._pods, ex) is not None
 
     def dispatch(self) -> DispatchReport:
         now = self._clock.now()
         report = DispatchReport()
         flight = {
-            (o["metadata"]["namespace"], o["metadata"]["name"]): (o, ex)
-            for o, ex in readable(self._store.in_phase(Phase.READY, Phase.RUNNING, Phase.BACKOFF))
+            (ex.namespace, o["metadata"]["name"]): (o, ex)
+            for o, ex in readable(self._store.in_phase(Phase.READY, Phase.RUNNING))
         }
-        for obj, ex in list(flight.values()):
-            if ex.phase.terminal and self._store.repair_labels(obj):  # a label write that failed
-                del flight[(ex.namespace, obj["metadata"]["name"])]
-        for key, (obj, ex) in list(flight.items()):
-            if is_retry_due(ex, now):
-                due = retry_due(ex, now=now)
-                try:
-                    flight[key] = (self._write(obj, due), due)
-                except Conflict:
-                    continue  # changed meanwhile (a label, a cancel): the next pass reads it again
-                report.retried += 1
-        executions = [ex for _, ex in flight.values()]
-        ready = [as_candidate(ex) for ex in executions if ex.phase is Phase.READY]
+        busy: list[Execution] = []
+        ready = []
+        for _, ex in flight.values():
+            if self.occupies(ex):
+                busy.append(dataclasses.replace(ex, phase=Phase.RUNNING) if ex.phase is Phase.READY else ex)
+            else:
+                ready.append(as_candidate(ex))
+        requests = self._waiting_requests()
+        ready += [
+            Candidate(execution_id=ExecutionId(key[1]), namespace=key[0], priority=r.priority, ready_since=r.since)
+            for key, r in requests.items()
+        ]
         report.ready, report.oldest_ready_age = len(ready), oldest_ready_age(ready, now)
-        running = running_counts(executions)
+        running = _plus(running_counts(busy), self._workflow_running())
         report.running = running.total
-        chosen = [flight[(c.namespace, c.execution_id)] for c in choose(ready, running, self._capacity)]
-        report.started = self._start_all(chosen, now)
-        if self._last_reconcile is None or now - self._last_reconcile > RECONCILE_EVERY:
-            self._last_reconcile = now
-            report.duplicates = self._count_duplicates([v[1] for v in flight.values() if v[1].phase is Phase.RUNNING])
-            report.stuck = self._reconcile_running([v for v in flight.values() if v[1].phase is Phase.RUNNING], now)
+        chosen = choose(ready, running, self._capacity)
+        executions = [flight[(c.namespace, c.execution_id)] for c in chosen if (c.namespace, c.execution_id) in flight]
+        pods = [requests[(c.namespace, c.execution_id)] for c in chosen if (c.namespace, c.execution_id) in requests]
+        report.started = self._start_all(executions, now) + self._start_requests(pods, now)
+        report.duplicates = self._count_duplicates(busy)
         return report
 
-    def _write(self, obj: Mapping[str, Any], ex: Execution) -> dict[str, Any]:
-        return self._store.write(obj, ex)
+    def _waiting_requests(self) -> dict[Key, PodRequest]:
+        """Requested step pods not made yet (neither in the cache nor just created here)."""
+        with self._requests_lock:
+            every = {key: r for wanted in self._requests.values() for key, r in wanted.items()}
+        return {
+            key: r
+            for key, r in every.items()
+            if self._started.get(key) is None
+            and (self._workflow_pods is None or self._workflow_pods.get(*key) is None)
+        }
+
+    def _workflow_running(self) -> list[tuple[str, Priority]]:
+        """The step pods holding slots: live in the cache, or created here and not seen yet."""
+        if self._workflow_pods is None:
+            return []
+        held = {
+            (p["metadata"]["namespace"], p["metadata"]["name"]): Priority(
+                (p["metadata"].get("labels") or {}).get(LABEL_PRIORITY) or "normal"
+            )
+            for p in self._workflow_pods.items()
+            if live(p)
+        }
+        with self._requests_lock:
+            for wanted in self._requests.values():
+                for key, r in wanted.items():
+                    if key not in held and self._started.get(key) is not None and self._workflow_pods.get(*key) is None:
+                        held[key] = r.priority
+        return [(key[0], priority) for key, priority in held.items()]
+
+    def _start_requests(self, chosen: list[PodRequest], now: datetime) -> int:
+        started = 0
+        for request in chosen:
+            body = request.body
+            body["metadata"].setdefault("labels", {})[LABEL_PRIORITY] = str(request.priority)
+            namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+            try:
+                self._core.create_namespaced_pod(namespace, body, _preload_content=False).release_conn()
+            except ApiException as err:
+                if err.status != 409:
+                    log.warning("workflow pod %s/%s not created: %s %s", namespace, name, err.status, err.reason)
+                    continue
+            self._started.mark((namespace, name), Mark(attempt=0, pod=name, at=now))
+            started += 1
+        return started
 
     def _start_all(self, chosen: list[tuple[dict[str, Any], Execution]], now: datetime) -> int:
         """Start the chosen executions, several at once; returns how many started.
 
-        Each start is a few API calls; one after the other they capped a pass at a handful of
-        starts a second, below the rate at which slots free when attempts are short. Each job
-        is read once per pass (a backfill's executions share one).
+        A first attempt uses the job as the trigger read it when it fired; a retry reads it
+        again (its template may have been fixed since). Each job is read at most once a pass.
         """
+        fresh = {(ex.namespace, obj["spec"]["job"]["name"]) for obj, ex in chosen if ex.attempt > 1}
         names = {(ex.namespace, obj["spec"]["job"]["name"]) for obj, ex in chosen}
-        jobs = {key: self._catalogue.fetch(*key) for key in names}
+        jobs = {
+            key: (None if key in fresh else self._catalogue.cached(*key)) or self._catalogue.fetch(*key)
+            for key in names
+        }
 
         def start_one(item: tuple[dict[str, Any], Execution]) -> bool:
             obj, ex = item
@@ -170,7 +289,7 @@ class Dispatcher:
             return False  # the job is gone; garbage collection removes its executions
         try:
             spec = parse_spec(job)
-            pod = self._pods.pod_for(
+            pod = self._factory.pod_for(
                 job=job,
                 spec=spec,
                 execution_id=ex.execution_id,
@@ -178,13 +297,14 @@ class Dispatcher:
                 scheduled_for=ex.scheduled_for,
                 period_start=parse_rfc3339(spec_obj["periodStart"]),
                 period_end=parse_rfc3339(spec_obj["periodEnd"]),
+                execution=obj,
             )
         except (InvalidJob, ValueError) as err:
             log.warning("execution %s/%s cannot start: %s", ex.namespace, ex.execution_id, err)
             return False
         name = pod["metadata"]["name"]
         try:
-            self._core.create_namespaced_pod(ex.namespace, pod)
+            created = self._core.create_namespaced_pod(ex.namespace, pod, _preload_content=False)
         except ApiException as err:
             if err.status != 409:
                 # Refused (its namespace is being deleted, a quota, a webhook): this one waits for
@@ -192,92 +312,32 @@ class Dispatcher:
                 log.warning("execution %s/%s: pod %s not created: %s %s", ex.namespace, ex.execution_id,
                             name, err.status, err.reason)  # fmt: skip
                 return False
-        if not self._record_start(obj, ex, pod=name, now=now):
-            return False
+        else:
+            created.release_conn()
+        self._started.mark((ex.namespace, obj["metadata"]["name"]), Mark(attempt=ex.attempt, pod=name, at=now))
         log.info("started %s/%s attempt %d as pod %s", ex.namespace, ex.execution_id, ex.attempt, name)
         return True
 
-    def _record_start(self, obj: Mapping[str, Any], ex: Execution, *, pod: str, now: datetime) -> bool:
-        """Ready → Running, once the pod exists. A conflict is usually a metadata change (the
-        history label, kopf's annotations): read again and retry, or a slot would hold a pod while
-        its execution still counts as Ready. If the execution moved on meanwhile without this
-        attempt being recorded (cancelled), the pod just created must not run: delete it."""
-        attempt = ex.attempt
-        for _ in range(START_WRITE_TRIES):
-            try:
-                self._write(obj, start(ex, pod=pod, now=now))
-                return True
-            except Conflict:
-                fresh = self._store.get(ex.namespace, obj["metadata"]["name"])
-                current = readable([fresh]) if fresh is not None else []
-                if not current:
-                    return False
-                obj, ex = current[0]
-                if ex.phase is Phase.RUNNING and ex.pod == pod:
-                    return True
-                if ex.phase is not Phase.READY or ex.attempt != attempt:
-                    if not ex.recorded(attempt):
-                        self._delete_pod(pod, ex.namespace)
-                    return False
-        return False
-
-    def _delete_pod(self, name: str, namespace: str) -> None:
-        try:
-            self._core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-
-    def _count_duplicates(self, running: list[Execution]) -> int:
+    def _count_duplicates(self, busy: list[Execution]) -> int:
         """Executions with more than one live pod (an old attempt still running beside a new one)."""
         new = 0
-        for ex in running:
-            pods = self._core.list_namespaced_pod(
-                ex.namespace, label_selector=f"{LABEL_EXECUTION}={ex.execution_id}"
-            ).items
-            live = [p for p in pods if p.status.phase in ("Pending", "Running") and not p.metadata.deletion_timestamp]
+        for ex in busy:
+            pods = self._pods.by_index(BY_EXECUTION, f"{ex.namespace}/{ex.execution_id}")
             key = (ex.namespace, ex.execution_id, ex.attempt)
-            if len(live) > 1 and key not in self._duplicates_seen:
+            if len([p for p in pods if live(p)]) > 1 and key not in self._duplicates_seen:
                 self._duplicates_seen.add(key)
                 new += 1
         return new
 
-    def _reconcile_running(self, running: list[tuple[dict[str, Any], Execution]], now: datetime) -> int:
-        """Look at each running attempt's pod: an end whose event was missed (no leader was
-        watching) is recorded now; a pod gone is a failed attempt; a pod pending past the limit
-        (image pull errors, unschedulable) fails its attempt. Returns how many were stuck."""
-        stuck = 0
-        for obj, ex in running:
-            name = ex.pod or pod_name(ExecutionId(ex.execution_id), ex.attempt)
-            try:
-                pod = self._api.sanitize_for_serialization(self._core.read_namespaced_pod(name, ex.namespace))
-            except ApiException as err:
-                if err.status != 404:
-                    raise
-                self._results.observe_pod(_vanished(obj, ex, name), deleted=True)
-                continue
-            verdict = classify_pod(pod, now=now, pending_limit=self._pending_limit)
-            if verdict.finished and verdict.reason != "StuckPending":
-                self._results.observe_pod(pod)
-            elif verdict.phase is PodPhase.FAILED:
-                policy = retry_policy(obj["spec"].get("retry") or {})
-                result = attempt_result(verdict, attempt=ex.attempt)
-                try:
-                    self._results.record(obj, finish(ex, result, policy=policy, now=now))
-                except Conflict:
-                    continue  # changed meanwhile: the next reconciliation looks again
-                self._delete_pod(name, ex.namespace)
-                stuck += 1
-        return stuck
 
 
-def _vanished(obj: Mapping[str, Any], ex: Execution, name: str) -> dict[str, Any]:
-    """A stand-in for a pod that no longer exists, carrying the labels that identify its attempt."""
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": ex.namespace,
-            "labels": {LABEL_EXECUTION: obj["metadata"]["name"], LABEL_ATTEMPT: str(ex.attempt)},
-        },
-        "status": {"phase": "Unknown"},
-    }
+def _plus(running: Running, pods: list[tuple[str, Priority]]) -> Running:
+    """Executions' slots plus step pods' slots."""
+    by_namespace = dict(running.by_namespace)
+    for namespace, _ in pods:
+        by_namespace[namespace] = by_namespace.get(namespace, 0) + 1
+    return Running(
+        total=running.total + len(pods),
+        high=running.high + sum(priority is Priority.HIGH for _, priority in pods),
+        by_namespace=by_namespace,
+    )

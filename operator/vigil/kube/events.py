@@ -1,15 +1,21 @@
-"""Kubernetes Events about Vigil's objects, with CamelCase reasons from one place."""
+"""Kubernetes Events about Vigil's objects, with CamelCase reasons from one place.
+
+The leader's recorder posts from a background thread: an Event is best effort
+and never holds up firing or dispatching. When its queue is full (the API server
+slow for long), the newest Events are dropped and counted in the log.
+"""
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
 
@@ -17,15 +23,41 @@ COMPONENT = "vigil-operator"
 NORMAL = "Normal"
 WARNING = "Warning"
 MAX_MESSAGE = 1024
+QUEUED_EVENTS = 10_000  # waiting to be posted, when posted in the background
 
 
 class EventRecorder:
-    def __init__(self, api: client.ApiClient, *, instance: str) -> None:
+    def __init__(self, api: client.ApiClient, *, instance: str, background: bool = False) -> None:
         self._core = client.CoreV1Api(api)
         self._instance = instance
+        self._queue: queue.Queue[tuple[str, client.CoreV1Event]] | None = None
+        self._dropped = 0
+        if background:
+            self._queue = queue.Queue(maxsize=QUEUED_EVENTS)
+            threading.Thread(target=self._drain, name="events", daemon=True).start()
 
     def emit(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
         """Post an Event about `obj` (best effort: a failed Event is logged, never raised)."""
+        namespace, body = self._event(obj, type_=type_, reason=reason, message=message)
+        if self._queue is None:
+            self._post(namespace, body)
+            return
+        try:
+            self._queue.put_nowait((namespace, body))
+        except queue.Full:
+            self._dropped += 1
+            if self._dropped in (1, 10, 100) or self._dropped % 1000 == 0:
+                log.warning("event queue full: %d events dropped so far", self._dropped)
+
+    def _drain(self) -> None:
+        assert self._queue is not None
+        while True:
+            namespace, body = self._queue.get()
+            self._post(namespace, body)
+
+    def _event(
+        self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str
+    ) -> tuple[str, client.CoreV1Event]:
         meta = obj["metadata"]
         now = datetime.now(UTC)
         body = client.CoreV1Event(
@@ -52,7 +84,12 @@ class EventRecorder:
             action=reason,
             count=1,
         )
+        return meta["namespace"], body
+
+    def _post(self, namespace: str, body: client.CoreV1Event) -> None:
         try:
-            self._core.create_namespaced_event(meta["namespace"], body)
-        except ApiException as err:
-            log.warning("event %s on %s/%s not posted: %s", reason, meta["namespace"], meta["name"], err.reason)
+            self._core.create_namespaced_event(namespace, body)
+        except Exception as err:  # best effort: a lost Event is logged, never raised
+            ref = body.involved_object
+            log.warning("event %s on %s/%s not posted: %s", body.reason, namespace, ref.name,
+                        getattr(err, "reason", None) or err)  # fmt: skip

@@ -1,10 +1,10 @@
 """Execution objects on the API server: create once, read by phase, write transitions.
 
 An Execution is named from its execution id, so the trigger (or a backfill)
-creating it twice gets 409 and there is still one. Its phase is mirrored into a
-label so the dispatcher lists only what it needs (Ready, Running, Backoff) —
-never the whole history. Transitions are written as one status patch carrying
-the resourceVersion read, so two writers cannot both move the same execution.
+creating it twice gets 409 and there is still one. The operator reads them from a
+watch-fed cache (retention bounds how many exist), never by listing per pass.
+A transition is one status write carrying the resourceVersion read, so two
+writers cannot both move the same execution.
 """
 
 from __future__ import annotations
@@ -28,23 +28,23 @@ from vigil.core.executions import (
 from vigil.core.ids import ExecutionId
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.conflicts import conflict_from
-from vigil.kube.pods import (
+from vigil.kube.informer import Informer
+from vigil.kube.pods import label_value, owner_reference
+from vigil.model.names import (
+    EXECUTIONS,
+    GROUP,
     LABEL_EXECUTION,
     LABEL_JOB,
     LABEL_JOB_UID,
     LABEL_MANAGED,
+    LABEL_PRIORITY,
     MANAGED_BY,
-    label_value,
-    owner_reference,
+    VERSION,
 )
-from vigil.model import GROUP, VERSION
 
 log = logging.getLogger(__name__)
 
-PLURAL = "executions"
-LABEL_PHASE = "vigil.dev/phase"
-LABEL_PRIORITY = "vigil.dev/priority"
-LABEL_HISTORY = "vigil.dev/history"  # "pending" until every attempt is in the history database
+PLURAL = EXECUTIONS
 ACTIVE_PHASES = (Phase.READY, Phase.RUNNING, Phase.BACKOFF)
 #: Status keys `execution_to_dict` leaves out when unset. The status is written as a merge patch,
 #: where an absent key keeps its old value: each must be sent as null to be removed (a retryAt
@@ -84,29 +84,46 @@ def readable(objs: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], Execu
 
 
 class ExecutionStore:
-    def __init__(self, api: client.ApiClient) -> None:
+    """Executions on the API server, read from the watch-fed cache when the operator has one.
+
+    The CLI and a standalone watchdog have no cache: they list (by label, paged by the server).
+    """
+
+    def __init__(self, api: client.ApiClient, *, cache: Informer | None = None) -> None:
         self._custom = client.CustomObjectsApi(api)
         self.api_client = api
+        self.cache = cache
 
     def create(self, body: dict[str, Any]) -> bool:
         """Create an Execution; False if it already exists (a repeat of the same occurrence)."""
         namespace = body["metadata"]["namespace"]
         try:
-            self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            created = self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
         except ApiException as err:
             if err.status == 409:
                 return False
             raise
+        if self.cache is not None:
+            self.cache.observe(created)
         return True
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object as the API server has it now (a conflict's fresh read)."""
         try:
             obj: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
+        if self.cache is not None:
+            self.cache.observe(obj)
         return obj
+
+    def cached(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """From the cache when there is one, else from the API server."""
+        if self.cache is not None:
+            return self.cache.get(namespace, name)
+        return self.get(namespace, name)
 
     def find(self, execution_id: str) -> dict[str, Any] | None:
         """The Execution with this id, in whichever namespace (ids are unique by construction)."""
@@ -122,77 +139,90 @@ class ExecutionStore:
             result = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, label_selector=selector)
         return list(result["items"])
 
+    def every(self) -> list[dict[str, Any]]:
+        """Every Execution Vigil made: the cache's, else one list."""
+        if self.cache is not None:
+            return self.cache.items()
+        return self.select(selector=f"{LABEL_MANAGED}={MANAGED_BY}")
+
     def in_phase(self, *phases: Phase) -> list[dict[str, Any]]:
-        selector = f"{LABEL_PHASE} in ({','.join(str(p) for p in phases)})"
-        return self.select(selector=selector)
+        wanted = {str(p) for p in phases}
+        return [o for o in self.every() if phase_of(o) in wanted]
+
+    def of_job(self, namespace: str, job_uid: str) -> list[dict[str, Any]]:
+        """The job's Executions: what retention kept and what is in flight."""
+        if self.cache is not None:
+            return self.cache.by_index(BY_JOB, job_uid)
+        return self.select(selector=f"{LABEL_JOB_UID}={job_uid}", namespace=namespace)
 
     def active_for_job(self, namespace: str, job_uid: str) -> list[dict[str, Any]]:
-        selector = f"{LABEL_JOB_UID}={job_uid},{LABEL_PHASE} in ({','.join(str(p) for p in ACTIVE_PHASES)})"
-        return self.select(selector=selector, namespace=namespace)
+        active = {str(p) for p in ACTIVE_PHASES}
+        return [o for o in self.of_job(namespace, job_uid) if phase_of(o) in active]
 
     def write(
         self, obj: Mapping[str, Any], execution: Execution, *, extra: Mapping[str, Any] | None = None
     ) -> dict[str, Any]:
-        """Store a transition: status (conditional on the object's resourceVersion), then the phase label.
+        """Store a transition: one status write, conditional on the object's resourceVersion.
 
-        The label is a mirror for listing, and the status subresource cannot write labels, so
-        these are two writes. If a crash lands between them the label is stale and the history
-        label does not say "pending": `repair_labels`, run on every Execution event (including
-        the listing a new leader starts with), puts both right, so the transition still reaches
-        the history database and `dead-letters`.
+        The phase lives only in the status (the printer columns and every reader use it), so a
+        transition is one write; the answer goes into the cache at once.
         """
         meta = obj["metadata"]
         cleared = dict.fromkeys(OPTIONAL_STATUS_KEYS)
         status = {**cleared, **execution_to_dict(execution), **(extra or {})}
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         try:
-            self._custom.patch_namespaced_custom_object_status(
+            updated: dict[str, Any] = self._custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
             )
         except ApiException as err:
             conflict_from(err, f"execution {meta['namespace']}/{meta['name']} changed concurrently")
             raise
-        return self.label(obj, {LABEL_PHASE: str(execution.phase), LABEL_HISTORY: "pending"})
-
-    def repair_labels(self, obj: Mapping[str, Any]) -> bool:
-        """Mirror status.phase into the labels if a crash left them behind; True if it did.
-
-        A stale phase label means the last transition's second write never happened, so that
-        transition's history was never marked for writing either: mark it pending again (a
-        history row is an upsert, so writing one twice is harmless).
-        """
-        phase = (obj.get("status") or {}).get("phase")
-        labels = (obj.get("metadata") or {}).get("labels") or {}
-        if not phase or labels.get(LABEL_PHASE) == phase:
-            return False
-        meta = obj["metadata"]
-        log.warning(
-            "execution %s/%s: phase label %s behind status %s (a write was interrupted); repairing",
-            meta["namespace"], meta["name"], labels.get(LABEL_PHASE), phase,
-        )  # fmt: skip
-        self.label(obj, {LABEL_PHASE: phase, LABEL_HISTORY: "pending"}, version=meta["resourceVersion"])
-        return True
-
-    def label(
-        self, obj: Mapping[str, Any], labels: Mapping[str, str], *, version: str | None = None
-    ) -> dict[str, Any]:
-        """Set labels; with `version`, only if the object is still at that resourceVersion."""
-        meta = obj["metadata"]
-        patch: dict[str, Any] = {"labels": dict(labels)}
-        if version is not None:
-            patch["resourceVersion"] = version
-        try:
-            updated: dict[str, Any] = self._custom.patch_namespaced_custom_object(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {"metadata": patch}
-            )
-        except ApiException as err:
-            if err.status in (404, 409) and version is not None:
-                return dict(obj)
-            raise
+        if self.cache is not None:
+            self.cache.observe(updated)
         return updated
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        """Delete this very object (uid precondition: never a new one of the same name); its
+        pods go with it (they are its dependents)."""
+        meta = obj["metadata"]
+        try:
+            self._custom.delete_namespaced_custom_object(
+                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
+                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])),
+            )  # fmt: skip
+        except ApiException as err:
+            if err.status not in (404, 409):  # gone already, or a new object of the same name
+                raise
+        if self.cache is not None:
+            self.cache.forget(meta["namespace"], meta["name"])
 
     def patch_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
         self._custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+
+
+def phase_of(obj: Mapping[str, Any]) -> str:
+    """The stored phase; an Execution with no status yet is Ready."""
+    return str((obj.get("status") or {}).get("phase") or Phase.READY)
+
+
+def job_uid_of(obj: Mapping[str, Any]) -> str | None:
+    return ((obj.get("spec") or {}).get("job") or {}).get("uid")
+
+
+BY_JOB = "job-uid"
+
+
+def execution_cache(api: client.ApiClient) -> Informer:
+    """The operator's cache of every Execution Vigil made, indexed by job uid."""
+    custom = client.CustomObjectsApi(api)
+
+    def list_fn(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+
+    return Informer(
+        list_fn, what="executions", label_selector=f"{LABEL_MANAGED}={MANAGED_BY}", indexes={BY_JOB: job_uid_of}
+    )
 
 
 def execution_body(
@@ -217,9 +247,7 @@ def execution_body(
                 LABEL_JOB: label_value(meta["name"]),
                 LABEL_JOB_UID: meta["uid"],
                 LABEL_EXECUTION: execution_id,
-                LABEL_PHASE: str(Phase.READY),
                 LABEL_PRIORITY: priority,
-                LABEL_HISTORY: "pending",
                 LABEL_MANAGED: MANAGED_BY,
             },
             "ownerReferences": [owner_reference(job, "ScheduledJob")],

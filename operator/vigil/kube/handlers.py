@@ -6,42 +6,34 @@ forever); otherwise make sure the chain has a head for the current schedule,
 restart a chain a suspension paused, and publish the schedule's summary and
 conditions. The trigger does the firing; these handlers only seed it.
 
-Pod phase changes of Vigil's pods → the job's active/recent lists and its last
-success. An Execution's spec.cancel or spec.retryRequests → cancel it or run a
-dead letter again (level-triggered, so kopf keeps no annotation on Executions).
-kopf's own bookkeeping lives in annotations (see `configure`), apart from the
-user-facing conditions.
+Executions and their pods are not kopf's: the execution controller follows
+them through its own caches (`kube/executioncontroller.py`). kopf's own
+bookkeeping lives in annotations (see `configure`), apart from the user-facing
+conditions.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 import kopf
-from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import JobView, first_entry, resume_entry
 from vigil.core.conditions import ConditionReason, ConditionType, set_condition
-from vigil.core.executions import TERMINAL_PHASES, ExecutionReason, Phase, cancel, manual_retry
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
-from vigil.core.ports import BucketStore, Clock, Conflict
+from vigil.core.ports import BucketStore, Clock
 from vigil.core.schedule import occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
-from vigil.kube.executions import ExecutionStore, execution_from_object
-from vigil.kube.pods import LABEL_EXECUTION, LABEL_MANAGED, MANAGED_BY
-from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, job_view
 from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
 
-CONFLICT_TRIES = 5  # conflicting writes tolerated while applying a user's cancel or retry request
 
 @dataclasses.dataclass
 class Wiring:
@@ -50,10 +42,6 @@ class Wiring:
     store: BucketStore
     events: EventRecorder
     clock: Clock
-    results: JobResults
-    pods: Any  # CoreV1Api
-    executions: ExecutionStore
-    wake_dispatcher: Callable[[], None]
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -163,85 +151,3 @@ def _mark_invalid(
     patch.status["nextRun"] = None
     wiring.events.emit(body, type_=WARNING, reason="InvalidSpec", message=message)
     log.warning("invalid ScheduledJob %s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], message)
-
-
-@kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED: MANAGED_BY, LABEL_EXECUTION: kopf.PRESENT})
-def pod_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-    """A Vigil pod changed phase or vanished: its attempt is recorded once it has ended."""
-    wiring: Wiring = memo.wiring
-    wiring.results.observe_pod(body, deleted=type == "DELETED")
-    wiring.wake_dispatcher()  # a slot may have freed
-
-
-@kopf.on.event(GROUP, VERSION, "executions")
-def execution_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-    """The user's levers on an Execution, level-triggered: spec.cancel set on one not yet
-    finished, spec.retryRequests above status.observedRetryRequests; and, when an operator starts,
-    the phase label put right where a crash left it behind the status (`repair_labels`).
-
-    An event handler, not a field handler: kopf would otherwise write its own annotation on
-    every Execution when it is created (doubling the writes of a backfill and racing the
-    dispatcher's conditional writes). Comparing spec with status on each event needs no
-    memory, and a request made while no operator ran is seen when the next one lists them.
-    """
-    if type == "DELETED":
-        return
-    # In the listing a new leader starts with (type None): a predecessor that died between an
-    # Execution's two writes left its phase label behind. (In steady state the writer's own
-    # second write follows at once; repairing every intermediate event would double them.)
-    if type is None and memo.wiring.executions.repair_labels(body):
-        return  # the relabelled object's own event comes next, with the levers as they are
-    spec, status = body.get("spec") or {}, body.get("status") or {}
-    if spec.get("cancel") and status.get("phase") not in TERMINAL_PHASES:
-        _with_fresh_reads(memo.wiring, body, _cancel_execution)
-    elif int(spec.get("retryRequests") or 0) > int(status.get("observedRetryRequests") or 0):
-        _with_fresh_reads(memo.wiring, body, _retry_execution)
-
-
-def _with_fresh_reads(
-    wiring: Wiring, body: Mapping[str, Any], act: Callable[[Wiring, Mapping[str, Any]], None]
-) -> None:
-    """Apply `act`; after a conflicting write (the history label, say), read the object again and retry."""
-    obj: Mapping[str, Any] | None = body
-    for _ in range(CONFLICT_TRIES):
-        if obj is None:
-            return
-        try:
-            act(wiring, obj)
-            return
-        except Conflict:
-            meta = obj["metadata"]
-            obj = wiring.executions.get(meta["namespace"], meta["name"])
-    meta = body["metadata"]
-    log.warning("execution %s/%s kept changing; its request waits for its next change", meta["namespace"], meta["name"])
-
-
-def _cancel_execution(wiring: Wiring, obj: Mapping[str, Any]) -> None:
-    """spec.cancel: stop the execution, delete its pod, never retry."""
-    ex = execution_from_object(obj)
-    if ex.phase.terminal or not (obj.get("spec") or {}).get("cancel"):
-        return
-    message = (obj.get("spec") or {}).get("cancelReason") or ExecutionReason.CANCELLED_BY_USER
-    now = wiring.clock.now()
-    cancelled = cancel(ex, reason=ExecutionReason.CANCELLED_BY_USER, now=now, message=message)
-    wiring.results.record(obj, cancelled)
-    if ex.pod:
-        try:
-            wiring.pods.delete_namespaced_pod(ex.pod, ex.namespace, grace_period_seconds=5)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-
-
-def _retry_execution(wiring: Wiring, obj: Mapping[str, Any]) -> None:
-    """spec.retryRequests incremented: run a dead-lettered execution again, same execution id."""
-    requested = int((obj.get("spec") or {}).get("retryRequests") or 0)
-    if requested <= int((obj.get("status") or {}).get("observedRetryRequests") or 0):
-        return
-    ex = execution_from_object(obj)
-    extra = {"observedRetryRequests": requested}
-    if ex.phase is Phase.DEAD:
-        wiring.executions.write(obj, manual_retry(ex, now=wiring.clock.now()), extra=extra)
-        wiring.wake_dispatcher()
-    else:
-        wiring.executions.write(obj, ex, extra=extra)

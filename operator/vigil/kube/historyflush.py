@@ -1,27 +1,31 @@
 """Writing executions to the history database, off the firing path and without losing any.
 
-Every Execution transition labels the object `vigil.dev/history=pending`; this
-flusher lists the pending ones, writes one row per attempt (an upsert keyed on
-execution id and attempt), and only then labels them `written`. While the
-database is unreachable nothing is lost and nothing waits on it: the pending
-label *is* the buffer, durable in the API server, and the rows go in when it
-returns — once each, because the write is idempotent.
+Every change the Execution cache sees marks that execution pending; this
+flusher writes one row per attempt of each pending one (an upsert keyed on
+execution id and attempt) and remembers which version of it is written. While
+the database is unreachable nothing is lost and nothing waits on it: the
+Executions themselves are the buffer, durable in the API server — retention
+deletes one only once the version it holds is written. A new leader's cache
+announces every Execution, so it writes them all once more (harmless: the write
+is idempotent) before any can go.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from vigil.core.executions import Execution, Phase
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.ports import HistorySink, HistoryUnavailable
-from vigil.kube.executions import LABEL_HISTORY, ExecutionStore, readable
+from vigil.kube.executions import ExecutionStore, readable
 
 log = logging.getLogger(__name__)
 
 BATCH = 200
+Key = tuple[str, str]
 
 _STATE = {
     Phase.READY: AttemptState.READY,
@@ -86,11 +90,33 @@ class HistoryFlusher:
         self._store = store
         self._sink = sink
         self._on_written = on_written
+        self._lock = threading.Lock()
+        self._pending: set[Key] = set()
+        self._written: dict[Key, str] = {}  # the resourceVersion whose rows are in the database
         self.pending = 0  # the buffer's depth, for the metric
+
+    def changed(self, key: Key, obj: Mapping[str, Any], deleted: bool) -> None:
+        """The Execution cache's handler: a changed execution waits to be written."""
+        with self._lock:
+            if deleted:
+                self._pending.discard(key)
+                self._written.pop(key, None)
+            else:
+                self._pending.add(key)
+
+    def written(self, obj: Mapping[str, Any]) -> bool:
+        """Is this version of the execution in the history database?"""
+        meta = obj["metadata"]
+        with self._lock:
+            return bool(self._written.get((meta["namespace"], meta["name"])) == meta.get("resourceVersion"))
 
     def flush(self) -> int:
         """Write every pending execution; returns how many were written (0 while the database is down)."""
-        objs = self._store.select(selector=f"{LABEL_HISTORY}=pending")
+        with self._lock:
+            keys = sorted(self._pending)
+        objs = [o for o in (self._store.cached(*k) for k in keys) if o is not None]
+        with self._lock:
+            self._pending.difference_update(set(keys) - {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in objs})
         self.pending = len(objs)
         written = 0
         for start in range(0, len(objs), BATCH):
@@ -101,12 +127,21 @@ class HistoryFlusher:
             except HistoryUnavailable as err:
                 log.warning("history database unavailable; %d executions stay buffered: %s", len(objs) - written, err)
                 return written
-            for obj in batch:
-                self._mark_written(obj)
+            self._mark_written(batch)
             written += len(batch)
         self.pending = len(objs) - written
         self._after_written(objs[:written])
         return written
+
+    def _mark_written(self, batch: list[dict[str, Any]]) -> None:
+        with self._lock:
+            for obj in batch:
+                meta = obj["metadata"]
+                key = (meta["namespace"], meta["name"])
+                self._written[key] = meta["resourceVersion"]
+                current = self._store.cached(*key)
+                if current is None or current["metadata"].get("resourceVersion") == meta["resourceVersion"]:
+                    self._pending.discard(key)  # else changed meanwhile: it stays pending
 
     def _after_written(self, objs: list[dict[str, Any]]) -> None:
         """Tell each job whose executions were written (retention may delete older ones now)."""
@@ -118,7 +153,3 @@ class HistoryFlusher:
                 self._on_written(namespace, name, uid)
             except Exception:  # retention is housekeeping: the next flush of this job tries again
                 log.exception("after writing the history of %s/%s", namespace, name)
-
-    def _mark_written(self, obj: Mapping[str, Any]) -> None:
-        # Conditional on the version written: a transition since then keeps the label pending.
-        self._store.label(obj, {LABEL_HISTORY: "written"}, version=obj["metadata"]["resourceVersion"])

@@ -21,7 +21,7 @@ from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubje
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import Fire
-from vigil.core.executions import ConcurrencyPolicy, cancel, concurrency
+from vigil.core.executions import ConcurrencyPolicy, Execution, cancel, concurrency
 from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
 from vigil.core.ports import Clock, Conflict, Launch
@@ -43,6 +43,7 @@ from vigil.kube.pods import (
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import parse_spec
+from vigil.model.names import LABEL_PRIORITY
 from vigil.model.scheduledjob import ScheduledJobSpec
 from vigil.model.workflow import WORKFLOW
 
@@ -68,6 +69,7 @@ class PodFactory:
         scheduled_for: datetime,
         period_start: datetime,
         period_end: datetime,
+        execution: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         meta = job["metadata"]
         variables = occurrence_variables(
@@ -99,8 +101,9 @@ class PodFactory:
         template = (job.get("spec") or {}).get("template") or {}
         timeout = timedelta(seconds=spec.timeout.total_seconds()) if spec.timeout is not None else None
         return build_pod(
-            template=template, owner=job, execution_id=execution_id, attempt=attempt, env=env, timeout=timeout
-        )
+            template=template, owner=job, execution_id=execution_id, attempt=attempt, env=env, timeout=timeout,
+            controller=execution,
+        )  # fmt: skip
 
 
 def workflow_body(job: Mapping[str, Any], fire: Fire) -> dict[str, Any]:
@@ -126,6 +129,7 @@ def workflow_body(job: Mapping[str, Any], fire: Fire) -> dict[str, Any]:
                 LABEL_JOB: label_value(meta["name"]),
                 LABEL_JOB_UID: meta["uid"],
                 LABEL_EXECUTION: fire.execution_id,
+                LABEL_PRIORITY: (job.get("spec") or {}).get("priority", "normal"),
             },
             "annotations": {ANNOTATION_SCHEDULED_FOR: format_rfc3339(occ.nominal)},
             "ownerReferences": [owner_reference(job, "ScheduledJob")],
@@ -264,7 +268,9 @@ class ExecutionLauncher:
         results: JobResults,
         pods: Any,  # CoreV1Api: deletes the pods of replaced executions
         on_ready: Callable[[], None] = lambda: None,
+        as_started: Callable[[Execution], Execution] = lambda ex: ex,
     ) -> None:
+        self._as_started = as_started
         self._store = store
         self._catalogue = catalogue
         self._clock = clock
@@ -353,7 +359,7 @@ class ExecutionLauncher:
         """
         meta = obj["metadata"]
         for _ in range(REPLACE_TRIES):
-            execution = execution_from_object(obj)
+            execution = self._as_started(execution_from_object(obj))
             if execution.phase.terminal:
                 return
             try:

@@ -6,7 +6,9 @@ disposed of (Fired with the execution id, or Missed/Superseded/Skipped/Suspended
 with the reason), the chain's progress (`status.chain`: the newest nominal
 handled, where a suspended chain paused), LAST SCHEDULED and NEXT RUN. Entries
 are keyed by nominal time, so a repeated pass rewrites rather than duplicates.
-Events follow, one per outcome, Fired only when this pass created the pod.
+Events follow, one per outcome other than an on-time fire (the Execution itself
+records that, and an Event each would double the writes of every fire): Fired
+appears only for a late fire this pass created.
 """
 
 from __future__ import annotations
@@ -185,13 +187,12 @@ class KubeLedger:
 
     def _post_events(self, obj: Mapping[str, Any], plan: EntryPlan, launched: Mapping[str, bool]) -> None:
         for fire in plan.fires:
-            if launched.get(fire.execution_id):
-                late = " (late)" if fire.late else ""
+            if fire.late and launched.get(fire.execution_id):
                 self._events.emit(
                     obj,
                     type_=NORMAL,
                     reason=EventReason.FIRED,
-                    message=f"fired {format_rfc3339(fire.occurrence.nominal)}{late} as execution "
+                    message=f"fired {format_rfc3339(fire.occurrence.nominal)} (late) as execution "
                     f"{fire.execution_id}",
                 )
         for record in plan.records:

@@ -15,8 +15,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from kubernetes import client
+
 from vigil.core.ids import ExecutionId, pod_name
-from vigil.core.timeparse import format_rfc3339
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.informer import Informer
 from vigil.model import GROUP, VERSION
 
 # Declared in vigil.model.names; re-exported for the adapters that build or select pods.
@@ -98,8 +101,11 @@ def build_pod(
     env: list[dict[str, str]],
     timeout: timedelta | None,
     extra_labels: Mapping[str, str] | None = None,
+    controller: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The pod manifest for one attempt. `owner` is the job object (kind, name, uid, namespace)."""
+    """The pod manifest for one attempt. `owner` is the job object (kind, name, uid, namespace);
+    `controller`, when given, is the object the pod belongs to instead (its Execution: deleting
+    the Execution then deletes its pods through garbage collection)."""
     meta = owner["metadata"]
     tmeta = template.get("metadata") or {}
     spec = copy.deepcopy(dict(template.get("spec") or {}))
@@ -126,7 +132,44 @@ def build_pod(
             "namespace": meta["namespace"],
             "labels": labels,
             "annotations": dict(tmeta.get("annotations") or {}),
-            "ownerReferences": [owner_reference(owner, owner.get("kind", "ScheduledJob"))],
+            "ownerReferences": [
+                owner_reference(controller, "Execution")
+                if controller is not None
+                else owner_reference(owner, owner.get("kind", "ScheduledJob"))
+            ],
         },
         "spec": spec,
     }
+
+
+BY_EXECUTION = "execution"
+
+
+def execution_key_of(pod: Mapping[str, Any]) -> str | None:
+    """`namespace/execution-id` of an execution's pod (the index the controllers look pods up by)."""
+    meta = pod["metadata"]
+    execution = (meta.get("labels") or {}).get(LABEL_EXECUTION)
+    return f"{meta.get('namespace')}/{execution}" if execution else None
+
+
+def pod_cache(api: Any) -> Informer:
+    """The operator's cache of its executions' pods (not workflow pods: they have their own manager)."""
+    core = client.CoreV1Api(api)
+    return Informer(
+        core.list_pod_for_all_namespaces,
+        what="pods",
+        label_selector=f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_EXECUTION}",
+        indexes={BY_EXECUTION: execution_key_of},
+    )
+
+
+def live(pod: Mapping[str, Any]) -> bool:
+    """Pending or Running, and not being deleted."""
+    phase = (pod.get("status") or {}).get("phase")
+    return phase in ("Pending", "Running") and not pod["metadata"].get("deletionTimestamp")
+
+
+def pod_started_at(pod: Mapping[str, Any]) -> datetime:
+    """When an attempt started: its pod's start, else the pod's creation."""
+    stamp = (pod.get("status") or {}).get("startTime") or pod["metadata"]["creationTimestamp"]
+    return parse_rfc3339(stamp)

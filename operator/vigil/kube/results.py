@@ -12,6 +12,8 @@ Seeing the same pod event twice changes nothing: an attempt is recorded once.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -19,16 +21,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.conditions import ConditionType, set_condition
-from vigil.core.executions import Execution, Phase, finish
-from vigil.core.podstatus import attempt_result, classify_pod, deleted_verdict
-from vigil.core.ports import Clock, Conflict
+from vigil.core.executions import Execution, Phase
+from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import PLURAL as JOBS
-from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
+from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
-from vigil.model.jobspec import retry_policy
 
 log = logging.getLogger(__name__)
 
@@ -48,65 +48,62 @@ class JobResults:
         events: EventRecorder,
         clock: Clock,
         on_transition: Callable[[Execution, Execution], None] = lambda before, after: None,
+        writer: JobStatusWriter | None = None,
     ) -> None:
+        self._writer = writer
+        if writer is not None:
+            writer.bind(self)
         self._custom = client.CustomObjectsApi(api)
         self._store = store
         self._events = events
         self._clock = clock
         self._on_transition = on_transition
 
-    def observe_pod(self, pod: Mapping[str, Any], *, deleted: bool = False) -> None:
-        """A Vigil pod changed (or vanished): record its attempt if it has ended."""
-        labels = pod["metadata"].get("labels") or {}
-        name = labels.get(LABEL_EXECUTION)
-        if not name:
-            return
-        namespace = pod["metadata"]["namespace"]
-        now = self._clock.now()
-        verdict = classify_pod(pod, now=now)
-        if not verdict.finished:
-            if not deleted:
-                return
-            verdict = deleted_verdict()
-        for _ in range(3):
-            obj = self._store.get(namespace, name)
-            if obj is None:
-                return
-            ex = execution_from_object(obj)
-            attempt = int(labels.get(LABEL_ATTEMPT, ex.attempt))
-            if ex.phase.terminal or ex.recorded(attempt) or attempt != ex.attempt:
-                return
-            policy = retry_policy(obj["spec"].get("retry") or {})
-            try:
-                self.record(obj, finish(ex, attempt_result(verdict, attempt=attempt), policy=policy, now=now))
-                return
-            except Conflict:
-                continue
-
     def record(self, obj: Mapping[str, Any], ex: Execution) -> None:
-        """Store an execution's transition, then tell its job and the world."""
+        """Store an execution's transition, then tell its job and the world.
+
+        With a `JobStatusWriter` the job's side is coalesced (one status write per job per
+        interval for all its executions' transitions); without one it is written at once.
+        """
         self._store.write(obj, ex)
         self._on_transition(execution_from_object(obj), ex)
-        job = self._job(obj)
+        ref = obj["spec"]["job"]
+        if self._writer is not None:
+            self._writer.add(obj["metadata"]["namespace"], ref["name"], ref["uid"], ex)
+            return
+        job = self._job(obj["metadata"]["namespace"], ref["name"], ref["uid"])
         if job is None:
             return
-        self._update_job(job, ex)
-        self._announce(job, ex)
+        self.apply(job, [ex])
 
-    def _job(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:
-        ref = obj["spec"]["job"]
+    def apply(self, job: Mapping[str, Any], transitions: list[Execution]) -> None:
+        """One status write carrying `transitions` (in order), then their Events."""
+        self._update_job(job, transitions)
+        for ex in transitions:
+            self._announce(job, ex)
+
+    def _job(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
         try:
-            job: dict[str, Any] = self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, obj["metadata"]["namespace"], JOBS, ref["name"]
-            )
+            job: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name)
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
-        return job if job["metadata"]["uid"] == ref["uid"] else None
+        return job if job["metadata"]["uid"] == uid else None
 
-    def _update_job(self, job: Mapping[str, Any], ex: Execution) -> None:
-        status = job.get("status") or {}
+    def _update_job(self, job: Mapping[str, Any], transitions: list[Execution]) -> None:
+        status: dict[str, Any] = dict(job.get("status") or {})
+        patch: dict[str, Any] = {}
+        for ex in transitions:
+            patch.update(self._job_patch(job, status, ex))
+            status.update(patch)
+        meta = job["metadata"]
+        self._custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": patch}
+        )
+
+    def _job_patch(self, job: Mapping[str, Any], status: Mapping[str, Any], ex: Execution) -> dict[str, Any]:
+        """The job status fields one execution's transition changes, given the status so far."""
         now = self._clock.now()
         patch: dict[str, Any] = {}
         active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
@@ -153,10 +150,7 @@ class JobResults:
                 generation=int(job["metadata"].get("generation", 0)),
                 now=now,
             )
-        meta = job["metadata"]
-        self._custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": patch}
-        )
+        return patch
 
     def _announce(self, job: Mapping[str, Any], ex: Execution) -> None:
         last = ex.attempts[-1] if ex.attempts else None
@@ -175,3 +169,61 @@ class JobResults:
         elif ex.phase is Phase.CANCELLED:
             self._events.emit(job, type_=NORMAL, reason=REASON_CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
         log.info("execution %s/%s -> %s (%s)", ex.namespace, ex.execution_id, ex.phase, detail)
+
+
+JOB_WRITE_INTERVAL_SECONDS = 1.0  # at most one status write per job this often
+
+
+class JobStatusWriter:
+    """Coalesces what executions tell their jobs: one status write per job per interval.
+
+    Transitions wait per job in memory (in order); the queue takes a job at most once an
+    interval, reads it, folds every waiting transition into one status patch, and writes it.
+    A failed write puts them back and retries. Lost on a crash, they are only the job's
+    summary (active, recent, last success): every Execution holds its own truth.
+    """
+
+    def __init__(self, *, workers: int = 4, interval: float = JOB_WRITE_INTERVAL_SECONDS) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[tuple[str, str], tuple[str, list[Execution]]] = {}
+        self._last: dict[tuple[str, str], float] = {}
+        self._interval = interval
+        self._results: JobResults | None = None
+        self.queue: WorkQueue[tuple[str, str]] = WorkQueue("job-status", self._flush, workers=workers)
+
+    def bind(self, results: JobResults) -> None:
+        self._results = results
+
+    def add(self, namespace: str, name: str, uid: str, ex: Execution) -> None:
+        key = (namespace, name)
+        with self._lock:
+            _, waiting = self._waiting.get(key, (uid, []))
+            self._waiting[key] = (uid, [*waiting, ex])
+        self.queue.add(key)
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(len(w) for _, w in self._waiting.values())
+
+    def _flush(self, key: tuple[str, str]) -> float | None:
+        assert self._results is not None, "bind() a JobResults first"
+        since = time.monotonic() - self._last.get(key, float("-inf"))
+        if since < self._interval:
+            return self._interval - since
+        with self._lock:
+            uid, waiting = self._waiting.pop(key, ("", []))
+        if not waiting:
+            return None
+        try:
+            job = self._results._job(key[0], key[1], uid)
+            if job is not None:
+                self._results.apply(job, waiting)
+        except Exception:
+            with self._lock:
+                _, later = self._waiting.get(key, (uid, []))
+                self._waiting[key] = (uid, [*waiting, *later])
+            raise
+        self._last[key] = time.monotonic()
+        if len(self._last) > 4 * max(1, len(self._waiting)) + 10_000:
+            self._last.clear()  # bounded: forgetting only allows one early write
+        return None

@@ -1,10 +1,10 @@
 """Deleting a job's finished Executions and their pods beyond its retention limits.
 
 Run after the history flusher has written a job's executions: only then can an
-execution go, and only then is there something new to prune. Each pass lists
-one job's executions (by its uid label: what retention kept plus what is in
-flight), asks `vigil.core.retention.to_delete`, and deletes the rest with their
-pods. The deletes carry the object's uid as a precondition, so an execution
+execution go, and only then is there something new to prune. Each pass reads
+one job's executions from the cache (what retention kept plus what is in
+flight), asks `vigil.core.retention.to_delete`, and deletes the rest; their
+pods are their dependents and follow. The deletes carry the object's uid as a precondition, so an execution
 recreated under the same name is never removed by mistake. A job's own
 deletion needs nothing here: its executions and pods are garbage-collected as
 its dependents.
@@ -13,7 +13,7 @@ its dependents.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
@@ -21,15 +21,15 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.core.retention import Finished, to_delete
 from vigil.core.timeparse import parse_rfc3339
-from vigil.kube.executions import LABEL_HISTORY, PLURAL, ExecutionStore, readable
+from vigil.kube.executions import ExecutionStore, readable
+from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.pods import LABEL_EXECUTION, LABEL_JOB_UID
-from vigil.model import GROUP, VERSION
+from vigil.kube.pods import BY_EXECUTION
 from vigil.model.jobspec import retention_limits
 
 log = logging.getLogger(__name__)
 
-def finished_of(obj: Mapping[str, Any]) -> Finished | None:
+def finished_of(obj: Mapping[str, Any], *, written: Callable[[Mapping[str, Any]], bool]) -> Finished | None:
     """Retention's view of one Execution object (None if it cannot be read)."""
     found = readable([dict(obj)])
     if not found:
@@ -40,16 +40,25 @@ def finished_of(obj: Mapping[str, Any]) -> Finished | None:
         name=obj["metadata"]["name"],
         phase=ex.phase,
         ended=parse_rfc3339(ended) if ended else None,
-        history_written=(obj["metadata"].get("labels") or {}).get(LABEL_HISTORY) == "written",
+        history_written=written(obj),
     )
 
 
 class Pruner:
-    def __init__(self, api: client.ApiClient, *, store: ExecutionStore, catalogue: KubeCatalogue) -> None:
-        self._custom = client.CustomObjectsApi(api)
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        store: ExecutionStore,
+        catalogue: KubeCatalogue,
+        written: Callable[[Mapping[str, Any]], bool],
+        pods: Informer | None = None,
+    ) -> None:
         self._core = client.CoreV1Api(api)
         self._store = store
         self._catalogue = catalogue
+        self._written = written
+        self._pods = pods
 
     def prune(self, namespace: str, job: str, job_uid: str) -> int:
         """Delete the job's executions beyond its limits, with their pods; returns how many went."""
@@ -57,9 +66,8 @@ class Pruner:
         if spec is None:
             return 0  # gone (its executions go with it) or invalid: nothing is deleted
         limits = retention_limits(spec)
-        selector = f"{LABEL_JOB_UID}={job_uid}"
-        objs = {o["metadata"]["name"]: o for o in self._store.select(selector=selector, namespace=namespace)}
-        views = [v for v in (finished_of(o) for o in objs.values()) if v is not None]
+        objs = {o["metadata"]["name"]: o for o in self._store.of_job(namespace, job_uid)}
+        views = [v for v in (finished_of(o, written=self._written) for o in objs.values()) if v is not None]
         doomed = to_delete(views, limits)
         for name in doomed:
             self._delete(objs[name])
@@ -68,19 +76,15 @@ class Pruner:
         return len(doomed)
 
     def _delete(self, obj: Mapping[str, Any]) -> None:
+        """The Execution, and any pod of it that is not its dependent (pods made before pods
+        belonged to their Execution): its own pods go with it by garbage collection."""
         meta = obj["metadata"]
-        name, namespace = meta["name"], meta["namespace"]
-        try:
-            pods = self._core.list_namespaced_pod(namespace, label_selector=f"{LABEL_EXECUTION}={name}").items
-            for pod in pods:
-                self._delete_pod(namespace, pod.metadata.name)
-            self._custom.delete_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name,
-                body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])),
-            )  # fmt: skip
-        except ApiException as err:
-            if err.status not in (404, 409):  # gone already, or a new object of the same name
-                raise
+        if self._pods is not None:
+            for pod in self._pods.by_index(BY_EXECUTION, f"{meta['namespace']}/{meta['name']}"):
+                owners = pod["metadata"].get("ownerReferences") or []
+                if not any(o.get("uid") == meta["uid"] for o in owners):
+                    self._delete_pod(meta["namespace"], pod["metadata"]["name"])
+        self._store.delete(obj)
 
     def _delete_pod(self, namespace: str, name: str) -> None:
         try:

@@ -26,9 +26,6 @@ from vigil.kube.events import WARNING
 from vigil.model import GROUP, VERSION
 from vigil.model.common import describe_validation_error
 from vigil.model.names import (
-    LABEL_MANAGED,
-    LABEL_WORKFLOW,
-    MANAGED_BY_WORKFLOWS,
     WORKFLOW_DEFINITIONS,
     WORKFLOWS,
 )
@@ -37,16 +34,11 @@ from vigil.model.workflow import WorkflowDefinitionSpec
 
 @kopf.on.event(GROUP, VERSION, WORKFLOWS)
 def workflow_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-    if type != "DELETED":
-        meta = body["metadata"]
+    meta = body["metadata"]
+    if type == "DELETED":
+        memo.workflows.forget(meta["namespace"], meta["name"])
+    else:
         memo.workflows.changed(meta["namespace"], meta["name"], meta.get("resourceVersion"))
-
-
-@kopf.on.event("", "v1", "pods", labels={LABEL_MANAGED: MANAGED_BY_WORKFLOWS, LABEL_WORKFLOW: kopf.PRESENT})
-def workflow_pod_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
-    for owner in body["metadata"].get("ownerReferences") or []:
-        if owner.get("kind") == "Workflow":
-            memo.workflows.notify(body["metadata"]["namespace"], owner["name"])
 
 
 def definition_problem(spec: Mapping[str, Any]) -> str | None:

@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from kubernetes import client
+
 from vigil.core.orchestrator import WantedPod
 from vigil.core.podstatus import PodPhase, classify_pod
 from vigil.core.workflow import Event, Record, parse_output
+from vigil.kube.informer import Informer
 from vigil.kube.pods import build_pod, label_value
 from vigil.model.names import (
     LABEL_COMPENSATION,
@@ -28,11 +31,11 @@ from vigil.model.names import (
     LABEL_MANAGED,
     LABEL_STEP,
     LABEL_WORKFLOW,
+    LABEL_WORKFLOW_UID,
     MANAGED_BY_WORKFLOWS,
 )
 
 # Declared in vigil.model.names; re-exported for the workflow engine, which reads step pods by it.
-from vigil.model.names import LABEL_WORKFLOW_UID as LABEL_WORKFLOW_UID
 
 
 def workflow_pod(
@@ -99,3 +102,26 @@ def pod_result(pod: Mapping[str, Any], wanted: WantedPod, *, now: datetime) -> R
         detail["exitCode"] = verdict.exit_code
     return Record(Event.POD_FAILED, now, wanted.step, wanted.attempt, detail)
 
+
+
+BY_WORKFLOW = "workflow-uid"
+
+
+def workflow_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(namespace, workflow name) of a step pod, from its owner reference."""
+    meta = pod["metadata"]
+    for owner in meta.get("ownerReferences") or []:
+        if owner.get("kind") == "Workflow":
+            return (meta["namespace"], owner["name"])
+    return None
+
+
+def workflow_pod_cache(api: Any) -> Informer:
+    """The leader's cache of workflow step pods, indexed by workflow uid."""
+    core = client.CoreV1Api(api)
+    return Informer(
+        core.list_pod_for_all_namespaces,
+        what="workflow pods",
+        label_selector=f"{LABEL_MANAGED}={MANAGED_BY_WORKFLOWS},{LABEL_WORKFLOW}",
+        indexes={BY_WORKFLOW: lambda pod: (pod["metadata"].get("labels") or {}).get(LABEL_WORKFLOW_UID)},
+    )

@@ -76,11 +76,13 @@ from vigil.core.workflow import (
 )
 from vigil.core.workflowttl import Verdict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.informer import Informer
 from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR
 from vigil.kube.results import RECENT_SIZE
-from vigil.kube.workflowpods import LABEL_WORKFLOW_UID, pod_result, workflow_pod
+from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
 from vigil.kube.workflowttl import WorkflowTtl
 from vigil.model import GROUP, VERSION
+from vigil.model.names import LABEL_PRIORITY, LABEL_WORKFLOW_UID
 from vigil.model.workflow import HISTORY_MAX_ITEMS
 from vigil.model.workflowspec import (
     InvalidWorkflow,
@@ -194,12 +196,23 @@ class Pass:
     phase: str
 
 
+#: admit((namespace, workflow), pod bodies, priority): the pods a workflow wants started now,
+#: replacing what it wanted before; the dispatcher creates them as capacity allows.
+Admit = Callable[[tuple[str, str], list[dict[str, Any]], str], None]
+
+
+def workflow_priority(obj: Mapping[str, Any]) -> str:
+    """A workflow's dispatch priority: its job's, carried as a label; normal otherwise."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_PRIORITY) or "normal"
+
+
 class WorkflowApi:
     """The Kubernetes calls the engine makes."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, *, pod_cache: Informer | None = None) -> None:
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
+        self.pod_cache = pod_cache  # the leader's: step pods read from it, never listed per pass
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Workflow, or None when there is none of that name."""
@@ -238,6 +251,8 @@ class WorkflowApi:
         )
 
     def pods(self, namespace: str, uid: str) -> dict[str, dict[str, Any]]:
+        if self.pod_cache is not None:
+            return {p["metadata"]["name"]: p for p in self.pod_cache.by_index(BY_WORKFLOW, uid)}
         listed = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WORKFLOW_UID}={uid}")
         found: dict[str, dict[str, Any]] = {}
         for pod in listed.items:
@@ -285,8 +300,10 @@ class WorkflowEngine:
         rescan_seconds: float = 30.0,
         on_pass: Callable[[Pass], None] | None = None,
         ttl: WorkflowTtl | None = None,
+        admit: Admit | None = None,
     ) -> None:
         self.api = api
+        self._admit = admit
         self._clock = clock
         self._events = events
         self._history = history
@@ -321,6 +338,11 @@ class WorkflowEngine:
         meta = obj["metadata"]
         with self._lock:
             self._own[(meta["namespace"], meta["name"])] = resource_version
+
+    def forget(self, namespace: str, name: str) -> None:
+        """The workflow was deleted: nothing it wanted started is started any more."""
+        if self._admit is not None:
+            self._admit((namespace, name), [], "normal")
 
     def notify(self, namespace: str, name: str) -> None:
         key = (namespace, name)
@@ -740,6 +762,7 @@ class WorkflowEngine:
         namespace = obj["metadata"]["namespace"]
         wanted = {_pod_name(w): w for w in wanted_pods(definition, state)}
         templates = step_templates(pinned)
+        bodies: list[dict[str, Any]] = []
         for name, want in wanted.items():
             if name in pods:
                 continue
@@ -753,7 +776,14 @@ class WorkflowEngine:
                 parameters=pinned.get("parameters") or {},
                 output=self._output(obj, state, want.step) if want.compensation else None,
             )
-            self.api.create_pod(namespace, body)
+            bodies.append(body)
+        if self._admit is not None:
+            # The dispatcher starts them within the same caps, priorities and fairness as every
+            # execution; what this pass no longer wants is withdrawn.
+            self._admit((namespace, obj["metadata"]["name"]), bodies, workflow_priority(obj))
+        else:
+            for body in bodies:
+                self.api.create_pod(namespace, body)
         for name, pod in pods.items():
             finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
             deleting = (pod.get("metadata") or {}).get("deletionTimestamp")

@@ -26,6 +26,8 @@ LABEL_JOB = "vigil.dev/job"
 LABEL_JOB_UID = "vigil.dev/job-uid"
 LABEL_EXECUTION = "vigil.dev/execution-id"
 LABEL_ATTEMPT = "vigil.dev/attempt"
+#: An Execution's dispatch priority, set when it is created; a workflow's and its step pods' too.
+LABEL_PRIORITY = "vigil.dev/priority"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANNOTATION_SCHEDULED_FOR = "vigil.dev/scheduled-for"
 ANNOTATION_PERIOD = "vigil.dev/period"

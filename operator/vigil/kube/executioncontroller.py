@@ -1,0 +1,259 @@
+"""The execution controller: one reconcile per Execution key, fed by the Execution and pod caches.
+
+Every change to an Execution or to one of its pods queues the Execution's key;
+the reconcile reads both from the caches and decides with the pure core:
+
+* the user's levers — `spec.cancel`, `spec.retryRequests` above what was observed;
+* a retry whose stored time has come (Backoff → Ready), else a look again then;
+* the current attempt's pod: ended → the attempt's outcome (Succeeded, Backoff
+  with a stored retry time, Dead); gone → a failed attempt; pending past the limit
+  → a failed attempt and the pod deleted; still running after `running_after` →
+  Running recorded. A pod that ends sooner is recorded straight from Ready, with
+  its start taken from the pod: a short attempt costs one status write.
+
+A write that conflicts is retried by the queue with backoff, reading afresh.
+Seeing the same pod state twice changes nothing: an attempt is recorded once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.executions import (
+    TERMINAL_PHASES,
+    Execution,
+    ExecutionReason,
+    Phase,
+    cancel,
+    finish,
+    is_retry_due,
+    manual_retry,
+    retry_due,
+    start,
+)
+from vigil.core.ids import ExecutionId, pod_name
+from vigil.core.podstatus import PodPhase, PodVerdict, attempt_result, classify_pod, deleted_verdict
+from vigil.core.ports import Clock, Conflict
+from vigil.kube.dispatcher import Started, as_started
+from vigil.kube.executions import ExecutionStore, execution_cache, readable
+from vigil.kube.informer import Informer
+from vigil.kube.pods import BY_EXECUTION, LABEL_EXECUTION, live, pod_cache, pod_started_at
+from vigil.kube.results import JobResults
+from vigil.kube.workflowpods import workflow_pod_cache
+from vigil.kube.workqueue import WorkQueue
+from vigil.model.jobspec import retry_policy
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]
+
+#: A pod this process created but that no cache has shown this long is taken as gone.
+VANISH_GRACE = timedelta(seconds=30)
+#: How often a running attempt is looked at even without events (a pending pod's limit).
+RECHECK = timedelta(seconds=15)
+CANCEL_GRACE_SECONDS = 5
+CONFLICT_RETRY_SECONDS = 0.05
+
+
+class ExecutionController:
+    def __init__(
+        self,
+        *,
+        store: ExecutionStore,
+        pods: Informer,
+        started: Started,
+        results: JobResults,
+        core: Any,  # CoreV1Api: deletes pods
+        clock: Clock,
+        wake_dispatcher: Callable[[], None],
+        running_after: timedelta = timedelta(seconds=5),
+        pending_limit: timedelta = timedelta(minutes=5),
+        workers: int = 8,
+    ) -> None:
+        self._store = store
+        self._pods = pods
+        self._started = started
+        self._results = results
+        self._core = core
+        self._clock = clock
+        self._wake = wake_dispatcher
+        self._running_after = running_after
+        self._pending_limit = pending_limit
+        self.queue: WorkQueue[Key] = WorkQueue("executions", self.reconcile, workers=workers)
+
+    # -- what queues a key ------------------------------------------------------------------------
+
+    def execution_changed(self, key: Key, obj: Mapping[str, Any], deleted: bool) -> None:
+        if deleted:
+            self._started.drop(key)
+            return
+        self.queue.add(key)
+
+    def pod_changed(self, key: Key, pod: Mapping[str, Any], deleted: bool) -> None:
+        execution = (pod["metadata"].get("labels") or {}).get(LABEL_EXECUTION)
+        if execution:
+            self.queue.add((key[0], execution))
+        if deleted or _ended(pod):
+            self._wake()  # a slot may have freed
+
+    # -- the reconcile ----------------------------------------------------------------------------
+
+    def reconcile(self, key: Key) -> float | None:
+        """Bring one execution up to date; returns seconds until it wants looking at again."""
+        obj = self._store.cached(*key)
+        found = readable([obj]) if obj is not None else []
+        if not found:
+            self._started.drop(key)
+            return None
+        obj, ex = found[0]
+        try:
+            return self._reconcile(obj, ex)
+        except Conflict:
+            self._store.get(*key)  # the cache takes the fresh object; look again at once
+            return CONFLICT_RETRY_SECONDS
+
+    def _reconcile(self, obj: dict[str, Any], ex: Execution) -> float | None:
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        if spec.get("cancel") and str(ex.phase) not in TERMINAL_PHASES:
+            self._cancel(obj, ex)
+            return None
+        if int(spec.get("retryRequests") or 0) > int(status.get("observedRetryRequests") or 0):
+            self._retry(obj, ex, requested=int(spec["retryRequests"]))
+            return None
+        key = (ex.namespace, obj["metadata"]["name"])
+        mark = self._started.get(key)
+        if mark is not None and (ex.phase is not Phase.READY or mark.attempt != ex.attempt):
+            self._started.drop(key)
+            mark = None
+        if ex.phase.terminal:
+            self._stop_strays(ex)
+            return None
+        now = self._clock.now()
+        if ex.phase is Phase.BACKOFF:
+            if is_retry_due(ex, now):
+                self._store.write(obj, retry_due(ex, now=now))
+                self._wake()
+                return None
+            assert ex.retry_at is not None
+            return max(0.05, (ex.retry_at - now).total_seconds())
+        name = ex.pod or pod_name(ExecutionId(ex.execution_id), ex.attempt)
+        pod = self._pods.get(ex.namespace, name)
+        if pod is None:
+            return self._without_pod(obj, ex, name, mark_at=mark.at if mark else None, now=now)
+        return self._with_pod(obj, ex, pod, now=now)
+
+    def _without_pod(
+        self, obj: dict[str, Any], ex: Execution, name: str, *, mark_at: datetime | None, now: datetime
+    ) -> float | None:
+        if ex.phase is Phase.READY:
+            if mark_at is None:
+                return None  # waiting for the dispatcher
+            waited = now - mark_at
+            if waited < VANISH_GRACE:
+                return (VANISH_GRACE - waited).total_seconds()
+            ex = start(ex, pod=name, now=mark_at)
+        self._end(obj, ex, deleted_verdict())
+        return None
+
+    def _with_pod(self, obj: dict[str, Any], ex: Execution, pod: dict[str, Any], *, now: datetime) -> float | None:
+        name = pod["metadata"]["name"]
+        running = ex if ex.phase is Phase.RUNNING else start(ex, pod=name, now=pod_started_at(pod))
+        verdict = classify_pod(pod, now=now, pending_limit=self._pending_limit)
+        if verdict.finished and verdict.reason != "StuckPending":
+            self._end(obj, running, verdict)
+            return None
+        if verdict.phase is PodPhase.FAILED:  # stuck pending: fail the attempt, stop its pod
+            self._end(obj, running, verdict)
+            self._delete_pod(name, ex.namespace, grace=0)
+            return None
+        if ex.phase is Phase.READY:
+            assert running.started_at is not None
+            age = now - running.started_at
+            if age < self._running_after:
+                return (self._running_after - age).total_seconds()
+            self._store.write(obj, running)
+        return RECHECK.total_seconds()
+
+    def _end(self, obj: Mapping[str, Any], running: Execution, verdict: PodVerdict) -> None:
+        policy = retry_policy(obj["spec"].get("retry") or {})
+        ended = finish(running, attempt_result(verdict, attempt=running.attempt), policy=policy, now=self._clock.now())
+        self._results.record(obj, ended)
+        self._started.drop((running.namespace, obj["metadata"]["name"]))
+        self._wake()
+
+    # -- the user's levers ------------------------------------------------------------------------
+
+    def _cancel(self, obj: Mapping[str, Any], ex: Execution) -> None:
+        """spec.cancel: stop the execution, delete its pod, never retry."""
+        message = (obj.get("spec") or {}).get("cancelReason") or ExecutionReason.CANCELLED_BY_USER
+        ex = as_started(ex, pods=self._pods, started=self._started)
+        cancelled = cancel(ex, reason=ExecutionReason.CANCELLED_BY_USER, now=self._clock.now(), message=message)
+        self._results.record(obj, cancelled)
+        if ex.pod:
+            self._delete_pod(ex.pod, ex.namespace, grace=CANCEL_GRACE_SECONDS)
+        self._wake()
+
+    def _retry(self, obj: Mapping[str, Any], ex: Execution, *, requested: int) -> None:
+        """spec.retryRequests incremented: run a dead-lettered execution again, same execution id."""
+        extra = {"observedRetryRequests": requested}
+        if ex.phase is Phase.DEAD:
+            self._store.write(obj, manual_retry(ex, now=self._clock.now()), extra=extra)
+            self._wake()
+        else:
+            self._store.write(obj, ex, extra=extra)
+
+    def _stop_strays(self, ex: Execution) -> None:
+        """A finished execution has no live pod: one left running (created by a pass that chose
+        it just before it was cancelled) is stopped."""
+        for pod in self._pods.by_index(BY_EXECUTION, f"{ex.namespace}/{ex.execution_id}"):
+            if live(pod):
+                log.info("execution %s/%s is %s: stopping its pod %s", ex.namespace, ex.execution_id, ex.phase,
+                         pod["metadata"]["name"])  # fmt: skip
+                self._delete_pod(pod["metadata"]["name"], ex.namespace, grace=CANCEL_GRACE_SECONDS)
+
+    def _delete_pod(self, name: str, namespace: str, *, grace: int) -> None:
+        try:
+            self._core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def _ended(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+@dataclasses.dataclass
+class ExecutionCaches:
+    """The leader's watch-fed caches of Executions and their pods, and the pods it just made."""
+
+    executions: Informer
+    pods: Informer
+    workflow_pods: Informer
+    started: Started
+
+    @classmethod
+    def build(cls, api: Any, store: ExecutionStore) -> ExecutionCaches:
+        caches = cls(
+            executions=execution_cache(api),
+            pods=pod_cache(api),
+            workflow_pods=workflow_pod_cache(api),
+            started=Started(),
+        )
+        store.cache = caches.executions
+        return caches
+
+    def when_synced(self, stop: threading.Event, then: Callable[[], None]) -> None:
+        """Run `then` once both caches hold a first full list (a pass on half a cache would
+        miscount what runs)."""
+        while not stop.is_set():
+            if all(cache.synced.wait(0.5) for cache in (self.executions, self.pods, self.workflow_pods)):
+                then()
+                return

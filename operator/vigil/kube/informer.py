@@ -1,0 +1,239 @@
+"""A watch-fed cache of one kind of object: list once, then follow the watch.
+
+The operator's controllers read Executions and pods from here instead of asking
+the API server each time. The label selector is sent to the API server, so only
+Vigil's own objects arrive. After the first list the cache follows a watch from
+that list's resourceVersion; when the watch's history has expired (410) or the
+connection fails, it lists again and carries on. Every change is announced to the
+handlers with the object's key, so a controller can queue it.
+
+A writer that has the API server's answer to its own write hands it to
+`observe`: the cache keeps whichever of the two versions is newer, so the
+writer's next read is not older than its own write even before the watch
+delivers the event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from kubernetes import watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, str]  # (namespace, name)
+#: handler(key, obj, deleted): the new object, or the last one known if it was deleted.
+Handler = Callable[[Key, "dict[str, Any]", bool], None]
+#: list_fn(limit=, _continue=, label_selector=, _preload_content=False, ...) → the API's raw answer;
+#: the same function is what the watch calls.
+ListFn = Callable[..., Any]
+IndexFn = Callable[["dict[str, Any]"], "str | None"]
+
+PAGE = 500
+WATCH_SECONDS = 300  # the server ends each watch after this; the cache resumes from its version
+RELIST_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
+TOMBSTONES = 10_000  # deleted keys remembered, so a late answer to a write cannot bring one back
+
+
+def key_of(obj: dict[str, Any]) -> Key:
+    meta = obj["metadata"]
+    return (meta.get("namespace") or "", meta["name"])
+
+
+def _version(obj: dict[str, Any] | None) -> int:
+    """The object's resourceVersion as a number: etcd's revisions grow, so the larger is newer."""
+    if obj is None:
+        return -1
+    try:
+        return int(obj["metadata"].get("resourceVersion") or -1)
+    except ValueError:
+        return -1
+
+
+class Informer:
+    def __init__(
+        self,
+        list_fn: ListFn,
+        *,
+        what: str,
+        label_selector: str,
+        indexes: dict[str, IndexFn] | None = None,
+        request_timeout: float = 60.0,
+    ) -> None:
+        self._list = list_fn
+        self._what = what
+        self._selector = label_selector
+        self._timeout = request_timeout
+        self._lock = threading.Lock()
+        self._items: dict[Key, dict[str, Any]] = {}
+        self._index_fns = dict(indexes or {})
+        self._indexes: dict[str, dict[str, set[Key]]] = {name: {} for name in self._index_fns}
+        self._handlers: list[Handler] = []
+        self._tombstones: OrderedDict[Key, int] = OrderedDict()  # the last version of what was deleted
+        self.synced = threading.Event()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._items.get((namespace, name))
+
+    def items(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._items.values())
+
+    def by_index(self, index: str, value: str) -> list[dict[str, Any]]:
+        with self._lock:
+            keys = self._indexes[index].get(value) or set()
+            return [self._items[k] for k in keys if k in self._items]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    def add_handler(self, handler: Handler) -> None:
+        self._handlers.append(handler)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def observe(self, obj: dict[str, Any]) -> None:
+        """A writer's own result: kept if newer than what the cache holds."""
+        self._put(obj, announce=False)
+
+    def forget(self, namespace: str, name: str) -> None:
+        """A writer deleted it: drop it (and tell the handlers) now rather than at the watch's DELETED."""
+        self._remove((namespace, name), announce=True)
+
+    def _put(self, obj: dict[str, Any], *, announce: bool) -> None:
+        key = key_of(obj)
+        with self._lock:
+            old = self._items.get(key)
+            if old is not None and _version(old) > _version(obj):
+                return
+            if old is None and _version(obj) <= self._tombstones.get(key, -1):
+                return  # a writer's answer arriving after the object was deleted
+            self._unindex(key, old)
+            self._items[key] = obj
+            for name, fn in self._index_fns.items():
+                value = fn(obj)
+                if value is not None:
+                    self._indexes[name].setdefault(value, set()).add(key)
+        if announce:
+            self._announce(key, obj, deleted=False)
+
+    def _remove(self, key: Key, *, announce: bool) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            self._unindex(key, old)
+            if old is not None:
+                self._tombstones[key] = _version(old)
+                self._tombstones.move_to_end(key)
+                while len(self._tombstones) > TOMBSTONES:
+                    self._tombstones.popitem(last=False)
+        if announce and old is not None:
+            self._announce(key, old, deleted=True)
+
+    def _unindex(self, key: Key, old: dict[str, Any] | None) -> None:
+        if old is None:
+            return
+        for name, fn in self._index_fns.items():
+            value = fn(old)
+            if value is None:
+                continue
+            keys = self._indexes[name].get(value)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._indexes[name][value]
+
+    def _announce(self, key: Key, obj: dict[str, Any], *, deleted: bool) -> None:
+        for handler in self._handlers:
+            try:
+                handler(key, obj, deleted)
+            except Exception:
+                log.exception("%s informer: handler failed for %s/%s", self._what, *key)
+
+    # -- following the API server ---------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            try:
+                version = self._relist()
+                failures = 0
+                self._follow(version, stop)
+            except Exception as err:  # any failure means: list again, after a pause
+                delay = RELIST_BACKOFF_SECONDS[min(failures, len(RELIST_BACKOFF_SECONDS) - 1)]
+                failures += 1
+                log.warning("%s informer: %s; listing again in %.1fs", self._what, _short(err), delay)
+                stop.wait(delay)
+
+    def _relist(self) -> str:
+        fresh: dict[Key, dict[str, Any]] = {}
+        version = ""
+        for page, at in self._pages():
+            version = at
+            for obj in page:
+                fresh[key_of(obj)] = obj
+        with self._lock:
+            gone = [k for k in self._items if k not in fresh]
+        for obj in fresh.values():
+            self._put(obj, announce=True)
+        for key in gone:
+            self._remove(key, announce=True)
+        self.synced.set()
+        log.debug("%s informer: listed %d at version %s", self._what, len(fresh), version)
+        return version
+
+    def _pages(self) -> Iterator[tuple[list[dict[str, Any]], str]]:
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"label_selector": self._selector, "limit": PAGE}
+            if token:
+                kwargs["_continue"] = token
+            raw = self._list(_preload_content=False, _request_timeout=self._timeout, **kwargs)
+            answer = json.loads(raw.data)
+            meta = answer.get("metadata") or {}
+            yield list(answer.get("items") or []), str(meta.get("resourceVersion") or "")
+            token = meta.get("continue")
+            if not token:
+                return
+
+    def _follow(self, version: str, stop: threading.Event) -> None:
+        """Apply watch events until the watch ends; raises to make `run` list again."""
+        while not stop.is_set():
+            stream = watch.Watch()
+            for event in stream.stream(
+                self._list,
+                label_selector=self._selector,
+                resource_version=version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=WATCH_SECONDS,
+                deserialize=False,
+                _request_timeout=WATCH_SECONDS + self._timeout,
+            ):
+                if stop.is_set():
+                    stream.stop()
+                    return
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    raise ApiException(status=obj.get("code"), reason=obj.get("message") or "watch error")
+                version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                if kind == "BOOKMARK":
+                    continue
+                if kind == "DELETED":
+                    self._remove(key_of(obj), announce=True)
+                else:
+                    self._put(obj, announce=True)
+
+
+def _short(err: Exception) -> str:
+    if isinstance(err, ApiException):
+        return f"{err.status} {err.reason}"
+    return f"{type(err).__name__}: {err}"
