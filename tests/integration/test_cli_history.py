@@ -106,7 +106,8 @@ def test_executions_that_retention_deleted_are_listed_from_the_history(
 
     def settled() -> bool:
         items = executions(cluster, namespace)
-        written = all(e["metadata"]["labels"].get("vigil.dev/history") == "written" for e in items)
+        in_history = {summary.execution_id for summary in recorded(fleet, namespace)}
+        written = all(e["metadata"]["name"] in in_history for e in items)
         return written and len(items) == KEPT["succeeded"]
 
     wait_for(settled, timeout=60, what=f"retention to leave {KEPT['succeeded']} Executions")
