@@ -74,10 +74,10 @@ class Workflows(_Section):
         4, ge=1, le=64, description="Workflows advanced at once (never two passes on one workflow)."
     )
     rescan_seconds: float = Field(
-        30.0,
+        300.0,
         gt=0,
-        description="Seconds between scans for unfinished workflows: the safety net behind watches "
-        "and timers, and how a new leader resumes every in-flight workflow.",
+        description="Seconds between full scans of the Workflows (paged): at start, how a new leader "
+        "resumes every in-flight workflow; after that only the safety net behind watches and timers.",
     )
     ttl_after_finished: str = Field(
         "24h",

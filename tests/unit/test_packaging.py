@@ -64,7 +64,7 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
     },
     "trigger": {"tickMilliseconds": 250, "shards": 4, "maxOccurrencesPerBucket": 2000, "workers": 8},
     "dispatch": {"maxRunning": 100, "reservedHigh": 10, "perNamespaceMax": 50, "runningAfterSeconds": 5},
-    "workflows": {"workers": 4, "rescanSeconds": 30, "ttlAfterFinished": "24h"},
+    "workflows": {"workers": 4, "rescanSeconds": 300, "ttlAfterFinished": "24h"},
     "approvals": {
         "enabled": True,
         "notifier": {"url": "", "timeoutSeconds": 5, "retrySeconds": 30},

@@ -36,11 +36,9 @@ the database (:mod:`vigil.kube.workflowttl`, asked after each pass on it).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import logging
 import threading
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -81,6 +79,7 @@ from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR
 from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
 from vigil.kube.workflowttl import WorkflowTtl
+from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
 from vigil.model.names import LABEL_PRIORITY, LABEL_WORKFLOW_UID
 from vigil.model.workflow import HISTORY_MAX_ITEMS
@@ -206,6 +205,9 @@ def workflow_priority(obj: Mapping[str, Any]) -> str:
     return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_PRIORITY) or "normal"
 
 
+LIST_PAGE = 100  # Workflows per page of a rescan
+
+
 class WorkflowApi:
     """The Kubernetes calls the engine makes."""
 
@@ -222,11 +224,18 @@ class WorkflowApi:
         """The WorkflowDefinition, or None when there is none of that name."""
         return self._get(DEFINITIONS, namespace, name)
 
-    def list_all(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)[
-            "items"
-        ]
-        return items
+    def list_all(self) -> Iterator[dict[str, Any]]:
+        """Every Workflow, a page at a time (finished ones carry whole histories)."""
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": LIST_PAGE}
+            if token:
+                kwargs["_continue"] = token
+            page = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+            yield from page["items"]
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return
 
     def write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> str:
         """Replace the whole status (a PUT: keys left out are removed), conditional on the
@@ -312,12 +321,11 @@ class WorkflowEngine:
         self._on_pass = on_pass
         #: Deletes finished workflows past their ttlAfterFinished (None: kept forever).
         self._ttl = ttl
-        self._lock = threading.Condition()
-        self._ready: deque[Key] = deque()
-        self._queued: set[Key] = set()
-        self._busy: set[Key] = set()
-        self._again: set[Key] = set()
-        self._timers: list[tuple[datetime, Key]] = []
+        self._lock = threading.Lock()
+        #: Passes, one workflow never on two workers; its delays run on the engine's clock.
+        self._queue: WorkQueue[Key] = WorkQueue(
+            "workflows", self._process, workers=workers, ticks=lambda: self._clock.now().timestamp()
+        )
         self._running = False
         #: The resourceVersion of each workflow's last status write of ours, until its watch
         #: event arrives: that event needs no pass (the pass that wrote it already acted).
@@ -345,57 +353,10 @@ class WorkflowEngine:
             self._admit((namespace, name), [], "normal")
 
     def notify(self, namespace: str, name: str) -> None:
-        key = (namespace, name)
-        with self._lock:
-            if key in self._busy:
-                self._again.add(key)
-            elif key not in self._queued:
-                self._queued.add(key)
-                self._ready.append(key)
-                self._lock.notify()
-
-    def _wake_at(self, key: Key, at: datetime) -> None:
-        with self._lock:
-            heapq.heappush(self._timers, (at, key))
-            self._lock.notify()
-
-    def _take(self, stop: threading.Event) -> Key | None:
-        with self._lock:
-            while not stop.is_set():
-                now = self._clock.now()
-                while self._timers and self._timers[0][0] <= now:
-                    _, key = heapq.heappop(self._timers)
-                    if key not in self._queued:
-                        self._queued.add(key)
-                        self._ready.append(key)
-                for _ in range(len(self._ready)):
-                    key = self._ready.popleft()
-                    if key in self._busy:
-                        self._again.add(key)
-                        self._queued.discard(key)
-                        continue
-                    self._queued.discard(key)
-                    self._busy.add(key)
-                    return key
-                wait = 0.5
-                if self._timers:
-                    wait = min(wait, max(0.01, (self._timers[0][0] - now).total_seconds()))
-                self._lock.wait(wait)
-        return None
-
-    def _release(self, key: Key) -> None:
-        with self._lock:
-            self._busy.discard(key)
-            if key in self._again:
-                self._again.discard(key)
-                if key not in self._queued:
-                    self._queued.add(key)
-                    self._ready.append(key)
-                    self._lock.notify()
+        self._queue.add((namespace, name))
 
     def idle(self) -> bool:
-        with self._lock:
-            return not self._ready and not self._busy
+        return self._queue.idle()
 
     def rescan(self) -> int:
         """Queue every workflow that is unfinished, not yet mirrored, or finished and past its
@@ -416,12 +377,7 @@ class WorkflowEngine:
 
     def run(self, stop: threading.Event) -> None:
         self._running = True
-        threads = [
-            threading.Thread(target=self._work, args=(stop,), name=f"workflows-{n}", daemon=True)
-            for n in range(self._workers)
-        ]
-        for thread in threads:
-            thread.start()
+        threading.Thread(target=self._queue.run, args=(stop,), name="workflow-queue", daemon=True).start()
         while not stop.is_set():
             try:
                 self.rescan()
@@ -429,21 +385,16 @@ class WorkflowEngine:
                 log.exception("workflow rescan failed")
             stop.wait(self._rescan_seconds)
 
-    def _work(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            key = self._take(stop)
-            if key is None:
-                return
-            wake: datetime | None
-            try:
-                wake = self.reconcile(*key)
-            except Exception:
-                log.exception("workflow %s/%s: pass failed; retrying", *key)
-                wake = self._clock.now() + RETRY_AFTER_ERROR
-            finally:
-                self._release(key)
-            if wake is not None:
-                self._wake_at(key, wake)
+    def _process(self, key: Key) -> float | None:
+        """One pass of the queue's: seconds until the workflow next needs one (a timer)."""
+        try:
+            wake = self.reconcile(*key)
+        except Exception:
+            log.exception("workflow %s/%s: pass failed; retrying", *key)
+            wake = self._clock.now() + RETRY_AFTER_ERROR
+        if wake is None:
+            return None
+        return max(0.0, (wake - self._clock.now()).total_seconds())
 
     # --- one pass -----------------------------------------------------------------------------
 

@@ -69,6 +69,11 @@ class WorkQueue(Generic[K]):
         with self._cond:
             return len(self._ready) + len(self._later)
 
+    def idle(self) -> bool:
+        """Nothing ready and nothing in process (delayed keys do not count)."""
+        with self._cond:
+            return not self._ready and not self._active
+
     def _add_locked(self, key: K) -> None:
         if key in self._active:
             self._dirty.add(key)
