@@ -22,7 +22,7 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path, "namespace: vigil-system\n"), environ={})
-    assert (settings.workflows.workers, settings.workflows.rescan_seconds) == (4, 30.0)
+    assert (settings.workflows.workers, settings.workflows.rescan_seconds) == (4, 300.0)
     assert setting_ttl(settings.workflows.ttl_after_finished) == timedelta(hours=24)
     assert settings.approvals.enabled and settings.approvals.key_secret == "vigil-approval-key"
     assert settings.approvals.default_token_lifetime == "24h" and settings.approvals.base_url == ""
