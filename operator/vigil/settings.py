@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from vigil.model.durations import DURATION_PATTERN
@@ -25,13 +25,41 @@ class _Section(BaseModel):
 
 
 class LeaderElection(_Section):
+    """The trigger Lease, and the time bounds every API request of the operator derives from it.
+
+    The leader stops (exits) when it has not renewed for the *renew deadline*, two thirds of
+    `lease_duration_seconds`, so it has stopped before any standby may take the Lease. Every API
+    request the operator sends gives up after half that deadline (a third of the duration;
+    connect and read, 5 s by default) unless it passes a longer timeout of its own (watches):
+    a dead connection costs a thread seconds, never forever. The elector's own requests give up
+    after half of what is left of the deadline after a renew period (2.5 s by default), so two
+    renewals fit before the deadline; a 429's Retry-After is waited out up to the same bounds
+    (the elector's) or the renew deadline (every other request), then the request is retried.
+    """
+
     lease_name: str = Field("vigil-leader", description="Lease object in the operator namespace.")
     lease_duration_seconds: float = Field(
-        15.0, gt=0, description="Seconds a leader's claim lasts unrenewed: the failover gap's upper bound."
+        15.0,
+        gt=0,
+        description="Seconds a leader's claim lasts unrenewed: the failover gap's upper bound. "
+        "Two thirds of it is the renew deadline, and a third the timeout of every API request.",
     )
     renew_period_seconds: float = Field(
-        5.0, gt=0, description="Seconds between renewals; a third of the duration survives two misses."
+        5.0,
+        gt=0,
+        description="Seconds between renewals; must be below the renew deadline (two thirds of the "
+        "duration): a third of the duration leaves room for a second try before the deadline.",
     )
+
+    @field_validator("renew_period_seconds")
+    @classmethod
+    def _renewals_fit_the_deadline(cls, period: float, info: ValidationInfo) -> float:
+        duration = info.data.get("lease_duration_seconds")
+        if duration is not None and period >= duration * 2 / 3:
+            raise ValueError(
+                f"must be below the renew deadline, two thirds of leaseDurationSeconds ({duration * 2 / 3:g})"
+            )
+        return period
 
 
 class Trigger(_Section):

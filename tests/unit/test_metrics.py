@@ -3,9 +3,9 @@
 The metrics port is read by Prometheus and whoever else can reach it, and a label value is kept
 for as long as the series lives: an execution id names a tenant's work and grows without bound.
 Covers: every label of every exported metric is one of a small bounded set (namespaces, jobs,
-workflows, priorities, outcomes, reasons, events); dead letters are published per job (the
-oldest's age) and per namespace (how many), and vanish with the jobs that had them; a watchdog
-pass's verdicts become the per-job gauges, and a job that is gone loses its series.
+workflows, priorities, outcomes, reasons, events, API clients); dead letters are published per
+job (the oldest's age) and per namespace (how many), and vanish with the jobs that had them; a
+watchdog pass's verdicts become the per-job gauges, and a job that is gone loses its series.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from vigil.core.watchdog import JobFacts, assess_job
 from vigil.kube.watchdog import Assessed
 
 #: Every label a Vigil metric may carry: each bounded by what is live (namespaces, jobs,
-#: workflows) or by a closed set of values (priority, outcome, reason, event).
-BOUNDED_LABELS = frozenset({"namespace", "job", "workflow", "priority", "outcome", "reason", "event"})
+#: workflows) or by a closed set of values (priority, outcome, reason, event, client).
+BOUNDED_LABELS = frozenset({"namespace", "job", "workflow", "priority", "outcome", "reason", "event", "client"})
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
