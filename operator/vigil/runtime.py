@@ -99,11 +99,14 @@ def api_client(lease: LeaseConfig | None = None) -> client.ApiClient:
 
 
 def election_client(lease: LeaseConfig) -> client.ApiClient:
-    """The elector's own client and pool: one 429 waited out, and never past an attempt's time."""
+    """The elector's own client and pool (its requests pass their own timeouts): one 429 waited
+    out, for at most half of what is left of the deadline after a renew period."""
     configuration = _kube_configuration()
     configuration.connection_pool_maxsize = ELECTION_CONNECTIONS
     policy = RequestPolicy(
-        timeout_seconds=lease.attempt_timeout, retry_after_cap_seconds=lease.attempt_timeout, throttle_retries=1
+        timeout_seconds=lease.request_timeout,
+        retry_after_cap_seconds=lease.election_retry_after_cap,
+        throttle_retries=1,
     )
     return build_client(configuration, policy, on_throttled=metrics.API_THROTTLED.labels(client="election").inc)
 

@@ -28,13 +28,13 @@ class LeaderElection(_Section):
     """The trigger Lease, and the time bounds every API request of the operator derives from it.
 
     The leader stops (exits) when it has not renewed for the *renew deadline*, two thirds of
-    `lease_duration_seconds`, so it has stopped before any standby may take the Lease. Every API
-    request the operator sends gives up after half that deadline (a third of the duration;
-    connect and read, 5 s by default) unless it passes a longer timeout of its own (watches):
-    a dead connection costs a thread seconds, never forever. The elector's own requests give up
-    after half of what is left of the deadline after a renew period (2.5 s by default), so two
-    renewals fit before the deadline; a 429's Retry-After is waited out up to the same bounds
-    (the elector's) or the renew deadline (every other request), then the request is retried.
+    `lease_duration_seconds` (10 s by default), so it has stopped before any standby may take the
+    Lease; a renewal request may take what is left until that deadline. Every other API request
+    the operator sends gives up after half the deadline (a third of the duration: 5 s by
+    default; connect and read) unless it passes a longer timeout of its own (watches): a dead
+    connection costs a thread seconds, never forever. A 429 answer is waited out as its
+    Retry-After says, up to the renew deadline (the elector's own requests: half of what is left
+    of the deadline after a renew period, 2.5 s by default), and the request sent again.
     """
 
     lease_name: str = Field("vigil-leader", description="Lease object in the operator namespace.")

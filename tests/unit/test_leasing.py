@@ -2,7 +2,7 @@
 
 Covers: a leader whose renewal hangs (a half-open connection) stops at the renew deadline while
 the call is still hanging, before a standby could take the Lease, and a write that comes back
-late claims nothing; a slow renewal counts from when it was sent, not answered; a leader that
+late claims nothing; a renewal's timeout ends at the deadline; a slow renewal counts from when it was sent, not answered; a leader that
 steps down is never told it lost; and the time bounds derived from the default settings.
 
 The Lease endpoints are an in-memory stand-in (conditional replace by resourceVersion, 404, 409)
@@ -57,6 +57,7 @@ class StandInLeases:
         self._holding = False
         self._passes = 0
         self.waiting = 0  # writes blocked at the gate now
+        self.timeouts: list[float] = []  # the _request_timeout of every write, in order
 
     def hold(self) -> None:
         """From now on every write hangs (a connection that forwards nothing)."""
@@ -95,14 +96,16 @@ class StandInLeases:
                 raise ApiException(status=404, reason="Not Found")
             return copy.deepcopy(self._lease)
 
-    def create_namespaced_lease(self, namespace: str, body: client.V1Lease, **_: Any) -> client.V1Lease:
+    def create_namespaced_lease(self, namespace: str, body: client.V1Lease, **kwargs: Any) -> client.V1Lease:
+        self.timeouts.append(kwargs["_request_timeout"])
         self._pass_gate()
         with self._gate:
             if self._lease is not None:
                 raise ApiException(status=409, reason="AlreadyExists")
             return self._store(body)
 
-    def replace_namespaced_lease(self, name: str, namespace: str, body: client.V1Lease, **_: Any) -> client.V1Lease:
+    def replace_namespaced_lease(self, name: str, namespace: str, body: client.V1Lease, **kwargs: Any) -> client.V1Lease:
+        self.timeouts.append(kwargs["_request_timeout"])
         self._pass_gate()
         with self._gate:
             if self._lease is None or body.metadata.resource_version != self._lease.metadata.resource_version:
@@ -148,6 +151,7 @@ def test_a_leader_whose_renewal_hangs_stops_at_the_deadline_while_the_call_still
     leases.hold()
     wait_for(lambda: leases.waiting == 1, timeout=ACT_TIMEOUT, interval=0.02, what="a renewal to hang")
 
+    assert leases.timeouts[-1] == pytest.approx(DEADLINE)  # the renewal may take until the deadline, no longer
     clock.advance(DEADLINE - 0.01)
     elector.check_deadline()
     assert elector.is_leader and not lost.event.is_set()  # within the deadline: still leading
@@ -192,9 +196,9 @@ def test_a_leader_that_steps_down_is_never_told_it_lost(leases: StandInLeases, c
 def test_the_defaults_give_a_ten_second_deadline_and_shorter_requests() -> None:
     lease = lease_config(Settings(), lease_name="vigil-leader", me="me")
     assert (lease.lease_duration, lease.renew_period, lease.renew_deadline) == (15.0, 5.0, 10.0)
-    assert lease.request_timeout == 5.0  # every other request of the operator
-    assert lease.attempt_timeout == 2.5  # the elector's: two fit between a renew period and the deadline
-    assert lease.renew_period + 2 * lease.attempt_timeout == lease.renew_deadline
+    assert lease.request_timeout == 5.0  # every request of the operator but a leader's renewal
+    assert lease.election_retry_after_cap == 2.5  # two such waits fit between a renewal's due time and the deadline
+    assert lease.renew_period + 2 * lease.election_retry_after_cap == lease.renew_deadline
 
 
 def test_a_renew_period_that_does_not_fit_the_deadline_is_refused() -> None:

@@ -8,22 +8,25 @@ rules follow client-go's leaderelection:
 * a candidate judges a holder dead by its *own* monotonic clock — the Lease has
   not changed for `lease_duration` since this process first saw that version —
   never by comparing timestamps written by another machine's clock;
-* the leader renews every `renew_period` (one conditional write of the Lease it
-  last wrote; a failed renewal is tried again after `attempt_timeout`) and gives
-  up if it has not renewed for `renew_deadline` (two thirds of the duration),
-  before any standby may take over. A renewal counts from the moment it was
-  *sent*, so a slow answer can never stretch the leader's claim past what the
-  standbys see. The deadline is watched by a thread of its own, against the
-  injected monotonic clock: a renewal that hangs (a half-open connection) cannot
-  keep a leader acting, and `is_leader` turns false at the deadline whatever
-  the threads are doing. Losing the lease — the deadline passed, or another
-  holder's write found in it — calls `on_lost`, which exits the process: a
-  replica that is no longer sure it leads must stop acting at once. The elector
-  itself stops too; it never campaigns again;
-* the elector's own requests carry `attempt_timeout` (half of what is left of
-  the deadline after a renew period), so two renewals fit before the deadline
-  even when the first hangs; `request_timeout` (half the deadline) is what
-  every other request of the operator waits at most (kube/apiclient.py);
+* the leader renews `renew_period` after its last renewal was sent (one
+  conditional write of the Lease it last wrote; a failed renewal is tried again
+  after a quarter period) and gives up if it has not renewed for
+  `renew_deadline` (two thirds of the duration), before any standby may take
+  over. A renewal counts from the moment it was *sent*, so a slow answer can
+  never stretch the leader's claim past what the standbys see. Like client-go,
+  which bounds each renewal by the renew deadline, a renewal request may take
+  what is left until the deadline, never longer: a slow API server is waited
+  for while waiting can still help. The deadline itself is watched by a thread
+  of its own, against the injected monotonic clock: a renewal that hangs (a
+  half-open connection) cannot keep a leader acting, and `is_leader` turns false
+  at the deadline whatever the threads are doing. Losing the lease — the
+  deadline passed, or another holder's write found in it — calls `on_lost`,
+  which exits the process: a replica that is no longer sure it leads must stop
+  acting at once. The elector itself stops too; it never campaigns again;
+* every other request of the elector (a standby's polls, the release) takes at
+  most `request_timeout`, half the deadline, as every request of the operator
+  does (kube/apiclient.py); a 429 on the elector's own client is waited out for
+  at most `election_retry_after_cap`;
 * a leader shutting down gracefully releases the Lease (clears its holder), so
   a standby takes over at its next poll rather than after a whole duration.
 
@@ -68,9 +71,9 @@ class LeaseConfig:
         return self.lease_duration * 2 / 3
 
     @property
-    def attempt_timeout(self) -> float:
-        """Seconds one request of the elector may take: after a renew period, what is left of the
-        deadline holds two attempts."""
+    def election_retry_after_cap(self) -> float:
+        """Seconds a 429's Retry-After may make the elector wait: twice that fits between a
+        renewal's due time and the deadline."""
         return (self.renew_deadline - self.renew_period) / 2
 
     @property
@@ -81,6 +84,8 @@ class LeaseConfig:
         return self.renew_deadline / 2
 
 
+#: The shortest timeout a renewal is sent with (a zero timeout would mean none at all).
+MIN_ATTEMPT_SECONDS = 0.1
 #: Seconds between checks of the renew deadline: how late after it the leader stops at the most.
 #: Reading a clock costs nothing; the margin to the Lease's expiry is a third of its duration.
 DEADLINE_CHECK_SECONDS = 0.1
@@ -158,12 +163,12 @@ class LeaderElector:
         self._threads[0].join(timeout=self._config.renew_deadline)
         cfg = self._config
         try:
-            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace, _request_timeout=cfg.attempt_timeout)
+            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace, _request_timeout=self._timeout())
             if lease.spec.holder_identity != cfg.identity:
                 return
             lease.spec.holder_identity = None
             lease.spec.lease_duration_seconds = 1
-            self._api.replace_namespaced_lease(cfg.name, cfg.namespace, lease, _request_timeout=cfg.attempt_timeout)
+            self._api.replace_namespaced_lease(cfg.name, cfg.namespace, lease, _request_timeout=self._timeout())
             log.info("released lease %s/%s", cfg.namespace, cfg.name)
         except ApiException as err:
             log.warning("lease %s/%s not released (%s %s): it expires instead", cfg.namespace, cfg.name, err.status, err.reason)
@@ -187,12 +192,20 @@ class LeaderElector:
             renewed = self._attempt()
             if not self.is_leader:
                 wait = cfg.renew_period / 2
-            elif renewed:
-                wait = cfg.renew_period
-            else:  # try again once an attempt's time has passed since this one began
-                wait = max(0.0, cfg.attempt_timeout - (self._clock() - started))
-            self._stopped.wait(wait)
+            elif renewed:  # the next renewal is due a period after this one was sent
+                wait = self._last_renew + cfg.renew_period - self._clock()
+            else:  # a quarter period after the failed attempt began: at once if it timed out
+                wait = started + cfg.renew_period / 4 - self._clock()
+            self._stopped.wait(max(0.0, wait))
         self._leading.clear()  # a write racing stop() may have set it again
+
+    def _timeout(self) -> float:
+        """A leader's request may take what is left until its deadline; any other, the
+        operator's request timeout."""
+        if not self._leading.is_set():
+            return self._config.request_timeout
+        left = self._last_renew + self._config.renew_deadline - self._clock()
+        return max(MIN_ATTEMPT_SECONDS, left)
 
     def _attempt(self) -> bool:
         """One round of acquire-or-renew; whether it wrote the Lease as ours."""
@@ -220,7 +233,7 @@ class LeaderElector:
             return self._write(self._mine, acquired=self._mine.spec.acquire_time)
         cfg = self._config
         try:
-            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace, _request_timeout=cfg.attempt_timeout)
+            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace, _request_timeout=self._timeout())
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -253,7 +266,7 @@ class LeaderElector:
         )
         sent = self._clock()
         try:
-            created = self._api.create_namespaced_lease(cfg.namespace, body, _request_timeout=cfg.attempt_timeout)
+            created = self._api.create_namespaced_lease(cfg.namespace, body, _request_timeout=self._timeout())
         except ApiException as err:
             if err.status == 409:
                 return False  # someone else created it first; next round reads it
@@ -278,7 +291,7 @@ class LeaderElector:
         sent = self._clock()
         try:
             written = self._api.replace_namespaced_lease(
-                lease.metadata.name, lease.metadata.namespace, lease, _request_timeout=self._config.attempt_timeout
+                lease.metadata.name, lease.metadata.namespace, lease, _request_timeout=self._timeout()
             )
         except ApiException as err:
             if err.status == 409:
