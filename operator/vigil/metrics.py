@@ -52,6 +52,15 @@ IS_LEADER = Gauge(
 LEADER_TRANSITIONS = Counter(
     "vigil_leader_transitions_total", "Changes of the Lease holder seen by this replica.", registry=REGISTRY
 )
+API_THROTTLED = Counter(
+    "vigil_api_throttled_total",
+    "API requests the API server answered 429 Too Many Requests (API Priority and Fairness), each "
+    "waited out and retried (label client: operator, or election for the Lease's own requests).",
+    ["client"],
+    registry=REGISTRY,
+)
+for _client in ("operator", "election"):
+    API_THROTTLED.labels(client=_client)  # both series exist from the start, at 0
 OLDEST_READY_AGE = Gauge(
     "vigil_oldest_ready_execution_age_seconds",
     "Age in seconds of the oldest execution waiting to start (label priority: high, normal, low).",

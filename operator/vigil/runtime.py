@@ -38,6 +38,7 @@ from vigil.history.migrating import MigratingHistory
 from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
 from vigil.kube.accessreview import AccessReviews, TokenReviews
+from vigil.kube.apiclient import RequestPolicy, build_client
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
 from vigil.kube.dispatcher import Dispatcher
 from vigil.kube.events import EventRecorder
@@ -66,16 +67,50 @@ HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for a pass in fl
 
 
 API_CONNECTIONS = 32  # the trigger, dispatcher, watchdog, history and kopf's handler threads share it
+ELECTION_CONNECTIONS = 2  # the elector's own pool: renewals never queue behind other requests
 
 
-def api_client() -> client.ApiClient:
+def _kube_configuration() -> client.Configuration:
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+def lease_config(settings: Settings, *, lease_name: str, me: str) -> LeaseConfig:
+    election = settings.leader_election
+    return LeaseConfig(
+        namespace=settings.namespace,
+        name=lease_name,
+        identity=me,
+        lease_duration=election.lease_duration_seconds,
+        renew_period=election.renew_period_seconds,
+    )
+
+
+def api_client(lease: LeaseConfig | None = None) -> client.ApiClient:
+    """The operator's client: every request bounded by the lease's request timeout (the
+    defaults' without one), 429s waited out up to the renew deadline and counted."""
+    lease = lease or LeaseConfig(namespace="", name="", identity="")
+    configuration = _kube_configuration()
     configuration.connection_pool_maxsize = API_CONNECTIONS
-    return client.ApiClient(configuration)
+    policy = RequestPolicy(timeout_seconds=lease.request_timeout, retry_after_cap_seconds=lease.renew_deadline)
+    return build_client(configuration, policy, on_throttled=metrics.API_THROTTLED.labels(client="operator").inc)
+
+
+def election_client(lease: LeaseConfig) -> client.ApiClient:
+    """The elector's own client and pool (its requests pass their own timeouts): one 429 waited
+    out, for at most half of what is left of the deadline after a renew period."""
+    configuration = _kube_configuration()
+    configuration.connection_pool_maxsize = ELECTION_CONNECTIONS
+    policy = RequestPolicy(
+        timeout_seconds=lease.request_timeout,
+        retry_after_cap_seconds=lease.election_retry_after_cap,
+        throttle_retries=1,
+    )
+    return build_client(configuration, policy, on_throttled=metrics.API_THROTTLED.labels(client="election").inc)
 
 
 def identity() -> str:
@@ -242,15 +277,10 @@ def _campaign(
     approvals: ApprovalCallback | None = None,
 ) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
     """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
+    lease = lease_config(settings, lease_name=lease_name, me=me)
     elector = LeaderElector(
-        api,
-        LeaseConfig(
-            namespace=settings.namespace,
-            name=lease_name,
-            identity=me,
-            lease_duration=settings.leader_election.lease_duration_seconds,
-            renew_period=settings.leader_election.renew_period_seconds,
-        ),
+        client.CoordinationV1Api(election_client(lease)),
+        lease,
         on_lost=_lost,
         on_transition=lambda holder: metrics.LEADER_TRANSITIONS.inc(),
     )
@@ -262,9 +292,10 @@ def _campaign(
 
 
 def run(settings: Settings) -> int:
-    api = api_client()
-    clock = SystemClock()
     me = identity()
+    lease = lease_config(settings, lease_name=settings.leader_election.lease_name, me=me)
+    api = api_client(lease)
+    clock = SystemClock()
     publisher: TokenPublisher | None = None
     callback: ApprovalCallback | None = None
     if settings.approvals.enabled:
@@ -370,7 +401,7 @@ def run(settings: Settings) -> int:
 
     @kopf.on.startup(registry=registry)
     def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        handlers.configure(settings)
+        handlers.configure(settings, request_timeout=lease.request_timeout)
 
     try:
         asyncio.run(
@@ -397,9 +428,9 @@ def _hand_over(stop: threading.Event, threads: list[threading.Thread], elector: 
 
 def run_watchdog(settings: Settings) -> int:
     """The watchdog alone, as its own Deployment: it shares no process with the trigger."""
-    api = api_client()
-    clock = SystemClock()
     me = identity()
+    api = api_client(lease_config(settings, lease_name=settings.watchdog.lease_name, me=me))
+    clock = SystemClock()
     elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me)
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
     elector.wait_until_leader()

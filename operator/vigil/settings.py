@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
 from vigil.model.durations import DURATION_PATTERN
@@ -25,13 +25,41 @@ class _Section(BaseModel):
 
 
 class LeaderElection(_Section):
+    """The trigger Lease, and the time bounds every API request of the operator derives from it.
+
+    The leader stops (exits) when it has not renewed for the *renew deadline*, two thirds of
+    `lease_duration_seconds` (10 s by default), so it has stopped before any standby may take the
+    Lease; a renewal request may take what is left until that deadline. Every other API request
+    the operator sends gives up after half the deadline (a third of the duration: 5 s by
+    default; connect and read) unless it passes a longer timeout of its own (watches): a dead
+    connection costs a thread seconds, never forever. A 429 answer is waited out as its
+    Retry-After says, up to the renew deadline (the elector's own requests: half of what is left
+    of the deadline after a renew period, 2.5 s by default), and the request sent again.
+    """
+
     lease_name: str = Field("vigil-leader", description="Lease object in the operator namespace.")
     lease_duration_seconds: float = Field(
-        15.0, gt=0, description="Seconds a leader's claim lasts unrenewed: the failover gap's upper bound."
+        15.0,
+        gt=0,
+        description="Seconds a leader's claim lasts unrenewed: the failover gap's upper bound. "
+        "Two thirds of it is the renew deadline, and a third the timeout of every API request.",
     )
     renew_period_seconds: float = Field(
-        5.0, gt=0, description="Seconds between renewals; a third of the duration survives two misses."
+        5.0,
+        gt=0,
+        description="Seconds between renewals; must be below the renew deadline (two thirds of the "
+        "duration): a third of the duration leaves room for a second try before the deadline.",
     )
+
+    @field_validator("renew_period_seconds")
+    @classmethod
+    def _renewals_fit_the_deadline(cls, period: float, info: ValidationInfo) -> float:
+        duration = info.data.get("lease_duration_seconds")
+        if duration is not None and period >= duration * 2 / 3:
+            raise ValueError(
+                f"must be below the renew deadline, two thirds of leaseDurationSeconds ({duration * 2 / 3:g})"
+            )
+        return period
 
 
 class Trigger(_Section):

@@ -97,9 +97,10 @@ class OperatorFleet:
         self.config = workdir / "operator.yaml"
         self.config.write_text(yaml.safe_dump(self.settings))
 
-    def start(self, command: str = "operator", **overrides: Any) -> OperatorProcess:
+    def start(self, command: str = "operator", *, kubeconfig: Path | None = None, **overrides: Any) -> OperatorProcess:
         """Start `vigil operator` (or `vigil watchdog`, the watchdog's own Deployment) with this fleet's
-        config, or with that config plus `overrides` for this one process (say, its own metrics port)."""
+        config, or with that config plus `overrides` for this one process (say, its own metrics port),
+        authenticating as the chart's ServiceAccount through `kubeconfig` (default: the fleet's)."""
         self._count += 1
         name = f"op-{self._count}" if command == "operator" else f"{command}-{self._count}"
         log = self.workdir / f"{name}.log"
@@ -113,7 +114,7 @@ class OperatorFleet:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env={**self.cluster.env, "KUBECONFIG": str(self.identity.kubeconfig), "POD_NAME": name},
+                env={**self.cluster.env, "KUBECONFIG": str(kubeconfig or self.identity.kubeconfig), "POD_NAME": name},
                 start_new_session=True,
             )
         op = OperatorProcess(name=name, proc=proc, log=log)

@@ -62,7 +62,7 @@ class Candidate:
             lease_duration=LEASE_SECONDS,
             renew_period=RENEW_SECONDS,
         )
-        self.elector = LeaderElector(cluster.api, config, on_lost=self._on_lost)
+        self.elector = LeaderElector(cluster.coordination, config, on_lost=self._on_lost)
 
     def _on_lost(self) -> None:
         self.losses += 1

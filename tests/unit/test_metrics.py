@@ -3,23 +3,28 @@
 The metrics port is read by Prometheus and whoever else can reach it, and a label value is kept
 for as long as the series lives: an execution id names a tenant's work and grows without bound.
 Covers: every label of every exported metric is one of a small bounded set (namespaces, jobs,
-workflows, priorities, outcomes, reasons, events); dead letters are published per job (the
-oldest's age) and per namespace (how many), and vanish with the jobs that had them; a watchdog
-pass's verdicts become the per-job gauges, and a job that is gone loses its series.
+workflows, priorities, outcomes, reasons, events, API clients); dead letters are published per
+job (the oldest's age) and per namespace (how many), and vanish with the jobs that had them; a
+watchdog pass's verdicts become the per-job gauges, and a job that is gone loses its series;
+every metric is listed in docs/metrics.md.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from vigil import metrics
 from vigil.core.watchdog import JobFacts, assess_job
 from vigil.kube.watchdog import Assessed
 
+METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
 #: Every label a Vigil metric may carry: each bounded by what is live (namespaces, jobs,
-#: workflows) or by a closed set of values (priority, outcome, reason, event).
-BOUNDED_LABELS = frozenset({"namespace", "job", "workflow", "priority", "outcome", "reason", "event"})
+#: workflows) or by a closed set of values (priority, outcome, reason, event, client).
+BOUNDED_LABELS = frozenset({"namespace", "job", "workflow", "priority", "outcome", "reason", "event", "client"})
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -75,3 +80,13 @@ def test_a_watchdog_pass_sets_each_jobs_gauges_and_a_gone_job_loses_its_series()
 
     assert samples("vigil_job_overdue") == {}
     assert list(samples("vigil_job_seconds_since_last_success")) == [(("job", "fine"), ("namespace", "media"))]
+
+
+def test_every_metric_is_listed_in_the_metrics_reference() -> None:
+    listed = set(re.findall(r"^\| `(vigil_[a-z_]+)`", METRICS_DOC.read_text(encoding="utf-8"), flags=re.MULTILINE))
+    exported = {
+        family.name + ("_total" if family.type == "counter" else "")
+        for family in metrics.REGISTRY.collect()
+    }
+    assert exported - listed == set(), f"add these to {METRICS_DOC.name}"
+    assert listed - exported == set(), f"{METRICS_DOC.name} lists metrics that no longer exist"

@@ -1,6 +1,6 @@
 """The operator's settings file: the workflow and approval sections (the workflow TTL's 0s or
 empty meaning forever), and bad values refused naming the key (the chart's values.schema.json
-refuses the same values at install)."""
+refuses the same values at install; a renew period past the renew deadline only here)."""
 
 from __future__ import annotations
 
@@ -45,6 +45,11 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("http: {workers: 0}\n", "http.workers", id="no-http-workers"),
         pytest.param("http: {requestTimeoutSeconds: 0}\n", "http.requestTimeoutSeconds", id="no-request-time"),
         pytest.param("http: {authCacheSeconds: -1}\n", "http.authCacheSeconds", id="negative-auth-cache"),
+        pytest.param(
+            "leaderElection: {leaseDurationSeconds: 15, renewPeriodSeconds: 10}\n",
+            "leaderElection.renewPeriodSeconds",
+            id="renewals-past-the-deadline",
+        ),
     ],
 )
 def test_a_bad_value_is_refused_naming_its_key(tmp_path: Path, text: str, field: str) -> None:

@@ -3,21 +3,34 @@
 Only the leader triggers, so at most one process enqueues an occurrence. The
 rules follow client-go's leaderelection:
 
-* every write to the Lease is conditional on the resourceVersion just read, so
-  two candidates can never both believe they took it;
+* every write to the Lease is conditional on the resourceVersion last read or
+  written, so two candidates can never both believe they took it;
 * a candidate judges a holder dead by its *own* monotonic clock — the Lease has
   not changed for `lease_duration` since this process first saw that version —
   never by comparing timestamps written by another machine's clock;
-* the leader renews every `renew_period` and gives up if it has not renewed for
+* the leader renews `renew_period` after its last renewal was sent (one
+  conditional write of the Lease it last wrote; a failed renewal is tried again
+  after a quarter period) and gives up if it has not renewed for
   `renew_deadline` (two thirds of the duration), before any standby may take
-  over. Losing the lease — renewals failing past the deadline, or another
-  holder's write found in it — calls `on_lost`, which exits the process: a
-  replica that is no longer sure it leads must stop acting at once. The elector
-  itself stops too; it never campaigns again;
+  over. A renewal counts from the moment it was *sent*, so a slow answer can
+  never stretch the leader's claim past what the standbys see. Like client-go,
+  which bounds each renewal by the renew deadline, a renewal request may take
+  what is left until the deadline, never longer: a slow API server is waited
+  for while waiting can still help. The deadline itself is watched by a thread
+  of its own, against the injected monotonic clock: a renewal that hangs (a
+  half-open connection) cannot keep a leader acting, and `is_leader` turns false
+  at the deadline whatever the threads are doing. Losing the lease — the
+  deadline passed, or another holder's write found in it — calls `on_lost`,
+  which exits the process: a replica that is no longer sure it leads must stop
+  acting at once. The elector itself stops too; it never campaigns again;
+* every other request of the elector (a standby's polls, the release) takes at
+  most `request_timeout`, half the deadline, as every request of the operator
+  does (kube/apiclient.py); a 429 on the elector's own client is waited out for
+  at most `election_retry_after_cap`;
 * a leader shutting down gracefully releases the Lease (clears its holder), so
   a standby takes over at its next poll rather than after a whole duration.
 
-Runs in its own thread so a busy trigger pass can never starve the renewals.
+Runs in its own threads so a busy trigger pass can never starve the renewals.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -44,9 +57,38 @@ class LeaseConfig:
     lease_duration: float = 15.0  # seconds a claim lasts unrenewed
     renew_period: float = 5.0  # seconds between renewals
 
+    def __post_init__(self) -> None:
+        if not 0 < self.renew_period < self.renew_deadline:
+            raise ValueError(
+                f"the renew period ({self.renew_period}s) must be below the renew deadline "
+                f"({self.renew_deadline:g}s, two thirds of the lease duration {self.lease_duration}s)"
+            )
+
     @property
     def renew_deadline(self) -> float:
+        """Seconds without a renewal after which the leader stops: a third of the duration before
+        any standby may take the Lease (client-go's 10 s of 15)."""
         return self.lease_duration * 2 / 3
+
+    @property
+    def election_retry_after_cap(self) -> float:
+        """Seconds a 429's Retry-After may make the elector wait: twice that fits between a
+        renewal's due time and the deadline."""
+        return (self.renew_deadline - self.renew_period) / 2
+
+    @property
+    def request_timeout(self) -> float:
+        """Seconds any other request of the operator may take (connect and read): half the
+        deadline, so a thread stuck on a dead connection notices well before the Lease could
+        pass to another replica."""
+        return self.renew_deadline / 2
+
+
+#: The shortest timeout a renewal is sent with (a zero timeout would mean none at all).
+MIN_ATTEMPT_SECONDS = 0.1
+#: Seconds between checks of the renew deadline: how late after it the leader stops at the most.
+#: Reading a clock costs nothing; the margin to the Lease's expiry is a third of its duration.
+DEADLINE_CHECK_SECONDS = 0.1
 
 
 def _micro_time(at: datetime) -> datetime:
@@ -55,127 +97,181 @@ def _micro_time(at: datetime) -> datetime:
     return at.replace(microsecond=at.microsecond or 1)
 
 
+class LeaseApi(Protocol):
+    """What the elector uses of `CoordinationV1Api` (a stand-in in unit tests)."""
+
+    def read_namespaced_lease(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
+    def create_namespaced_lease(self, namespace: str, body: Any, **kwargs: Any) -> Any: ...
+    def replace_namespaced_lease(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any: ...
+
+
 class LeaderElector:
     def __init__(
         self,
-        api: client.ApiClient,
+        leases: LeaseApi,
         config: LeaseConfig,
         *,
         on_lost: Callable[[], None],
         on_transition: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._api = client.CoordinationV1Api(api)
+        self._api = leases
         self._config = config
         self._on_lost = on_lost
         self._on_transition = on_transition or (lambda holder: None)
+        self._clock = clock
+        self._lock = threading.Lock()  # leading, stopped and the last renewal change together
         self._leading = threading.Event()
         self._stopped = threading.Event()
-        self._last_renew = 0.0  # monotonic time of our last successful write
-        self._observed: tuple[str, float] | None = None  # (resourceVersion, monotonic first seen)
+        self._last_renew = 0.0  # clock() when our last successful write was sent
+        self._mine: Any = None  # the Lease as our last write left it: the next renewal replaces it
+        self._observed: tuple[str, float] | None = None  # (resourceVersion, clock() first seen)
         self._holder: str | None = None
-        self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
+        self._threads = [
+            threading.Thread(target=self._run, name="leader-election", daemon=True),
+            threading.Thread(target=self._guard, name="leader-deadline", daemon=True),
+        ]
 
     @property
     def is_leader(self) -> bool:
-        return self._leading.is_set()
+        """Leading, and renewed within the deadline: false from the deadline on, even before the
+        deadline thread has noticed."""
+        return self._leading.is_set() and self._clock() - self._last_renew <= self._config.renew_deadline
 
     @property
     def holder(self) -> str | None:
         return self._holder
 
     def start(self) -> None:
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
 
     def wait_until_leader(self, timeout: float | None = None) -> bool:
         return self._leading.wait(timeout)
 
     def stop(self) -> None:
         """Stop campaigning and renewing; a leader no longer counts as one (the Lease expires)."""
-        self._stopped.set()
-        self._leading.clear()
+        with self._lock:
+            self._stopped.set()
+            self._leading.clear()
 
     def release(self) -> None:
         """Stop, and if this process holds the Lease, clear its holder so a standby takes it at
         once instead of waiting out the lease duration (a graceful shutdown: SIGTERM). The write
         is conditional on the version read, so it can never clear another holder's claim."""
         self.stop()
-        self._thread.join(timeout=self._config.renew_deadline)
+        self._threads[0].join(timeout=self._config.renew_deadline)
         cfg = self._config
         try:
-            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace)
+            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace, _request_timeout=self._timeout())
             if lease.spec.holder_identity != cfg.identity:
                 return
             lease.spec.holder_identity = None
             lease.spec.lease_duration_seconds = 1
-            self._api.replace_namespaced_lease(cfg.name, cfg.namespace, lease)
+            self._api.replace_namespaced_lease(cfg.name, cfg.namespace, lease, _request_timeout=self._timeout())
             log.info("released lease %s/%s", cfg.namespace, cfg.name)
         except ApiException as err:
             log.warning("lease %s/%s not released (%s %s): it expires instead", cfg.namespace, cfg.name, err.status, err.reason)
+        except Exception as err:  # a timeout or a dead connection: the Lease expires on its own
+            log.warning("lease %s/%s not released (%s): it expires instead", cfg.namespace, cfg.name, err)
+
+    def check_deadline(self) -> None:
+        """Lose the lease if this leader has not renewed within the deadline."""
+        silent = self._clock() - self._last_renew
+        if self._leading.is_set() and silent > self._config.renew_deadline:
+            self._lose(f"no renewal for {silent:.1f}s (renew deadline {self._config.renew_deadline:g}s)")
+
+    def _guard(self) -> None:
+        while not self._stopped.wait(DEADLINE_CHECK_SECONDS):
+            self.check_deadline()
 
     def _run(self) -> None:
         cfg = self._config
         while not self._stopped.is_set():
-            try:
-                self._try_acquire_or_renew()
-            except ApiException as err:
-                log.warning("lease %s/%s: %s %s", cfg.namespace, cfg.name, err.status, err.reason)
-            except Exception:
-                log.exception("lease %s/%s: unexpected error", cfg.namespace, cfg.name)
-            if self.is_leader and time.monotonic() - self._last_renew > cfg.renew_deadline:
-                self._lose(f"no renewal for {time.monotonic() - self._last_renew:.1f}s")
-            self._stopped.wait(cfg.renew_period if self.is_leader else cfg.renew_period / 2)
+            started = self._clock()
+            renewed = self._attempt()
+            if not self.is_leader:
+                wait = cfg.renew_period / 2
+            elif renewed:  # the next renewal is due a period after this one was sent
+                wait = self._last_renew + cfg.renew_period - self._clock()
+            else:  # a quarter period after the failed attempt began: at once if it timed out
+                wait = started + cfg.renew_period / 4 - self._clock()
+            self._stopped.wait(max(0.0, wait))
         self._leading.clear()  # a write racing stop() may have set it again
+
+    def _timeout(self) -> float:
+        """A leader's request may take what is left until its deadline; any other, the
+        operator's request timeout."""
+        if not self._leading.is_set():
+            return self._config.request_timeout
+        left = self._last_renew + self._config.renew_deadline - self._clock()
+        return max(MIN_ATTEMPT_SECONDS, left)
+
+    def _attempt(self) -> bool:
+        """One round of acquire-or-renew; whether it wrote the Lease as ours."""
+        cfg = self._config
+        try:
+            return self._try_acquire_or_renew()
+        except ApiException as err:
+            log.warning("lease %s/%s: %s %s", cfg.namespace, cfg.name, err.status, err.reason)
+        except Exception as err:  # urllib3's timeouts and dropped connections among them
+            log.warning("lease %s/%s: %s", cfg.namespace, cfg.name, err)
+        return False
 
     def _lose(self, why: str) -> None:
         """Leadership is gone: stop acting and campaigning, then tell the owner."""
+        with self._lock:
+            if self._stopped.is_set() or not self._leading.is_set():
+                return  # stopped on purpose, or already lost
+            self._stopped.set()
+            self._leading.clear()
         log.error("lost leadership of lease %s/%s: %s", self._config.namespace, self._config.name, why)
-        self._stopped.set()
-        self._leading.clear()
         self._on_lost()
 
-    def _try_acquire_or_renew(self) -> None:
+    def _try_acquire_or_renew(self) -> bool:
+        if self._mine is not None and self._leading.is_set():
+            return self._write(self._mine, acquired=self._mine.spec.acquire_time)
         cfg = self._config
-        now = datetime.now(UTC)
         try:
-            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace)
+            lease = self._api.read_namespaced_lease(cfg.name, cfg.namespace, _request_timeout=self._timeout())
         except ApiException as err:
             if err.status != 404:
                 raise
-            self._create(now)
-            return
+            return self._create()
         spec = lease.spec
         holder = spec.holder_identity
         self._note_holder(holder)
         version = lease.metadata.resource_version
         if holder == cfg.identity:
-            self._write(lease, now, transitions=spec.lease_transitions or 0, acquired=spec.acquire_time)
-            return
+            return self._write(lease, acquired=spec.acquire_time)
         if holder and not self._expired(version, spec.lease_duration_seconds or cfg.lease_duration):
-            if self.is_leader:  # someone else holds it while we think we lead: stop at once
+            if self._leading.is_set():  # someone else holds it while we think we lead: stop at once
                 self._lose(f"the lease is held by {holder}")
-            return
-        self._write(lease, now, transitions=(spec.lease_transitions or 0) + 1, acquired=now)
+            return False
+        return self._write(lease, acquired=None, transition=True)
 
     def _expired(self, version: str, duration: float) -> bool:
         observed = self._observed
         if observed is None or observed[0] != version:
-            self._observed = (version, time.monotonic())
+            self._observed = (version, self._clock())
             return False
-        return time.monotonic() - observed[1] > duration
+        return self._clock() - observed[1] > duration
 
-    def _create(self, now: datetime) -> None:
+    def _create(self) -> bool:
         cfg = self._config
+        now = datetime.now(UTC)
         body = client.V1Lease(
             metadata=client.V1ObjectMeta(name=cfg.name, namespace=cfg.namespace),
             spec=self._spec(now, now, transitions=0),
         )
+        sent = self._clock()
         try:
-            self._api.create_namespaced_lease(cfg.namespace, body)
+            created = self._api.create_namespaced_lease(cfg.namespace, body, _request_timeout=self._timeout())
         except ApiException as err:
             if err.status == 409:
-                return  # someone else created it first; next round reads it
+                return False  # someone else created it first; next round reads it
             raise
-        self._became_leader()
+        return self._became_leader(created, sent=sent)
 
     def _spec(self, now: datetime, acquired: datetime | None, *, transitions: int) -> client.V1LeaseSpec:
         cfg = self._config
@@ -187,25 +283,35 @@ class LeaderElector:
             lease_transitions=transitions,
         )
 
-    def _write(self, lease: Any, now: datetime, *, transitions: int, acquired: datetime | None) -> None:
-        lease.spec = self._spec(now, acquired, transitions=transitions)
+    def _write(self, lease: Any, *, acquired: datetime | None, transition: bool = False) -> bool:
+        """Replace `lease` with our claim, conditional on its resourceVersion; whether it took."""
+        transitions = (lease.spec.lease_transitions or 0) + (1 if transition else 0)
+        # replace carries metadata.resourceVersion: the write is conditional on what we last saw
+        lease.spec = self._spec(datetime.now(UTC), acquired, transitions=transitions)
+        sent = self._clock()
         try:
-            # replace carries metadata.resourceVersion: the write is conditional on what we read
-            self._api.replace_namespaced_lease(lease.metadata.name, lease.metadata.namespace, lease)
+            written = self._api.replace_namespaced_lease(
+                lease.metadata.name, lease.metadata.namespace, lease, _request_timeout=self._timeout()
+            )
         except ApiException as err:
             if err.status == 409:
-                return  # lost the race; the next round re-reads
+                self._mine = None  # someone else wrote it: the next round reads it again
+                return False
             raise
-        self._became_leader()
+        return self._became_leader(written, sent=sent)
 
-    def _became_leader(self) -> None:
-        if self._stopped.is_set():  # a write that raced stop() or a loss claims nothing
-            return
-        self._last_renew = time.monotonic()
-        if not self._leading.is_set():
-            log.info("acquired leadership as %s", self._config.identity)
-            self._note_holder(self._config.identity)
+    def _became_leader(self, lease: Any, *, sent: float) -> bool:
+        with self._lock:
+            if self._stopped.is_set():  # a write that raced stop() or a loss claims nothing
+                return False
+            self._mine = lease
+            self._last_renew = sent
+            if self._leading.is_set():
+                return True
             self._leading.set()
+        log.info("acquired leadership as %s", self._config.identity)
+        self._note_holder(self._config.identity)
+        return True
 
     def _note_holder(self, holder: str | None) -> None:
         if holder != self._holder:

@@ -1,0 +1,206 @@
+"""The elector's renew deadline, on an injected monotonic clock.
+
+Covers: a leader whose renewal hangs (a half-open connection) stops at the renew deadline while
+the call is still hanging, before a standby could take the Lease, and a write that comes back
+late claims nothing; a renewal's timeout ends at the deadline; a slow renewal counts from when it was sent, not answered; a leader that
+steps down is never told it lost; and the time bounds derived from the default settings.
+
+The Lease endpoints are an in-memory stand-in (conditional replace by resourceVersion, 404, 409)
+because what is tested is timing a real API server cannot hold still;
+tests/integration/test_leasing.py runs the same elector against the real one, and
+tests/integration/test_sick_network.py a leader behind a connection that stops forwarding.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.waiting import wait_for
+from vigil.kube.leasing import LeaderElector, LeaseConfig
+from vigil.runtime import lease_config
+from vigil.settings import Settings
+
+LEASE = LeaseConfig(namespace="ops", name="leader", identity="me", lease_duration=3.0, renew_period=0.2)
+DEADLINE = LEASE.renew_deadline  # 2 s on the fake clock
+#: Real seconds to wait for the elector's threads to act (they poll every 0.1 s).
+ACT_TIMEOUT = 5.0
+
+
+class FakeClock:
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+class StandInLeases:
+    """The three Lease calls the elector makes, in memory; writes can be made to hang."""
+
+    def __init__(self) -> None:
+        self._lease: client.V1Lease | None = None
+        self._version = 0
+        self._gate = threading.Condition()
+        self._holding = False
+        self._passes = 0
+        self.waiting = 0  # writes blocked at the gate now
+        self.timeouts: list[float] = []  # the _request_timeout of every write, in order
+
+    def hold(self) -> None:
+        """From now on every write hangs (a connection that forwards nothing)."""
+        with self._gate:
+            self._holding = True
+
+    def let_one_through(self) -> None:
+        with self._gate:
+            self._passes += 1
+            self._gate.notify_all()
+
+    def let_all_through(self) -> None:
+        with self._gate:
+            self._holding = False
+            self._gate.notify_all()
+
+    def _pass_gate(self) -> None:
+        with self._gate:
+            self.waiting += 1
+            while self._holding and not self._passes:
+                self._gate.wait()
+            if self._holding:
+                self._passes -= 1
+            self.waiting -= 1
+
+    def _store(self, body: client.V1Lease) -> client.V1Lease:
+        self._version += 1
+        stored = copy.deepcopy(body)
+        stored.metadata.resource_version = str(self._version)
+        self._lease = stored
+        return copy.deepcopy(stored)
+
+    def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> client.V1Lease:
+        with self._gate:
+            if self._lease is None:
+                raise ApiException(status=404, reason="Not Found")
+            return copy.deepcopy(self._lease)
+
+    def create_namespaced_lease(self, namespace: str, body: client.V1Lease, **kwargs: Any) -> client.V1Lease:
+        self.timeouts.append(kwargs["_request_timeout"])
+        self._pass_gate()
+        with self._gate:
+            if self._lease is not None:
+                raise ApiException(status=409, reason="AlreadyExists")
+            return self._store(body)
+
+    def replace_namespaced_lease(self, name: str, namespace: str, body: client.V1Lease, **kwargs: Any) -> client.V1Lease:
+        self.timeouts.append(kwargs["_request_timeout"])
+        self._pass_gate()
+        with self._gate:
+            if self._lease is None or body.metadata.resource_version != self._lease.metadata.resource_version:
+                raise ApiException(status=409, reason="Conflict")
+            return self._store(body)
+
+
+class Lost:
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.count = 0
+
+    def __call__(self) -> None:
+        self.count += 1
+        self.event.set()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def leases() -> Iterator[StandInLeases]:
+    stand_in = StandInLeases()
+    yield stand_in
+    stand_in.let_all_through()  # no elector thread stays blocked after its test
+
+
+def leader(leases: StandInLeases, clock: FakeClock, lost: Lost) -> LeaderElector:
+    elector = LeaderElector(leases, LEASE, on_lost=lost, clock=clock)
+    elector.start()
+    assert elector.wait_until_leader(ACT_TIMEOUT)
+    return elector
+
+
+def test_a_leader_whose_renewal_hangs_stops_at_the_deadline_while_the_call_still_hangs(
+    leases: StandInLeases, clock: FakeClock
+) -> None:
+    lost = Lost()
+    elector = leader(leases, clock, lost)
+    renewed_at = clock()  # the stand-in never moved the clock: the claim was sent now
+    leases.hold()
+    wait_for(lambda: leases.waiting == 1, timeout=ACT_TIMEOUT, interval=0.02, what="a renewal to hang")
+
+    assert leases.timeouts[-1] == pytest.approx(DEADLINE)  # the renewal may take until the deadline, no longer
+    clock.advance(DEADLINE - 0.01)
+    elector.check_deadline()
+    assert elector.is_leader and not lost.event.is_set()  # within the deadline: still leading
+
+    clock.advance(0.02)
+    assert not elector.is_leader  # at once, whatever the threads are doing
+    assert lost.event.wait(ACT_TIMEOUT), "the deadline thread did not declare the loss"
+    assert leases.waiting == 1, "the loss waited for the hanging renewal"
+    assert clock() - renewed_at < LEASE.lease_duration  # before a standby could judge the Lease expired
+
+    leases.let_all_through()  # the hung write reaches the server after all
+    wait_for(lambda: leases.waiting == 0, timeout=ACT_TIMEOUT, interval=0.02, what="the write to return")
+    assert not elector.is_leader and lost.count == 1  # a late write claims nothing
+
+
+def test_a_slow_renewal_counts_from_when_it_was_sent(leases: StandInLeases, clock: FakeClock) -> None:
+    lost = Lost()
+    elector = leader(leases, clock, lost)
+    leases.hold()
+    wait_for(lambda: leases.waiting == 1, timeout=ACT_TIMEOUT, interval=0.02, what="a renewal in flight")
+    clock.advance(1.5)  # the answer takes 1.5 s
+    leases.let_one_through()
+    # It returns and succeeds; the next renewal is sent (and hangs) without the clock moving.
+    wait_for(lambda: leases.waiting == 1 and leases._passes == 0, timeout=ACT_TIMEOUT, interval=0.02,
+             what="the next renewal")  # fmt: skip
+    assert elector.is_leader
+
+    clock.advance(0.6)  # 2.1 s since the slow renewal was sent, 0.6 s since it was answered
+    elector.check_deadline()
+    assert lost.event.is_set() and not elector.is_leader
+
+
+def test_a_leader_that_steps_down_is_never_told_it_lost(leases: StandInLeases, clock: FakeClock) -> None:
+    lost = Lost()
+    elector = leader(leases, clock, lost)
+    elector.stop()
+    clock.advance(10 * DEADLINE)
+    elector.check_deadline()
+    assert not elector.is_leader and not lost.event.is_set()
+
+
+def test_the_defaults_give_a_ten_second_deadline_and_shorter_requests() -> None:
+    lease = lease_config(Settings(), lease_name="vigil-leader", me="me")
+    assert (lease.lease_duration, lease.renew_period, lease.renew_deadline) == (15.0, 5.0, 10.0)
+    assert lease.request_timeout == 5.0  # every request of the operator but a leader's renewal
+    assert lease.election_retry_after_cap == 2.5  # two such waits fit between a renewal's due time and the deadline
+    assert lease.renew_period + 2 * lease.election_retry_after_cap == lease.renew_deadline
+
+
+def test_a_renew_period_that_does_not_fit_the_deadline_is_refused() -> None:
+    with pytest.raises(ValueError, match="renew deadline"):
+        LeaseConfig(namespace="ops", name="leader", identity="me", lease_duration=3.0, renew_period=2.0)
