@@ -197,11 +197,20 @@ def _croniter_reads_days_differently(expression: str) -> bool:
     whole_month = spec.days_of_month == frozenset(range(1, 32))
     whole_week = spec.days_of_week == frozenset(range(7))
     day_fields = expression.split()[2:5:2]
+    sunday_stepped = any(item.startswith("7/") for item in expression.split()[4].split(","))
     return (
-        any(item.endswith("/1") for field in day_fields for item in field.split(","))
+        sunday_stepped  # croniter reads `7/2` as 6,0,2,4; Vigil as Sunday alone (7 is Sunday)
+        or any(item.endswith("/1") for field in day_fields for item in field.split(","))
         or (spec.day_of_month_restricted and whole_month)
         or (spec.day_of_week_restricted and whole_week)
     )
+
+
+def test_sunday_as_7_with_a_step_is_sunday_alone() -> None:
+    """`7` is Sunday; stepping from it past the field's end leaves Sunday, not an empty set
+    that would never fire."""
+    assert parse_cron("0 0 * * 7/2").days_of_week == frozenset({0})
+    assert parse_cron("0 0 * * 7/2").days_of_week == parse_cron("0 0 * * 7").days_of_week
 
 
 @settings(max_examples=PROPERTY_EXAMPLES, deadline=None)

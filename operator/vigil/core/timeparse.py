@@ -195,7 +195,8 @@ def _parse_item(item: str, spec: _FieldSpec) -> set[int]:
             raise ValueError(f"{spec.name} range {range_text!r} must ascend")
     else:
         low = _parse_value(range_text, spec)
-        high = (spec.stepped_high or spec.high) if slash else low
+        # `7/2` in day-of-week starts past where stepping stops: it is Sunday alone, not nothing.
+        high = max(low, spec.stepped_high or spec.high) if slash else low
     return set(range(low, high + 1, step))
 
 
