@@ -191,12 +191,13 @@ def fired_markers(b: Bench, opns: str, minute: datetime) -> int:
 
 
 def jobs_scheduled_for(b: Bench, ns: str, target: datetime) -> int:
-    """Jobs the operator has reconciled with `target` as their next run."""
+    """Jobs the operator has reconciled with a next run in the minute `target` (`nextRun` is the
+    jittered fire time)."""
     items = b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs")["items"]
     count = 0
     for item in items:
         next_run = (item.get("status") or {}).get("nextRun")
-        if next_run and datetime.fromisoformat(next_run) == target:
+        if next_run and minute_of(datetime.fromisoformat(next_run)) == target:
             count += 1
     return count
 
