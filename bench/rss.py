@@ -8,8 +8,9 @@ starts (so no Execution is dispatched while it is being written):
   during the measurement), with the default jitter;
 * `executions` finished Executions, spread evenly over the jobs (within the default retention
   of 3 Succeeded per job when there are no more of them than 3 per job), each created by
-  `vigil.kube.executions.execution_body` and then given a Succeeded status with one attempt,
-  as the operator would have left it, its history not yet written (the operator writes it);
+  `vigil.kube.executions.execution_body` and then given the status of one attempt that
+  Succeeded, built by the core's own state machine (`vigil.core.executions`) as the operator
+  would have left it, its history not yet written (the operator writes it);
 * `workflows` Workflows whose one step waits 24 h: in flight, as a waiting workflow is.
 
 Then the operator starts, and once every job has its `nextRun` and every workflow is Running,
@@ -27,13 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.cluster import GROUP, VERSION, Bench, last_error, stop_process, wait_until
+from vigil.core import executions as core
 from vigil.core.ids import execution_id
 from vigil.kube.executions import execution_body
 
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 LOADED_DEADLINE_S = 900.0  # for every job to get its nextRun and every workflow to be Running
 SAMPLE_S = 2.0
-STAMP = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @dataclasses.dataclass
@@ -78,14 +79,12 @@ def _create_load(b: Bench, ns: str, *, jobs: int, executions: int, workflows: in
                               period_start=nominal - timedelta(days=1), period_end=nominal, source="Trigger")  # fmt: skip
         body["metadata"]["labels"]["vigil.dev/phase"] = "Succeeded"
         b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "executions", body)
-        started, finished = (nominal + timedelta(seconds=s) for s in (1, 2))
-        status = {
-            "executionId": eid, "namespace": ns, "job": owner["metadata"]["name"], "priority": "normal",
-            "scheduledFor": nominal.strftime(STAMP), "phase": "Succeeded", "attempt": 1,
-            "pod": f"{eid}-1", "startedAt": started.strftime(STAMP), "finishedAt": finished.strftime(STAMP),
-            "attempts": [{"attempt": 1, "outcome": "Succeeded", "exitCode": 0,
-                          "startedAt": started.strftime(STAMP), "finishedAt": finished.strftime(STAMP)}],
-        }  # fmt: skip
+        record = core.new_execution(eid, namespace=ns, job=owner["metadata"]["name"],
+                                    scheduled_for=nominal, now=nominal)  # fmt: skip
+        record = core.start(record, pod=f"{eid}-1", now=nominal + timedelta(seconds=1))
+        result = core.AttemptResult(attempt=1, outcome=core.AttemptOutcome.SUCCEEDED, reason="Completed", exit_code=0)
+        record = core.finish(record, result, policy=core.RetryPolicy(), now=nominal + timedelta(seconds=2))
+        status = core.execution_to_dict(record)
         b.custom.patch_namespaced_custom_object_status(GROUP, VERSION, ns, "executions", eid, {"status": status})
 
     b.create_many(executions, execution)

@@ -6,8 +6,9 @@
   Succeeded. Each step is one pod on the local node agent, so this is bounded by how fast
   the control plane schedules and runs pods on 2 cores as much as by the engine.
 * **resume** — `count` workflows whose one step waits until a fixed time are started by a
-  leader, with a standby operator running beside it. Just before that time the leader is
-  frozen (SIGSTOP), so the due timers are left to the handover; once they are all due, the
+  leader, with a standby operator running beside it. Just before that time whichever of the
+  two holds the Lease then is frozen (SIGSTOP; under load the Lease can move earlier, which the
+  notes say), so the due timers are left to the handover; once they are all due, the
   leader is ended: gracefully (SIGTERM, then SIGCONT so it can act on it, as a rolling update
   does) or not (SIGKILL, as a crash). The clock runs from that signal to the last workflow
   Succeeded: the standby taking the Lease (at once if it was released, after the Lease's
@@ -152,15 +153,21 @@ def resume_time(
         _create(b, ns, count, "r", [{"id": "hold", "type": "wait", "wait": {"until": until}}])
         _wait(lambda: _phases(b, ns).get("Running", 0) >= count, due - FREEZE_BEFORE_DUE_S - time.time())
         running = _phases(b, ns).get("Running", 0)
-        first.send_signal(signal.SIGSTOP)  # frozen: it leaves the due timers to the handover
+        operators = {"bench-resume-1": first, "bench-resume-2": second}
+        holder = b.lease_holder(opns)
+        moved = "" if holder == "bench-resume-1" else f"; the Lease had moved to {holder!r} before the freeze"
+        leader_name = holder if holder in operators else "bench-resume-1"
+        leader = operators[leader_name]
+        standby_name = next(name for name in operators if name != leader_name)
+        leader.send_signal(signal.SIGSTOP)  # frozen: it leaves the due timers to the handover
         time.sleep(max(0.0, due + DUE_MARGIN_S - time.time()))  # until every timer is due: a time, not a condition
         started = time.monotonic()
         if graceful:
-            first.send_signal(signal.SIGTERM)
-            first.send_signal(signal.SIGCONT)
+            leader.send_signal(signal.SIGTERM)
+            leader.send_signal(signal.SIGCONT)
         else:
-            first.send_signal(signal.SIGKILL)
-        lead = _lead(b, opns, "bench-resume-2", second)
+            leader.send_signal(signal.SIGKILL)
+        lead = _lead(b, opns, standby_name, operators[standby_name])
         done, phases = _finished(b, ns, count, started)
         how = "SIGTERM" if graceful else "SIGKILL"
         if lead is None:
@@ -170,9 +177,10 @@ def resume_time(
         in_flight = f"{running}/{count} Running when the leader was frozen"
         if running < count:
             in_flight += " (the rest were started by the standby too)"
-        return done, f"{leadership}; {in_flight}; end {phases}"
+        return done, f"{leadership}; {in_flight}{moved}; end {phases}"
     finally:
-        if first.poll() is None:
-            first.send_signal(signal.SIGCONT)
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a frozen one must be able to act on the SIGTERM
         stop(first, first_pid)
         stop(second, second_pid)
