@@ -92,8 +92,12 @@ class Bench:
     kubectl: Path
     env: dict[str, str]
     state: Path
-    audit: AuditLog
+    audit_log: Path | None = None  # the API server's audit log; by default where localcluster writes it
     _identities: dict[str, tuple[str, Path]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def audit(self) -> AuditLog:
+        return AuditLog(self.audit_log or self.state / "logs" / "audit.jsonl")
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -122,9 +126,12 @@ class Bench:
     def _identity(self, namespace: str) -> tuple[str, Path]:
         """The chart's ServiceAccount and RBAC as a release in `namespace`, and a kubeconfig with its token."""
         if namespace not in self._identities:
+            helm = self.kubectl.parent / "helm"
+            if not helm.exists():  # not a bench cluster (say, a section run on its own): helm from PATH
+                helm = Path(shutil.which("helm") or "helm")
             shows = [arg for template in IDENTITY_TEMPLATES for arg in ("--show-only", template)]
             rendered = subprocess.run(
-                [str(self.kubectl.parent / "helm"), "template", namespace, str(CHART), "--namespace", namespace, *shows],
+                [str(helm), "template", namespace, str(CHART), "--namespace", namespace, *shows],
                 check=True, capture_output=True, text=True, env=self.env,
             ).stdout  # fmt: skip
             subprocess.run([str(self.kubectl), "apply", "-f", "-"], input=rendered, check=True,
@@ -196,7 +203,7 @@ def fresh_cluster(name: str) -> Iterator[Bench]:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
         print(f"  [fresh cluster {state.relative_to(REPO)} ready in {time.monotonic() - started:.0f}s, {load()}]")
-        yield Bench(api=api, kubectl=kubectl, env=env, state=cluster.state, audit=AuditLog(cluster.audit_log))
+        yield Bench(api=api, kubectl=kubectl, env=env, state=cluster.state, audit_log=cluster.audit_log)
     finally:
         localcluster.down(state)
 
