@@ -153,6 +153,7 @@ def resume_time(
         _create(b, ns, count, "r", [{"id": "hold", "type": "wait", "wait": {"until": until}}])
         _wait(lambda: _phases(b, ns).get("Running", 0) >= count, due - FREEZE_BEFORE_DUE_S - time.time())
         running = _phases(b, ns).get("Running", 0)
+        time.sleep(max(0.0, due - FREEZE_BEFORE_DUE_S - time.time()))  # frozen any earlier, the Lease would expire
         operators = {"bench-resume-1": first, "bench-resume-2": second}
         holder = b.lease_holder(opns)
         moved = "" if holder == "bench-resume-1" else f"; the Lease had moved to {holder!r} before the freeze"
