@@ -1,68 +1,85 @@
-"""`make bench`: Vigil's trigger measured on the local control plane, beside the native CronJob.
+"""`make bench`: Vigil on the local control plane, each figure beside its reference from the same run.
 
 Prints figures; never fails for being slow. Every wait has a deadline; a section that reaches
 it says how many of how many finished and prints censored figures (bench/reporting.py), never
-a rate or a time as if all had finished. The measurements (each one a section, selectable:
-`python -m bench firelag cronjob`):
+a rate or a time as if all had finished. The run ends with one table: each figure, its
+reference measured in the same run, the ratio, and the target (issue 10). The measurements
+(each one a section, selectable: `python -m bench podfloor firelag`):
 
-1. **tick** — tick cost vs catalogue size: one trigger pass that handles 1,000 due occurrences,
-   with 1,000 and then 100,000 occurrences catalogued in future buckets: wall time and API
-   reads. The ratio should stay near 1 (DESIGN invariant 4: cost follows due work, not the
-   catalogue).
-2. **firelag** — for 1,000 ScheduledJobs due in the same minute (jitter off, so all are due at
-   the boundary), the time from each occurrence's fire time to the moment its Execution, then
-   its pod, is observed on a watch, p50/p99/max.
-3. **cronjob** — the native CronJob controller on the same control plane with the same 1,000
-   schedules: time from the scheduled minute to the Job being observed (CronJob's trigger), and
-   to its pod. Printed beside Vigil's figures when both sections run.
-4. **executions** — executions per second through the pod path.
-5. **workflows** — 10-step workflows completed per second (bench/workflows.py).
-6. **resume** — time for a new operator to resume 1,000 in-flight workflows (bench/workflows.py).
-7. **history** — history inserts per second (SQLite, PostgreSQL); needs no cluster.
+1. **podfloor** — the API server's own floor (bench/podfloor.py): a plain client (8 threads)
+   creates `--pods` bare pods; pods/s, observed and Succeeded p50/p99, API writes per pod
+   counting every client. The reference for the burst and throughput figures; it runs first,
+   and is added by itself when a section that needs it is chosen (`--no-floor` leaves it out).
+2. **tick** — tick cost vs catalogue size: one trigger pass that handles `--jobs` due
+   occurrences, with as many and then `--catalogue` occurrences catalogued in future buckets:
+   wall time and bucket reads. The ratio should stay near 1 (DESIGN invariant 4).
+3. **firelag** — `--jobs` ScheduledJobs due in the same minute, jitter off (bench/burst.py):
+   Execution and pod observed p99 from the fire time, each divided by the floor's observed p99;
+   Vigil's own API writes and reads per execution from the API server's audit log, by verb and
+   resource; ScheduleChainBroken Events raised by the burst.
+4. **jitter** — the same jobs with the default jitter: lag from each occurrence's own
+   (jittered) fire time, p50/p99.
+5. **cronjob** — the native CronJob controller with the same schedules: Job and pod observed.
+6. **executions** — executions per second through the pod path, beside the floor's pods/s.
+7. **workflows** — 10-step workflows (bench/workflows.py): steps/s beside the floor's pods/s.
+8. **resume** — a standby resumes `--resume` waiting workflows after the leader is ended
+   gracefully (SIGTERM), then after a crash (SIGKILL), each on its own cluster.
+9. **rss** — the operator's RSS with `--rss-jobs` ScheduledJobs, `--rss-executions` retained
+   Executions and `--rss-workflows` Workflows (bench/rss.py).
+10. **history** — history inserts per second (SQLite, PostgreSQL); needs no cluster.
 
-Every measurement gets a fresh local control plane of its own (`.cluster/bench/<name>`, all on
-port base 36000, one at a time), stopped when it ends: the Vigil operator is cluster-wide, so an
-earlier section's thousands of objects, still being deleted, would otherwise be what it spends
-the measured minute on.
-
-The lag schedules are one fixed minute a day (`M H * * *`, UTC), chosen `--lead` seconds ahead,
-so the target minute is the first and only firing: nothing fired a minute earlier is still
-running when it comes. Vigil's operator is started first; the jobs are created only once it
-holds the leader Lease, and the target is measured only once it is idle — every job's next run
-is the target and the target minute's buckets hold every occurrence.
-
-Both lag figures use the same clock and method (a watch in this process, receive time minus the
-nominal minute), so they compare like with like. The machine is small (2 cores) and also runs
-the control plane and one local process per pod, so absolute numbers are pessimistic.
+Every measurement gets a fresh local control plane of its own (bench/cluster.py), with an API
+server audit log, and runs the operator as the chart's ServiceAccount. The lag figures all use
+the same clock and method (a watch in this process, receive time minus the fire time), so they
+compare like with like. The machine is small (2 cores) and also runs the control plane and one
+local process per pod, so absolute numbers are pessimistic: read the ratios.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
 import io
 import math
 import os
-import shutil
-import subprocess
 import sys
-import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config, watch
+from kubernetes import client
 
 from bench import history as history_bench
+from bench import podfloor
+from bench import rss as rss_bench
 from bench import workflows as workflow_bench
-from bench.reporting import Completion, censored, duration, percentile, rate, summary
+from bench.audit import READ_VERBS, short_user
+from bench.burst import Lag, daily_cron, fire_lag_vigil, next_boundary
+from bench.cluster import (
+    GROUP,
+    STATE,
+    VERSION,
+    Arrivals,
+    Bench,
+    fresh_cluster,
+    load,
+    stop_process,
+    wait_until,
+)
+from bench.reporting import (
+    Completion,
+    Row,
+    censored,
+    duration,
+    percentile,
+    rate,
+    ratio,
+    seconds,
+    summary,
+    table,
+)
 from e2e.cluster import localcluster
-from vigil.core.buckets import BucketEntry, entry_key, minute_label, minute_of
+from vigil.core.buckets import BucketEntry, entry_key, minute_of
 from vigil.core.ids import execution_id
 from vigil.core.memory import FakeClock
 from vigil.core.trigger import Trigger
@@ -75,326 +92,15 @@ from vigil.kube.ledger import KubeLedger
 from vigil.kube.results import JobResults
 from vigil.model.jobspec import schedule_hash
 
-REPO = Path(__file__).resolve().parents[1]
-STATE = REPO / ".cluster" / "bench"
-PORT_BASE = 36000
-GROUP, VERSION = "vigil.dev", "v1alpha1"
+__all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what other sections import from here
+
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
-SECTIONS = ("tick", "firelag", "cronjob", "executions", "workflows", "resume", "history")
-LEADER_LEASE = "vigil-leader"
-ARMED_MARGIN_S = 5.0  # the operator must be idle this long before the target minute
+SECTIONS = ("podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history")
+NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
+ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
 EXECUTIONS_DEADLINE_S = 600.0  # the executions section stops waiting this long after creating them
-
-
-def stop_process(proc: subprocess.Popen[bytes], pidfile: Path | None = None) -> None:
-    """SIGTERM, then SIGKILL if it has not gone in 10 s (as a Deployment's grace period would)."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    if pidfile is not None:
-        pidfile.unlink(missing_ok=True)  # reaped: its pid may be reused, so `down` must not signal it
-
-
-def load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load {one:.2f} {five:.2f} {fifteen:.2f}"
-
-
-@dataclasses.dataclass
-class Bench:
-    api: client.ApiClient
-    kubectl: Path
-    env: dict[str, str]
-    state: Path
-
-    @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def custom(self) -> client.CustomObjectsApi:
-        return client.CustomObjectsApi(self.api)
-
-    def namespace(self, prefix: str) -> str:
-        name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        self.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                self.core.read_namespaced_service_account("default", name)
-                return name
-            except client.ApiException:
-                time.sleep(0.2)
-        raise RuntimeError(f"namespace {name} never got its default service account")
-
-    def create_many(self, count: int, make: Callable[[int], None]) -> None:
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(make, range(count)))
-
-    def start_operator(self, name: str, settings: str) -> tuple[subprocess.Popen[bytes], Path]:
-        """A Vigil operator (identity `name`) on this cluster; its pid file lets `down` stop it too."""
-        cfg = self.state / f"{name}.yaml"
-        cfg.write_text(settings)
-        with (self.state / "logs" / f"{name}.log").open("ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "vigil.cli.main", "operator", "--config", str(cfg)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                env={**self.env, "POD_NAME": name},
-            )  # fmt: skip
-        pidfile = self.state / "pids" / f"{name}.pid"
-        pidfile.write_text(str(proc.pid))
-        return proc, pidfile
-
-    def lease_holder(self, namespace: str) -> str | None:
-        try:
-            lease = client.CoordinationV1Api(self.api).read_namespaced_lease(LEADER_LEASE, namespace)
-        except client.ApiException:
-            return None
-        return lease.spec.holder_identity if lease.spec else None
-
-
-@contextlib.contextmanager
-def fresh_cluster(name: str) -> Iterator[Bench]:
-    """A local control plane of its own for one measurement: empty when it starts, stopped after."""
-    state = STATE / name
-    localcluster.down(state)  # one an interrupted run left behind would otherwise be reused, not fresh
-    shutil.rmtree(state / "logs", ignore_errors=True)  # this run's logs only
-    for db in state.glob("*.db*"):  # and this run's history
-        db.unlink()
-    started = time.monotonic()
-    try:
-        cluster = localcluster.up(state, PORT_BASE)
-        subprocess.run(
-            [str(cluster.state / "bin" / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "apply",
-             "--server-side", "--force-conflicts", "-f", str(REPO / "crds")],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        subprocess.run(
-            [str(cluster.state / "bin" / "kubectl"), "--kubeconfig", str(cluster.kubeconfig), "wait",
-             "--for=condition=Established", "--timeout=60s", "crd", "--all"],
-            check=True, capture_output=True,
-        )  # fmt: skip
-        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-        env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig)}
-        print(f"  [fresh cluster {state.relative_to(REPO)} ready in {time.monotonic() - started:.0f}s, {load()}]")
-        yield Bench(api=api, kubectl=cluster.state / "bin" / "kubectl", env=env, state=cluster.state)
-    finally:
-        localcluster.down(state)
-
-
-def next_boundary(after: datetime, margin: timedelta) -> datetime:
-    """The first whole minute at least `margin` after `after`."""
-    return minute_of(after + margin - timedelta(microseconds=1)) + timedelta(minutes=1)
-
-
-def daily_cron(target: datetime) -> str:
-    """A schedule (UTC) whose only occurrence in the next day is `target`."""
-    return f"{target.minute} {target.hour} * * *"
-
-
-def wait_until(deadline: datetime, done: Callable[[], bool], interval: float = 0.5) -> bool:
-    while datetime.now(UTC) < deadline:
-        if done():
-            return True
-        time.sleep(interval)
-    return done()
-
-
-class Arrivals:
-    """Receive times (epoch seconds) of the first ADDED event per key, from a watch in a thread.
-
-    Objects are handled as plain dicts (no model deserialisation: it costs milliseconds a pod,
-    which would show up as lag). A watch that ends or breaks is resumed; errors are kept for the
-    report.
-    """
-
-    def __init__(self, list_fn: Callable[..., Any], namespace: str, key: Callable[[dict[str, Any]], str | None]) -> None:
-        self.seen: dict[str, float] = {}
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._args = (list_fn, namespace, key)
-        threading.Thread(target=self._run, daemon=True).start()
-
-    def _run(self) -> None:
-        list_fn, namespace, key = self._args
-        resource_version: str | None = None
-        while not self._stop.is_set():
-            w = watch.Watch()
-            kwargs: dict[str, Any] = {"timeout_seconds": 60, "deserialize": False}
-            if resource_version:
-                kwargs["resource_version"] = resource_version
-            try:
-                for event in w.stream(list_fn, namespace, **kwargs):
-                    received = time.time()
-                    obj = event.get("object") or {}
-                    resource_version = (obj.get("metadata") or {}).get("resourceVersion") or resource_version
-                    if event.get("type") == "ADDED":
-                        k = key(obj)
-                        if k is not None:
-                            self.seen.setdefault(k, received)
-                    if self._stop.is_set():
-                        w.stop()
-                        return
-            except Exception as err:  # resumed below; a 410 starts again from a fresh list
-                self.errors.append(f"{type(err).__name__}: {str(err).splitlines()[0][:200]}")
-                if isinstance(err, client.ApiException) and err.status == 410:
-                    resource_version = None
-                time.sleep(0.5)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def offsets(self, base: datetime) -> list[float]:
-        return [t - base.timestamp() for t in self.seen.values()]
-
-
-@dataclasses.dataclass
-class Lag:
-    trigger: list[float]  # Execution (Vigil) or Job (CronJob) observed - nominal minute
-    pods: list[float]  # pod observed - nominal minute
-    notes: list[str]  # what went wrong or what to keep in mind when reading the figures
-
-
-def fire_lag_vigil(b: Bench, count: int, lead: float, window: float) -> Lag:
-    """Fire lag of `count` ScheduledJobs due in one minute, with an operator that leads and is idle."""
-    ns = b.namespace("bench-vigil")
-    opns = b.namespace("bench-op")
-    notes: list[str] = []
-    proc, pidfile = b.start_operator("bench-op", (
-        f"namespace: {opns}\nleaderElection: {{leaseDurationSeconds: 15, renewPeriodSeconds: 5}}\n"
-        f"trigger: {{tickMilliseconds: 250}}\nhttp: {{metricsPort: 0, apiPort: 0}}\n"
-        f"dispatch: {{maxRunning: {count * 2}, perNamespaceMax: {count * 2}, reservedHigh: 0}}\n"
-        f"history: {{dsn: 'sqlite:///{b.state}/bench-lag-history.db'}}\n"
-    ))  # fmt: skip
-    try:
-        started = time.monotonic()
-        leader = wait_until(datetime.now(UTC) + timedelta(seconds=120),
-                            lambda: proc.poll() is not None or b.lease_holder(opns) == "bench-op")  # fmt: skip
-        if proc.poll() is not None or not leader:
-            why = f"exited with code {proc.returncode}" if proc.poll() is not None else "not leader after 120 s"
-            return Lag([], [], [f"operator {why}: {last_error(b.state / 'logs' / 'bench-op.log')}"])
-        print(f"  vigil: operator leads after {time.monotonic() - started:.1f}s")
-
-        target = next_boundary(datetime.now(UTC), timedelta(seconds=lead))
-        stamp = target.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-        def key(pod: dict[str, Any]) -> str | None:
-            env = {e.get("name"): e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
-            return str(pod["metadata"]["name"]) if env.get("VIGIL_SCHEDULED_FOR") == stamp else None
-
-        def ex_key(ex: dict[str, Any]) -> str | None:
-            return str(ex["metadata"]["name"]) if ex["spec"].get("scheduledFor") == stamp else None
-
-        def list_executions(namespace: str, **kwargs: Any) -> Any:
-            return b.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "executions", **kwargs)
-
-        executions = Arrivals(list_executions, ns, ex_key)
-        pods = Arrivals(b.core.list_namespaced_pod, ns, key)
-
-        def make(i: int) -> None:
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": f"j{i:04}"},
-                "spec": {"cron": daily_cron(target), "timezone": "UTC", "jitter": "0s",
-                         "template": {"spec": {"containers": [CONTAINER]}}},
-            }  # fmt: skip
-            b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs", body)
-
-        created_at = time.monotonic()
-        b.create_many(count, make)
-        print(f"  vigil: {count} ScheduledJobs ({daily_cron(target)} UTC) created in {time.monotonic() - created_at:.1f}s")
-
-        armed_by = target - timedelta(seconds=ARMED_MARGIN_S)
-        in_buckets = wait_until(armed_by, lambda: bucket_counts(b, opns, target)[0] >= count, interval=1.0)
-        scheduled = in_buckets and wait_until(armed_by, lambda: jobs_scheduled_for(b, ns, target) >= count, interval=3.0)
-        margin = (target - datetime.now(UTC)).total_seconds()
-        if scheduled:
-            print(f"  vigil: operator idle, all {count} jobs scheduled for {stamp}, {margin:.0f}s before it; {load()}")
-        else:
-            entries, _ = bucket_counts(b, opns, target)
-            notes.append(
-                f"operator not idle {ARMED_MARGIN_S:.0f}s before the target: {entries}/{count} occurrences in "
-                f"the target minute's buckets, {jobs_scheduled_for(b, ns, target)}/{count} jobs with nextRun "
-                f"{stamp} (raise --lead; lags below include the operator catching up)"
-            )
-        wait_until(target, lambda: False, interval=0.2)
-        print(f"  vigil: target minute {stamp}: {load()}")
-        done = wait_until(target + timedelta(seconds=window), lambda: len(pods.seen) >= count)
-        executions.stop()
-        pods.stop()
-        if not done:
-            notes.extend(diagnose_vigil(b, proc, ns, opns, target, count, executions, pods, window))
-        return Lag(executions.offsets(target), pods.offsets(target), notes)
-    finally:
-        stop_process(proc, pidfile)
-
-
-def bucket_counts(b: Bench, opns: str, minute: datetime) -> tuple[int, int]:
-    """(occurrences, fired markers) in the ScheduleBuckets of `minute`."""
-    items = b.custom.list_namespaced_custom_object(
-        GROUP, VERSION, opns, "schedulebuckets", label_selector=f"vigil.dev/minute={minute_label(minute)}"
-    )["items"]
-    entries = sum(len((i.get("spec") or {}).get("occurrences") or []) for i in items)
-    fired = sum(len((i.get("status") or {}).get("fired") or {}) for i in items)
-    return entries, fired
-
-
-def jobs_scheduled_for(b: Bench, ns: str, target: datetime) -> int:
-    """Jobs the operator has reconciled with `target` as their next run."""
-    items = b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs")["items"]
-    count = 0
-    for item in items:
-        next_run = (item.get("status") or {}).get("nextRun")
-        if next_run and datetime.fromisoformat(next_run) == target:
-            count += 1
-    return count
-
-
-def last_error(log: Path) -> str:
-    """The operator log's last ERROR line (or its last line), for a report that says why."""
-    try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return f"no log at {log}"
-    errors = [line for line in lines if " ERROR " in line or " CRITICAL " in line]
-    picked = f"last ERROR: {errors[-1]}" if errors else f"no ERROR; last line: {lines[-1] if lines else '(empty)'}"
-    return f"{picked[:300]} (see {log.relative_to(REPO)})"
-
-
-def diagnose_vigil(
-    b: Bench, proc: subprocess.Popen[bytes], ns: str, opns: str, target: datetime, count: int,
-    executions: Arrivals, pods: Arrivals, window: float,
-) -> list[str]:  # fmt: skip
-    """Why fewer than `count` pods were observed within the window: each stage's count."""
-    notes = [f"only {len(pods.seen)}/{count} pods observed within {window:.0f}s of the target"]
-    if proc.poll() is not None:
-        notes.append(f"the operator exited with code {proc.returncode}")
-    holder = b.lease_holder(opns)
-    if holder != "bench-op":
-        notes.append(f"the leader Lease is held by {holder!r}, not the operator")
-    try:
-        entries, fired = bucket_counts(b, opns, target)
-        notes.append(f"target minute's buckets: {entries}/{count} occurrences, {fired} marked fired")
-        stamp = target.strftime("%Y-%m-%dT%H:%M:%SZ")
-        items = b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "executions")["items"]
-        mine = [i for i in items if (i.get("spec") or {}).get("scheduledFor") == stamp]
-        phases: dict[str, int] = {}
-        for i in mine:
-            phase = (i.get("status") or {}).get("phase") or "Ready"
-            phases[phase] = phases.get(phase, 0) + 1
-        notes.append(f"Executions for the target: {len(mine)} exist ({phases}), {len(executions.seen)} observed")
-        pod_count = len(b.core.list_namespaced_pod(ns).items)
-        notes.append(f"pods in the namespace: {pod_count}")
-    except client.ApiException as err:
-        notes.append(f"could not read the cluster: {err.status} {err.reason}")
-    for arrivals, what in ((executions, "Execution"), (pods, "pod")):
-        if arrivals.errors:
-            notes.append(f"{what} watch errors: {len(arrivals.errors)}, last: {arrivals.errors[-1]}")
-    notes.append(f"operator log: {last_error(b.state / 'logs' / 'bench-op.log')}")
-    return notes
+WRITES_BUDGET = 3  # Vigil's own API writes per execution (DESIGN, "The controller shape")
+RSS_BUDGET_MIB = 200
 
 
 def fire_lag_cronjob(b: Bench, count: int, lead: float, window: float) -> Lag:
@@ -573,6 +279,146 @@ def print_lag(who: str, trigger_what: str, lag: Lag, count: int, window: float) 
         print(f"  {who:7}   note: {note}")
 
 
+def p99(values: list[float], count: int) -> float:
+    return percentile(censored(values, count), 0.99) if values else math.inf
+
+
+@dataclass
+class Run:
+    """What one `make bench` run has measured so far: the floor, and the table's rows."""
+
+    args: argparse.Namespace
+    floor: podfloor.Floor | None = None
+    rows: list[Row] = field(default_factory=list)
+
+    @property
+    def floor_p99(self) -> float | None:
+        return self.floor.observed_p99 if self.floor else None
+
+    @property
+    def floor_rate(self) -> float | None:
+        return self.floor.pods_per_s.rate if self.floor and self.floor.pods_per_s.complete else None
+
+    def add(self, figure: str, measured: str, *, reference: str = "-", ratio: str = "-", target: str = "-") -> None:
+        self.rows.append(Row(figure, measured, reference, ratio, target))
+
+    def against_floor(self, figure: str, value: float, target: str) -> None:
+        """A latency beside the floor's observed p99."""
+        ref = self.floor_p99
+        self.add(figure, seconds(value, self.args.window), reference=seconds(ref) if ref else "n/a",
+                 ratio=ratio(value, ref), target=target)  # fmt: skip
+
+    def rate_against_floor(self, figure: str, done: Completion, unit: str, target: str) -> None:
+        ref = self.floor_rate
+        measured = f"{done.rate:.1f} {unit}/s" + ("" if done.complete else " (censored)")
+        self.add(figure, measured, reference=f"{ref:.1f} pods/s" if ref else "n/a",
+                 ratio=ratio(done.rate, ref) if done.complete else "n/a (censored)", target=target)  # fmt: skip
+
+
+def run_podfloor(run: Run) -> None:
+    n = run.args.pods or run.args.jobs
+    print(f"\n## podfloor: a plain client (8 threads) creates {n} bare pods")
+    with fresh_cluster("podfloor") as b:
+        floor = podfloor.run(b, n, run.args.window)
+    run.floor = floor
+    print(f"  pods observed - first create:  {summary(floor.observed, n, run.args.window)}")
+    print(f"  pods Succeeded - first create: {summary(floor.succeeded, n, run.args.window)}")
+    print(f"  {rate(floor.pods_per_s, 'pods')}")
+    writes = floor.writes.writes()
+    print(f"  API writes per pod, every client: {writes / n:.2f} ({writes} in the pods' namespace), by verb and resource:")
+    for line in floor.writes.breakdown(per=n):
+        print(f"    {line}")
+    for note in floor.notes:
+        print(f"  note: {note}")
+    run.add(f"podfloor ({n} pods): pods/s", rate(floor.pods_per_s, "pods").split(" (")[0], target="the reference")
+    run.add(f"podfloor ({n} pods): observed p99", seconds(floor.p(0.99), run.args.window), target="the reference")
+    run.add(f"podfloor ({n} pods): Succeeded p99", seconds(floor.p(0.99, floor.succeeded), run.args.window),
+            target="the reference")  # fmt: skip
+    run.add(f"podfloor ({n} pods): API writes/pod, every client", f"{writes / n:.2f}", target="the reference")
+
+
+def print_requests(run: Run, lag: Lag, count: int) -> None:
+    """Vigil's writes and reads per execution, by verb and resource, from the audit log."""
+    if lag.requests is None or not lag.executions:
+        print("  vigil: no request counts (no Execution Succeeded)")
+        return
+    n, req = lag.executions, lag.requests
+    writes, reads = req.writes(lag.user), req.reads(lag.user)
+    print(f"  vigil: API requests of {short_user(lag.user)} per execution (audit log, {n} Executions Succeeded): "
+          f"writes {writes / n:.2f}, reads {reads / n:.2f}")  # fmt: skip
+    print("    writes per execution, by verb and resource:")
+    for line in req.breakdown(per=n, user=lag.user):
+        print(f"      {line}")
+    print("    reads per execution, by verb and resource:")
+    for line in req.breakdown(per=n, user=lag.user, verbs=READ_VERBS)[:8]:
+        print(f"      {line}")
+    run.add(f"burst ({count}): Vigil writes/execution", f"{writes / n:.2f}", target=f"<= {WRITES_BUDGET}")
+    run.add(f"burst ({count}): Vigil reads/execution", f"{reads / n:.2f}", target="from caches")
+    everyone = req.writes() / n
+    print(f"  every client's API writes per execution: {everyone:.2f}")
+    floor = run.floor.writes.writes() / run.floor.count if run.floor else None
+    run.add(f"burst ({count}): API writes/execution, every client", f"{everyone:.2f}",
+            reference=f"{floor:.2f}/pod" if floor else "n/a", ratio=ratio(everyone, floor), target="-")  # fmt: skip
+
+
+def run_firelag(run: Run) -> Lag:
+    args = run.args
+    with fresh_cluster("firelag") as b:
+        lag = fire_lag_vigil(b, args.jobs, args.lead, args.window)
+    print_requests(run, lag, args.jobs)
+    if lag.chain_broken is not None:
+        print(f"  vigil: ScheduleChainBroken Events in the jobs' namespace: {lag.chain_broken}")
+        run.add(f"burst ({args.jobs}): ScheduleChainBroken Events", str(lag.chain_broken), target="0")
+    run.against_floor(f"burst ({args.jobs}, jitter off): pod observed p99", p99(lag.pods, args.jobs), "<= 2x")
+    run.against_floor(f"burst ({args.jobs}, jitter off): Execution observed p99", p99(lag.trigger, args.jobs),
+                      "<= 1.5x")  # fmt: skip
+    return lag
+
+
+def run_jitter(run: Run) -> None:
+    args = run.args
+    print(f"\n## jitter: {args.jobs} jobs on one minute with the default jitter; lag from each one's own fire time")
+    with fresh_cluster("jitter") as b:
+        lag = fire_lag_vigil(b, args.jobs, args.lead, args.window, jitter=True)
+    print_lag("vigil", "Execution", lag, args.jobs, args.window)
+    pods = censored(lag.pods, args.jobs)
+    for q, target in ((0.5, "-"), (0.99, "<= 1s")):
+        value = percentile(pods, q) if lag.pods else math.inf
+        run.add(f"burst ({args.jobs}, default jitter): pod lag from own fire time p{round(q * 100)}",
+                seconds(value, args.window), target=target)  # fmt: skip
+
+
+def run_resume(run: Run) -> None:
+    args = run.args
+    for graceful in (True, False):
+        how = "graceful handover (SIGTERM)" if graceful else "crash (SIGKILL)"
+        print(f"\n## resume: a standby takes over {args.resume} waiting workflows after a {how}")
+        with fresh_cluster("resume-term" if graceful else "resume-kill") as b:
+            done, notes = workflow_bench.resume_time(b, b.state, stop_process, args.resume, graceful=graceful)
+        print(f"  all {args.resume} finished {duration(done)} after the signal")
+        print(f"  {notes}")
+        target = "<= 10s" if graceful else "<= lease (15s) + 10s"
+        run.add(f"resume {args.resume} workflows after {'SIGTERM' if graceful else 'SIGKILL'}",
+                duration(done).split(" (")[0], target=target)  # fmt: skip
+
+
+def run_rss(run: Run) -> None:
+    args = run.args
+    size = f"{args.rss_jobs} jobs / {args.rss_executions} executions / {args.rss_workflows} workflows"
+    print(f"\n## rss: the operator's resident memory at {size}")
+    with fresh_cluster("rss") as b:
+        got = rss_bench.run(b, jobs=args.rss_jobs, executions=args.rss_executions, workflows=args.rss_workflows,
+                            settle=args.rss_settle)  # fmt: skip
+    if got.loaded_after is not None:
+        print(f"  the operator had every job's nextRun and every workflow Running {got.loaded_after:.0f}s after its start")
+    if got.samples:
+        print(f"  VmRSS over {len(got.samples)} samples: steady {got.steady:.0f} MiB, peak {max(got.samples):.0f} MiB")
+    for note in got.notes:
+        print(f"  note: {note}")
+    run.add(f"operator RSS at {size}", f"{got.steady:.0f} MiB" if got.samples else "n/a",
+            target=f"<= {RSS_BUDGET_MIB} MiB at 10000/10000/1000")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -581,16 +427,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("sections", nargs="*", metavar="SECTION",
                         help=f"which to run, in this order: {', '.join(SECTIONS)} (default: all)")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1000, help="jobs due in the measured minute (default 1000)")
+    parser.add_argument("--pods", type=int, default=None, help="bare pods of the podfloor (default: --jobs)")
+    parser.add_argument("--no-floor", action="store_true", help="do not add the podfloor to sections that need it")
     parser.add_argument("--catalogue", type=int, default=100_000, help="the large catalogue of the tick section")
     parser.add_argument("--skip-cronjob", action="store_true", help="leave out the cronjob section")
     parser.add_argument("--lead", type=float, default=180.0,
                         help="at least this many seconds from creating the jobs to their minute (default 180)")  # fmt: skip
     parser.add_argument("--window", type=float, default=600.0,
-                        help="seconds after the minute to wait for every pod (default 600); later counts as longer")  # fmt: skip
+                        help="seconds after the fire time to wait for every pod (default 600); later counts as longer")  # fmt: skip
     parser.add_argument("--executions", type=int, default=300)
     parser.add_argument("--history-records", type=int, default=20_000)
     parser.add_argument("--workflows", type=int, default=50, help="10-step workflows of the workflows section")
-    parser.add_argument("--resume", type=int, default=1000, help="in-flight workflows of the resume section")
+    parser.add_argument("--resume", type=int, default=1000, help="waiting workflows of the resume section")
+    parser.add_argument("--rss-jobs", type=int, default=10_000, help="ScheduledJobs of the rss section")
+    parser.add_argument("--rss-executions", type=int, default=10_000, help="retained Executions of the rss section")
+    parser.add_argument("--rss-workflows", type=int, default=1000, help="waiting Workflows of the rss section")
+    parser.add_argument("--rss-settle", type=float, default=60.0, help="seconds of RSS samples once the load is in")
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
@@ -598,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [s for s in SECTIONS if s in (args.sections or SECTIONS)]
     if args.skip_cronjob and "cronjob" in chosen:
         chosen.remove("cronjob")
+    if not args.no_floor and "podfloor" not in chosen and any(s in NEEDS_FLOOR for s in chosen):
+        chosen.insert(0, "podfloor")  # every ratio needs its reference from the same run
 
     if isinstance(sys.stdout, io.TextIOWrapper):
         sys.stdout.reconfigure(line_buffering=True)  # progress shows as it happens under `make`
@@ -605,6 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     localcluster.down(STATE)  # a cluster of an older bench layout on the same ports
     print(f"# Vigil benchmarks — local control plane, {os.cpu_count()} cores, "
           f"{datetime.now(UTC):%Y-%m-%d %H:%M}Z, {load()}; sections: {' '.join(chosen)}")  # fmt: skip
+    run = Run(args)
+
+    if "podfloor" in chosen:
+        run_podfloor(run)
 
     if "tick" in chosen:
         print(f"\n## tick cost: {args.jobs} due, catalogue {args.jobs} vs {args.catalogue}")
@@ -615,19 +473,23 @@ def main(argv: list[str] | None = None) -> int:
         for size, (secs, reads, created) in ((args.jobs, small), (args.catalogue, large)):
             print(f"  catalogue={size:>6}: pass {secs:.2f}s, bucket objects read {reads}, executions created {created}")
         print(f"  ratio large/small: time {large[0] / small[0]:.2f}, reads {large[1] / max(1, small[1]):.2f}")
+        run.add(f"tick: pass time, catalogue {args.catalogue} vs {args.jobs}", f"{large[0]:.2f}s",
+                reference=f"{small[0]:.2f}s", ratio=f"{large[0] / small[0]:.2f}x", target="~1x")  # fmt: skip
 
     vigil: Lag | None = None
     cron: Lag | None = None
     if "firelag" in chosen or "cronjob" in chosen:
         print(f"\n## fire lag: {args.jobs} jobs due in the same minute (jitter off on Vigil's)")
     if "firelag" in chosen:
-        with fresh_cluster("firelag") as b:
-            vigil = fire_lag_vigil(b, args.jobs, args.lead, args.window)
+        vigil = run_firelag(run)
     if "cronjob" in chosen:
         with fresh_cluster("cronjob") as b:
             cron = fire_lag_cronjob(b, args.jobs, args.lead, args.window)
+        run.against_floor(f"cronjob ({args.jobs}): pod observed p99", p99(cron.pods, args.jobs), "(peer)")
     if vigil or cron:
-        print(f"\n## fire lag, side by side ({args.jobs} jobs; time from the scheduled minute)")
+        print(f"\n## fire lag, side by side ({args.jobs} jobs; time from the fire time)")
+    if run.floor and (vigil or cron):
+        print(f"  {'floor':7} {'pod observed - first create:':31} {summary(run.floor.observed, run.floor.count, args.window)}")
     if vigil:
         print_lag("vigil", "Execution", vigil, args.jobs, args.window)
     if cron:
@@ -636,15 +498,19 @@ def main(argv: list[str] | None = None) -> int:
         ratios = []
         for q in (0.5, 0.99):
             ours, theirs = (percentile(censored(lag.pods, args.jobs), q) for lag in (vigil, cron))
-            ratio = theirs / max(1e-3, ours)
-            ratios.append(f"{ratio:.2f}x" if math.isfinite(ours) and math.isfinite(theirs) else "n/a (not all observed)")
+            r = theirs / max(1e-3, ours)
+            ratios.append(f"{r:.2f}x" if math.isfinite(ours) and math.isfinite(theirs) else "n/a (not all observed)")
         print(f"  ratio cronjob/vigil, pod observed: p50 {ratios[0]}, p99 {ratios[1]} (above 1: Vigil is faster)")
+
+    if "jitter" in chosen:
+        run_jitter(run)
 
     if "executions" in chosen:
         print(f"\n## executions through the pod path: {args.executions} executions, dispatch cap 100")
         with fresh_cluster("executions") as b:
             done = executions_rate(b, args.executions)
         print(f"  Ready -> Succeeded: {rate(done, 'executions')}")
+        run.rate_against_floor(f"executions ({args.executions}): Ready -> Succeeded", done, "executions", "-")
 
     if "workflows" in chosen:
         print(f"\n## workflows: {args.workflows} workflows of 10 pod steps, created at once")
@@ -654,17 +520,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {rate(done, 'workflows', digits=2)}")
         print(f"  {rate(steps, 'steps')}")
         print(f"  {notes}")
+        run.rate_against_floor(f"workflows ({args.workflows} x 10 steps): steps/s", steps, "steps", ">= 0.5x")
 
     if "resume" in chosen:
-        print(f"\n## resume: a new operator takes over {args.resume} in-flight workflows")
-        with fresh_cluster("resume") as b:
-            done, notes = workflow_bench.resume_time(b, b.state, stop_process, args.resume)
-        print(f"  all {args.resume} resumed and finished {duration(done)} after the new operator's start")
-        print(f"  {notes}")
+        run_resume(run)
+
+    if "rss" in chosen:
+        run_rss(run)
 
     if "history" in chosen:
         print()
         history_bench.main(["--records", str(args.history_records)])
+
+    print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
+    for line in table(run.rows):
+        print(line)
     print(f"\n# bench took {time.monotonic() - began:.0f}s; {load()}")
     return 0
 

@@ -83,3 +83,37 @@ def duration(done: Completion) -> str:
     if done.complete:
         return f"{done.seconds:.1f}s"
     return f">{done.seconds:.0f}s ({done.shortfall})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One figure of the final table: what was measured, beside its reference from the same run."""
+
+    figure: str
+    measured: str
+    reference: str = "-"
+    ratio: str = "-"
+    target: str = "-"
+
+
+def ratio(measured: float, reference: float | None) -> str:
+    """`2.31x`, or why there is none: a censored figure, or no reference in this run."""
+    if reference is None:
+        return "n/a (no podfloor in this run)"
+    if not (math.isfinite(measured) and math.isfinite(reference)) or reference <= 0:
+        return "n/a (censored)"
+    return f"{measured / reference:.2f}x"
+
+
+def seconds(value: float, window: float | None = None) -> str:
+    return f"{value:.2f}s" if math.isfinite(value) else f">{window or 0:g}s"
+
+
+def table(rows: list[Row]) -> list[str]:
+    """The rows as aligned text lines, with a header."""
+    header = Row("figure", "measured", "reference", "ratio", "target")
+    cells = [dataclasses.astuple(r) for r in (header, *rows)]
+    widths = [max(len(str(c[i])) for c in cells) for i in range(5)]
+    lines = ["  " + "  ".join(str(c).ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip() for cell in cells]
+    lines.insert(1, "  " + "  ".join("-" * w for w in widths))
+    return lines

@@ -5,10 +5,15 @@
   running `true`, created at once; the clock runs from the first creation to the last
   Succeeded. Each step is one pod on the local node agent, so this is bounded by how fast
   the control plane schedules and runs pods on 2 cores as much as by the engine.
-* **resume** — `count` workflows whose one step waits 20 s are started by an operator, which
-  is then SIGKILLed. Once their timers are due, a new operator starts; the clock runs from its
-  start to the last workflow Succeeded: leader election, the rescan that finds every in-flight
-  workflow, and one pass each that rebuilds its state from history and records the timer.
+* **resume** — `count` workflows whose one step waits until a fixed time are started by a
+  leader, with a standby operator running beside it. Just before that time whichever of the
+  two holds the Lease then is frozen (SIGSTOP; under load the Lease can move earlier, which the
+  notes say), so the due timers are left to the handover; once they are all due, the
+  leader is ended: gracefully (SIGTERM, then SIGCONT so it can act on it, as a rolling update
+  does) or not (SIGKILL, as a crash). The clock runs from that signal to the last workflow
+  Succeeded: the standby taking the Lease (at once if it was released, after the Lease's
+  duration if not), then finding every in-flight workflow, rebuilding each one's state from
+  its history and recording its timer.
 
 Both print figures only; neither fails for being slow. Each wait has a deadline: a run that
 reaches it returns what had finished by then (`bench.reporting.Completion`), printed as a
@@ -18,16 +23,20 @@ workflows not all in flight at the kill, are said in the notes.
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from bench.reporting import Completion, duration
+from bench.reporting import Completion
 
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
-RESUME_WAIT_S = 20
+RESUME_WAIT_S = 30  # the timers come due this long after the workflows are created, at least
+RESUME_WAIT_PER_WORKFLOW_S = 0.06  # and at least this per workflow (1,000: 60 s), so all are Running first
+FREEZE_BEFORE_DUE_S = 1.5  # the leader is frozen this long before the timers come due
+DUE_MARGIN_S = 0.5  # and ended this long after
 POLL_S = 0.5
 LEAD_DEADLINE_S = 120.0  # an operator that has not taken the Lease by then is reported, not waited for
 FINISH_DEADLINE_S = 900.0  # for all workflows to succeed (both sections)
@@ -128,37 +137,51 @@ def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count
         stop(proc, pidfile)
 
 
-def resume_time(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[Completion, str]:
-    """How many of `count` in-flight workflows a new operator finished, how long after its start, and notes."""
+def resume_time(
+    b: BenchCluster, state: Any, stop: Callable[..., None], count: int, *, graceful: bool
+) -> tuple[Completion, str]:
+    """How many of `count` waiting workflows the standby finished, how long after the leader was ended
+    (SIGTERM when `graceful`, else SIGKILL), and notes."""
     ns, opns = b.namespace("bench-resume"), b.namespace("bench-resumeop")
-    wait_step = [{"id": "hold", "type": "wait", "wait": {"duration": f"{RESUME_WAIT_S}s"}}]
-    first, first_pid = b.start_operator("bench-resume-1", _settings(opns, state, "bench-resume"))
+    settings = _settings(opns, state, "bench-resume")
+    first, first_pid = b.start_operator("bench-resume-1", settings)
+    _lead(b, opns, "bench-resume-1", first)
+    second, second_pid = b.start_operator("bench-resume-2", settings)  # the standby
     try:
-        _lead(b, opns, "bench-resume-1", first)
-        _create(b, ns, count, "r", wait_step)
-        _wait(lambda: _phases(b, ns).get("Running", 0) >= count, IN_FLIGHT_DEADLINE_S)
-        first.send_signal(signal.SIGKILL)
-        first.wait(timeout=30)
-    finally:
-        stop(first, first_pid)
-    running = _phases(b, ns).get("Running", 0)
-    time.sleep(RESUME_WAIT_S + 16)  # every timer due, and the dead leader's Lease expired
-    second, second_pid = b.start_operator("bench-resume-2", _settings(opns, state, "bench-resume"))
-    try:
+        due = math.ceil(time.time() + max(RESUME_WAIT_S, count * RESUME_WAIT_PER_WORKFLOW_S))
+        until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due))
+        _create(b, ns, count, "r", [{"id": "hold", "type": "wait", "wait": {"until": until}}])
+        _wait(lambda: _phases(b, ns).get("Running", 0) >= count, due - FREEZE_BEFORE_DUE_S - time.time())
+        running = _phases(b, ns).get("Running", 0)
+        time.sleep(max(0.0, due - FREEZE_BEFORE_DUE_S - time.time()))  # frozen any earlier, the Lease would expire
+        operators = {"bench-resume-1": first, "bench-resume-2": second}
+        holder = b.lease_holder(opns)
+        moved = "" if holder == "bench-resume-1" else f"; the Lease had moved to {holder!r} before the freeze"
+        leader_name = holder if holder in operators else "bench-resume-1"
+        leader = operators[leader_name]
+        standby_name = next(name for name in operators if name != leader_name)
+        leader.send_signal(signal.SIGSTOP)  # frozen: it leaves the due timers to the handover
+        time.sleep(max(0.0, due + DUE_MARGIN_S - time.time()))  # until every timer is due: a time, not a condition
         started = time.monotonic()
-        lead = _lead(b, opns, "bench-resume-2", second)
-        done, phases = _finished(b, ns, count, started)
-        if lead is None:
-            leadership = f"it did not hold the Lease within {LEAD_DEADLINE_S:.0f}s"
+        if graceful:
+            leader.send_signal(signal.SIGTERM)
+            leader.send_signal(signal.SIGCONT)
         else:
-            after = duration(Completion(done.finished, done.expected, done.seconds - lead))
-            leadership = (
-                f"all finished {after} after it took the Lease at {lead:.1f}s — a candidate first watches the "
-                f"dead leader's Lease go unrenewed for its whole duration"
-            )
-        in_flight = f"{running}/{count} in flight at the kill"
+            leader.send_signal(signal.SIGKILL)
+        lead = _lead(b, opns, standby_name, operators[standby_name])
+        done, phases = _finished(b, ns, count, started)
+        how = "SIGTERM" if graceful else "SIGKILL"
+        if lead is None:
+            leadership = f"the standby did not hold the Lease within {LEAD_DEADLINE_S:.0f}s of the {how}"
+        else:
+            leadership = f"the standby held the Lease {lead:.1f}s after the {how}"
+        in_flight = f"{running}/{count} Running when the leader was frozen"
         if running < count:
-            in_flight += f" (the rest not Running within {IN_FLIGHT_DEADLINE_S:.0f}s: not all were resumed)"
-        return done, f"{leadership}; {in_flight}; end {phases}"
+            in_flight += " (the rest were started by the standby too)"
+        return done, f"{leadership}; {in_flight}{moved}; end {phases}"
     finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a frozen one must be able to act on the SIGTERM
+        stop(first, first_pid)
         stop(second, second_pid)

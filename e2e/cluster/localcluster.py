@@ -78,6 +78,11 @@ class Cluster:
     def pids(self) -> Path:
         return self.state / "pids"
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log, written only by a cluster started with `audit=True`."""
+        return self.logs / "audit.jsonl"
+
 
 def bin_dir() -> Path:
     """Build (if needed) and return the directory holding the control plane binaries."""
@@ -273,7 +278,31 @@ def _start_etcd(cluster: Cluster, bins: Path) -> None:
     )
 
 
-def _start_apiserver(cluster: Cluster, bins: Path) -> None:
+#: Every request once, at Metadata level (verb, resource, subresource, namespace, user; no bodies),
+#: when its response is complete, or when a watch's response starts (a watch completes only when
+#: it ends). For benchmarks that count API requests by client; tests run without it.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+"""
+
+
+def _audit_flags(cluster: Cluster) -> list[str]:
+    policy = cluster.state / "audit-policy.yaml"
+    policy.write_text(AUDIT_POLICY)
+    return [
+        f"--audit-policy-file={policy}",
+        f"--audit-log-path={cluster.audit_log}",
+        "--audit-log-format=json",
+        "--audit-log-mode=blocking",  # batch mode drops events when its buffer fills; a count must not
+        "--audit-log-maxsize=0",  # never rotated: a reader keeps its offset in one file
+    ]
+
+
+def _start_apiserver(cluster: Cluster, bins: Path, *, audit: bool) -> None:
     pki = cluster.pki
     _spawn(
         cluster,
@@ -296,6 +325,7 @@ def _start_apiserver(cluster: Cluster, bins: Path) -> None:
             "--endpoint-reconciler-type=none",  # it refuses loopback, and nothing here routes to it
             "--profiling=false",
             "--v=1",
+            *(_audit_flags(cluster) if audit else []),
         ],
     )
 
@@ -350,8 +380,12 @@ def _start_node_agent(cluster: Cluster) -> None:
 PROCESSES = ("node-agent", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
 
 
-def up(state: Path = DEFAULT_STATE, port_base: int = DEFAULT_PORT_BASE) -> Cluster:
-    """Start every component not already running and wait until a pod could run."""
+def up(state: Path = DEFAULT_STATE, port_base: int = DEFAULT_PORT_BASE, *, audit: bool = False) -> Cluster:
+    """Start every component not already running and wait until a pod could run.
+
+    `audit=True` has the API server write an audit log (`Cluster.audit_log`, AUDIT_POLICY) when it
+    starts here; an API server already running keeps the flags it was started with.
+    """
     cluster = Cluster(state=state.resolve(), port_base=port_base)
     fresh = not any(_running(cluster, name) for name in PROCESSES)
     if fresh and (cluster.state / "etcd").exists():
@@ -365,7 +399,7 @@ def up(state: Path = DEFAULT_STATE, port_base: int = DEFAULT_PORT_BASE) -> Clust
     _make_pki(cluster.pki)
     _write_kubeconfig(cluster)
     _start_etcd(cluster, bins)
-    _start_apiserver(cluster, bins)
+    _start_apiserver(cluster, bins, audit=audit)
     _wait("the API server to be ready", lambda: _api_ready(cluster), cluster)
     _start_controllers(cluster, bins)
     _start_node_agent(cluster)

@@ -8,9 +8,11 @@ samples counted as longer than the window. Never count / elapsed as if all had f
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from bench.reporting import Completion, duration, rate, summary
+from bench.reporting import Completion, Row, duration, rate, ratio, summary, table
 
 
 @pytest.mark.parametrize(
@@ -64,3 +66,26 @@ def test_latencies_count_the_unobserved_as_longer_than_the_window() -> None:
     assert summary(observed, 3, 600) == "n=3 p50=2.000s p99=3.000s max=3.000s mean=2.000s"
     assert summary(observed, 10, 600) == "n=3/10 p50>600s p99>600s max>600s mean of observed=2.000s"
     assert summary([], 10, 600) == "no samples"
+
+
+@pytest.mark.parametrize(
+    ("measured", "reference", "expected"),
+    [
+        pytest.param(12.0, 4.0, "3.00x", id="beside the floor"),
+        pytest.param(math.inf, 4.0, "n/a (censored)", id="the measurement ran out: no ratio"),
+        pytest.param(12.0, None, "n/a (no podfloor in this run)", id="no reference from the same run"),
+    ],
+)
+def test_a_ratio_is_only_printed_between_two_complete_figures(
+    measured: float, reference: float | None, expected: str
+) -> None:
+    assert ratio(measured, reference) == expected
+
+
+def test_the_summary_table_has_one_aligned_row_per_figure() -> None:
+    lines = table([Row("pod observed p99", "12.00s", "4.00s", "3.00x", "<= 2x"), Row("writes", "2.10")])
+
+    assert lines[0].split() == ["figure", "measured", "reference", "ratio", "target"]
+    assert set(lines[1].strip()) <= {"-", " "}
+    assert lines[2].split()[-1] == "2x" and "3.00x" in lines[2]
+    assert lines[3].index("2.10") == lines[2].index("12.00s")
