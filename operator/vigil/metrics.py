@@ -118,6 +118,13 @@ OVERDUE = Gauge(
     ["namespace", "job", "reason"],
     registry=REGISTRY,
 )
+LAUNCH_FAILING = Gauge(
+    "vigil_job_launch_failing",
+    "1 while the job's occurrences cannot be launched (labels namespace, job, reason: LaunchRefused, the "
+    "cluster refused one for good; LaunchRetrying, a failed launch is retried with backoff).",
+    ["namespace", "job", "reason"],
+    registry=REGISTRY,
+)
 CHAIN_BROKEN = Gauge(
     "vigil_schedule_chain_broken",
     "1 while an enabled recurring job has no future occurrence scheduled (labels namespace, job).",
@@ -222,6 +229,7 @@ def publish_watchdog(assessed: Sequence[Verdict]) -> None:
     Series = dict[tuple[str, ...], float]
     since: Series = {}
     overdue: Series = {}
+    launch_failing: Series = {}
     broken: Series = {}
     stale: Series = {}
     output_age: Series = {}
@@ -233,6 +241,8 @@ def publish_watchdog(assessed: Sequence[Verdict]) -> None:
         since[key] = report.seconds_since_success
         if report.overdue.applicable and report.overdue.status:
             overdue[(*key, str(report.overdue.reason))] = 1.0
+        if report.launch.status:
+            launch_failing[(*key, str(report.launch.reason))] = 1.0
         if report.chain.applicable:
             broken[key] = 1.0 if report.chain.status else 0.0
         if report.freshness.applicable:
@@ -245,6 +255,7 @@ def publish_watchdog(assessed: Sequence[Verdict]) -> None:
     for gauge, values in (
         (SECONDS_SINCE_SUCCESS, since),
         (OVERDUE, overdue),
+        (LAUNCH_FAILING, launch_failing),
         (CHAIN_BROKEN, broken),
         (OUTPUT_STALE, stale),
         (OUTPUT_AGE, output_age),

@@ -52,7 +52,7 @@ from vigil.kube.ledger import KubeLedger
 from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults, JobStatusWriter
 from vigil.kube.retention import Pruner
-from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog
+from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflowpods import workflow_of
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
@@ -354,6 +354,7 @@ def run(settings: Settings) -> int:
         ledger=KubeLedger(api, catalogue=catalogue, events=events),
         clock=clock,
         workers=settings.trigger.workers,
+        on_progress=trigger_progress(api, settings, identity=me).publish,
     )
     flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.prune(*job))
     pruner = Pruner(api, store=executions, catalogue=catalogue, written=flusher.written, pods=caches.pods)

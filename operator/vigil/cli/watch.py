@@ -5,8 +5,10 @@
 
 `audit` runs the watchdog's own rules (`vigil.core.watchdog`) from the CLI on
 the cluster's current state — the same verdicts the operator writes as
-conditions — and prints every finding that is not healthy; `--repair`
-re-enters each broken chain's head so the catch-up policy decides its gap.
+conditions, LaunchFailing among them, with late chain heads judged by the
+trigger's published progress — and prints every finding that is not healthy,
+then how many late heads were only behind; `--repair` re-enters each broken
+chain's head so the catch-up policy decides its gap.
 The watchdog and its bucket store are built by the operator's own factory
 (`vigil.kube.wiring`) from the operator's settings (`--config`, else the
 defaults), so the audit reads the same shards with the same limits.
@@ -68,12 +70,25 @@ def cmd_audit(args: argparse.Namespace) -> int:
     if rows:
         print(render_table(["NAMESPACE", "JOB", "FINDING", "REASON", "DETAIL"], rows))
     print(f"{len(assessed)} jobs checked, {len(rows)} findings")
+    print(_progress_line(assessed))
     if args.repair:
         repaired = sum(
             watchdog.repair(item.job, clock.now()) for item in assessed if item.report.chain.repair_needed
         )
         print(f"repaired {repaired} broken schedule chains")
     return 1 if rows and not args.repair else 0
+
+
+def _progress_line(assessed: list[Any]) -> str:
+    """How the trigger's progress judged the late chain heads (behind is not broken)."""
+    reasons = [str(item.report.chain.reason) for item in assessed]
+    behind, retrying = reasons.count("TriggerBehind"), reasons.count("LaunchRetrying")
+    if not behind and not retrying:
+        return "trigger: no late chain head waits on it"
+    return (
+        f"trigger: {behind} late chain heads not reached yet (behind, not broken), "
+        f"{retrying} waiting for a launch retry (see LaunchFailing)"
+    )
 
 
 def cmd_report_suspended(args: argparse.Namespace) -> int:

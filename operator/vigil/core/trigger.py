@@ -25,6 +25,11 @@ unreachable server) retries that entry with backoff; the job's later entries
 wait behind it (its recorded progress must not pass an unrecorded occurrence),
 every other job goes on, and a past minute held only by such entries no longer
 holds the cursor: it is revisited on its own until it settles.
+
+While it runs the trigger reports its progress (`vigil.core.progress.TriggerProgress`) to
+`on_progress` after each job's entries and at the end of each pass: where its last complete pass
+got to, how many due entries the pass in flight has left, and which jobs wait for a retry. The
+watchdog reads it to tell a trigger working through a burst from a chain that lost its link.
 """
 
 from __future__ import annotations
@@ -33,12 +38,14 @@ import dataclasses
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 
 from vigil.core.buckets import MINUTE, Bucket, BucketEntry, Mark, Outcome, minute_of
 from vigil.core.chain import EntryPlan, Reason, Unlaunched, plan_entry, settle_unlaunched
 from vigil.core.ports import BucketStore, Clock, Conflict, JobCatalogue, Launcher, Ledger
+from vigil.core.progress import RETRYING_PUBLISHED, TriggerProgress, job_key
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +99,7 @@ class Trigger:
         ledger: Ledger,
         clock: Clock,
         workers: int = 1,
+        on_progress: Callable[[TriggerProgress], None] = lambda progress: None,
     ) -> None:
         self._store = store
         self._catalogue = catalogue
@@ -113,6 +121,12 @@ class Trigger:
         #: only when a failing entry goes through, or at the slow safety-net pace.
         self._revisit: dict[datetime, datetime] = {}
         self._retry_lock = threading.Lock()  # the pool's threads share the three maps above
+        #: What the trigger reports about itself (see vigil.core.progress): the `now` of the last
+        #: pass that walked up to its own minute, and the due entries of the pass in flight not yet
+        #: handled (its threads count them down under the lock above).
+        self._on_progress = on_progress
+        self._handled_before: datetime | None = None
+        self._backlog = 0
         # Entries of different jobs are independent, so a hot minute is applied `workers` jobs at a
         # time; one job's entries stay in order on one thread (its ledger is read-modify-write).
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trigger") if workers > 1 else None
@@ -137,6 +151,7 @@ class Trigger:
         assert self._cursor is not None
         report = TickReport(now=now)
         self._held = set()
+        self._backlog = 0
         due = sorted(m for m, at in self._revisit.items() if m < self._cursor and at <= now)
         for minute in due[:REVISITS_PER_TICK]:
             if self._visit_minute(minute, now, report):
@@ -155,7 +170,30 @@ class Trigger:
                 next_cursor = minute
             minute += MINUTE
         self._cursor = next_cursor or minute
+        # Every minute up to now was walked (or, cut short, up to the first one not visited).
+        self._handled_before = now if minute > current else minute
+        self._backlog = 0
+        self._publish()
         return report
+
+    def progress(self) -> TriggerProgress:
+        """What the trigger reports about itself now (see vigil.core.progress)."""
+        with self._retry_lock:
+            retrying = sorted(job_key(*job) for job in self._failing)
+            backlog = self._backlog
+        return TriggerProgress(
+            at=self._clock.now(),
+            handled_before=self._handled_before,
+            backlog=backlog,
+            retrying=frozenset(retrying[:RETRYING_PUBLISHED]),
+            retrying_count=len(retrying),
+        )
+
+    def _publish(self) -> None:
+        try:
+            self._on_progress(self.progress())
+        except Exception:  # reporting must never stop firing
+            log.exception("trigger: publishing progress failed")
 
     def _visit_minute(self, minute: datetime, now: datetime, report: TickReport) -> bool:
         """Process one minute; True when every entry in it is marked and it can be left behind."""
@@ -163,6 +201,8 @@ class Trigger:
         settled = closed
         buckets = self._store.read_minute(minute)
         self._release_settled(minute, buckets, now)
+        with self._retry_lock:
+            self._backlog += sum(len(bucket.due(now)) for bucket in buckets)
         for bucket in buckets:
             report.buckets += 1
             bucket = self._process(bucket, now, report)
@@ -223,6 +263,9 @@ class Trigger:
             if entry.key in self._retry:
                 self._released(entry.key, now)
             marks[entry.key] = plan.mark
+        with self._retry_lock:
+            self._backlog -= len(entries)  # applied, or waiting for a retry (named in `retrying`)
+        self._publish()
         return marks, report
 
     def _release_settled(self, minute: datetime, buckets: list[Bucket], now: datetime) -> None:

@@ -6,8 +6,15 @@ asserts absences instead: a success should have happened by now
 (`assess_overdue`), an enabled recurring job has a future occurrence
 (`assess_chain`), dead letters are surfaced with their age
 (`dead_letter_ages`), a suspension has an owner, a reason and an end
-(`assess_suspension`), and the job's output is fresh, whatever the scheduler
-believes (`assess_freshness`).
+(`assess_suspension`), the job's output is fresh, whatever the scheduler
+believes (`assess_freshness`), and its occurrences can be launched at all
+(`assess_launch`).
+
+A late chain head is judged by what the trigger publishes about its own
+progress (`vigil.core.progress`): a head the trigger has not reached yet is
+*behind* (a burst of due jobs takes a while), one whose job the trigger is
+retrying is a launch problem, and only a head the trigger went past, or one
+late while the trigger publishes nothing, is a broken chain.
 
 Everything here is pure: the adapter reads a ScheduledJob, its executions and
 its output into a `JobFacts`, reads the clock once, and turns each `Finding`
@@ -24,6 +31,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from vigil.core.conditions import ConditionType
+from vigil.core.progress import HeadState, TriggerProgress, head_state, job_key
 from vigil.core.timeparse import format_rfc3339, require_aware
 
 #: How far in the past a chain head may be before it counts as stale: the trigger fires
@@ -41,10 +49,16 @@ class FindingKind(StrEnum):
     SCHEDULE_CHAIN_BROKEN = ConditionType.SCHEDULE_CHAIN_BROKEN.value
     OUTPUT_STALE = ConditionType.OUTPUT_STALE.value
     SUSPENDED_TOO_LONG = ConditionType.SUSPENDED_TOO_LONG.value
+    LAUNCH_FAILING = ConditionType.LAUNCH_FAILING.value
 
     @property
     def condition_type(self) -> ConditionType:
         return ConditionType(self.value)
+
+    @property
+    def watchdog_writes_condition(self) -> bool:
+        """False for LaunchFailing: the trigger's ledger owns that condition; the watchdog reports it."""
+        return self is not FindingKind.LAUNCH_FAILING
 
 
 class WatchdogReason(StrEnum):
@@ -62,6 +76,11 @@ class WatchdogReason(StrEnum):
     STALE_NEXT_OCCURRENCE = "StaleNextOccurrence"
     CHAIN_INTACT = "ChainIntact"
     RECENTLY_ENABLED = "RecentlyEnabled"  # the first chain head may not be inserted yet
+    TRIGGER_BEHIND = "TriggerBehind"  # late, but the trigger has not reached it: a backlog, not a break
+    LAUNCH_RETRYING = "LaunchRetrying"  # late because its launch fails and is retried (LaunchFailing)
+    # launches
+    LAUNCH_REFUSED = "LaunchRefused"  # the cluster refused an occurrence for good (settled Failed)
+    LAUNCHING = "Launching"  # nothing refused, nothing being retried
     # suspension
     SUSPENDED_TOO_LONG = "SuspendedTooLong"
     SUSPENDED_WITHIN_LIMIT = "SuspendedWithinLimit"
@@ -122,6 +141,8 @@ class JobFacts:
     output_time: datetime | None = None  # when the job's output was last produced
     output_max_age: timedelta | None = None  # None: no freshness check declared
     output_error: str | None = None  # why output_time could not be read
+    launch_refused_since: datetime | None = None  # the LaunchFailing condition is True since then
+    launch_refused_message: str = ""  # that condition's message: which occurrence, and the API's words
 
     def __post_init__(self) -> None:
         for field, value in self._times():
@@ -208,12 +229,13 @@ class JobReport:
     chain: ChainFinding
     suspension: SuspensionFinding
     freshness: Finding
+    launch: Finding
     dead_letters: tuple[DeadLetterAge, ...]
     seconds_since_success: float
 
     @property
     def findings(self) -> tuple[Finding, ...]:
-        return (self.overdue, self.chain, self.suspension, self.freshness)
+        return (self.overdue, self.chain, self.suspension, self.freshness, self.launch)
 
 
 def assess_job(
@@ -222,13 +244,15 @@ def assess_job(
     *,
     suspended_max_age: timedelta,
     chain_grace: timedelta = DEFAULT_CHAIN_GRACE,
+    progress: TriggerProgress | None = None,
 ) -> JobReport:
     """Run every rule on one job: the adapter's one call per job and pass."""
     return JobReport(
         overdue=assess_overdue(facts, now),
-        chain=assess_chain(facts, now, grace=chain_grace),
+        chain=assess_chain(facts, now, grace=chain_grace, progress=progress),
         suspension=assess_suspension(facts, now, max_age=suspended_max_age),
         freshness=assess_freshness(facts, now),
+        launch=assess_launch(facts, now, progress=progress, alive_within=chain_grace),
         dead_letters=dead_letter_ages(facts, now),
         seconds_since_success=seconds_since_success(facts, now),
     )
@@ -379,9 +403,14 @@ def _after(value: datetime | None, baseline: datetime) -> bool:
 
 
 def assess_chain(
-    facts: JobFacts, now: datetime, *, grace: timedelta = DEFAULT_CHAIN_GRACE
+    facts: JobFacts,
+    now: datetime,
+    *,
+    grace: timedelta = DEFAULT_CHAIN_GRACE,
+    progress: TriggerProgress | None = None,
 ) -> ChainFinding:
-    """Broken when an enabled recurring job has no chain head, or one left unfired past `grace`."""
+    """Broken when an enabled recurring job has no chain head, or one left unfired past `grace`
+    that the trigger's `progress` cannot account for (see `late_head`)."""
     now = require_aware(now, name="now")
     if not facts.recurring:
         return ChainFinding(
@@ -400,20 +429,71 @@ def assess_chain(
     if facts.next_occurrence is None:
         return _missing_head(facts, now, grace=grace)
     if now - facts.next_occurrence > grace:
-        return ChainFinding(
-            status=True,
-            reason=WatchdogReason.STALE_NEXT_OCCURRENCE,
-            message=f"the next occurrence ({format_rfc3339(facts.next_occurrence)}) should have "
-            f"fired {format_age(now - facts.next_occurrence)} ago and has not: the trigger "
-            "may be down or behind, or the occurrence sits in a minute it already closed",
-            since=facts.next_occurrence,
-            age=now - facts.next_occurrence,
-            repair_needed=True,
-        )
+        return late_head(facts, now, grace=grace, progress=progress)
     return ChainFinding(
         status=False,
         reason=WatchdogReason.CHAIN_INTACT,
         message=f"next occurrence at {format_rfc3339(facts.next_occurrence)}",
+    )
+
+
+def late_head(
+    facts: JobFacts, now: datetime, *, grace: timedelta, progress: TriggerProgress | None
+) -> ChainFinding:
+    """A head unfired past the grace: behind, retrying, or broken — the trigger's progress decides.
+
+    Behind (not broken) while the trigger publishes progress and has not yet completed a pass
+    that began after the head was due; retrying (not broken: LaunchFailing says why) while the
+    trigger names the job as waiting for a retry. Broken when the trigger went past it, or has
+    published nothing within the grace (down, or an operator too old to publish).
+    """
+    assert facts.next_occurrence is not None
+    head = facts.next_occurrence
+    late = f"the next occurrence ({format_rfc3339(head)}) is {format_age(now - head)} past its fire time"
+    state = head_state(
+        progress, namespace=facts.namespace, name=facts.name, fire_at=head, now=now, alive_within=grace
+    )
+    if state is HeadState.BEHIND:
+        assert progress is not None
+        done = (
+            f"has handled everything due before {format_rfc3339(progress.handled_before)}"
+            if progress.handled_before is not None
+            else "has not completed a pass yet"
+        )
+        return ChainFinding(
+            status=False,
+            reason=WatchdogReason.TRIGGER_BEHIND,
+            message=f"{late}, but the trigger has not reached it: it {done} and has "
+            f"{progress.backlog} due entries left in the pass in flight (published "
+            f"{format_age(now - progress.at)} ago)",
+            since=head,
+            age=now - head,
+        )
+    if state is HeadState.RETRYING:
+        return ChainFinding(
+            status=False,
+            reason=WatchdogReason.LAUNCH_RETRYING,
+            message=f"{late}: the trigger is retrying a launch of this job that failed (see LaunchFailing)",
+            since=head,
+            age=now - head,
+        )
+    if state is HeadState.PASSED:
+        assert progress is not None and progress.handled_before is not None
+        why = (
+            f"the trigger has handled everything due before {format_rfc3339(progress.handled_before)} "
+            "but not this: it sits in a minute the trigger already closed"
+        )
+    else:
+        published = "never" if progress is None else f"last {format_age(now - progress.at)} ago"
+        why = f"the trigger has published no progress within {format_age(grace)} ({published}): it may be down"
+    return ChainFinding(
+        status=True,
+        reason=WatchdogReason.STALE_NEXT_OCCURRENCE,
+        message=f"the next occurrence ({format_rfc3339(head)}) should have fired "
+        f"{format_age(now - head)} ago and has not: {why}",
+        since=head,
+        age=now - head,
+        repair_needed=True,
     )
 
 
@@ -531,6 +611,45 @@ def assess_freshness(facts: JobFacts, now: datetime) -> Finding:
         f"maxAge is {format_age(max_age)}",
         since=facts.output_time,
         age=age,
+    )
+
+
+# --- 6. launches: the cluster accepts what fires ------------------------------------------------
+
+
+def assess_launch(
+    facts: JobFacts, now: datetime, *, progress: TriggerProgress | None = None, alive_within: timedelta
+) -> Finding:
+    """LaunchFailing while an occurrence was refused for good (the ledger's LaunchFailing
+    condition: a quota, an admission webhook) or the trigger retries a failed launch of the job.
+
+    The refusal wins: it is settled and says why in the API server's words; a retry may pass.
+    """
+    now = require_aware(now, name="now")
+    if facts.launch_refused_since is not None:
+        since = facts.launch_refused_since
+        return Finding(
+            kind=FindingKind.LAUNCH_FAILING,
+            status=True,
+            reason=WatchdogReason.LAUNCH_REFUSED,
+            message=f"launches refused for {format_age(now - since)}: {facts.launch_refused_message}".rstrip(": "),
+            since=since,
+            age=max(timedelta(0), now - since),
+        )
+    live = progress is not None and now - progress.at <= alive_within
+    if live and progress is not None and job_key(facts.namespace, facts.name) in progress.retrying:
+        return Finding(
+            kind=FindingKind.LAUNCH_FAILING,
+            status=True,
+            reason=WatchdogReason.LAUNCH_RETRYING,
+            message="a launch of this job failed (throttled, a busy or unreachable API server, a timeout) "
+            "and is retried with backoff; its later occurrences wait behind it: see the operator's log",
+        )
+    return Finding(
+        kind=FindingKind.LAUNCH_FAILING,
+        status=False,
+        reason=WatchdogReason.LAUNCHING,
+        message="no launch refused or being retried",
     )
 
 

@@ -5,7 +5,11 @@ Each pass gathers every job's facts (`watchfacts`), asks the pure rules
 people look: conditions on the ScheduledJob (`Overdue`, `ScheduleChainBroken`,
 `OutputStale`, `SuspendedTooLong` — written only when they change), a Warning
 Event when one turns true and a Normal one when it clears, and the metrics the
-alerts read (through `publish`, so this adapter never imports the metrics
+alerts read. `LaunchFailing` is reported the same way (Event, metric, audit) but
+its condition belongs to the trigger's ledger, which sets it when a launch is
+refused: the watchdog does not write it, and remembers which jobs it reported
+so that each episode gets one Warning and one Recovered Event per watchdog
+process (through `publish`, so this adapter never imports the metrics
 module). With `repair`, a broken chain gets its head back: re-entered from the
 last occurrence it handled, so the gap goes through the catch-up policy and is
 fired or recorded as Missed — never skipped.
@@ -71,15 +75,20 @@ class Watchdog:
         self._store = store
         self._repair = repair and store is not None
         self._publish = publish
+        self._launch_failing: set[tuple[str, str]] = set()  # jobs reported LaunchFailing last pass
 
     def assess(self, *, audit: bool = True) -> list[Assessed]:
         """Every job's verdicts, without acting on them (what `kubectl vigil audit` prints)."""
         now = self._clock.now()
+        progress = self._gatherer.progress()
         return [
             Assessed(
                 job,
                 facts,
-                assess_job(facts, now, suspended_max_age=self._suspended_max_age, chain_grace=self._chain_grace),
+                assess_job(
+                    facts, now, suspended_max_age=self._suspended_max_age, chain_grace=self._chain_grace,
+                    progress=progress,
+                ),
             )
             for job, facts in self._gatherer.facts(now, read_buckets=audit)
         ]
@@ -100,14 +109,35 @@ class Watchdog:
             except ApiException as err:
                 if err.status != 404:  # a job deleted meanwhile is simply gone
                     log.warning("watchdog: %s/%s: %s", item.facts.namespace, item.facts.name, err.reason)
+        self._report_launches(assessed)
         self._publish(assessed)
         return assessed
+
+    def _report_launches(self, assessed: list[Assessed]) -> None:
+        """A Warning Event when a job starts failing to launch, a Normal one when it stops."""
+        failing: set[tuple[str, str]] = set()
+        for item in assessed:
+            key = (item.facts.namespace, item.facts.name)
+            launch = item.report.launch
+            if launch.status:
+                failing.add(key)
+                if key not in self._launch_failing:
+                    self._events.emit(item.job, type_=WARNING, reason=str(launch.kind), message=launch.message)
+                    log.warning("%s %s/%s: %s", launch.kind, *key, launch.message)
+            elif key in self._launch_failing:
+                self._events.emit(
+                    item.job, type_=NORMAL, reason=REASON_RECOVERED, message=f"{launch.kind} cleared: {launch.message}"
+                )
+        self._launch_failing = failing
 
     def _apply(self, item: Assessed, now: datetime, *, audit: bool) -> None:
         status = item.job.get("status") or {}
         old = list(status.get("conditions") or [])
         generation = int(item.job["metadata"].get("generation", 0))
-        findings = [f for f in item.report.findings if audit or f is not item.report.chain]
+        findings = [
+            f for f in item.report.findings
+            if f.kind.watchdog_writes_condition and (audit or f is not item.report.chain)
+        ]  # fmt: skip
         new = old
         for finding in findings:
             new = self._condition(new, finding, generation, now)

@@ -6,7 +6,9 @@ declared output's ConfigMap — and turns each job into the core's `JobFacts`.
 This is deliberately not on the firing path: it runs every `watchdog.interval`
 (default 30 s), whatever the trigger is doing, and reads the buckets themselves
 rather than trusting the job's own `status.nextRun`, because the failure it
-exists to catch is the one where the two disagree.
+exists to catch is the one where the two disagree. It also reads what the
+trigger last published about its progress (`vigil.kube.progress`), by which a
+late chain head is judged behind or broken.
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from vigil.core.conditions import ConditionType
 from vigil.core.executions import Phase
+from vigil.core.progress import TriggerProgress
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.watchdog import JobFacts
 from vigil.kube.buckets import LABEL_PENDING
 from vigil.kube.buckets import PLURAL as BUCKETS
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import PLURAL as JOBS
+from vigil.kube.progress import LeaseProgress
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, parse_spec
 
@@ -46,11 +51,23 @@ def _delta(value: Any) -> timedelta | None:
 
 
 class FactGatherer:
-    def __init__(self, api: client.ApiClient, *, operator_namespace: str, executions: ExecutionStore) -> None:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        operator_namespace: str,
+        executions: ExecutionStore,
+        progress: LeaseProgress | None = None,
+    ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
         self._operator_namespace = operator_namespace
         self._executions = executions
+        self._progress = progress
+
+    def progress(self) -> TriggerProgress | None:
+        """What the trigger last published about its progress (None: nothing to read)."""
+        return self._progress.read() if self._progress is not None else None
 
     def jobs(self) -> list[dict[str, Any]]:
         return list(self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS)["items"])
@@ -89,7 +106,7 @@ class FactGatherer:
         out = []
         for job in jobs:
             try:
-                out.append((job, self._job_facts(job, heads, active, dead)))
+                out.append((job, self._job_facts(job, now, heads, active, dead)))
             except InvalidJob:
                 continue  # the Invalid condition already says why; the watchdog has nothing to assert
         return out
@@ -97,6 +114,7 @@ class FactGatherer:
     def _job_facts(
         self,
         job: Mapping[str, Any],
+        now: datetime,
         heads: Mapping[str, datetime],
         active: Mapping[str, Iterable[Any]],
         dead: Mapping[str, list[tuple[str, datetime]]],
@@ -121,6 +139,10 @@ class FactGatherer:
         running = [ex.started_at for ex in in_flight if ex.phase is Phase.RUNNING and ex.started_at]
         waiting = [ex.ready_since for ex in in_flight if ex.phase in (Phase.READY, Phase.BACKOFF)]
         output_time, output_error = self._output(meta["namespace"], spec)
+        refused = _condition(status, ConditionType.LAUNCH_FAILING)
+        refused_since = None
+        if refused is not None and refused.get("status") == "True":
+            refused_since = _time(refused.get("lastTransitionTime")) or now
         return JobFacts(
             namespace=meta["namespace"],
             name=meta["name"],
@@ -142,6 +164,8 @@ class FactGatherer:
             output_time=output_time,
             output_max_age=_delta(spec.freshness.max_age) if spec.freshness else None,
             output_error=output_error,
+            launch_refused_since=refused_since,
+            launch_refused_message=str((refused or {}).get("message") or ""),
         )
 
     def _output(self, namespace: str, spec: Any) -> tuple[datetime | None, str | None]:

@@ -18,6 +18,7 @@ from vigil.core.ports import Clock
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
+from vigil.kube.progress import LeaseProgress, progress_lease_name
 from vigil.kube.watchdog import Assessed, Watchdog
 from vigil.kube.watchfacts import FactGatherer
 from vigil.model.durations import parse_duration
@@ -41,6 +42,16 @@ def bucket_store(api: client.ApiClient, settings: Settings) -> KubeBucketStore:
     )
 
 
+def trigger_progress(api: client.ApiClient, settings: Settings, *, identity: str = "") -> LeaseProgress:
+    """The Lease the trigger reports its progress on, beside its leader Lease; the watchdog reads it."""
+    return LeaseProgress(
+        api,
+        namespace=settings.namespace,
+        name=progress_lease_name(settings.leader_election.lease_name),
+        identity=identity,
+    )
+
+
 def _publish_nothing(assessed: list[Assessed]) -> None:
     """No metrics (the plugin's audit prints its findings instead)."""
 
@@ -58,7 +69,9 @@ def build_watchdog(
     """The watchdog with the settings' limits; `settings.audit.repair` re-enters broken chains."""
     return Watchdog(
         api,
-        gatherer=FactGatherer(api, operator_namespace=settings.namespace, executions=executions),
+        gatherer=FactGatherer(
+            api, operator_namespace=settings.namespace, executions=executions, progress=trigger_progress(api, settings)
+        ),
         events=events,
         clock=clock,
         suspended_max_age=parse_duration(settings.watchdog.suspended_max_age),
