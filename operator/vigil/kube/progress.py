@@ -132,6 +132,7 @@ class LeaseProgress:
         return progress_from_annotations(dict(lease.metadata.annotations or {}))
 
 
-def _micro_time(at: datetime) -> str:
-    """A Lease's MicroTime: RFC 3339 with microseconds."""
-    return format_millis(at)[:-1] + "000Z"
+def _micro_time(at: datetime) -> datetime:
+    """A Lease's MicroTime. The client serialises with isoformat(), which drops a zero fraction
+    (and turns a string that looks like a time into one first); MicroTime wants the fraction."""
+    return at.replace(microsecond=at.microsecond or 1)
