@@ -60,6 +60,7 @@ EXPECTED_ALERTS = frozenset(
         "TriggerLagHigh",
         "NoTriggerLeader",
         "OutputStale",
+        "JobLaunchFailing",
     }
 )
 
@@ -76,6 +77,7 @@ DOCUMENTED_METRICS = frozenset(
         "vigil_oldest_ready_execution_age_seconds",
         "vigil_job_seconds_since_last_success",
         "vigil_job_overdue",
+        "vigil_job_launch_failing",
         "vigil_schedule_chain_broken",
         "vigil_dead_letter_age_seconds",
         "vigil_dead_letters",
