@@ -27,6 +27,8 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
 9. **rss** — the operator's RSS with `--rss-jobs` ScheduledJobs, `--rss-executions` retained
    Executions and `--rss-workflows` Workflows (bench/rss.py).
 10. **history** — history inserts per second (SQLite, PostgreSQL); needs no cluster.
+11. **onboarding** — `--onboard` new ScheduledJobs (10,000) until every one has a nextRun:
+   jobs/s beside the 200/s target, bucket and API writes per job (bench/onboarding.py).
 
 Every measurement gets a fresh local control plane of its own (bench/cluster.py), with an API
 server audit log, and runs the operator as the chart's ServiceAccount. The lag figures all use
@@ -50,6 +52,7 @@ from typing import Any
 from kubernetes import client
 
 from bench import history as history_bench
+from bench import onboarding as onboarding_bench
 from bench import podfloor
 from bench import rss as rss_bench
 from bench import workflows as workflow_bench
@@ -95,7 +98,9 @@ from vigil.model.jobspec import schedule_hash
 __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what other sections import from here
 
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
-SECTIONS = ("podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history")
+SECTIONS = (
+    "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding",
+)  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
 EXECUTIONS_DEADLINE_S = 600.0  # the executions section stops waiting this long after creating them
@@ -439,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-records", type=int, default=20_000)
     parser.add_argument("--workflows", type=int, default=50, help="10-step workflows of the workflows section")
     parser.add_argument("--resume", type=int, default=1000, help="waiting workflows of the resume section")
+    parser.add_argument("--onboard", type=int, default=10_000, help="new ScheduledJobs of the onboarding section")
     parser.add_argument("--rss-jobs", type=int, default=10_000, help="ScheduledJobs of the rss section")
     parser.add_argument("--rss-executions", type=int, default=10_000, help="retained Executions of the rss section")
     parser.add_argument("--rss-workflows", type=int, default=1000, help="waiting Workflows of the rss section")
@@ -531,6 +537,13 @@ def main(argv: list[str] | None = None) -> int:
     if "history" in chosen:
         print()
         history_bench.main(["--records", str(args.history_records)])
+
+    if "onboarding" in chosen:
+        print(f"\n## onboarding: {args.onboard} new ScheduledJobs until every one has a nextRun")
+        with fresh_cluster("onboarding") as b:
+            onboarded, said = onboarding_bench.onboarding(b, b.api, b.state, stop_process, args.onboard)
+        run.add(f"onboarding: {args.onboard} new ScheduledJobs to nextRun", onboarding_bench.report(onboarded, said),
+                target=f">= {onboarding_bench.TARGET_RATE:.0f} jobs/s")  # fmt: skip
 
     print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
     for line in table(run.rows):

@@ -6,7 +6,10 @@ bytes of them (with their future markers), far below etcd's 1.5 MB object
 limit; a hot minute overflows into more shards. Inserts are read-modify-write on the spec with the object's
 resourceVersion (a conflict re-reads and tries again), group-committed: the
 inserts that wait while one is written go together in the next write, one read
-and one write per bucket touched. Fired markers live in the
+and one write per bucket touched. One writer thread makes every bucket write; callers
+queue an entry and wait on a future (`insert_later`), so a caller that does not block
+a thread while it waits — the asynchronous ScheduledJob handler, of which kopf runs one
+per new job at once — lets thousands of first occurrences go in with a few writes. Fired markers live in the
 status subresource and are written with a merge patch that carries the
 resourceVersion read — the API server refuses it with 409 if anything changed in
 between, which is what makes marking single-fire without any lock. A merge patch
@@ -20,6 +23,7 @@ import functools
 import logging
 import threading
 from collections.abc import Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,13 +53,14 @@ log = logging.getLogger(__name__)
 
 
 class _Insert:
-    """One caller's entry in a group commit, and what became of it."""
+    """One caller's entry in a group commit; its future says which bucket took it, or why none did."""
 
     def __init__(self, entry: BucketEntry) -> None:
         self.entry = entry
-        self.done = threading.Event()
+        self.future: Future[str] = Future()
         self.bucket: str | None = None
         self.error: Exception | None = None
+
 
 PLURAL = SCHEDULE_BUCKETS  # what the watchdog's facts import from here
 INSERT_RETRIES = 10
@@ -142,8 +147,9 @@ class KubeBucketStore:
         self._max = max_per_bucket
         self._max_bytes = max_bytes
         self._lock = threading.Lock()  # one writer per process: the trigger and handlers share it
-        self._queue_lock = threading.Lock()
-        self._queue: list[_Insert] = []  # inserts waiting for the writer (see insert)
+        self._queued = threading.Condition()
+        self._queue: list[_Insert] = []  # inserts waiting for the writer (see insert_later)
+        self._writer: threading.Thread | None = None
 
     # --- reads ---
 
@@ -186,24 +192,47 @@ class KubeBucketStore:
     def insert(self, entry: BucketEntry) -> str:
         """Insert one entry; the bucket's name. Concurrent callers share writes (group commit).
 
-        Each call queues its entry, then takes the write lock; whoever holds it writes every
-        queued entry — one read and one conditional write per bucket touched — and wakes their
-        callers. In a hot minute the trigger's workers insert a thousand next occurrences into
-        the same few buckets, so this turns a thousand serial read-modify-writes of an
-        ever-larger object into a few.
+        In a hot minute the trigger's workers insert a thousand next occurrences into the same
+        few buckets, so this turns a thousand serial read-modify-writes of an ever-larger object
+        into a few.
+        """
+        return self.insert_later(entry).result()
+
+    def insert_later(self, entry: BucketEntry) -> Future[str]:
+        """Queue one entry for the writer; the future gives the bucket's name (or the error).
+
+        The writer takes every entry queued while it wrote the last batch: one read and one
+        conditional write per bucket touched, however many entries arrived.
         """
         waiter = _Insert(entry)
-        with self._queue_lock:
+        with self._queued:
             self._queue.append(waiter)
-        with self._lock:
-            if not waiter.done.is_set():
-                with self._queue_lock:
-                    batch, self._queue = self._queue, []
-                self._insert_batch(batch)
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.bucket is not None
-        return waiter.bucket
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_queued, name="bucket-writer", daemon=True)
+                self._writer.start()
+            self._queued.notify()
+        return waiter.future
+
+    def _write_queued(self) -> None:
+        while True:
+            with self._queued:
+                while not self._queue:
+                    self._queued.wait()
+                batch, self._queue = self._queue, []
+            try:
+                with self._lock:
+                    self._insert_batch(batch)
+            except Exception as error:  # the writer must outlive any batch: its callers hear of it
+                for waiter in batch:
+                    waiter.error = waiter.error or error
+            for waiter in batch:
+                if waiter.error is None and waiter.bucket is None:
+                    waiter.error = RuntimeError(f"entry {waiter.entry.key} was not placed")
+                if waiter.error is not None:
+                    waiter.future.set_exception(waiter.error)
+                else:
+                    assert waiter.bucket is not None
+                    waiter.future.set_result(waiter.bucket)
 
     def _insert_batch(self, batch: list[_Insert]) -> None:
         by_minute: dict[datetime, list[_Insert]] = {}
@@ -215,9 +244,6 @@ class KubeBucketStore:
             except Exception as error:  # every caller of this minute hears of it
                 for waiter in waiters:
                     waiter.error = error
-            finally:
-                for waiter in waiters:
-                    waiter.done.set()
 
     def _insert_group(self, minute: datetime, waiters: list[_Insert]) -> None:
         """Place each entry in its first shard with room (or where its key already is); write

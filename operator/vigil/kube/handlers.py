@@ -4,7 +4,11 @@ ScheduledJob create/update/resume → validate; on error set `Invalid` with the
 field named and post a Warning Event (never raise: kopf would retry a bad spec
 forever); otherwise make sure the chain has a head for the current schedule,
 restart a chain a suspension paused, and publish the schedule's summary and
-conditions. The trigger does the firing; these handlers only seed it.
+conditions. The trigger does the firing; these handlers only seed it. The
+handler is asynchronous: kopf runs one per job at once (a synchronous one would
+share kopf's few worker threads), and each awaits its first occurrence's place
+in the bucket store's group commit, so a thousand new jobs share a few bucket
+writes instead of making one each.
 
 Executions and their pods are not kopf's: the execution controller follows
 them through its own caches (`kube/executioncontroller.py`). kopf's own
@@ -14,6 +18,7 @@ conditions.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from datetime import datetime
@@ -24,9 +29,10 @@ import kopf
 from vigil.core.chain import JobView, first_entry, resume_entry
 from vigil.core.conditions import ConditionReason, ConditionType, set_condition
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
-from vigil.core.ports import BucketStore, Clock
+from vigil.core.ports import Clock
 from vigil.core.schedule import occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, job_view
@@ -39,7 +45,7 @@ log = logging.getLogger(__name__)
 class Wiring:
     """The collaborators handlers need, passed in through kopf's memo."""
 
-    store: BucketStore
+    store: KubeBucketStore
     events: EventRecorder
     clock: Clock
 
@@ -97,7 +103,7 @@ def first_entry_nominal(view: JobView, now: datetime) -> datetime:
 @kopf.on.resume(GROUP, VERSION, "scheduledjobs")
 @kopf.on.create(GROUP, VERSION, "scheduledjobs")
 @kopf.on.update(GROUP, VERSION, "scheduledjobs")
-def reconcile_job(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
+async def reconcile_job(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
     wiring: Wiring = memo.wiring
     now = wiring.clock.now()
     status = dict(body.get("status") or {})
@@ -107,21 +113,23 @@ def reconcile_job(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> No
         view, spec = job_view(body)
         _validate_payload(view, spec, now)
     except (InvalidJob, PayloadError, ValueError) as err:
-        _mark_invalid(body, patch, wiring, conditions, generation, now, str(err))
+        await asyncio.to_thread(_mark_invalid, body, patch, wiring, conditions, generation, now, str(err))
         return
     chain = dict(status.get("chain") or {})
     chain_patch: dict[str, Any] = {}
     if chain.get("scheduleHash") != view.schedule_hash:
         head = first_entry(view, now=now)
         if head is not None:
-            wiring.store.insert(head)
+            await asyncio.wrap_future(wiring.store.insert_later(head))
             patch.status["nextRun"] = format_rfc3339(head.fire_at)
         chain_patch = {"scheduleHash": view.schedule_hash, "pausedAt": None}
     elif not view.suspended and chain.get("pausedAt"):
         entry = resume_entry(view, paused_at=parse_rfc3339(chain["pausedAt"]), now=now)
-        wiring.store.insert(entry)
+        await asyncio.wrap_future(wiring.store.insert_later(entry))
         chain_patch = {"pausedAt": None}
-        wiring.events.emit(body, type_=NORMAL, reason="Resumed", message="resumed; the catch-up policy decides the gap")
+        await asyncio.to_thread(
+            wiring.events.emit, body, type_=NORMAL, reason="Resumed", message="resumed; the catch-up policy decides the gap"
+        )
     if chain_patch:
         patch.status["chain"] = chain_patch
     conditions = set_condition(

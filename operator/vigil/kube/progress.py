@@ -101,6 +101,8 @@ class LeaseProgress:
             self._last = progress.at
         except ApiException as err:
             log.warning("trigger progress not published: %s %s", err.status, err.reason)
+        except Exception as err:  # a timeout, a refused connection: the next report tries again
+            log.warning("trigger progress not published: %s", err)
         finally:
             self._writing.release()
 
