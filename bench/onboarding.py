@@ -41,6 +41,7 @@ TARGET_RATE = 200.0  # jobs/s: 10,000 new ScheduledJobs scheduled within 50 s
 DEADLINE_S = 900.0  # for every job to have its nextRun
 LEAD_DEADLINE_S = 120.0
 POLL_S = 0.5
+CREATE_TRIES = 5
 
 
 class Watched:
@@ -139,7 +140,16 @@ def onboarding(
                 "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": f"o{i:05}"},
                 "spec": {"cron": "17 3 * * *", "timezone": "UTC", "template": {"spec": {"containers": [CONTAINER]}}},
             }  # fmt: skip
-            b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs", body)
+            for attempt in range(CREATE_TRIES):  # a loaded API server answers 504 or 429 now and then
+                try:
+                    b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs", body)
+                    return
+                except client.ApiException as err:
+                    if err.status == 409:
+                        return  # an earlier try went through after all
+                    if err.status not in (429, 500, 503, 504) or attempt == CREATE_TRIES - 1:
+                        raise
+                    time.sleep(POLL_S)
 
         before = api_writes(api)
         began = time.monotonic()

@@ -9,7 +9,8 @@ occurrence itself. Midway through that pass — from inside the launcher, so exa
 watchdog audits: no job may be ScheduleChainBroken, although every unmarked head is minutes late,
 which the rule before the trigger published its progress reported as broken. Then two chains are
 broken by hand — one job's next occurrence deleted from its bucket, another's occurrence written
-into a minute the trigger has walked past — and both are reported, while the rest are not.
+into a minute the trigger has walked past — and both are reported, while the rest are not — nor a job the operator has not handled yet
+(onboarding behind: no first occurrence yet, `NotYetScheduled`).
 
 A job in a namespace whose ResourceQuota allows no Executions is refused at launch: the ledger
 sets its LaunchFailing condition, and the watchdog reports it as its own finding, a Warning Event
@@ -66,8 +67,13 @@ class SlowLauncher:
         return self.inner.launch(fire)
 
 
-def broken(assessed: list[Assessed]) -> dict[str, str]:
-    return {a.facts.name: str(a.report.chain.reason) for a in assessed if a.report.chain.status}
+def broken(assessed: list[Assessed], namespaces: tuple[str, ...]) -> dict[str, str]:
+    """The broken chains among this test's jobs (the watchdog sees every namespace's)."""
+    return {
+        a.facts.name: str(a.report.chain.reason)
+        for a in assessed
+        if a.report.chain.status and a.facts.namespace in namespaces
+    }
 
 
 def test_a_trigger_behind_is_not_a_broken_chain_and_a_broken_one_still_is(
@@ -99,10 +105,16 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
 
     clock = FakeClock(start)
     store = KubeBucketStore(cluster.api, namespace=opns, shards=4, max_per_bucket=2000)
-    for obj in objs:  # as the create handler would
+    for obj in objs:  # as the create handler would: the first occurrence, then the status
         head = first_entry(job_view(obj)[0], now=start)
         assert head is not None and head.fire_at == target
         store.insert(head)
+        meta = obj["metadata"]
+        cluster.custom.patch_namespaced_custom_object_status(
+            "vigil.dev", "v1alpha1", meta["namespace"], "scheduledjobs", meta["name"],
+            {"status": {"observedGeneration": meta["generation"]}},
+        )  # fmt: skip
+    create_job(cluster, namespace, "unhandled", cron=cron, timezone="UTC", jitter="0s")  # no handler ran for it
 
     catalogue = KubeCatalogue(cluster.api)
     events = EventRecorder(cluster.api, instance="test-watchdog")
@@ -133,12 +145,15 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
     clock.set(target)
     trigger.tick()  # the burst: each launch takes five seconds of the clock
 
+    ours = (namespace, refused_ns)
     [audit] = mid_pass
-    late = [a for a in audit if a.report.chain.age is not None and a.report.chain.age > timedelta(minutes=2)]
+    late = [a for a in audit if a.facts.namespace == namespace and a.report.chain.age is not None and a.report.chain.age > timedelta(minutes=2)]
     behind = [a.facts.name for a in audit if a.report.chain.reason is WatchdogReason.TRIGGER_BEHIND]
-    assert broken(audit) == {}, "a trigger working through a burst is not a broken chain"
+    assert broken(audit, ours) == {}, "a trigger working through a burst is not a broken chain"
+    unhandled = next(a for a in audit if (a.facts.namespace, a.facts.name) == (namespace, "unhandled"))
+    assert unhandled.report.chain.reason is WatchdogReason.NOT_YET_SCHEDULED, "onboarding behind is not broken"
     assert late and behind, "the audit ran while heads were past the grace and the trigger was still on them"
-    for i in range(JOBS):
+    for i in range(JOBS):  # nor was it written as a condition
         cond = condition(get_job(cluster, namespace, f"j{i:02}"), "ScheduleChainBroken")
         assert cond is None or cond["status"] == "False", cond
 
@@ -154,21 +169,21 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
     clock.advance(timedelta(minutes=3))
     trigger.tick()  # the trigger goes on; its cursor is past the stray's minute
     assessed = watchdog.check(audit=True)
-    assert broken(assessed) == {
+    assert broken(assessed, ours) == {
         "j00": WatchdogReason.NO_FUTURE_OCCURRENCE,
         "j01": WatchdogReason.STALE_NEXT_OCCURRENCE,
     }
-    j01 = next(a for a in assessed if a.facts.name == "j01")
+    j01 = next(a for a in assessed if (a.facts.namespace, a.facts.name) == (namespace, "j01"))
     assert "already closed" in j01.report.chain.message
     cond = condition(get_job(cluster, namespace, "j00"), "ScheduleChainBroken")
     assert cond and cond["status"] == "True" and cond["reason"] == "NoFutureOccurrence", cond
 
     # The refused job: the ledger's LaunchFailing condition, reported by the watchdog.
-    refused = next(a for a in assessed if a.facts.name == "refused")
+    refused = next(a for a in assessed if (a.facts.namespace, a.facts.name) == (refused_ns, "refused"))
     assert (refused.report.launch.status, refused.report.launch.reason) == (True, WatchdogReason.LAUNCH_REFUSED)
     # The quota's words: "exceeded quota", or "status unknown for quota" before its controller counted it.
     assert "quota: no-executions" in refused.report.launch.message, refused.report.launch.message
-    assert broken([refused]) == {}, "a refused occurrence is settled: the chain goes on"
+    assert broken([refused], ours) == {}, "a refused occurrence is settled: the chain goes on"
     warned = wait_for(lambda: events_about(cluster, refused_ns, "refused", str(FindingKind.LAUNCH_FAILING)),
                       timeout=30, what="the watchdog's LaunchFailing Event")  # fmt: skip
     assert warned[0].type == "Warning" and "quota: no-executions" in warned[0].message

@@ -227,6 +227,15 @@ def test_a_missing_head_is_broken_whatever_the_trigger_says() -> None:
     assert (finding.status, finding.reason) == (True, R.NO_FUTURE_OCCURRENCE)
 
 
+def test_a_job_the_operator_has_not_handled_yet_is_not_scheduled_yet_not_broken() -> None:
+    """Onboarding behind: thousands of new jobs wait for the operator's handler, each without a head."""
+    waiting = facts(next_occurrence=None, scheduled=False, enabled_since=NOW - timedelta(minutes=10))
+    finding = assess_chain(waiting, NOW, progress=None)
+    assert (finding.status, finding.reason) == (False, R.NOT_YET_SCHEDULED)
+    handled = dataclasses.replace(waiting, scheduled=True)
+    assert (assess_chain(handled, NOW).status, assess_chain(handled, NOW).reason) == (True, R.NO_FUTURE_OCCURRENCE)
+
+
 def test_launch_failing_when_refused_for_good() -> None:
     since = NOW - timedelta(minutes=7)
     finding = assess_launch(

@@ -76,6 +76,7 @@ class WatchdogReason(StrEnum):
     STALE_NEXT_OCCURRENCE = "StaleNextOccurrence"
     CHAIN_INTACT = "ChainIntact"
     RECENTLY_ENABLED = "RecentlyEnabled"  # the first chain head may not be inserted yet
+    NOT_YET_SCHEDULED = "NotYetScheduled"  # the operator has not handled the job's current spec yet
     TRIGGER_BEHIND = "TriggerBehind"  # late, but the trigger has not reached it: a backlog, not a break
     LAUNCH_RETRYING = "LaunchRetrying"  # late because its launch fails and is retried (LaunchFailing)
     # launches
@@ -142,6 +143,9 @@ class JobFacts:
     output_max_age: timedelta | None = None  # None: no freshness check declared
     output_error: str | None = None  # why output_time could not be read
     launch_refused_since: datetime | None = None  # the LaunchFailing condition is True since then
+    #: The operator has handled the job's current spec (status.observedGeneration is its
+    #: generation): until then its first occurrence may not be in the buckets yet.
+    scheduled: bool = True
     launch_refused_message: str = ""  # that condition's message: which occurrence, and the API's words
 
     def __post_init__(self) -> None:
@@ -498,6 +502,13 @@ def late_head(
 
 
 def _missing_head(facts: JobFacts, now: datetime, *, grace: timedelta) -> ChainFinding:
+    if not facts.scheduled:  # onboarding behind, like the trigger behind: not a broken chain
+        return ChainFinding(
+            status=False,
+            reason=WatchdogReason.NOT_YET_SCHEDULED,
+            message=f"enabled {format_age(now - facts.enabled_since)} ago and not yet handled by the "
+            "operator: its first occurrence is not scheduled yet (if this lasts, read the operator's log)",
+        )
     if now - facts.enabled_since <= grace:
         return ChainFinding(
             status=False,

@@ -166,6 +166,7 @@ class FactGatherer:
             output_error=output_error,
             launch_refused_since=refused_since,
             launch_refused_message=str((refused or {}).get("message") or ""),
+            scheduled=int(status.get("observedGeneration") or 0) >= int(meta.get("generation") or 0),
         )
 
     def _output(self, namespace: str, spec: Any) -> tuple[datetime | None, str | None]:
