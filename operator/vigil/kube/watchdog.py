@@ -5,12 +5,13 @@ Each pass gathers every job's facts (`watchfacts`), asks the pure rules
 people look: conditions on the ScheduledJob (`Overdue`, `ScheduleChainBroken`,
 `OutputStale`, `SuspendedTooLong` — written only when they change), a Warning
 Event when one turns true and a Normal one when it clears, and the metrics the
-alerts read. `LaunchFailing` is reported the same way (Event, metric, audit) but
+alerts read (through `publish`, so this adapter never imports the metrics
+module). `LaunchFailing` is reported the same way (Event, metric, audit), but
 its condition belongs to the trigger's ledger, which sets it when a launch is
-refused: the watchdog does not write it, and remembers which jobs it reported
+refused: the watchdog does not write it, and remembers which jobs it reported,
 so that each episode gets one Warning and one Recovered Event per watchdog
-process (through `publish`, so this adapter never imports the metrics
-module). With `repair`, a broken chain gets its head back: re-entered from the
+process. Late chain heads are judged by the trigger's published progress
+(behind is not broken, see `vigil.core.progress`). With `repair`, a broken chain gets its head back: re-entered from the
 last occurrence it handled, so the gap goes through the catch-up policy and is
 fired or recorded as Missed — never skipped.
 
