@@ -7,7 +7,8 @@ launch keeps failing named as retrying — then the watchdog's rules over that p
 of named rows (behind, retrying, passed over, a trigger that stopped publishing, nothing ever
 published), the LaunchFailing finding (refused for good, being retried, neither), and hypothesis
 properties: a late head is broken exactly when the progress cannot account for it, and publishing
-more progress never turns a head the trigger went past into one it is behind on.
+more progress never turns a head the trigger went past into one it is behind on; and the progress
+as the Lease carries it (annotations), unreadable ones read as none.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from vigil.core.watchdog import (
     assess_job,
     assess_launch,
 )
+from vigil.kube.progress import progress_from_annotations, progress_to_annotations
 
 R = WatchdogReason
 SECOND = timedelta(seconds=1)
@@ -310,3 +312,21 @@ def test_more_progress_never_excuses_a_head_the_trigger_went_past(
     after = head_state(later, namespace="ns", name="j", fire_at=fire_at, now=NOW, alive_within=GRACE)
     if before is HeadState.PASSED:
         assert after is HeadState.PASSED
+
+
+# --- the Lease's annotations ---------------------------------------------------------------------
+
+
+def test_progress_survives_the_lease_annotations() -> None:
+    sent = TriggerProgress(
+        at=NOW, handled_before=HEAD, backlog=12, retrying=frozenset({"ns/a", "ns/b"}), retrying_count=600
+    )
+    assert progress_from_annotations(progress_to_annotations(sent)) == sent
+    never = TriggerProgress(at=NOW)
+    assert progress_from_annotations(progress_to_annotations(never)) == never
+
+
+def test_unreadable_annotations_read_as_no_progress() -> None:
+    assert progress_from_annotations({}) is None
+    assert progress_from_annotations({"vigil.dev/published-at": "yesterday"}) is None
+    assert progress_from_annotations({"vigil.dev/published-at": "2026-08-01T12:00:00Z", "vigil.dev/backlog": "x"}) is None
