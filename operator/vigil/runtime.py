@@ -66,7 +66,7 @@ RETENTION_EVERY_SECONDS = 3600.0  # history is kept in whole days; hourly is ple
 HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for a pass in flight to finish
 
 
-API_CONNECTIONS = 32  # the trigger, dispatcher, watchdog, history and kopf's handler threads share it
+API_CONNECTIONS = 64  # the trigger (32 workers), dispatcher, controllers, watchdog, history and kopf's handler threads share it
 ELECTION_CONNECTIONS = 2  # the elector's own pool: renewals never queue behind other requests
 
 

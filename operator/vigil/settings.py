@@ -74,7 +74,7 @@ class Trigger(_Section):
         description="Occurrences per bucket object (~400 B each keeps it far below etcd's 1.5 MB).",
     )
     workers: int = Field(
-        8, ge=1, le=64, description="Jobs whose due occurrences one pass applies at once (API round trips overlap)."
+        32, ge=1, le=64, description="Jobs whose due occurrences one pass applies at once (API round trips overlap)."
     )
     rescan_seconds: float = Field(
         300.0, gt=0, description="Seconds between safety-net scans for pending buckets behind the cursor."
