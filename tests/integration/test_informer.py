@@ -93,7 +93,7 @@ def test_a_writers_newer_answer_is_kept_over_an_older_version(
     )
     cache.observe(second)
     cache.observe(first)  # an older version arriving late changes nothing
-    assert cache.get(namespace, "written")["data"]["v"] == "2"  # type: ignore[index]
+    assert (cache.get(namespace, "written") or {}).get("data") == {"v": "2"}
 
 
 def test_after_its_watch_fails_it_lists_again_and_misses_nothing(

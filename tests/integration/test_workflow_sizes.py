@@ -30,10 +30,8 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.workflows import create_workflow, get_workflow, pod_step
+from tests.integration.workflows import Outage, create_workflow, get_workflow, pod_step
 from vigil.core.checkpoint import chain, entry_bytes
-from vigil.core.history import WorkflowEventRecord
-from vigil.core.ports import HistoryUnavailable
 from vigil.core.workflow import Event, Record, records_from_data
 from vigil.history.store import SqlHistory
 from vigil.kube.workflows import HISTORY_MAX_BYTES, WorkflowApi, WorkflowEngine
@@ -87,22 +85,6 @@ def env_of(body: dict[str, Any], name: str) -> str:
     return str(next(e["value"] for e in body["spec"]["containers"][0]["env"] if e["name"] == name))
 
 
-class Outage:
-    """The history database, which the test can take down and bring back."""
-
-    def __init__(self, store: SqlHistory) -> None:
-        self.store = store
-        self.down = False
-
-    def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
-        if self.down:
-            raise HistoryUnavailable("connection refused")
-        self.store.write_workflow_events(records)
-
-    def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
-        if self.down:
-            raise HistoryUnavailable("connection refused")
-        return self.store.workflow_event(workflow_uid, seq)
 
 
 def chain_of(steps: tuple[str, ...]) -> list[dict[str, Any]]:

@@ -28,15 +28,14 @@ from tests.integration.workflows import (
     GROUP,
     VERSION,
     WORKFLOWS,
+    Outage,
     create_workflow,
     get_workflow,
     pod_step,
     wait_phase,
 )
 from tests.waiting import wait_for
-from vigil.core.history import WorkflowEventRecord
 from vigil.core.ids import execution_id
-from vigil.core.ports import HistoryUnavailable
 from vigil.history.store import SqlHistory
 from vigil.kube.workflows import WorkflowApi, WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl
@@ -155,22 +154,6 @@ class InNamespace(WorkflowApi):
         return items
 
 
-class Outage:
-    """The history database, which the test can take down and bring back."""
-
-    def __init__(self, store: SqlHistory) -> None:
-        self.store = store
-        self.down = False
-
-    def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
-        if self.down:
-            raise HistoryUnavailable("connection refused")
-        self.store.write_workflow_events(records)
-
-    def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
-        if self.down:
-            raise HistoryUnavailable("connection refused")
-        return self.store.workflow_event(workflow_uid, seq)
 
 
 @pytest.fixture

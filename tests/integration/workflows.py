@@ -11,6 +11,9 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
 from tests.waiting import wait_for
+from vigil.core.history import WorkflowEventRecord
+from vigil.core.ports import HistoryUnavailable
+from vigil.history.store import SqlHistory
 
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 WORKFLOWS, DEFINITIONS = "workflows", "workflowdefinitions"
@@ -130,3 +133,21 @@ def append_request(api: Any, namespace: str, name: str, **item: Any) -> dict[str
 
 def refused(error: ApiException) -> str:
     return str(error.body or error.reason)
+
+
+class Outage:
+    """The history database, which the test can take down and bring back."""
+
+    def __init__(self, store: SqlHistory) -> None:
+        self.store = store
+        self.down = False
+
+    def write_workflow_events(self, records: list[WorkflowEventRecord]) -> None:
+        if self.down:
+            raise HistoryUnavailable("connection refused")
+        self.store.write_workflow_events(records)
+
+    def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
+        if self.down:
+            raise HistoryUnavailable("connection refused")
+        return self.store.workflow_event(workflow_uid, seq)

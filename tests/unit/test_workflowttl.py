@@ -79,7 +79,7 @@ def test_time_to_live(own: timedelta | None, default: timedelta | None, ttl: tim
 
 phases = st.sampled_from([None, *(str(p) for p in WorkflowPhase)])
 times = st.datetimes(  # hypothesis takes naive bounds; the values carry UTC
-    min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)  # noqa: DTZ001
+    min_value=datetime(2020, 1, 1), max_value=datetime(2030, 1, 1), timezones=st.just(UTC)  # noqa: DTZ001 - hypothesis requires naive bounds; timezones= makes the values aware
 )
 ttls = st.none() | st.timedeltas(min_value=timedelta(seconds=1), max_value=timedelta(days=30))
 
