@@ -45,12 +45,14 @@ from vigil.kube.events import EventRecorder
 from vigil.kube.executioncontroller import ExecutionCaches, ExecutionController
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.historyflush import HistoryFlusher
-from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.jobcontroller import JobController
+from vigil.kube.jobs import KubeCatalogue, job_cache
+from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
 from vigil.kube.loops import every, trigger_loop, watch
-from vigil.kube.results import JobResults, JobStatusWriter
+from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflowpods import workflow_of
@@ -308,13 +310,15 @@ def run(settings: Settings) -> int:
     metrics.IS_LEADER.set(1)
 
     store = bucket_store(api, settings)
-    catalogue = KubeCatalogue(api)
+    jobs = job_cache(api)
+    catalogue = KubeCatalogue(api, cache=jobs)
     events = EventRecorder(api, instance=me, background=True)
     caches = ExecutionCaches.build(api, executions)
-    writer = JobStatusWriter()
+    writer = JobStatusWriter(api, catalogue=catalogue)
     results = JobResults(
-        api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition, writer=writer
-    )
+        api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition,
+        writer=writer, catalogue=catalogue,
+    )  # fmt: skip
     dispatcher = Dispatcher(
         api,
         store=executions,
@@ -351,7 +355,7 @@ def run(settings: Settings) -> int:
             on_ready=dispatcher.notify,
             as_started=dispatcher.as_started,
         ),
-        ledger=KubeLedger(api, catalogue=catalogue, events=events),
+        ledger=KubeLedger(api, catalogue=catalogue, events=events, writer=writer),
         clock=clock,
         workers=settings.trigger.workers,
         on_progress=trigger_progress(api, settings, identity=me).publish,
@@ -374,8 +378,11 @@ def run(settings: Settings) -> int:
     )
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
     caches.workflow_pods.add_handler(lambda key, pod, deleted: _notify_workflow(engine, pod))
+    job_controller = JobController(jobs=jobs, writer=writer, store=store, events=events, clock=clock)
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
+        ("jobs-cache", lambda: jobs.run(stop)),
+        ("job-controller", lambda: job_controller.queue.run(stop)),
         ("executions-cache", lambda: caches.executions.run(stop)),
         ("pods-cache", lambda: caches.pods.run(stop)),
         ("workflow-pods-cache", lambda: caches.workflow_pods.run(stop)),
@@ -390,8 +397,9 @@ def run(settings: Settings) -> int:
     ]
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
         watchdog = build_watchdog(
-            api, settings, executions=executions, events=events, clock=clock, store=store, publish=metrics.publish_watchdog
-        )
+            api, settings, executions=executions, events=events, clock=clock, store=store,
+            publish=metrics.publish_watchdog, jobs=jobs,
+        )  # fmt: skip
         threads.append(("watchdog", lambda: watch(watchdog, settings, stop)))
     started = [threading.Thread(target=target, name=name, daemon=True) for name, target in threads]
     for thread in started:

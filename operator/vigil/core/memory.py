@@ -140,7 +140,7 @@ class MemoryCatalogue:
     def put(self, job: JobView) -> None:
         self.jobs[(job.namespace, job.name)] = job
 
-    def lookup(self, namespace: str, name: str) -> JobLookup:
+    def lookup(self, namespace: str, name: str, *, uid: str = "") -> JobLookup:
         key = (namespace, name)
         if key in self.invalid:
             return JobLookup(job=None, invalid=True)

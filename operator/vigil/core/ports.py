@@ -62,8 +62,9 @@ class BucketStore(Protocol):
 
 
 class JobCatalogue(Protocol):
-    def lookup(self, namespace: str, name: str) -> JobLookup:
-        """The job as it is now; `job` is None when it no longer exists."""
+    def lookup(self, namespace: str, name: str, *, uid: str = "") -> JobLookup:
+        """The job as it is now; `job` is None when it no longer exists. A copy kept under
+        another uid than `uid` (when given) is stale: the job was deleted and created again."""
         ...
 
 

@@ -251,7 +251,7 @@ class Trigger:
                 break
             report.entries += 1
             try:
-                lookup = self._catalogue.lookup(entry.namespace, entry.name)
+                lookup = self._catalogue.lookup(entry.namespace, entry.name, uid=entry.uid)
                 plan = plan_entry(entry, lookup.job, now=now, invalid=lookup.invalid)
                 plan = self._apply(plan, now, report)
             except Exception:  # one bad entry must not hold up other jobs; it is retried with backoff

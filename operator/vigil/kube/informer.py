@@ -11,6 +11,11 @@ A writer that has the API server's answer to its own write hands it to
 `observe`: the cache keeps whichever of the two versions is newer, so the
 writer's next read is not older than its own write even before the watch
 delivers the event.
+
+What the cache keeps is slimmed first (`slim`, or the cache's own `transform`):
+the server-side apply bookkeeping (`metadata.managedFields`) and the copies of
+the whole object that kubectl and kopf keep are never read from the cache and
+would otherwise be most of its memory.
 """
 
 from __future__ import annotations
@@ -39,6 +44,22 @@ PAGE = 500
 WATCH_SECONDS = 300  # the server ends each watch after this; the cache resumes from its version
 RELIST_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
 TOMBSTONES = 10_000  # deleted keys remembered, so a late answer to a write cannot bring one back
+#: Annotations holding a copy of the object: kubectl's client-side apply and kopf's diff base.
+COPY_ANNOTATIONS = (
+    "kubectl.kubernetes.io/last-applied-configuration",
+    "kopf.vigil.dev/last-handled-configuration",
+)
+
+
+def slim(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without what no reader of the cache uses (in place; returns it)."""
+    meta = obj.get("metadata") or {}
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations")
+    if annotations:
+        for name in COPY_ANNOTATIONS:
+            annotations.pop(name, None)
+    return obj
 
 
 def key_of(obj: dict[str, Any]) -> Key:
@@ -65,8 +86,10 @@ class Informer:
         label_selector: str,
         indexes: dict[str, IndexFn] | None = None,
         request_timeout: float = 60.0,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] = slim,
     ) -> None:
         self._list = list_fn
+        self._transform = transform
         self._what = what
         self._selector = label_selector
         self._timeout = request_timeout
@@ -111,6 +134,7 @@ class Informer:
         self._remove((namespace, name), announce=True)
 
     def _put(self, obj: dict[str, Any], *, announce: bool) -> None:
+        obj = self._transform(obj)
         key = key_of(obj)
         with self._lock:
             old = self._items.get(key)

@@ -1,10 +1,12 @@
-"""Reading ScheduledJobs from the API server for the trigger.
+"""Reading ScheduledJobs for the trigger, the launcher, the ledger and the job's status.
 
-The catalogue fetches a job when one of its occurrences is due (so a pass costs
-what is due, not what exists) and converts it with `vigil.model.jobspec`. A job that
-fails validation is reported as invalid rather than raising: one bad object
-must never stop the trigger. The last fetched object is kept briefly so the launcher and the ledger
-do not fetch it again within the same pass.
+On the leader the catalogue reads from a watch-fed cache of every ScheduledJob (`job_cache`):
+a due occurrence, its launch and its ledger cost no request. What the cache does not hold, or
+holds under another uid (deleted and created again since), is read from the API server, so a
+job the cache has not seen yet is never taken for deleted. Without a cache (tools, tests) every
+lookup is a read, and the last objects read are kept briefly so one pass's launch and ledger do
+not read again. The job is converted with `vigil.model.jobspec`; one that fails validation is
+reported as invalid rather than raising: one bad object must never stop the trigger.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import JobLookup
+from vigil.kube.informer import Informer
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, job_view, parse_spec
 from vigil.model.names import SCHEDULED_JOBS
@@ -26,9 +29,20 @@ PLURAL = SCHEDULED_JOBS  # what the ledger, results and watchdog import from her
 CACHE_SIZE = 4096  # jobs kept between a pass's lookup and its launch/ledger writes
 
 
+def job_cache(api: client.ApiClient) -> Informer:
+    """The leader's cache of every ScheduledJob (all of them are Vigil's: no selector)."""
+    custom = client.CustomObjectsApi(api)
+
+    def list_fn(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+
+    return Informer(list_fn, what="scheduledjobs", label_selector="")
+
+
 class KubeCatalogue:
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, *, cache: Informer | None = None) -> None:
         self._custom = client.CustomObjectsApi(api)
+        self.cache = cache
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         self._specs: dict[tuple[str, str], ScheduledJobSpec] = {}
         self._lock = threading.Lock()
@@ -44,6 +58,9 @@ class KubeCatalogue:
                     self._cache.pop((namespace, name), None)
                 return None
             raise
+        if self.cache is not None:
+            self.cache.observe(obj)  # kept if newer than what the watch delivered
+            return obj
         with self._lock:
             self._cache[(namespace, name)] = obj
             self._cache.move_to_end((namespace, name))
@@ -52,8 +69,17 @@ class KubeCatalogue:
                 self._specs.pop(evicted, None)
         return obj
 
-    def lookup(self, namespace: str, name: str) -> JobLookup:
-        obj = self.fetch(namespace, name)
+    def read(self, namespace: str, name: str, *, uid: str = "") -> dict[str, Any] | None:
+        """The job from the watch-fed cache when it holds it (under `uid`, when given), else from
+        the API server (always, without a cache: the objects kept between reads may be stale)."""
+        if self.cache is not None and self.cache.synced.is_set():
+            obj = self.cache.get(namespace, name)
+            if obj is not None and (not uid or obj["metadata"]["uid"] == uid):
+                return obj
+        return self.fetch(namespace, name)
+
+    def lookup(self, namespace: str, name: str, *, uid: str = "") -> JobLookup:
+        obj = self.read(namespace, name, uid=uid)
         if obj is None:
             return JobLookup(job=None)
         try:
@@ -65,6 +91,10 @@ class KubeCatalogue:
         return JobLookup(job=view)
 
     def cached(self, namespace: str, name: str) -> dict[str, Any] | None:
+        if self.cache is not None and self.cache.synced.is_set():
+            found = self.cache.get(namespace, name)
+            if found is not None:
+                return found
         with self._lock:
             return self._cache.get((namespace, name))
 
@@ -73,7 +103,7 @@ class KubeCatalogue:
         spec = self.cached_spec(namespace, name)
         if spec is not None:
             return spec
-        obj = self.fetch(namespace, name)
+        obj = self.read(namespace, name)
         if obj is None:
             return None
         try:

@@ -9,6 +9,12 @@ are keyed by nominal time, so a repeated pass rewrites rather than duplicates.
 Events follow, one per outcome other than an on-time fire (the Execution itself
 records that, and an Event each would double the writes of every fire): Fired
 appears only for a late fire this pass created.
+
+On the leader the ledger writes through the job's one status writer
+(`kube/jobstatus.py`): a plan with anything but fires is written before the
+trigger marks its bucket (that record exists nowhere else); a plan of fires
+only joins the job's next coalesced status write, since each fire's Execution,
+created before the mark, is its record.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -38,6 +44,9 @@ from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.jobs import KubeCatalogue
 from vigil.model import GROUP, VERSION
 from vigil.model.names import SCHEDULED_JOBS
+
+if TYPE_CHECKING:
+    from vigil.kube.jobstatus import JobStatusWriter
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +113,76 @@ def _launch_failing(
     return None
 
 
+def active_entry(fire: Fire, now: datetime) -> dict[str, Any]:
+    return {
+        "executionId": fire.execution_id,
+        "attempt": 1,
+        "pod": pod_name(fire.execution_id, 1),
+        "scheduledFor": format_rfc3339(fire.occurrence.nominal),
+        "startedAt": format_rfc3339(now),
+    }
+
+
+def urgent(plan: EntryPlan) -> bool:
+    """Whether the plan must be on the job before its bucket is marked: anything but fires.
+
+    A Missed, Skipped, Failed or Suspended occurrence exists nowhere else, so it is written before
+    the walk moves on. A fire's record is its Execution (named from the execution id, created
+    before the mark), so its ledger entry may follow in the job's next coalesced status write.
+    """
+    return bool(plan.records) or plan.pause_at is not None
+
+
+def ledger_patch(status: Mapping[str, Any], plan: EntryPlan, now: datetime, *, generation: int) -> dict[str, Any]:
+    """The status fields a plan changes, given the status so far. `chain` holds only the keys
+    this plan changes (merged into the stored ones): the handler owns the rest."""
+    chain: dict[str, Any] = {}
+    new = [_fired_entry(f, now) for f in plan.fires] + [_record_entry(r, now) for r in plan.records]
+    patch: dict[str, Any] = {"occurrences": merge_ledger(status.get("occurrences") or [], new)}
+    handled = plan.handled_through
+    if handled is not None:
+        previous = (status.get("chain") or {}).get("lastNominal")
+        if previous is None or parse_rfc3339(previous) < handled:
+            chain["lastNominal"] = format_rfc3339(handled)
+    if plan.fires:
+        newest = max(f.occurrence.nominal for f in plan.fires)
+        last = status.get("lastScheduleTime")
+        if last is None or parse_rfc3339(last) < newest:
+            patch["lastScheduleTime"] = format_rfc3339(newest)
+        active = {a["executionId"]: a for a in status.get("active") or []}
+        for fire in plan.fires:
+            active.setdefault(fire.execution_id, active_entry(fire, now))
+        patch["active"] = list(active.values())[-ACTIVE_SIZE:]
+    if plan.pause_at is not None:
+        chain["pausedAt"] = format_rfc3339(plan.pause_at)
+    if plan.insert is not None:
+        patch["nextRun"] = format_rfc3339(plan.insert.fire_at)
+    elif plan.fires or plan.pause_at is not None:
+        patch["nextRun"] = None
+    if chain:
+        patch["chain"] = chain
+    launch_failing = _launch_failing(status, plan, now, generation=generation)
+    if launch_failing is not None:
+        patch["conditions"] = launch_failing
+    return patch
+
+
 class KubeLedger:
-    def __init__(self, api: client.ApiClient, *, catalogue: KubeCatalogue, events: EventRecorder) -> None:
+    """Records each plan on its job: through the job's one status writer when there is one (the
+    leader's), else with its own conditional write (tools and tests)."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        catalogue: KubeCatalogue,
+        events: EventRecorder,
+        writer: JobStatusWriter | None = None,
+    ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._catalogue = catalogue
         self._events = events
+        self._writer = writer
 
     def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
         obj = self._catalogue.cached(plan.namespace, plan.name)
@@ -117,6 +191,11 @@ class KubeLedger:
                 log.info("occurrence of deleted job %s/%s: %s", plan.namespace, plan.name, record.reason)
             return
         first = obj
+        if self._writer is not None:
+            uid = str(obj["metadata"]["uid"])
+            add = self._writer.write_plan_now if urgent(plan) else self._writer.add_plan
+            add(plan, now=now, uid=uid, then=lambda job: self.post_events(job, plan, launched))
+            return
 
         def write() -> None:
             nonlocal obj
@@ -131,39 +210,11 @@ class KubeLedger:
                 raise
 
         retry_on_conflict(write)
-        self._post_events(first, plan, launched)
+        self.post_events(first, plan, launched)
 
     def _patch_status(self, obj: Mapping[str, Any], plan: EntryPlan, now: datetime) -> None:
         """Merge this plan into the job's ledger, conditional on the version `obj` was read at."""
-        status = obj.get("status") or {}
-        chain: dict[str, Any] = {}  # only the keys this pass changes: the handler owns the rest
-        new = [_fired_entry(f, now) for f in plan.fires] + [_record_entry(r, now) for r in plan.records]
-        patch: dict[str, Any] = {"occurrences": merge_ledger(status.get("occurrences") or [], new)}
-        handled = plan.handled_through
-        if handled is not None:
-            previous = (status.get("chain") or {}).get("lastNominal")
-            if previous is None or parse_rfc3339(previous) < handled:
-                chain["lastNominal"] = format_rfc3339(handled)
-        if plan.fires:
-            newest = max(f.occurrence.nominal for f in plan.fires)
-            last = status.get("lastScheduleTime")
-            if last is None or parse_rfc3339(last) < newest:
-                patch["lastScheduleTime"] = format_rfc3339(newest)
-            active = {a["executionId"]: a for a in status.get("active") or []}
-            for fire in plan.fires:
-                active.setdefault(fire.execution_id, self._active(fire, now))
-            patch["active"] = list(active.values())[-ACTIVE_SIZE:]
-        if plan.pause_at is not None:
-            chain["pausedAt"] = format_rfc3339(plan.pause_at)
-        if plan.insert is not None:
-            patch["nextRun"] = format_rfc3339(plan.insert.fire_at)
-        elif plan.fires or plan.pause_at is not None:
-            patch["nextRun"] = None
-        if chain:
-            patch["chain"] = chain
-        launch_failing = _launch_failing(status, plan, now, generation=int(obj["metadata"].get("generation", 0)))
-        if launch_failing is not None:
-            patch["conditions"] = launch_failing
+        patch = ledger_patch(obj.get("status") or {}, plan, now, generation=int(obj["metadata"].get("generation", 0)))
         meta = obj["metadata"]
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
         try:
@@ -175,17 +226,7 @@ class KubeLedger:
             if err.status != 404:
                 raise
 
-    @staticmethod
-    def _active(fire: Fire, now: datetime) -> dict[str, Any]:
-        return {
-            "executionId": fire.execution_id,
-            "attempt": 1,
-            "pod": pod_name(fire.execution_id, 1),
-            "scheduledFor": format_rfc3339(fire.occurrence.nominal),
-            "startedAt": format_rfc3339(now),
-        }
-
-    def _post_events(self, obj: Mapping[str, Any], plan: EntryPlan, launched: Mapping[str, bool]) -> None:
+    def post_events(self, obj: Mapping[str, Any], plan: EntryPlan, launched: Mapping[str, bool]) -> None:
         for fire in plan.fires:
             if fire.late and launched.get(fire.execution_id):
                 self._events.emit(

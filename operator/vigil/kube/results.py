@@ -12,10 +12,9 @@ Seeing the same pod event twice changes nothing: an attempt is recorded once.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -27,8 +26,11 @@ from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import PLURAL as JOBS
-from vigil.kube.workqueue import WorkQueue
+from vigil.kube.jobs import KubeCatalogue
 from vigil.model import GROUP, VERSION
+
+if TYPE_CHECKING:
+    from vigil.kube.jobstatus import JobStatusWriter
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +51,10 @@ class JobResults:
         clock: Clock,
         on_transition: Callable[[Execution, Execution], None] = lambda before, after: None,
         writer: JobStatusWriter | None = None,
+        catalogue: KubeCatalogue | None = None,
     ) -> None:
         self._writer = writer
-        if writer is not None:
-            writer.bind(self)
+        self._catalogue = catalogue
         self._custom = client.CustomObjectsApi(api)
         self._store = store
         self._events = events
@@ -69,7 +71,10 @@ class JobResults:
         self._on_transition(execution_from_object(obj), ex)
         ref = obj["spec"]["job"]
         if self._writer is not None:
-            self._writer.add(obj["metadata"]["namespace"], ref["name"], ref["uid"], ex)
+            self._writer.add_transition(
+                obj["metadata"]["namespace"], ref["name"], ref["uid"], ex, now=self._clock.now(),
+                then=lambda job: self.announce(job, ex),
+            )  # fmt: skip
             return
         job = self._job(obj["metadata"]["namespace"], ref["name"], ref["uid"])
         if job is None:
@@ -80,9 +85,12 @@ class JobResults:
         """One status write carrying `transitions` (in order), then their Events."""
         self._update_job(job, transitions)
         for ex in transitions:
-            self._announce(job, ex)
+            self.announce(job, ex)
 
     def _job(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+        if self._catalogue is not None:
+            found = self._catalogue.read(namespace, name, uid=uid)
+            return found if found is not None and found["metadata"]["uid"] == uid else None
         try:
             job: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name)
         except ApiException as err:
@@ -94,65 +102,16 @@ class JobResults:
     def _update_job(self, job: Mapping[str, Any], transitions: list[Execution]) -> None:
         status: dict[str, Any] = dict(job.get("status") or {})
         patch: dict[str, Any] = {}
+        generation = int(job["metadata"].get("generation", 0))
         for ex in transitions:
-            patch.update(self._job_patch(job, status, ex))
+            patch.update(transition_patch(status, ex, generation=generation, now=self._clock.now()))
             status.update(patch)
         meta = job["metadata"]
         self._custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": patch}
         )
 
-    def _job_patch(self, job: Mapping[str, Any], status: Mapping[str, Any], ex: Execution) -> dict[str, Any]:
-        """The job status fields one execution's transition changes, given the status so far."""
-        now = self._clock.now()
-        patch: dict[str, Any] = {}
-        active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
-        if not ex.phase.terminal:
-            entry = {
-                "executionId": ex.execution_id,
-                "attempt": ex.attempt,
-                "scheduledFor": format_rfc3339(ex.scheduled_for),
-            }
-            # Waiting in Backoff (or Ready) the next attempt has no pod and no start yet; an empty
-            # pod name is not a name, and the API server would refuse the whole status patch.
-            if ex.pod:
-                entry["pod"] = ex.pod
-            if ex.started_at is not None:
-                entry["startedAt"] = format_rfc3339(ex.started_at)
-            active.append(entry)
-        patch["active"] = active
-        last = ex.attempts[-1] if ex.attempts else None
-        if last is not None:
-            entry = {
-                "executionId": ex.execution_id,
-                "attempt": last.attempt,
-                "outcome": str(last.outcome),
-                "scheduledFor": format_rfc3339(ex.scheduled_for),
-                "finishedAt": format_rfc3339(last.finished_at or now),
-                "reason": last.reason,
-            }
-            recent = [
-                r for r in status.get("recent") or []
-                if (r.get("executionId"), r.get("attempt")) != (ex.execution_id, last.attempt)
-            ]  # fmt: skip
-            patch["recent"] = [*recent, entry][-RECENT_SIZE:]
-        if ex.phase is Phase.SUCCEEDED and ex.finished_at is not None:
-            previous = status.get("lastSuccessfulTime")
-            if previous is None or parse_rfc3339(previous) < ex.finished_at:
-                patch["lastSuccessfulTime"] = format_rfc3339(ex.finished_at)
-        if ex.phase is Phase.DEAD:
-            patch["conditions"] = set_condition(
-                status.get("conditions") or [],
-                type_=ConditionType.DEAD_LETTERED,
-                status=True,
-                reason=REASON_DEAD_LETTERED,
-                message=f"execution {ex.execution_id} exhausted {ex.attempt} attempts: {ex.reason}",
-                generation=int(job["metadata"].get("generation", 0)),
-                now=now,
-            )
-        return patch
-
-    def _announce(self, job: Mapping[str, Any], ex: Execution) -> None:
+    def announce(self, job: Mapping[str, Any], ex: Execution) -> None:
         last = ex.attempts[-1] if ex.attempts else None
         detail = f"{last.reason}: {last.message}" if last and last.message else (last.reason if last else "")
         if ex.phase is Phase.BACKOFF and ex.retry_at is not None:
@@ -171,59 +130,51 @@ class JobResults:
         log.info("execution %s/%s -> %s (%s)", ex.namespace, ex.execution_id, ex.phase, detail)
 
 
-JOB_WRITE_INTERVAL_SECONDS = 1.0  # at most one status write per job this often
-
-
-class JobStatusWriter:
-    """Coalesces what executions tell their jobs: one status write per job per interval.
-
-    Transitions wait per job in memory (in order); the queue takes a job at most once an
-    interval, reads it, folds every waiting transition into one status patch, and writes it.
-    A failed write puts them back and retries. Lost on a crash, they are only the job's
-    summary (active, recent, last success): every Execution holds its own truth.
-    """
-
-    def __init__(self, *, workers: int = 4, interval: float = JOB_WRITE_INTERVAL_SECONDS) -> None:
-        self._lock = threading.Lock()
-        self._waiting: dict[tuple[str, str], tuple[str, list[Execution]]] = {}
-        self._last: dict[tuple[str, str], float] = {}
-        self._interval = interval
-        self._results: JobResults | None = None
-        self.queue: WorkQueue[tuple[str, str]] = WorkQueue("job-status", self._flush, workers=workers)
-
-    def bind(self, results: JobResults) -> None:
-        self._results = results
-
-    def add(self, namespace: str, name: str, uid: str, ex: Execution) -> None:
-        key = (namespace, name)
-        with self._lock:
-            _, waiting = self._waiting.get(key, (uid, []))
-            self._waiting[key] = (uid, [*waiting, ex])
-        self.queue.add(key)
-
-    def pending(self) -> int:
-        with self._lock:
-            return sum(len(w) for _, w in self._waiting.values())
-
-    def _flush(self, key: tuple[str, str]) -> float | None:
-        assert self._results is not None, "bind() a JobResults first"
-        since = time.monotonic() - self._last.get(key, float("-inf"))
-        if since < self._interval:
-            return self._interval - since
-        with self._lock:
-            uid, waiting = self._waiting.pop(key, ("", []))
-        if not waiting:
-            return None
-        try:
-            job = self._results._job(key[0], key[1], uid)
-            if job is not None:
-                self._results.apply(job, waiting)
-        except Exception:
-            with self._lock:
-                _, later = self._waiting.get(key, (uid, []))
-                self._waiting[key] = (uid, [*waiting, *later])
-            raise
-        self._last[key] = time.monotonic()
-        if len(self._last) > 4 * max(1, len(self._waiting)) + 10_000:
-            self._last.clear()  # bounded: forgetting only allows one early write
-        return None
+def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: int, now: datetime) -> dict[str, Any]:
+    """The job status fields one execution's transition changes, given the status so far."""
+    patch: dict[str, Any] = {}
+    active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
+    if not ex.phase.terminal:
+        entry = {
+            "executionId": ex.execution_id,
+            "attempt": ex.attempt,
+            "scheduledFor": format_rfc3339(ex.scheduled_for),
+        }
+        # Waiting in Backoff (or Ready) the next attempt has no pod and no start yet; an empty
+        # pod name is not a name, and the API server would refuse the whole status patch.
+        if ex.pod:
+            entry["pod"] = ex.pod
+        if ex.started_at is not None:
+            entry["startedAt"] = format_rfc3339(ex.started_at)
+        active.append(entry)
+    patch["active"] = active
+    last = ex.attempts[-1] if ex.attempts else None
+    if last is not None:
+        entry = {
+            "executionId": ex.execution_id,
+            "attempt": last.attempt,
+            "outcome": str(last.outcome),
+            "scheduledFor": format_rfc3339(ex.scheduled_for),
+            "finishedAt": format_rfc3339(last.finished_at or now),
+            "reason": last.reason,
+        }
+        recent = [
+            r for r in status.get("recent") or []
+            if (r.get("executionId"), r.get("attempt")) != (ex.execution_id, last.attempt)
+        ]  # fmt: skip
+        patch["recent"] = [*recent, entry][-RECENT_SIZE:]
+    if ex.phase is Phase.SUCCEEDED and ex.finished_at is not None:
+        previous = status.get("lastSuccessfulTime")
+        if previous is None or parse_rfc3339(previous) < ex.finished_at:
+            patch["lastSuccessfulTime"] = format_rfc3339(ex.finished_at)
+    if ex.phase is Phase.DEAD:
+        patch["conditions"] = set_condition(
+            status.get("conditions") or [],
+            type_=ConditionType.DEAD_LETTERED,
+            status=True,
+            reason=REASON_DEAD_LETTERED,
+            message=f"execution {ex.execution_id} exhausted {ex.attempt} attempts: {ex.reason}",
+            generation=generation,
+            now=now,
+        )
+    return patch

@@ -30,6 +30,7 @@ from vigil.core.watchdog import JobFacts
 from vigil.kube.buckets import LABEL_PENDING
 from vigil.kube.buckets import PLURAL as BUCKETS
 from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.informer import Informer
 from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.progress import LeaseProgress
 from vigil.model import GROUP, VERSION
@@ -58,8 +59,10 @@ class FactGatherer:
         operator_namespace: str,
         executions: ExecutionStore,
         progress: LeaseProgress | None = None,
+        jobs: Informer | None = None,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
+        self._jobs = jobs
         self._core = client.CoreV1Api(api)
         self._operator_namespace = operator_namespace
         self._executions = executions
@@ -70,6 +73,9 @@ class FactGatherer:
         return self._progress.read() if self._progress is not None else None
 
     def jobs(self) -> list[dict[str, Any]]:
+        """Every ScheduledJob: from the leader's cache once it holds them, else one list."""
+        if self._jobs is not None and self._jobs.synced.is_set():
+            return self._jobs.items()
         return list(self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS)["items"])
 
     def future_heads(self, now: datetime) -> dict[str, datetime]:

@@ -18,6 +18,7 @@ from vigil.core.ports import Clock
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
+from vigil.kube.informer import Informer
 from vigil.kube.progress import LeaseProgress, progress_lease_name
 from vigil.kube.watchdog import Assessed, Watchdog
 from vigil.kube.watchfacts import FactGatherer
@@ -65,12 +66,15 @@ def build_watchdog(
     clock: Clock,
     store: KubeBucketStore,
     publish: Callable[[list[Assessed]], None] = _publish_nothing,
+    jobs: Informer | None = None,
 ) -> Watchdog:
-    """The watchdog with the settings' limits; `settings.audit.repair` re-enters broken chains."""
+    """The watchdog with the settings' limits; `settings.audit.repair` re-enters broken chains.
+    On the leader it reads the jobs from the leader's cache (`jobs`)."""
     return Watchdog(
         api,
         gatherer=FactGatherer(
-            api, operator_namespace=settings.namespace, executions=executions, progress=trigger_progress(api, settings)
+            api, operator_namespace=settings.namespace, executions=executions,
+            progress=trigger_progress(api, settings), jobs=jobs,
         ),
         events=events,
         clock=clock,

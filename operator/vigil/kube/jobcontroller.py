@@ -1,0 +1,182 @@
+"""The ScheduledJob controller: seeds each job's chain and publishes its schedule and conditions.
+
+It follows the leader's cache of ScheduledJobs (`kube/jobs.job_cache`) and reconciles a job when
+its spec changed since it was last acted on (`metadata.generation` ahead of
+`status.observedGeneration`, the Kubernetes convention) or when a resumed job's chain is still
+paused. A reconcile validates the job; on error it sets `Invalid` with the field named and posts
+a Warning Event (a bad spec is not retried: it waits for the next edit). Otherwise it makes sure
+the chain has a head for the current schedule, restarts a chain a suspension paused, and
+publishes the schedule's summary and conditions. The trigger does the firing; this only seeds it.
+
+Each reconcile awaits its first occurrence's place in the bucket store's group commit, so a
+thousand new jobs share a few bucket writes; then the job's status is written once through the
+job's one status writer (`kube/jobstatus.py`), merged with whatever else waits for the job.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from vigil.core.chain import JobView, first_entry, resume_entry
+from vigil.core.conditions import ConditionReason, ConditionType, set_condition
+from vigil.core.payload import PayloadError, occurrence_variables, render_payload
+from vigil.core.ports import Clock
+from vigil.core.schedule import occurrence_at
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.buckets import KubeBucketStore
+from vigil.kube.events import NORMAL, WARNING, EventRecorder
+from vigil.kube.informer import Informer, Key
+from vigil.kube.jobstatus import Change, JobStatusWriter, Step
+from vigil.kube.workqueue import WorkQueue
+from vigil.model.jobspec import InvalidJob, job_view
+from vigil.model.scheduledjob import ScheduledJobSpec
+
+log = logging.getLogger(__name__)
+
+WORKERS = 16  # reconciles at once; each mostly waits for its bucket insert's group commit
+
+
+def schedule_summary(spec: ScheduledJobSpec) -> str:
+    if spec.run_at is not None:
+        return f"at {format_rfc3339(spec.run_at)}"
+    if spec.every is not None:
+        return f"every {spec.model_dump(by_alias=True, mode='json')['every']}"
+    crons = spec.cron if isinstance(spec.cron, list | tuple) else [spec.cron]
+    return " | ".join(str(c) for c in crons)
+
+
+def needs_reconcile(obj: Mapping[str, Any]) -> bool:
+    """Whether the job's spec changed since it was acted on, or its resumed chain is still paused."""
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj["metadata"].get("generation"):
+        return True
+    paused = (status.get("chain") or {}).get("pausedAt")
+    return bool(paused) and not (obj.get("spec") or {}).get("suspend", False)
+
+
+def _validate_payload(view: JobView, spec: ScheduledJobSpec, now: datetime) -> None:
+    head = first_entry(view, now=now)
+    nominal = head.nominal if head is not None else now.replace(microsecond=0)
+    occurrence = occurrence_at(view.schedule, nominal, jitter=view.offset)
+    variables = occurrence_variables(
+        period_start=occurrence.period_start,
+        period_end=occurrence.period_end,
+        scheduled_for=occurrence.nominal,
+        execution_id="ex-validation",
+        job_name=view.name,
+        job_namespace=view.namespace,
+    )
+    render_payload(payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone)
+
+
+class JobController:
+    def __init__(
+        self,
+        *,
+        jobs: Informer,
+        writer: JobStatusWriter,
+        store: KubeBucketStore,
+        events: EventRecorder,
+        clock: Clock,
+        workers: int = WORKERS,
+    ) -> None:
+        self._jobs = jobs
+        self._writer = writer
+        self._store = store
+        self._events = events
+        self._clock = clock
+        self.queue: WorkQueue[Key] = WorkQueue("scheduledjobs", self._reconcile, workers=workers)
+        jobs.add_handler(self.changed)
+
+    def changed(self, key: Key, obj: dict[str, Any], deleted: bool) -> None:
+        if not deleted and needs_reconcile(obj):
+            self.queue.add(key)
+
+    def _reconcile(self, key: Key) -> float | None:
+        obj = self._jobs.get(*key)
+        if obj is None or not needs_reconcile(obj):
+            return None
+        now = self._clock.now()
+        uid = str(obj["metadata"]["uid"])
+        generation = int(obj["metadata"].get("generation", 0))  # what this reconcile acts on
+        try:
+            view, spec = job_view(obj)
+            _validate_payload(view, spec, now)
+        except (InvalidJob, PayloadError, ValueError) as err:
+            message = str(err)
+            change = Change(uid, _invalid(message, generation, now), lambda job: self._invalid_event(job, message))
+            self._writer.write_now(key, change)
+            return None
+        chain = (obj.get("status") or {}).get("chain") or {}
+        fields: dict[str, Any] = {}
+        then = _nothing
+        if chain.get("scheduleHash") != view.schedule_hash:
+            head = first_entry(view, now=now)
+            if head is not None:
+                self._store.insert_later(head).result()
+                fields["nextRun"] = format_rfc3339(head.fire_at)
+            fields["chain"] = {"scheduleHash": view.schedule_hash, "pausedAt": None}
+        elif not view.suspended and chain.get("pausedAt"):
+            entry = resume_entry(view, paused_at=parse_rfc3339(chain["pausedAt"]), now=now)
+            self._store.insert_later(entry).result()
+            fields["chain"] = {"pausedAt": None}
+            then = self._resumed_event
+        self._writer.write_now(key, Change(uid, _valid(spec, fields, generation, now), then))
+        return None
+
+    def _invalid_event(self, job: Mapping[str, Any], message: str) -> None:
+        self._events.emit(job, type_=WARNING, reason="InvalidSpec", message=message)
+        log.warning("invalid ScheduledJob %s/%s: %s", job["metadata"]["namespace"], job["metadata"]["name"], message)
+
+    def _resumed_event(self, job: Mapping[str, Any]) -> None:
+        self._events.emit(job, type_=NORMAL, reason="Resumed", message="resumed; the catch-up policy decides the gap")
+
+
+def _nothing(job: Mapping[str, Any]) -> None:
+    return None
+
+
+def _valid(spec: ScheduledJobSpec, fields: Mapping[str, Any], generation: int, now: datetime) -> Step:
+    """The status of a valid job, as of the generation reconciled (not the one written over: an
+    edit since is reconciled next)."""
+
+    def step(status: Mapping[str, Any], _: int) -> dict[str, Any]:
+        conditions = set_condition(
+            list(status.get("conditions") or []), type_=ConditionType.INVALID, status=False,
+            reason=ConditionReason.VALID, message="", generation=generation, now=now,
+        )  # fmt: skip
+        conditions = set_condition(
+            conditions, type_=ConditionType.READY, status=True, reason=ConditionReason.SCHEDULED,
+            message=f"scheduled: {schedule_summary(spec)} ({spec.timezone})", generation=generation, now=now,
+        )  # fmt: skip
+        conditions = set_condition(
+            conditions, type_=ConditionType.SUSPENDED, status=spec.suspend,
+            reason=ConditionReason.SUSPENDED if spec.suspend else ConditionReason.ACTIVE,
+            message=spec.suspend_reason or "" if spec.suspend else "", generation=generation, now=now,
+        )  # fmt: skip
+        return {
+            **fields,
+            "conditions": conditions,
+            "schedule": schedule_summary(spec),
+            "observedGeneration": generation,
+        }
+
+    return step
+
+
+def _invalid(message: str, generation: int, now: datetime) -> Step:
+    def step(status: Mapping[str, Any], _: int) -> dict[str, Any]:
+        conditions = set_condition(
+            list(status.get("conditions") or []), type_=ConditionType.INVALID, status=True,
+            reason=ConditionReason.INVALID_SPEC, message=message, generation=generation, now=now,
+        )  # fmt: skip
+        conditions = set_condition(
+            conditions, type_=ConditionType.READY, status=False, reason=ConditionReason.INVALID_SPEC,
+            message=message, generation=generation, now=now,
+        )  # fmt: skip
+        return {"conditions": conditions, "observedGeneration": generation, "nextRun": None}
+
+    return step

@@ -1,0 +1,206 @@
+"""The one writer of a ScheduledJob's status on the leader: the ledger and the executions' summary.
+
+Three sources change a job's status: its controller (conditions, the schedule in words, the
+chain's schedule hash, `observedGeneration`: `kube/jobcontroller.py`), the trigger's plans (the
+ledger, the chain's progress, LAST SCHEDULED, NEXT RUN) and its executions' transitions
+(active, recent, LAST SUCCESS, DeadLettered). All of them come here per job, in order. A job is written at most once an
+interval: the queue takes it, reads it from the cache, folds every waiting change into the
+status with the pure `ledger_patch` and `transition_patch`, and writes the changed fields once,
+conditional on the version read (a conflict reads it again from the API server and folds again).
+The first change after a quiet spell waits one interval too, so a short execution's fire and its
+end usually share one write. A plan that must be on the job before its bucket is marked
+(`ledger.urgent`), and a reconcile of the job's spec, are written at once with whatever waits
+for the job.
+
+What waits here is lost on a crash. It is only the job's summary and the Fired entries of its
+ledger: every Execution holds its own truth and the history database keeps every attempt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from vigil.core.chain import EntryPlan
+from vigil.core.executions import Execution
+from vigil.core.ports import Conflict
+from vigil.kube.conflicts import conflict_from, retry_on_conflict
+from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.ledger import ledger_patch
+from vigil.kube.results import transition_patch
+from vigil.kube.workqueue import WorkQueue
+from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULED_JOBS
+
+log = logging.getLogger(__name__)
+
+WRITE_INTERVAL_SECONDS = 1.0  # at most one status write per job this often
+LOCK_STRIPES = 64
+
+Key = tuple[str, str]
+#: What to do once the change is on the job (its Events), given the job as written.
+Then = Callable[[Mapping[str, Any]], None]
+
+
+#: The fields one change sets, given the status so far and the job's generation.
+Step = Callable[[Mapping[str, Any], int], dict[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One waiting change: a trigger plan, an execution's transition, a workflow's end."""
+
+    uid: str
+    step: Step
+    then: Then
+
+
+def fold(status: Mapping[str, Any], changes: list[Change], *, generation: int) -> dict[str, Any]:
+    """The status patch that applies `changes` in order to `status`: only the fields they set,
+    with `chain` holding only its changed keys (a merge patch keeps the rest)."""
+    current: dict[str, Any] = dict(status)
+    patch: dict[str, Any] = {}
+    for change in changes:
+        step = change.step(current, generation)
+        chain = step.pop("chain", None)
+        if chain:
+            current["chain"] = {**(current.get("chain") or {}), **chain}
+            patch["chain"] = {**(patch.get("chain") or {}), **chain}
+        current.update(step)
+        patch.update(step)
+    return patch
+
+
+class JobStatusWriter:
+    def __init__(
+        self,
+        api: client.ApiClient,
+        *,
+        catalogue: KubeCatalogue,
+        interval: float = WRITE_INTERVAL_SECONDS,
+        workers: int = 4,
+    ) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._catalogue = catalogue
+        self._interval = interval
+        self._lock = threading.Lock()
+        self._waiting: dict[Key, list[Change]] = {}
+        self._last: dict[Key, float] = {}  # when each job was last written (monotonic)
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]  # one job's writes in order
+        self.queue: WorkQueue[Key] = WorkQueue("job-status", self._flush, workers=workers)
+
+    # -- what changes -------------------------------------------------------------------------
+
+    def add_plan(self, plan: EntryPlan, *, now: datetime, uid: str, then: Then) -> None:
+        self.add((plan.namespace, plan.name), Change(uid, _plan_step(plan, now), then))
+
+    def add_transition(self, namespace: str, name: str, uid: str, ex: Execution, *, now: datetime, then: Then) -> None:
+        self.add((namespace, name), Change(uid, _transition_step(ex, now), then))
+
+    def write_plan_now(self, plan: EntryPlan, *, now: datetime, uid: str, then: Then) -> None:
+        self.write_now((plan.namespace, plan.name), Change(uid, _plan_step(plan, now), then))
+
+    def write_now(self, key: Key, change: Change) -> None:
+        """Write the change, with whatever waits for its job, before returning."""
+        with self._stripe(key):
+            self._write(key, [*self._take(key), change])
+
+    def pending(self) -> int:
+        with self._lock:
+            return sum(len(w) for w in self._waiting.values())
+
+    def add(self, key: Key, change: Change) -> None:
+        """Queue a change for the job's next write."""
+        with self._lock:
+            now = time.monotonic()
+            if key not in self._waiting and now - self._last.get(key, float("-inf")) >= self._interval:
+                self._last[key] = now  # the first change after a quiet spell waits one interval too
+            self._waiting.setdefault(key, []).append(change)
+        self.queue.add(key)
+
+    def _take(self, key: Key) -> list[Change]:
+        with self._lock:
+            return self._waiting.pop(key, [])
+
+    def _stripe(self, key: Key) -> threading.Lock:
+        return self._stripes[hash(key) % LOCK_STRIPES]
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _flush(self, key: Key) -> float | None:
+        with self._lock:
+            since = time.monotonic() - self._last.get(key, float("-inf"))
+        if since < self._interval:
+            return self._interval - since
+        with self._stripe(key):
+            changes = self._take(key)
+            if not changes:
+                return None
+            try:
+                self._write(key, changes)
+            except Exception:
+                with self._lock:
+                    self._waiting[key] = [*changes, *self._waiting.get(key, [])]
+                raise
+        return None
+
+    def _write(self, key: Key, changes: list[Change]) -> None:
+        """Fold `changes` into the job and write it once (read again on a conflict)."""
+        uid = changes[0].uid
+        job = self._catalogue.read(*key, uid=uid)
+
+        def attempt() -> None:
+            nonlocal job
+            if job is None:
+                job = self._catalogue.fetch(*key)
+            if job is None or job["metadata"]["uid"] != uid:
+                return  # deleted (or deleted and created again): its status went with it
+            try:
+                self._patch(job, fold(job.get("status") or {}, changes, generation=_generation(job)))
+            except Conflict:
+                job = None
+                raise
+
+        retry_on_conflict(attempt)
+        with self._lock:
+            self._last[key] = time.monotonic()
+            if len(self._last) > 4 * len(self._waiting) + 10_000:
+                self._last.clear()  # bounded: forgetting only lets one job be written early once
+        if job is not None and job["metadata"]["uid"] == uid:
+            for change in changes:
+                change.then(job)
+
+    def _patch(self, job: Mapping[str, Any], patch: dict[str, Any]) -> None:
+        meta = job["metadata"]
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
+        try:
+            written = self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], SCHEDULED_JOBS, meta["name"], body
+            )
+        except ApiException as err:
+            conflict_from(err)
+            if err.status != 404:
+                raise
+            return
+        if self._catalogue.cache is not None:
+            self._catalogue.cache.observe(written)
+
+
+def _plan_step(plan: EntryPlan, now: datetime) -> Step:
+    return lambda status, generation: ledger_patch(status, plan, now, generation=generation)
+
+
+def _transition_step(ex: Execution, now: datetime) -> Step:
+    return lambda status, generation: transition_patch(status, ex, generation=generation, now=now)
+
+
+def _generation(job: Mapping[str, Any]) -> int:
+    return int(job["metadata"].get("generation", 0))

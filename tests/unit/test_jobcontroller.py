@@ -1,0 +1,50 @@
+"""When the job controller reconciles a ScheduledJob, and what its status step writes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from vigil.kube.jobcontroller import _invalid, _valid, needs_reconcile
+from vigil.model.jobspec import parse_spec
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def job(generation: int, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"namespace": "ns", "name": "j", "uid": "u", "generation": generation},
+        "spec": {"cron": "0 2 * * *", "template": {"spec": {"containers": [{"name": "m", "image": "i"}]}}, **spec},
+        "status": status or {},
+    }
+
+
+def test_a_job_is_reconciled_when_its_spec_is_newer_than_what_was_acted_on() -> None:
+    assert needs_reconcile(job(1))  # never acted on
+    assert needs_reconcile(job(3, {"observedGeneration": 2}))
+    assert not needs_reconcile(job(3, {"observedGeneration": 3}))
+
+
+def test_a_resumed_job_whose_chain_is_still_paused_is_reconciled_a_suspended_one_is_not() -> None:
+    paused = {"observedGeneration": 2, "chain": {"pausedAt": "2026-12-01T02:00:00Z"}}
+    assert needs_reconcile(job(2, paused))
+    assert not needs_reconcile(job(2, paused, suspend=True))
+
+
+def test_the_status_claims_the_generation_reconciled_not_a_newer_one_written_over() -> None:
+    """An edit that lands between the reconcile's read and its write must be reconciled next."""
+    spec = parse_spec(job(4))
+    written = _valid(spec, {"nextRun": "2026-12-02T02:00:00Z"}, 4, NOW)({}, 5)
+    assert written["observedGeneration"] == 4
+    assert written["nextRun"] == "2026-12-02T02:00:00Z" and written["schedule"] == "0 2 * * *"
+    ready = {c["type"]: c for c in written["conditions"]}
+    assert ready["Ready"]["status"] == "True" and ready["Ready"]["observedGeneration"] == 4
+    assert ready["Invalid"]["status"] == "False" and ready["Suspended"]["status"] == "False"
+    assert needs_reconcile(job(5, written))
+
+
+def test_an_invalid_job_has_no_next_run_and_says_which_field() -> None:
+    written = _invalid("spec.cron: not a cron expression", 2, NOW)({"nextRun": "2026-12-02T02:00:00Z"}, 2)
+    assert written["nextRun"] is None and written["observedGeneration"] == 2
+    invalid = {c["type"]: c for c in written["conditions"]}["Invalid"]
+    assert invalid["status"] == "True" and "spec.cron" in invalid["message"]
