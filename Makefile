@@ -9,6 +9,8 @@ STAMP     := $(VENV)/.installed
 DEMO      := .cluster/default
 KUBECTL    = $(DEMO)/bin/kubectl --kubeconfig $(DEMO)/kubeconfig
 PYTEST_ARGS ?=
+# The demo cluster's node: agent (the fast local node agent) or kubelet (kubelet + containerd + runc).
+NODE      ?= agent
 
 .PHONY: help
 help: ## list the targets
@@ -28,8 +30,9 @@ $(STAMP): pyproject.toml | system-deps
 venv: $(STAMP) ## create the Python environment in .venv
 
 .PHONY: binaries
-binaries: ## build the local control plane and helm from the Go module proxy (cached outside the repo)
+binaries: ## build the local control plane, helm and the real node (kubelet, containerd, CNI, crictl) from the Go module proxy (cached outside the repo)
 	@e2e/cluster/build.sh >/dev/null
+	@e2e/cluster/build.sh node >/dev/null
 
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/, the chart's copy, the field reference and manifests/install.yaml
@@ -38,8 +41,8 @@ crds: $(STAMP) ## regenerate crds/, the chart's copy, the field reference and ma
 	HELM=$$(e2e/cluster/build.sh)/helm e2e/cluster/render-install.sh
 
 .PHONY: cluster-up
-cluster-up: $(STAMP) ## start the local control plane (etcd, API server, controllers, scheduler, node agent)
-	$(PY) -m e2e.cluster.localcluster up --state $(DEMO)
+cluster-up: $(STAMP) ## start the local control plane (etcd, API server, controllers, scheduler) and a node: NODE=agent (default) or NODE=kubelet
+	$(PY) -m e2e.cluster.localcluster up --state $(DEMO) --node $(NODE)
 
 .PHONY: cluster-down
 cluster-down: $(STAMP) ## stop the local control plane, leaving no process behind
