@@ -427,7 +427,8 @@ def unmount_all(root: Path) -> list[str]:
 def _controllers() -> list[Path]:
     if not CGROUP_V1.exists():
         return []
-    return [p for p in sorted(CGROUP_V1.iterdir()) if p.is_dir() and not p.is_symlink() and p.name != "unified"]
+    # Every hierarchy, the hybrid layout's cgroup2 `unified` one too: runc creates the pods' there as well.
+    return [p for p in sorted(CGROUP_V1.iterdir()) if p.is_dir() and not p.is_symlink()]
 
 
 def _make_cgroup_root(name: str) -> None:
