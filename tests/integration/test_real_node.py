@@ -12,7 +12,8 @@ operator (real processes, the chart's identity) classifies them with
   ``ErrImageNeverPull`` at once, the pod removed, dead after its attempts;
 * a termination message, written by the container or taken from its log tail;
 * cancellation: SIGTERM, then SIGKILL once the grace period is over;
-* a pod deleted from under a running execution: ``PodDeleted``, then retried.
+* a pod deleted from under a running execution: ``PodDeleted``, then retried;
+* and the node agent refused on a cluster that has the kubelet.
 
 All but the last two fail every attempt, so each uses 2 attempts to show the retry
 and ends Dead. Job pods run the busybox image written by e2e/cluster/images.py.
@@ -28,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster import images
-from tests.integration.conftest import KubeCluster
+from e2e.cluster import images, localcluster
+from tests.integration.conftest import KUBELET_PORT_BASE, KUBELET_STATE, KubeCluster
 from tests.integration.jobs import (
     Follower,
     create_job,
@@ -250,3 +251,10 @@ def test_the_node_is_a_real_kubelet(kubelet_cluster: KubeCluster) -> None:
     server = kubelet_cluster.kubectl("version", "-o", "json").stdout
     assert f'"gitVersion": "{info.kubelet_version}"' in server
     assert Path("/sys/fs/cgroup/memory").is_dir()  # v1: failCgroupV1 false is what lets it start
+
+
+def test_the_node_agent_is_refused_on_a_cluster_with_a_kubelet(kubelet_cluster: KubeCluster) -> None:
+    """Two nodes named vigil-node would fight over every pod: `up` refuses, and starts nothing."""
+    with pytest.raises(RuntimeError, match="runs with node 'kubelet', not 'agent'"):
+        localcluster.up(KUBELET_STATE, KUBELET_PORT_BASE, node=localcluster.NODE_AGENT)
+    assert localcluster.status(KUBELET_STATE)["node-agent"] is None
