@@ -338,6 +338,7 @@ def run(settings: Settings) -> int:
         clock=clock,
         wake_dispatcher=dispatcher.notify,
         running_after=timedelta(seconds=settings.dispatch.running_after_seconds),
+        pending_limit=timedelta(seconds=settings.dispatch.pending_limit_seconds),
     )
     trigger = Trigger(
         store=store,

@@ -10,6 +10,8 @@ operator (real processes, the chart's identity) classifies them with
 * the job's `timeout` (activeDeadlineSeconds, enforced by the kubelet): ``DeadlineExceeded``;
 * an image the node will never run (absent, `imagePullPolicy: Never`):
   ``ErrImageNeverPull`` at once, the pod removed, dead after its attempts;
+* an image that cannot be pulled (no registry answers): ``ErrImagePull`` /
+  ``ImagePullBackOff``, then ``StuckPending`` once `dispatch.pendingLimitSeconds` is up;
 * a termination message, written by the container or taken from its log tail;
 * cancellation: SIGTERM, then SIGKILL once the grace period is over;
 * a pod deleted from under a running execution: ``PodDeleted``, then retried;
@@ -55,12 +57,16 @@ FIRST_FIRE_DELAY = timedelta(seconds=3)
 #: Two attempts, the second at most 1 s after the first: the retry shows, the test stays short.
 TWO_ATTEMPTS = {"maxAttempts": 2, "backoff": {"initial": "1s", "factor": 1.0, "max": "1s"}}
 OUTCOME_TIMEOUT = 120  # a pod's start on the real node takes a few seconds; 2 cores are shared
+#: dispatch.pendingLimitSeconds for the module's operator: an unpullable image fails in seconds, not 5 minutes.
+PENDING_LIMIT_SECONDS = 10
 
 
 @pytest.fixture(scope="module")
 def node_fleet(kubelet_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorFleet]:
     """One operator for the module (its tests keep to namespaces of their own)."""
-    fleet = OperatorFleet(kubelet_cluster, tmp_path_factory.mktemp("node-fleet"))
+    fleet = OperatorFleet(
+        kubelet_cluster, tmp_path_factory.mktemp("node-fleet"), dispatch={"pendingLimitSeconds": PENDING_LIMIT_SECONDS}
+    )
     fleet.start()
     fleet.leader()
     yield fleet
@@ -178,6 +184,26 @@ def test_an_image_the_node_will_never_run_fails_at_once_and_is_not_retried_for_e
         assert parse_time(attempt["finishedAt"]) - parse_time(attempt["startedAt"]) < timedelta(seconds=30)
     # The kubelet would keep such a pod Pending for ever; the operator removed it.
     wait_for(lambda: not execution_pods(kubelet_cluster, node_namespace, ex_id), timeout=60, what="the pods deleted")
+
+
+def test_an_image_that_cannot_be_pulled_is_stuck_pending_after_the_limit(
+    kubelet_cluster: KubeCluster, node_namespace: str
+) -> None:
+    # No registry is reachable from here, so the kubelet's pull fails, and backs off, for ever.
+    ex_id = node_job(
+        kubelet_cluster, node_namespace, "unpullable", "true",
+        container={"image": "vigil.local/never-pushed:1", "imagePullPolicy": "IfNotPresent"},
+        retry={"maxAttempts": 1},
+    )  # fmt: skip
+    dead = wait_execution_phase(kubelet_cluster, node_namespace, ex_id, "Dead", timeout=OUTCOME_TIMEOUT)
+    [attempt] = execution_status(dead)["attempts"]
+    assert (attempt["outcome"], attempt["reason"]) == ("Failed", "StuckPending")
+    assert attempt["message"].startswith(("ErrImagePull: ", "ImagePullBackOff: ")), attempt["message"]
+    assert "vigil.local/never-pushed:1" in attempt["message"]
+    # The limit counts from the pod's creation; the controller looks again at least every 15 s.
+    took = parse_time(attempt["finishedAt"]) - parse_time(attempt["startedAt"])
+    assert timedelta(seconds=PENDING_LIMIT_SECONDS - 1) <= took <= timedelta(seconds=PENDING_LIMIT_SECONDS + 15 + 5), took
+    wait_for(lambda: not execution_pods(kubelet_cluster, node_namespace, ex_id), timeout=60, what="the pod deleted")
 
 
 def test_the_termination_message_is_the_attempts_output(kubelet_cluster: KubeCluster, node_namespace: str) -> None:
