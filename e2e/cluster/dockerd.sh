@@ -116,7 +116,8 @@ stop_pid() { # stop_pid <pid>: SIGTERM, then SIGKILL after a grace period
 shims() {
   local f
   for f in /proc/[0-9]*/cmdline; do
-    if tr '\0' ' ' <"$f" 2>/dev/null | grep -q -- "-address $state/containerd.sock"; then
+    # (a process may end between the glob and the read: its file is gone, which is fine)
+    if tr '\0' ' ' 2>/dev/null <"$f" | grep -q -- "-address $state/containerd.sock"; then
       f="${f#/proc/}"
       echo "${f%/cmdline}"
     fi
@@ -130,6 +131,13 @@ down() {
   local pid
   for pid in $(shims); do stop_pid "$pid"; done
   rm -f "$state/dockerd.pid" "$state/containerd.pid"
+  # What the daemon mounts and leaves behind even when it stops cleanly (the network namespace
+  # it pins under run/, the image store it re-mounts onto itself), deepest first: without this,
+  # deleting .cluster fails with "Device or resource busy".
+  local mount
+  for mount in $(awk -v s="$state/" 'index($2, s) == 1 {print $2}' /proc/mounts | sort -r); do
+    umount "$mount" 2>/dev/null || umount --lazy "$mount"
+  done
   if [ -n "$(shims)" ] || alive "$state/dockerd.pid" || alive "$state/containerd.pid"; then
     echo "dockerd.sh: processes still running after stop" >&2
     exit 1
