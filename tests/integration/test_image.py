@@ -6,7 +6,7 @@ only /tmp writable (the chart's securityContext and its emptyDir). `vigil --help
 ServiceAccount token (the fleet's identity), serves /readyz and takes the leader Lease; a second
 one waits as a standby. On `docker stop` (SIGTERM, as a pod being deleted gets) each exits 0 well
 before the SIGKILL, the standby too (PID 1 ignores any signal it has no handler for), and the
-leader releases the Lease.
+leader releases the Lease. `vigil watchdog` (the watchdog's own Deployment) does the same.
 
 The image is built by scripts/image.sh (so `make test` on a fresh machine installs Docker and
 builds the base from Debian's packages); these tests never skip. The project's Docker daemon is
@@ -87,11 +87,12 @@ def config_dir(fleet: OperatorFleet, path: Path, *, api_port: int) -> Path:
     return path
 
 
-def start_operator(daemon: Docker, tag: str, *, name: str, etc: Path) -> None:
-    """`vigil operator` in a container named `name` (its identity too), as the chart runs it."""
+def start_operator(daemon: Docker, tag: str, *, name: str, etc: Path, command: str = "operator") -> None:
+    """`vigil operator` (or `vigil watchdog`) in a container named `name` (its identity too), as
+    the chart runs it."""
     daemon("run", "--detach", "--name", name, "--network", "host", *LOCKED_DOWN,
            "--volume", f"{etc}:/etc/vigil:ro", "--env", "KUBECONFIG=/etc/vigil/kubeconfig",
-           "--env", f"POD_NAME={name}", tag, "operator", "--config", "/etc/vigil/config.yaml")  # fmt: skip
+           "--env", f"POD_NAME={name}", tag, command, "--config", "/etc/vigil/config.yaml")  # fmt: skip
 
 
 def stop(daemon: Docker, name: str) -> tuple[str, str]:
@@ -127,3 +128,33 @@ def test_the_operator_in_the_image_leads_and_stops_cleanly(
     finally:
         for name in (leader, standby):
             daemon("rm", "--force", name, check=False)
+
+
+def test_the_watchdog_in_the_image_stops_cleanly(
+    image: tuple[Docker, str], fleet: OperatorFleet, tmp_path: Path
+) -> None:
+    """The watchdog's own Deployment runs `vigil watchdog`: it too stops on SIGTERM and releases
+    its Lease."""
+    daemon, tag = image
+    name = f"{fleet.namespace}-watchdog"
+    lease = fleet.settings.get("watchdog", {}).get("leaseName", "vigil-watchdog")
+
+    def holder() -> str | None:
+        found: str | None = fleet.cluster.coordination.read_namespaced_lease(lease, fleet.namespace).spec.holder_identity
+        return found
+
+    try:
+        start_operator(daemon, tag, name=name, etc=config_dir(fleet, tmp_path / "w", api_port=0), command="watchdog")
+        wait_for(lambda: lease_exists(fleet, lease) and holder() == name, timeout=90, what=f"{name} to hold {lease}")
+
+        assert stop(daemon, name) == ("0", "false")
+        assert holder() is None, "the watchdog's Lease was not released on SIGTERM"
+    except BaseException:
+        print(daemon("logs", name, check=False).stderr[-4000:])
+        raise
+    finally:
+        daemon("rm", "--force", name, check=False)
+
+
+def lease_exists(fleet: OperatorFleet, name: str) -> bool:
+    return any(item.metadata.name == name for item in fleet.cluster.coordination.list_namespaced_lease(fleet.namespace).items)
