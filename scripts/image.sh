@@ -6,7 +6,8 @@
 #
 # 1. Docker: the project's own daemon (e2e/cluster/dockerd.sh; installed and started if needed).
 # 2. The base: PYTHON_IMAGE if given; else python:3.11-slim if the daemon already holds it;
-#    else a Debian bookworm root with python3 and python3-venv, made by debootstrap from Debian's
+#    else a Debian bookworm root with python3, python3-venv and ca-certificates (as the slim
+#    image has: the approval notifier's HTTPS needs them), made by debootstrap from Debian's
 #    packages (no image registry needed). Its tarball is cached outside the repository
 #    (~/.cache/vigil/images, or VIGIL_CACHE/images), so it is made once per machine and only
 #    re-imported into a fresh image store. Set VIGIL_DEBIAN_MIRROR to choose the mirror.
@@ -40,7 +41,7 @@ phase "docker daemon at $DOCKER_HOST"
 # --- the base image -------------------------------------------------------------------------
 
 debian_base() { # the Debian base image's name; made (debootstrap) or re-imported when missing
-  local suite=bookworm packages=python3,python3-venv
+  local suite=bookworm packages=python3,python3-venv,ca-certificates
   local recipe=1  # bump when make_debian_root changes what it makes
   local key
   key="$(echo "$suite $packages $recipe" | sha256sum | cut -c1-12)"
@@ -139,13 +140,26 @@ fi
 
 # --- the image ------------------------------------------------------------------------------
 
-# The classic builder (BuildKit needs the buildx plugin); no network: nothing is fetched.
-if ! DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}" docker build --network none \
-  --file Dockerfile --build-arg PYTHON_IMAGE="$base" \
-  --label org.opencontainers.image.version="$version" --tag "$tag" "$context" >"$work/build.log" 2>&1; then
-  tail -n 30 "$work/build.log" >&2
-  log "docker build failed; the whole log is $work/build.log"
-  exit 1
-fi
+build() { # build <tag> [docker build options...]
+  local name="$1"
+  shift
+  # The classic builder (BuildKit needs the buildx plugin); no network: nothing is fetched.
+  if ! DOCKER_BUILDKIT="${DOCKER_BUILDKIT:-0}" docker build --network none \
+    --file Dockerfile --build-arg PYTHON_IMAGE="$base" --tag "$name" "$@" "$context" >>"$work/build.log" 2>&1; then
+    tail -n 30 "$work/build.log" >&2
+    log "docker build failed; the whole log is $work/build.log"
+    exit 1
+  fi
+}
+: >"$work/build.log"
+# The builder stage gets a name of its own, so the prune below keeps it: it is the next build's
+# cache. What the prune removes is what earlier builds left untagged (their builders, the images
+# a new one replaced), ~0.7 GB per source change otherwise.
+build "vigil-builder:$version" --target builder
+build "$tag" --label org.opencontainers.image.version="$version"
+docker image prune --force >/dev/null
+for old in $(docker image ls --format '{{.Repository}}:{{.Tag}}' vigil-python); do
+  [ "$old" = "$base" ] || docker image rm "$old" >/dev/null  # bases of an earlier recipe
+done
 phase "built $tag: $(docker image inspect --format '{{.Size}}' "$tag" | awk '{printf "%.0f MB", $1 / 1e6}')"
 echo "$tag"
