@@ -8,8 +8,9 @@
 #   e2e/cluster/dockerd.sh host    # print the address only
 #
 # Everything lives in one state directory (default .cluster/docker, or VIGIL_DOCKER_STATE):
-# docker.sock, dockerd.pid, dockerd.log, run/ (the daemons' runtime state), the image store (data/), and a containerd started
-# for this daemon alone (containerd.sock, containerd.pid, containerd.log, containerd.toml).
+# docker.sock, daemon.json, dockerd.pid, dockerd.log, run/ (the daemons' runtime state), the
+# image store (data/), and a containerd started for this daemon alone (containerd.sock,
+# containerd.pid, containerd.log, containerd.toml).
 # dockerd would otherwise adopt a containerd already listening at the system's default socket
 # (a kubelet node's, say) and leave its own state there. The daemon makes no bridge and writes
 # no iptables rule: containers and builds run with --network host or none, so two such daemons
@@ -92,7 +93,9 @@ up() {
   fi
   if ! alive "$state/dockerd.pid"; then
     rm -f "$sock"
-    setsid dockerd \
+    # Its own (empty) configuration: the machine's /etc/docker/daemon.json is for its own Docker.
+    echo '{}' >"$state/daemon.json"
+    setsid dockerd --config-file "$state/daemon.json" \
       --host "$address" --pidfile "$state/run/dockerd.pid" \
       --data-root "$state/data" --exec-root "$state/run/docker" \
       --containerd "$state/containerd.sock" --cgroup-parent vigil-docker \
