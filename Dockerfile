@@ -1,12 +1,20 @@
-# syntax=docker/dockerfile:1
-# The Vigil operator image.
+# The Vigil operator image. Build it with `make image` (scripts/image.sh), which prepares the
+# build context and prints the image's name, vigil:<version>.
 #
-#   docker build -t vigil:0.1.0 .
+# The build context is not the repository but a directory holding wheels/ only:
+#   wheels/deps/   every dependency (with the PostgreSQL driver) as binary wheels for CPython 3.11
+#   wheels/vigil/  the project's own wheel
+# made on the host by scripts/image.sh, because pip inside a build container has neither a
+# registry it trusts nor, here, a network (the build runs with --network none). Installing with
+# --no-index proves the image needs nothing else.
 #
-# Two stages: the builder turns the project and every dependency (with the PostgreSQL driver) into
-# wheels and installs them into a virtualenv; the final image copies only that virtualenv, so no
-# compiler, pip cache or source tree ships. The virtualenv sits at the same path in both stages
-# (its scripts' #! lines point there) on the same base image (its python symlink points into it).
+# PYTHON_IMAGE is any base with CPython 3.11 as `python3` and its venv module: python:3.11-slim
+# (python in /usr/local/bin) or, where no image registry can be reached, the Debian bookworm root
+# scripts/image.sh makes with debootstrap (python3 and python3-venv from Debian, in /usr/bin).
+# Two stages: the builder installs the wheels into a virtualenv; the final image copies only
+# that virtualenv, less pip and setuptools (nothing installs at run time), so no wheel ships. The virtualenv sits at the same path in both
+# stages (its scripts' #! lines point there) on the same base image (its python3 symlink points
+# into the base's interpreter, wherever that base keeps it).
 # At run time the root filesystem is read-only: bytecode is compiled at build time and Python is
 # told not to write any.
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -15,12 +23,15 @@ FROM ${PYTHON_IMAGE} AS builder
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
-WORKDIR /src
-RUN python -m venv /opt/vigil
-COPY pyproject.toml README.md ./
-COPY operator/ ./operator/
-RUN /opt/vigil/bin/pip wheel --wheel-dir /wheels ".[postgres]" \
- && /opt/vigil/bin/pip install --no-index --find-links /wheels "vigil[postgres]" \
+RUN python3 -m venv /opt/vigil
+# Dependencies first, in their own layer: a change to the operator's code reinstalls only it.
+COPY wheels/deps/ /wheels/deps/
+RUN /opt/vigil/bin/pip install --quiet --no-index /wheels/deps/*.whl
+COPY wheels/vigil/ /wheels/vigil/
+RUN /opt/vigil/bin/pip install --quiet --no-index --find-links /wheels/deps \
+      "$(ls /wheels/vigil/vigil-*.whl)[postgres]" \
+ && /opt/vigil/bin/pip check \
+ && /opt/vigil/bin/pip uninstall --quiet --yes pip setuptools \
  && /opt/vigil/bin/python -m compileall -q /opt/vigil/lib \
  && /opt/vigil/bin/vigil --help >/dev/null
 

@@ -9,6 +9,8 @@ STAMP     := $(VENV)/.installed
 DEMO      := .cluster/default
 KUBECTL    = $(DEMO)/bin/kubectl --kubeconfig $(DEMO)/kubeconfig
 PYTEST_ARGS ?=
+# The demo cluster's node: agent (the fast local node agent) or kubelet (kubelet + containerd + runc).
+NODE      ?= agent
 
 .PHONY: help
 help: ## list the targets
@@ -28,8 +30,9 @@ $(STAMP): pyproject.toml | system-deps
 venv: $(STAMP) ## create the Python environment in .venv
 
 .PHONY: binaries
-binaries: ## build the local control plane and helm from the Go module proxy (cached outside the repo)
+binaries: ## build the local control plane, helm and the real node (kubelet, containerd, CNI, crictl) from the Go module proxy (cached outside the repo)
 	@e2e/cluster/build.sh >/dev/null
+	@e2e/cluster/build.sh node >/dev/null
 
 .PHONY: crds
 crds: $(STAMP) ## regenerate crds/, the chart's copy, the field reference and manifests/install.yaml
@@ -37,12 +40,20 @@ crds: $(STAMP) ## regenerate crds/, the chart's copy, the field reference and ma
 	rm -f helm/vigil/files/crds/*.yaml && mkdir -p helm/vigil/files/crds && cp crds/*.yaml helm/vigil/files/crds/
 	HELM=$$(e2e/cluster/build.sh)/helm e2e/cluster/render-install.sh
 
+.PHONY: image
+image: $(STAMP) ## build the operator image vigil:<version> (installs and starts Docker if missing; prints the name)
+	@scripts/image.sh
+
+.PHONY: docker-down
+docker-down: ## stop the project's Docker daemon (started by `make image` and the image tests), leaving no process behind
+	@e2e/cluster/dockerd.sh down
+
 .PHONY: cluster-up
-cluster-up: $(STAMP) ## start the local control plane (etcd, API server, controllers, scheduler, node agent)
-	$(PY) -m e2e.cluster.localcluster up --state $(DEMO)
+cluster-up: $(STAMP) ## start the local control plane (etcd, API server, controllers, scheduler) and a node: NODE=agent (default) or NODE=kubelet
+	$(PY) -m e2e.cluster.localcluster up --state $(DEMO) --node $(NODE)
 
 .PHONY: cluster-down
-cluster-down: $(STAMP) ## stop the local control plane, leaving no process behind
+cluster-down: $(STAMP) docker-down ## stop the local control plane and the Docker daemon, leaving no process behind
 	$(PY) -m e2e.cluster.localcluster down --state $(DEMO)
 
 .PHONY: demo
@@ -56,7 +67,7 @@ lint: $(STAMP) ## ruff, mypy --strict, and the import contracts that keep vigil.
 	$(VENV)/bin/lint-imports
 
 .PHONY: test
-test: lint binaries ## the whole suite (unit, contract, integration against a real API server and databases, e2e)
+test: lint binaries image ## the whole suite (unit, contract, integration against a real API server and databases, e2e)
 	VIGIL_FAIL_ON_SKIP=$${VIGIL_FAIL_ON_SKIP:-1} $(VENV)/bin/pytest $(PYTEST_ARGS) || { status=$$?; echo "pytest exited with status $$status"; exit $$status; }
 
 .PHONY: stress

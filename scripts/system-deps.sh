@@ -3,6 +3,10 @@
 #   openssl      — the local control plane's certificates
 #   postgresql   — the history database's production backend, started by the test tooling
 #   golang       — builds the control plane (skipped when a go toolchain is already on PATH)
+#   runc         — the OCI runtime containerd starts containers with, on the real node
+#                  (`make cluster-up NODE=kubelet` and the kubelet tests)
+#   busybox-static — the one static binary the kubelet node's job and sandbox images hold
+#                  (e2e/cluster/images.py writes them; no registry is needed)
 #   prometheus   — /usr/bin/prometheus and /usr/bin/promtool for the alert tests. The tests start
 #                  their own server on a free loopback port; the packaged service is never used, and
 #                  its postinst is kept from starting it (policy-rc.d, then the unit is disabled).
@@ -15,6 +19,8 @@ if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev
   missing+=(postgresql)
 fi
 command -v promtool >/dev/null || missing+=(prometheus)
+command -v runc >/dev/null || missing+=(runc)
+dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   echo "missing system packages: ${missing[*]} — install them with your package manager" >&2

@@ -1,20 +1,30 @@
 """Start and stop a real Kubernetes control plane on loopback, for tests and the demo.
 
-No machine here has a container engine, so `kind` cannot run; instead the real
-binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) are built
-from source by `build.sh` beside this file and started here as local processes,
-together with the local node agent (`e2e/nodeagent.py`) that plays the kubelet.
+`kind` needs images from a registry, which these machines cannot reach; instead the
+real binaries (etcd, kube-apiserver, kube-controller-manager, kube-scheduler) are
+built from source by `build.sh` beside this file and started here as local
+processes, with one of two nodes:
+
+* `agent` (the default): the local node agent (`e2e/nodeagent.py`), which plays
+  the kubelet by running each pod's command as a local process. Fast; for the
+  benchmarks and most tests.
+* `kubelet`: a real kubelet with containerd 2, runc and the CNI bridge
+  (`kubeletnode.py`), for what only a real node shows (OOM kills, image errors,
+  grace periods, termination messages).
+
 Admission, CRD schemas, status subresources, resourceVersion conflicts, Leases,
 watches, RBAC and garbage collection are all the real thing.
 
-    python -m e2e.cluster.localcluster up   [--state DIR] [--port-base N]
+    python -m e2e.cluster.localcluster up   [--state DIR] [--port-base N] [--node agent|kubelet]
     python -m e2e.cluster.localcluster down [--state DIR]
     python -m e2e.cluster.localcluster status [--state DIR]
 
-`up` is idempotent: a cluster already running in the state directory is reused.
-`down` stops every process it started (SIGTERM, then SIGKILL) and checks none is
-left. Everything lives in the state directory: `kubeconfig`, `logs/`, `pki/`,
-`etcd/`, `pids/`.
+`up` is idempotent: a cluster already running in the state directory is reused
+(and refused if it runs the other kind of node: the two never share a cluster).
+`down` stops every process it started (SIGTERM, then SIGKILL), checks none is left,
+and for the real node removes its pods, unmounts what kubelet and containerd
+mounted, and deletes its bridge and cgroups. Everything lives in the state
+directory: `kubeconfig`, `logs/`, `pki/`, `etcd/`, `pids/`, `node-kubelet/`.
 """
 
 from __future__ import annotations
@@ -34,10 +44,14 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from e2e.cluster import kubeletnode
+
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_STATE = REPO / ".cluster" / "default"
 DEFAULT_PORT_BASE = 16000
 NODE_NAME = "vigil-node"
+NODE_AGENT, NODE_KUBELET = "agent", "kubelet"
+NODE_KINDS = (NODE_AGENT, NODE_KUBELET)
 SERVICE_CIDR = "10.96.0.0/16"
 _CHILDREN: list[subprocess.Popen[bytes]] = []
 START_TIMEOUT_S = 180.0  # a cold etcd + API server on 2 busy cores takes ~20 s; allow margin
@@ -84,10 +98,11 @@ class Cluster:
         return self.logs / "audit.jsonl"
 
 
-def bin_dir() -> Path:
-    """Build (if needed) and return the directory holding the control plane binaries."""
+def bin_dir(what: str = "control-plane") -> Path:
+    """Build (if needed) and return the directory holding the control plane binaries, or with
+    `what="node"` the real node's (kubelet, containerd, ctr, the runc shim, CNI plugins, crictl)."""
     out = subprocess.run(
-        [str(REPO / "e2e" / "cluster" / "build.sh")],
+        [str(REPO / "e2e" / "cluster" / "build.sh"), what],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
@@ -133,7 +148,21 @@ def _make_pki(pki: Path) -> None:
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
 
 
-def _write_kubeconfig(cluster: Cluster) -> None:
+def _make_node_cert(pki: Path) -> None:
+    """The kubelet's client certificate: user system:node:<name> in group system:nodes, which the
+    Node authorizer gives exactly a node's rights."""
+    if (pki / "node.crt").exists():
+        return
+    _openssl("genrsa", "-out", "node.key", "2048", cwd=pki)
+    subject = f"/O=system:nodes/CN=system:node:{NODE_NAME}"
+    _openssl("req", "-new", "-key", "node.key", "-subj", subject, "-out", "node.csr", cwd=pki)
+    _openssl(
+        "x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "3650", "-extfile", "client.ext", "-out", "node.crt", cwd=pki,
+    )  # fmt: skip
+
+
+def _write_kubeconfig(cluster: Cluster, *, user: str = "admin", path: Path | None = None) -> None:
     pki = cluster.pki
     config = {
         "apiVersion": "v1",
@@ -148,8 +177,8 @@ def _write_kubeconfig(cluster: Cluster) -> None:
             {
                 "name": "vigil-admin",
                 "user": {
-                    "client-certificate": str(pki / "admin.crt"),
-                    "client-key": str(pki / "admin.key"),
+                    "client-certificate": str(pki / f"{user}.crt"),
+                    "client-key": str(pki / f"{user}.key"),
                 },
             }
         ],
@@ -158,7 +187,7 @@ def _write_kubeconfig(cluster: Cluster) -> None:
         ],
         "current-context": "vigil-local",
     }
-    cluster.kubeconfig.write_text(json.dumps(config, indent=2))
+    (path or cluster.kubeconfig).write_text(json.dumps(config, indent=2))
 
 
 # --- processes --------------------------------------------------------------------
@@ -302,8 +331,12 @@ def _audit_flags(cluster: Cluster) -> list[str]:
     ]
 
 
-def _start_apiserver(cluster: Cluster, bins: Path, *, audit: bool) -> None:
+def _start_apiserver(cluster: Cluster, bins: Path, *, audit: bool, node: str) -> None:
     pki = cluster.pki
+    # A real kubelet authenticates as system:node:<name>: the Node authorizer and NodeRestriction
+    # give it a node's rights and no more. The node agent uses the admin's credentials.
+    authorization = "Node,RBAC" if node == NODE_KUBELET else "RBAC"
+    node_flags = ["--enable-admission-plugins=NodeRestriction"] if node == NODE_KUBELET else []
     _spawn(
         cluster,
         "kube-apiserver",
@@ -316,7 +349,13 @@ def _start_apiserver(cluster: Cluster, bins: Path, *, audit: bool) -> None:
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=RBAC",
+            f"--authorization-mode={authorization}",
+            # How `kubectl logs` and the like reach a kubelet, which asks the API server
+            # (webhook) whether this client may.
+            f"--kubelet-client-certificate={pki / 'admin.crt'}",
+            f"--kubelet-client-key={pki / 'admin.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
+            *node_flags,
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
             f"--service-account-signing-key-file={pki / 'sa.key'}",
@@ -377,32 +416,77 @@ def _start_node_agent(cluster: Cluster) -> None:
     )
 
 
-PROCESSES = ("node-agent", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+def _start_kubelet_node(cluster: Cluster) -> None:
+    """containerd (then the images loaded into it), then the kubelet; see kubeletnode."""
+    node_bin = bin_dir("node")
+    files = kubeletnode.NodeFiles(state=cluster.state, port_base=cluster.port_base)
+    (cluster.state / "node-bin").unlink(missing_ok=True)
+    (cluster.state / "node-bin").symlink_to(node_bin)
+    _make_node_cert(cluster.pki)
+    address = kubeletnode.write_files(files, node_bin=node_bin, ca=cluster.pki / "ca.crt")
+    _write_kubeconfig(cluster, user="node", path=files.kubelet_kubeconfig)
+    env = kubeletnode.containerd_env(node_bin)
+    _spawn(cluster, "containerd", kubeletnode.containerd_argv(files, node_bin), env=env)
+    _wait("containerd to answer", lambda: kubeletnode.containerd_ready(files, node_bin), cluster)
+    kubeletnode.load_images(files, node_bin)
+    argv = kubeletnode.kubelet_argv(files, node_bin, node_name=NODE_NAME, address=address)
+    _spawn(cluster, "kubelet", argv, env=env)
 
 
-def up(state: Path = DEFAULT_STATE, port_base: int = DEFAULT_PORT_BASE, *, audit: bool = False) -> Cluster:
+#: Stopped in this order: the node first, the store last.
+PROCESSES = ("node-agent", "kubelet", "containerd", "kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+
+
+def node_kind(state: Path) -> str:
+    """Which node the cluster in `state` was started with (agent when it does not say)."""
+    marker = state / "node-kind"
+    return marker.read_text().strip() if marker.exists() else NODE_AGENT
+
+
+def up(
+    state: Path = DEFAULT_STATE,
+    port_base: int = DEFAULT_PORT_BASE,
+    *,
+    audit: bool = False,
+    node: str = NODE_AGENT,
+) -> Cluster:
     """Start every component not already running and wait until a pod could run.
 
-    `audit=True` has the API server write an audit log (`Cluster.audit_log`, AUDIT_POLICY) when it
-    starts here; an API server already running keeps the flags it was started with.
+    `node` picks the node: the local node agent (default) or a real kubelet with containerd.
+    A cluster already running with the other kind is refused, never mixed. `audit=True` has the
+    API server write an audit log (`Cluster.audit_log`, AUDIT_POLICY) when it starts here; an
+    API server already running keeps the flags it was started with.
     """
+    if node not in NODE_KINDS:
+        raise ValueError(f"node must be one of {NODE_KINDS}, not {node!r}")
     cluster = Cluster(state=state.resolve(), port_base=port_base)
     fresh = not any(_running(cluster, name) for name in PROCESSES)
+    if not fresh and node_kind(cluster.state) != node:
+        raise RuntimeError(
+            f"the cluster in {cluster.state} runs with node {node_kind(cluster.state)!r}, not {node!r}: "
+            "stop it first (localcluster down), the two kinds never run together"
+        )
     if fresh and (cluster.state / "etcd").exists():
         shutil.rmtree(cluster.state / "etcd")  # a stopped cluster restarts empty
         shutil.rmtree(cluster.state / "node", ignore_errors=True)
+    if fresh:
+        _clean_node(cluster)  # whatever a cluster killed without `down` left behind
     bins = bin_dir()
     cluster.state.mkdir(parents=True, exist_ok=True)
     (cluster.state / "bin").unlink(missing_ok=True)
     (cluster.state / "bin").symlink_to(bins)
     (cluster.state / "port-base").write_text(str(port_base))
+    (cluster.state / "node-kind").write_text(node)
     _make_pki(cluster.pki)
     _write_kubeconfig(cluster)
     _start_etcd(cluster, bins)
-    _start_apiserver(cluster, bins, audit=audit)
+    _start_apiserver(cluster, bins, audit=audit, node=node)
     _wait("the API server to be ready", lambda: _api_ready(cluster), cluster)
     _start_controllers(cluster, bins)
-    _start_node_agent(cluster)
+    if node == NODE_KUBELET:
+        _start_kubelet_node(cluster)
+    else:
+        _start_node_agent(cluster)
     _wait("the default service account", lambda: _default_sa_ready(cluster), cluster)
     _wait(f"node {NODE_NAME} to be Ready", lambda: _node_ready(cluster), cluster)
     return cluster
@@ -433,6 +517,10 @@ def down(state: Path = DEFAULT_STATE) -> None:
     extra = sorted(p.stem for p in cluster.pids.glob("*.pid") if p.stem not in PROCESSES) if cluster.pids.exists() else []
     for name in (*extra, *PROCESSES):
         pid = _running(cluster, name)
+        if name == "containerd" and pid:
+            # The kubelet is stopped; its pods still run under containerd's shims, which
+            # outlive containerd. Remove them through the CRI while containerd still answers.
+            kubeletnode.remove_pods(_node_files(cluster), cluster.state / "node-bin")
         if pid:
             _stop_pid(pid, grace_s=10)
         (cluster.pids / f"{name}.pid").unlink(missing_ok=True)
@@ -442,6 +530,21 @@ def down(state: Path = DEFAULT_STATE) -> None:
     left = [name for name in (*extra, *PROCESSES) if _running(cluster, name)]
     if left:
         raise RuntimeError(f"processes still running after stop: {left}")
+    _clean_node(cluster)
+
+
+def _node_files(cluster: Cluster) -> kubeletnode.NodeFiles:
+    return kubeletnode.NodeFiles(state=cluster.state, port_base=cluster.port_base)
+
+
+def _clean_node(cluster: Cluster) -> None:
+    """What a real node leaves once its processes stopped: shims, mounts, the bridge, cgroups."""
+    files = _node_files(cluster)
+    if not files.root.exists():
+        return
+    left = kubeletnode.clean(files)
+    if left:
+        raise RuntimeError(f"the real node left these behind after stop: {left}")
 
 
 def _port_base(state: Path) -> int:
@@ -459,10 +562,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["up", "down", "status"])
     parser.add_argument("--state", type=Path, default=DEFAULT_STATE)
     parser.add_argument("--port-base", type=int, default=DEFAULT_PORT_BASE)
+    parser.add_argument(
+        "--node", choices=NODE_KINDS, default=NODE_AGENT,
+        help="agent: the local node agent (fast); kubelet: kubelet + containerd + runc + CNI",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.command == "up":
         start = time.monotonic()
-        cluster = up(args.state, args.port_base)
+        cluster = up(args.state, args.port_base, node=args.node)
         print(f"cluster ready in {time.monotonic() - start:.1f}s; export KUBECONFIG={cluster.kubeconfig}")
     elif args.command == "down":
         down(args.state)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -66,6 +67,7 @@ log = logging.getLogger("vigil")
 EXIT_LOST_LEADERSHIP = 75  # EX_TEMPFAIL: restart me
 RETENTION_EVERY_SECONDS = 3600.0  # history is kept in whole days; hourly is plenty
 HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for a pass in flight to finish
+STOP_POLL_SECONDS = 0.5  # how often a standby waiting for the Lease looks whether it was told to stop
 
 
 API_CONNECTIONS = 64  # the trigger (32 workers), dispatcher, controllers, watchdog, history and kopf's handler threads share it
@@ -293,7 +295,47 @@ def _campaign(
     return elector, executions, history
 
 
+def stop_on_sigterm() -> threading.Event:
+    """An Event that SIGTERM (a pod being deleted, `docker stop`) sets, from the process's start.
+
+    In a container the operator is PID 1, and the kernel drops every signal PID 1 has no handler
+    for. kopf installs its handler only once it runs, so without this one a SIGTERM to a standby,
+    to a leader still starting, or to the watchdog is lost, and the pod waits out its whole grace
+    period for SIGKILL (its Lease, if it held one, then expires instead of being released).
+    """
+    stopping = threading.Event()
+    if threading.current_thread() is threading.main_thread():  # only the main thread may
+        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    return stopping
+
+
+def wait_until_leader(elector: LeaderElector, stopping: threading.Event) -> bool:
+    """Wait for the Lease, or for a stop: whether this process leads."""
+    while not stopping.is_set():
+        if elector.wait_until_leader(timeout=STOP_POLL_SECONDS):
+            return True
+    return False
+
+
+async def operate(stopping: threading.Event, **options: Any) -> None:
+    """`kopf.operator(**options)`, which also stops for a SIGTERM that came before kopf took the
+    signal over: from here until kopf installs its own handler, this loop's handler stands in."""
+    loop = asyncio.get_running_loop()
+    stop: asyncio.Future[None] = loop.create_future()
+
+    def request_stop() -> None:
+        if not stop.done():
+            stop.set_result(None)
+
+    if threading.current_thread() is threading.main_thread():
+        loop.add_signal_handler(signal.SIGTERM, request_stop)
+    if stopping.is_set():
+        request_stop()
+    await kopf.operator(stop_flag=stop, **options)
+
+
 def run(settings: Settings) -> int:
+    stopping = stop_on_sigterm()
     me = identity()
     lease = lease_config(settings, lease_name=settings.leader_election.lease_name, me=me)
     api = api_client(lease)
@@ -306,7 +348,10 @@ def run(settings: Settings) -> int:
         api, settings, lease_name=settings.leader_election.lease_name, me=me, approvals=callback
     )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
-    elector.wait_until_leader()
+    if not wait_until_leader(elector, stopping):
+        log.info("%s stopping (SIGTERM) as a standby", me)
+        elector.release()
+        return 0
     metrics.IS_LEADER.set(1)
 
     store = bucket_store(api, settings)
@@ -342,6 +387,7 @@ def run(settings: Settings) -> int:
         clock=clock,
         wake_dispatcher=dispatcher.notify,
         running_after=timedelta(seconds=settings.dispatch.running_after_seconds),
+        pending_limit=timedelta(seconds=settings.dispatch.pending_limit_seconds),
     )
     trigger = Trigger(
         store=store,
@@ -414,10 +460,14 @@ def run(settings: Settings) -> int:
 
     try:
         asyncio.run(
-            kopf.operator(
+            operate(
+                stopping,
                 registry=registry,
                 clusterwide=True,
                 standalone=True,
+                # Ours, not kopf's default (user@host from the passwd database): the image runs
+                # as a uid with no passwd entry (65532, or any uid a cluster assigns).
+                identity=me,
                 memo=kopf.Memo(wiring=wiring, workflows=engine),
             )
         )
@@ -436,19 +486,24 @@ def _hand_over(stop: threading.Event, threads: list[threading.Thread], elector: 
 
 
 def run_watchdog(settings: Settings) -> int:
-    """The watchdog alone, as its own Deployment: it shares no process with the trigger."""
+    """The watchdog alone, as its own Deployment: it shares no process with the trigger. It runs
+    until SIGTERM, then releases its Lease."""
+    stopping = stop_on_sigterm()
     me = identity()
     api = api_client(lease_config(settings, lease_name=settings.watchdog.lease_name, me=me))
     clock = SystemClock()
     elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me)
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
-    elector.wait_until_leader()
+    if not wait_until_leader(elector, stopping):
+        elector.release()
+        return 0
     store = bucket_store(api, settings)
     events = EventRecorder(api, instance=me, background=True)
     watchdog = build_watchdog(
         api, settings, executions=executions, events=events, clock=clock, store=store, publish=metrics.publish_watchdog
     )
-    watch(watchdog, settings, threading.Event())
+    watch(watchdog, settings, stopping)
+    elector.release()
     return 0
 
 

@@ -95,6 +95,14 @@ class Dispatch(_Section):
         description="An attempt's pod still running after this long is recorded Running on its "
         "Execution; one that ends sooner goes from Ready straight to its outcome (one write).",
     )
+    pending_limit_seconds: float = Field(
+        300.0,
+        ge=1,
+        le=86400,
+        description="How long an attempt's pod may stay Pending for a cause that needs a person (an "
+        "image that cannot be pulled, a missing Secret or ConfigMap, no node that fits) before the "
+        "attempt fails as StuckPending: long enough for a registry or a Secret to come back.",
+    )
 
 
 class Workflows(_Section):

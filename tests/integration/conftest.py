@@ -6,6 +6,11 @@ on ports apart from the demo's), installs Vigil's CRDs and the workflow-requests
 ValidatingAdmissionPolicy (the chart's copy, as it is), and stops everything at
 the end. Set VIGIL_TEST_KEEP_CLUSTER=1 to leave it running between sessions
 for faster iteration; it is reused when found running.
+
+Tests marked `@pytest.mark.kubelet` need a real node: the `kubelet_cluster`
+fixture starts a second cluster the same way, with a kubelet, containerd 2 and
+runc instead of the node agent (in `.cluster/test-kubelet`, 500 ports above the
+first), only when such a test runs. The two clusters never share a node.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ GROUP, VERSION = "vigil.dev", "v1alpha1"
 #: Every namespaced kind of Vigil's, which `clear_namespace` empties.
 VIGIL_KINDS = ("scheduledjobs", "executions", "workflows", "workflowdefinitions", "schedulebuckets")
 PORT_BASE = int(os.environ.get("VIGIL_TEST_PORT_BASE", "26000"))  # apart from the demo's 16000
+#: The real node's cluster: its own state directory and ports (etcd +379/380, API +443, kubelet +248/250).
+KUBELET_STATE = STATE.with_name(f"{STATE.name}-kubelet")
+KUBELET_PORT_BASE = PORT_BASE + 500
 #: The workflow-requests ValidatingAdmissionPolicy and its binding: the one copy the chart renders.
 ADMISSION_POLICY = REPO / "helm" / "vigil" / "files" / "admission" / "workflow-requests.yaml"
 
@@ -172,6 +180,34 @@ def cluster() -> Iterator[KubeCluster]:
     else:
         handle = localcluster.up(STATE, PORT_BASE)
         kube = KubeCluster(handle.kubeconfig, handle.state / "bin")
+    install_vigil_api(kube)
+    try:
+        yield kube
+    finally:
+        if not keep:
+            localcluster.down(STATE)
+
+
+@pytest.fixture(scope="session")
+def kubelet_cluster() -> Iterator[KubeCluster]:
+    """A local control plane whose node is a real kubelet with containerd 2 and runc.
+
+    Started (binaries built, images loaded) the first time a `kubelet` test asks; stopped at
+    the end of the session unless VIGIL_TEST_KEEP_CLUSTER=1.
+    """
+    keep = os.environ.get("VIGIL_TEST_KEEP_CLUSTER") == "1"
+    handle = localcluster.up(KUBELET_STATE, KUBELET_PORT_BASE, node=localcluster.NODE_KUBELET)
+    kube = KubeCluster(handle.kubeconfig, handle.state / "bin")
+    install_vigil_api(kube)
+    try:
+        yield kube
+    finally:
+        if not keep:
+            localcluster.down(KUBELET_STATE)
+
+
+def install_vigil_api(kube: KubeCluster) -> None:
+    """Vigil's CRDs, Established, and the workflow-requests admission policy, enforced."""
     kube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     for path in sorted((REPO / "crds").glob("*.yaml")):
         name = yaml.safe_load(path.read_text())["metadata"]["name"]
@@ -182,11 +218,6 @@ def cluster() -> Iterator[KubeCluster]:
         timeout=60,
         what="the workflow-requests admission policy to be enforced",
     )
-    try:
-        yield kube
-    finally:
-        if not keep:
-            localcluster.down(STATE)
 
 
 def workflow_requests_enforced(kube: KubeCluster) -> bool:

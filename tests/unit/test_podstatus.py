@@ -272,7 +272,6 @@ def test_oom_of_any_container_wins_over_an_exit_code() -> None:
             "CreateContainerConfigError",
             id="missing-config",
         ),
-        pytest.param(waiting("InvalidImageName"), None, "InvalidImageName", id="invalid-image"),
         pytest.param(None, [UNSCHEDULABLE], "Unschedulable", id="unschedulable"),
     ],
 )
@@ -283,9 +282,32 @@ def test_stuck_pending_fails_only_after_the_limit(
     early = classify_pod(the_pod, now=CREATED + DEFAULT_PENDING_LIMIT)
     assert (early.phase, early.reason, early.retryable) == ("Pending", underlying, False)
     late = classify_pod(the_pod, now=CREATED + DEFAULT_PENDING_LIMIT + timedelta(seconds=1))
-    assert (late.phase, late.reason, late.retryable) == ("Failed", "StuckPending", True)
+    assert (late.phase, late.reason, late.retryable, late.stop_pod) == ("Failed", "StuckPending", True, True)
     assert late.message.startswith(f"{underlying}: ")
     assert "pending for 301s, limit 300s" in late.message
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        pytest.param(
+            "ErrImageNeverPull",
+            'Container image "vigil.local/absent:1" is not present with pull policy of Never',
+            id="never-pull",
+        ),
+        pytest.param("InvalidImageName", 'Failed to apply default image tag "Bad:Name"', id="invalid-name"),
+    ],
+)
+def test_an_image_the_node_will_never_run_fails_at_once(reason: str, message: str) -> None:
+    """No wait cures these: the kubelet retries them for ever, the attempt fails the moment it is seen."""
+    verdict = classify_pod(pod("Pending", waiting(reason, message)), now=CREATED + timedelta(seconds=1))
+    assert (verdict.phase, verdict.reason, verdict.retryable, verdict.stop_pod) == ("Failed", reason, True, True)
+    assert verdict.message == f"container 'main': {message}"
+
+
+def test_a_failure_the_pod_reached_by_itself_leaves_the_pod_alone() -> None:
+    verdict = classify_pod(pod("Failed", terminated(3)), now=NOW)
+    assert (verdict.reason, verdict.stop_pod) == ("ExitCode3", False)
 
 
 def test_pending_limit_is_a_parameter() -> None:

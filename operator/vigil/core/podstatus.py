@@ -18,10 +18,17 @@ Rules, first match wins:
 * not finished, but its node is lost (phase Unknown, reason NodeLost, a
   condition whose status is Unknown) → Failed ``NodeLost``;
 * not finished, but being deleted → Failed ``PodDeleted``;
+* Pending because its image is one the node will never run — not on the node
+  with ``imagePullPolicy: Never`` (``ErrImageNeverPull``), or a name that does
+  not parse (``InvalidImageName``) → Failed at once with that reason: a
+  configuration error no wait can cure, which the kubelet would retry for ever;
 * Pending for longer than `pending_limit` (from its creation) because an image
   cannot be pulled, its config is missing, or it cannot be scheduled →
   Failed ``StuckPending``, the underlying reason first in the message;
 * otherwise Pending or Running.
+
+A verdict on a pod that failed while still Pending says ``stop_pod``: the pod
+will never end by itself, so the caller deletes it.
 
 Every failure is retryable: whether to stop (cancellation) is the caller's
 decision, never the pod's. The main container is the first one in the pod's
@@ -43,9 +50,9 @@ from vigil.core.timeparse import parse_rfc3339, require_aware
 DEFAULT_PENDING_LIMIT = timedelta(minutes=5)
 EXIT_CODE_PREFIX = "ExitCode"
 #: Container waiting reasons that keep a pod Pending until someone fixes something.
-STUCK_WAITING_REASONS = frozenset(
-    {"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "InvalidImageName"}
-)
+STUCK_WAITING_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
+#: Container waiting reasons no wait cures: the attempt fails at once, with the reason as written.
+UNRUNNABLE_WAITING_REASONS = frozenset({"ErrImageNeverPull", "InvalidImageName"})
 UNSCHEDULABLE = "Unschedulable"
 #: The terminated reason a kubelet writes for a container it can no longer find.
 CONTAINER_STATUS_UNKNOWN = "ContainerStatusUnknown"
@@ -90,6 +97,7 @@ class PodVerdict:
     finished_at: datetime | None = None
     retryable: bool = False  # True for every failure; False while the pod runs or after success
     output: str | None = None  # the main container's termination message
+    stop_pod: bool = False  # failed while Pending: the pod will never end by itself, delete it
 
     @property
     def finished(self) -> bool:
@@ -221,6 +229,12 @@ def _node_lost(facts: _Facts) -> bool:
 
 
 def _pending(facts: _Facts, *, now: datetime, limit: timedelta) -> PodVerdict:
+    unrunnable = next((c for c in facts.containers if c.waiting.get("reason") in UNRUNNABLE_WAITING_REASONS), None)
+    if unrunnable is not None:
+        reason = str(unrunnable.waiting["reason"])
+        detail = str(unrunnable.waiting.get("message") or "")
+        message = f"container {unrunnable.name!r}: {detail}" if detail else f"container {unrunnable.name!r}"
+        return dataclasses.replace(_failure(facts, reason, message), stop_pod=True)
     cause = _pending_cause(facts)
     if cause is None:
         waiting = facts.main.waiting.get("reason", "") if facts.main else ""
@@ -230,7 +244,7 @@ def _pending(facts: _Facts, *, now: datetime, limit: timedelta) -> PodVerdict:
     if pending_for is None or pending_for <= limit:
         return _verdict(facts, PodPhase.PENDING, reason, detail)
     message = f"{reason}: {detail} (pending for {_seconds(pending_for)}, limit {_seconds(limit)})"
-    return _failure(facts, PodReason.STUCK_PENDING, message)
+    return dataclasses.replace(_failure(facts, PodReason.STUCK_PENDING, message), stop_pod=True)
 
 
 def _pending_cause(facts: _Facts) -> tuple[str, str] | None:

@@ -39,7 +39,7 @@ from vigil.core.executions import (
     start,
 )
 from vigil.core.ids import ExecutionId, pod_name
-from vigil.core.podstatus import PodPhase, PodVerdict, attempt_result, classify_pod, deleted_verdict
+from vigil.core.podstatus import PodVerdict, attempt_result, classify_pod, deleted_verdict
 from vigil.core.ports import Clock, Conflict
 from vigil.kube.dispatcher import Started, as_started
 from vigil.kube.executions import ExecutionStore, execution_cache, readable
@@ -166,12 +166,10 @@ class ExecutionController:
         name = pod["metadata"]["name"]
         running = ex if ex.phase is Phase.RUNNING else start(ex, pod=name, now=pod_started_at(pod))
         verdict = classify_pod(pod, now=now, pending_limit=self._pending_limit)
-        if verdict.finished and verdict.reason != "StuckPending":
+        if verdict.finished:
             self._end(obj, running, verdict)
-            return None
-        if verdict.phase is PodPhase.FAILED:  # stuck pending: fail the attempt, stop its pod
-            self._end(obj, running, verdict)
-            self._delete_pod(name, ex.namespace, grace=0)
+            if verdict.stop_pod:  # failed while Pending (stuck, or an image it will never run)
+                self._delete_pod(name, ex.namespace, grace=0)
             return None
         if ex.phase is Phase.READY:
             assert running.started_at is not None
