@@ -15,7 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.workflowsim import FAST_RETRY, T0, World, pod, replayed_decisions_match
+from tests.unit.workflowsim import (
+    FAST_RETRY,
+    T0,
+    UID,
+    World,
+    dags,
+    drive,
+    pod,
+    replayed_decisions_match,
+)
 from vigil.core.executions import RetryPolicy
 from vigil.core.orchestrator import (
     current,
@@ -42,8 +51,6 @@ from vigil.core.workflow import (
     fold,
     parse_output,
 )
-
-UID = "0b7c6a52-1f0e-4f4e-9b7e-3a1c2d3e4f50"
 
 
 def diamond(**options: Any) -> Definition:
@@ -455,66 +462,6 @@ def test_output_is_json_when_it_parses_and_capped() -> None:
 
 
 # --- properties -------------------------------------------------------------------------------
-
-
-@st.composite
-def dags(draw: st.DrawFn) -> Definition:
-    count = draw(st.integers(min_value=1, max_value=7))
-    steps = []
-    for index in range(count):
-        deps = draw(st.sets(st.integers(min_value=0, max_value=index - 1), max_size=3)) if index else set()
-        kind = draw(st.sampled_from([StepKind.POD, StepKind.POD, StepKind.APPROVAL, StepKind.WAIT]))
-        options: dict[str, Any] = {
-            "on_error": draw(st.sampled_from(list(ErrorAction))),
-            "compensable": draw(st.booleans()) and kind is StepKind.POD,
-            "timeout": draw(st.sampled_from([None, timedelta(seconds=30)])),
-        }
-        if kind is StepKind.APPROVAL:
-            options |= {
-                "approvers": ("user:alice",),
-                "on_timeout": draw(st.sampled_from(list(TimeoutAction))),
-                "escalation": (Level(approvers=("user:bob",), after=timedelta(seconds=20)),),
-                "on_exhausted": draw(st.sampled_from([TimeoutAction.FAIL, TimeoutAction.SKIP])),
-            }
-        if kind is StepKind.WAIT:
-            options["wait_for"] = timedelta(seconds=draw(st.integers(1, 60)))
-        steps.append(
-            StepDef(
-                id=f"s{index}",
-                kind=kind,
-                depends_on=tuple(f"s{d}" for d in sorted(deps)),
-                retry=FAST_RETRY,
-                **options,
-            )
-        )
-    on_failure = draw(st.sampled_from(list(FailureAction)))
-    return Definition(uid=UID, steps=tuple(steps), on_failure=on_failure)
-
-
-def drive(world: World, data: st.DataObject, *, moves: int = 60) -> None:
-    """Feed random possible inputs until the workflow ends or ``moves`` run out."""
-    for number in range(moves):
-        state = world.state
-        if state.finished:
-            return
-        options: list[tuple[str, Any]] = [("pod", w) for w in wanted_pods(world.definition, state)]
-        options += [("timer", t) for t in timers(state)]
-        options += [("approval", s) for s, st_ in state.steps.items() if st_.approvers and st_.phase is StepPhase.RUNNING]
-        options += [("request", Event.CANCEL_REQUESTED), ("request", Event.RETRY_REQUESTED)]
-        kind, choice = data.draw(st.sampled_from(options))
-        world.tick(data.draw(st.integers(0, 40)))
-        if kind == "pod":
-            world.pod_result(choice.step, ok=data.draw(st.booleans()), output={"n": number})
-        elif kind == "timer":
-            world.now = max(world.now, choice.at)
-            world.fire_due_timers()
-        elif kind == "approval":
-            event = data.draw(st.sampled_from([Event.APPROVED, Event.REJECTED]))
-            by = data.draw(st.sampled_from(["alice", "bob", "mallory"]))
-            world.request(event, choice, by=by, request=f"r{number}")
-        else:
-            step = data.draw(st.sampled_from([s.id for s in world.definition.steps]))
-            world.request(choice, step, by="alice", request=f"r{number}")
 
 
 PROPERTY_SETTINGS = settings(

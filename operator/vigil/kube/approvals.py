@@ -78,9 +78,16 @@ from vigil.core.approvaltokens import (
 from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.ports import Clock, Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.core.workflow import Event, Record, StepKind, normal_approver, records_from_data
+from vigil.core.workflow import (
+    TERMINAL_WORKFLOW_PHASES,
+    Event,
+    Record,
+    StepKind,
+    normal_approver,
+    records_from_data,
+)
 from vigil.kube.conflicts import retry_on_conflict
-from vigil.kube.workflows import FINISHED_PHASES, Pass
+from vigil.kube.workflows import Pass
 from vigil.model import GROUP
 from vigil.model.names import (
     ANNOTATION_PURPOSE,
@@ -404,7 +411,7 @@ class TokenPublisher:
         """The engine's after-pass hook: send when the pass (or anything before it) calls for it."""
         key = (done.namespace, done.name)
         try:
-            if done.phase in FINISHED_PHASES:
+            if done.phase in TERMINAL_WORKFLOW_PHASES:
                 self._forget(key)
                 return
             self._notice_rotation()

@@ -34,8 +34,7 @@ from vigil.model.names import (
     LABEL_WORKFLOW_UID,
     MANAGED_BY_WORKFLOWS,
 )
-
-# Declared in vigil.model.names; re-exported for the workflow engine, which reads step pods by it.
+from vigil.model.workflow import WORKFLOW
 
 
 def workflow_pod(
@@ -65,7 +64,7 @@ def workflow_pod(
         ]
     pod = build_pod(
         template=template,
-        owner={**workflow, "kind": "Workflow"},
+        owner={**workflow, "kind": WORKFLOW.kind},
         execution_id=wanted.execution_id,
         attempt=wanted.attempt,
         env=env,
@@ -103,7 +102,7 @@ def pod_result(pod: Mapping[str, Any], wanted: WantedPod, *, now: datetime) -> R
     return Record(Event.POD_FAILED, now, wanted.step, wanted.attempt, detail)
 
 
-
+#: The step pod cache's index: pods by their workflow's uid.
 BY_WORKFLOW = "workflow-uid"
 
 
@@ -111,7 +110,7 @@ def workflow_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
     """(namespace, workflow name) of a step pod, from its owner reference."""
     meta = pod["metadata"]
     for owner in meta.get("ownerReferences") or []:
-        if owner.get("kind") == "Workflow":
+        if owner.get("kind") == WORKFLOW.kind:
             return (meta["namespace"], owner["name"])
     return None
 

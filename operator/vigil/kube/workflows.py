@@ -45,32 +45,33 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.checkpoint import Budget, Checkpoint, compact, entry_bytes, output_digest, resume
-from vigil.core.conditions import set_condition
+from vigil.core.checkpoint import Budget, output_digest, resume
+from vigil.core.conditions import ConditionReason
 from vigil.core.history import WorkflowEventRecord
 from vigil.core.ids import ExecutionId, pod_name
-from vigil.core.orchestrator import (
-    WantedPod,
-    current,
-    inputs_for,
-    next_wakeup,
-    progress,
-    record_input,
-    stuck_steps,
-    timers,
-    wanted_pods,
-)
+from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps, wanted_pods
 from vigil.core.ports import Clock, HistoryUnavailable, WorkflowHistorySink
-from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.core.workflow import (
-    RULES,
     Definition,
     Event,
     Record,
     WorkflowState,
     fold,
-    parse_output,
-    records_from_data,
+)
+from vigil.core.workflowpass import (
+    INVALID_RECHECK,
+    JOB_OUTCOMES,
+    HistoryFull,
+    Recorded,
+    StatusLimits,
+    announcements,
+    build_status,
+    gather_inputs,
+    invalid_status,
+    job_recent,
+    needs_pass,
+    next_pass,
+    started_status,
 )
 from vigil.core.workflowttl import Verdict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
@@ -81,7 +82,14 @@ from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
 from vigil.kube.workflowttl import WorkflowTtl
 from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
-from vigil.model.names import LABEL_PRIORITY, LABEL_WORKFLOW_UID
+from vigil.model.names import (
+    LABEL_PRIORITY,
+    LABEL_WORKFLOW_UID,
+    SCHEDULED_JOBS,
+    WORKFLOW_DEFINITIONS,
+    WORKFLOWS,
+)
+from vigil.model.scheduledjob import SCHEDULED_JOB
 from vigil.model.workflow import HISTORY_MAX_ITEMS
 from vigil.model.workflowspec import (
     InvalidWorkflow,
@@ -93,18 +101,7 @@ from vigil.model.workflowspec import (
 
 log = logging.getLogger(__name__)
 
-PLURAL = "workflows"
-DEFINITIONS = "workflowdefinitions"
-JOBS = "scheduledjobs"
-#: How a workflow's end reads in its ScheduledJob's `recent` list.
-JOB_OUTCOMES = {
-    Event.WORKFLOW_SUCCEEDED: "Succeeded",
-    Event.WORKFLOW_FAILED: "Failed",
-    Event.WORKFLOW_COMPENSATED: "Failed",
-    Event.WORKFLOW_CANCELLED: "Cancelled",
-}
 CONFLICT_TRIES = 8  # concurrent status writers tolerated in one pass
-INPUT_ROUNDS = 10  # new inputs gathered per pass before writing (results can make timers due)
 RETRY_AFTER_ERROR = timedelta(seconds=5)
 #: When the oldest mirrored entries leave the status for the checkpoint (and outputs over 256
 #: bytes leave with them): 500 entries or 256 KiB of them, leaving half of each.
@@ -112,39 +109,9 @@ HISTORY_BUDGET = Budget(items=500, bytes=256 * 1024, inline_output_bytes=256)
 #: The most entry bytes a status holds while the database is behind: with the checkpoint (one
 #: summary per step), the pinned definition and the spec, the object stays below etcd's 1.5 MB.
 HISTORY_MAX_BYTES = 640 * 1024
+LIMITS = StatusLimits(budget=HISTORY_BUDGET, max_items=HISTORY_MAX_ITEMS, max_bytes=HISTORY_MAX_BYTES)
 #: Entries kept in a cache of outputs read back from the database.
 OUTPUT_CACHE_ENTRIES = 256
-CONDITION_INVALID = "Invalid"
-CONDITION_STUCK = "Stuck"
-FINISHED_PHASES = ("Succeeded", "Failed", "Compensated", "Cancelled")
-
-#: Decisions and inputs that deserve an Event: (type, reason).
-EVENTS: dict[Event, tuple[str, str]] = {
-    Event.STEP_FAILED: (WARNING, "StepFailed"),
-    Event.STEP_SKIPPED: (NORMAL, "StepSkipped"),
-    Event.ESCALATED: (WARNING, "ApprovalEscalated"),
-    Event.REQUEST_REFUSED: (WARNING, "RequestRefused"),
-    Event.APPROVED: (NORMAL, "StepApproved"),
-    Event.REJECTED: (WARNING, "StepRejected"),
-    Event.COMPLETED_MANUALLY: (NORMAL, "StepCompletedManually"),
-    Event.RETRY_REQUESTED: (NORMAL, "StepRetryRequested"),
-    Event.CANCEL_REQUESTED: (NORMAL, "CancelRequested"),
-    Event.COMPENSATION_STARTED: (NORMAL, "CompensationStarted"),
-    Event.COMPENSATION_FAILED: (WARNING, "CompensationFailed"),
-    Event.WORKFLOW_SUCCEEDED: (NORMAL, "WorkflowSucceeded"),
-    Event.WORKFLOW_FAILED: (WARNING, "WorkflowFailed"),
-    Event.WORKFLOW_COMPENSATING: (WARNING, "WorkflowCompensating"),
-    Event.WORKFLOW_COMPENSATED: (NORMAL, "WorkflowCompensated"),
-    Event.WORKFLOW_CANCELLED: (NORMAL, "WorkflowCancelled"),
-}
-
-REQUEST_EVENTS = {
-    "approve": Event.APPROVED,
-    "reject": Event.REJECTED,
-    "retry": Event.RETRY_REQUESTED,
-    "complete": Event.COMPLETED_MANUALLY,
-    "cancel": Event.CANCEL_REQUESTED,
-}
 
 Key = tuple[str, str]
 
@@ -153,35 +120,8 @@ class Conflict(Exception):
     """The workflow changed since it was read; the pass starts again."""
 
 
-class HistoryFull(Exception):
-    """The status cannot take more entries until the history database has the oldest."""
-
-
 class OutputUnavailable(Exception):
     """A step output that left the status cannot be read back from the history database."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Recorded:
-    """What a Workflow's status holds of its history: the checkpoint, the entries after it, and
-    how many entries, counted from the first, are in the history database."""
-
-    checkpoint: Checkpoint | None
-    entries: list[Record]
-    mirrored: int
-
-    @property
-    def base(self) -> int:
-        """The seq of the first entry in the status."""
-        return self.checkpoint.seq if self.checkpoint else 0
-
-    @classmethod
-    def of(cls, status: Mapping[str, Any]) -> Recorded:
-        return cls(
-            Checkpoint.from_data(status.get("checkpoint")),
-            records_from_data(status.get("history") or []),
-            int(status.get("historyMirrored") or 0),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,11 +158,11 @@ class WorkflowApi:
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Workflow, or None when there is none of that name."""
-        return self._get(PLURAL, namespace, name)
+        return self._get(WORKFLOWS, namespace, name)
 
     def definition(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The WorkflowDefinition, or None when there is none of that name."""
-        return self._get(DEFINITIONS, namespace, name)
+        return self._get(WORKFLOW_DEFINITIONS, namespace, name)
 
     def list_all(self) -> Iterator[dict[str, Any]]:
         """Every Workflow, a page at a time (finished ones carry whole histories)."""
@@ -231,7 +171,7 @@ class WorkflowApi:
             kwargs: dict[str, Any] = {"limit": LIST_PAGE}
             if token:
                 kwargs["_continue"] = token
-            page = self.custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+            page = self.custom.list_cluster_custom_object(GROUP, VERSION, WORKFLOWS, **kwargs)
             yield from page["items"]
             token = (page.get("metadata") or {}).get("continue")
             if not token:
@@ -243,7 +183,7 @@ class WorkflowApi:
         meta = obj["metadata"]
         try:
             written: dict[str, Any] = self.custom.replace_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], {**obj, "status": status}
+                GROUP, VERSION, meta["namespace"], WORKFLOWS, meta["name"], {**obj, "status": status}
             )
         except ApiException as err:
             if err.status in (404, 409):
@@ -252,11 +192,11 @@ class WorkflowApi:
         return str(written["metadata"]["resourceVersion"])
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self._get(JOBS, namespace, name)
+        return self._get(SCHEDULED_JOBS, namespace, name)
 
     def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, JOBS, name, {"status": status}
+            GROUP, VERSION, namespace, SCHEDULED_JOBS, name, {"status": status}
         )
 
     def pods(self, namespace: str, uid: str) -> dict[str, dict[str, Any]]:
@@ -360,16 +300,12 @@ class WorkflowEngine:
 
     def rescan(self) -> int:
         """Queue every workflow that is unfinished, not yet mirrored, or finished and past its
-        ttlAfterFinished; the count queued."""
+        ttlAfterFinished (:func:`vigil.core.workflowpass.needs_pass`); the count queued."""
         queued = 0
         now = self._clock.now()
         for obj in self.api.list_all():
-            status = obj.get("status") or {}
-            unfinished = status.get("phase") not in FINISHED_PHASES
-            recorded = int((status.get("checkpoint") or {}).get("seq") or 0) + len(status.get("history") or [])
-            unmirrored = self._history is not None and int(status.get("historyMirrored") or 0) < recorded
             expired = self._ttl is not None and self._ttl.due(obj, now)
-            if unfinished or unmirrored or expired:
+            if needs_pass(obj.get("status") or {}, mirroring=self._history is not None, expired=expired):
                 meta = obj["metadata"]
                 self.notify(meta["namespace"], meta["name"])
                 queued += 1
@@ -433,7 +369,7 @@ class WorkflowEngine:
             except HistoryFull as full:
                 raise RuntimeError(f"workflow {namespace}/{name}: {full}; try again") from None
             try:
-                self._wrote(obj, self.api.write_status(obj, new_status))
+                self._write(obj, new_status)
             except Conflict:
                 continue
             self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries))
@@ -449,24 +385,29 @@ class WorkflowEngine:
         now = self._clock.now()
         if not status.get("definition"):
             return self._start(obj, now)
-        uid = obj["metadata"]["uid"]
+        meta = obj["metadata"]
         pinned = status["definition"]
-        definition = definition_of(pinned, uid=uid)
+        definition = definition_of(pinned, uid=meta["uid"])
         recorded = Recorded.of(status)
         state = resume(definition, recorded.checkpoint, recorded.entries)
-        pods = self.api.pods(obj["metadata"]["namespace"], uid)
-        new = self._record_inputs(obj, definition, state, pods, now)
+        pods = self.api.pods(meta["namespace"], meta["uid"])
+        new = gather_inputs(
+            definition,
+            state,
+            requests=(obj.get("spec") or {}).get("requests") or [],
+            result_of=lambda wanted: _result(pods, wanted, now),
+            now=now,
+        )
         stuck = tuple(stuck_steps(definition, state, now=now))
         mirrored = self._mirror(obj, recorded.base, recorded.entries, recorded.mirrored)
         entries = [*recorded.entries, *new]
         try:
             new_status = self._status(obj, definition, state, recorded, entries, mirrored, stuck, now)
         except HistoryFull as full:
-            log.warning("workflow %s/%s: %s; nothing recorded, trying again later", obj["metadata"]["namespace"],
-                        obj["metadata"]["name"], full)  # fmt: skip
+            log.warning("workflow %s/%s: %s; nothing recorded, trying again later", meta["namespace"],
+                        meta["name"], full)  # fmt: skip
             return now + RETRY_AFTER_ERROR
-        if new_status != status:
-            self._wrote(obj, self.api.write_status(obj, new_status))
+        if self._write(obj, new_status):
             # Now recorded: mirror them at once, best effort. The counter in status catches up on
             # a later pass (rewriting is idempotent), and after an outage that pass writes them.
             self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries))
@@ -474,7 +415,7 @@ class WorkflowEngine:
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
         self._tell_job(obj, new)
-        wake = self._next_pass(definition, state, now)
+        wake = next_pass(definition, state, now)
         if self._ttl is None or not state.finished:
             return wake
         ending = self._ttl.after_pass(obj, new_status, now)  # the status as it now stands
@@ -482,39 +423,40 @@ class WorkflowEngine:
             return None
         return min((at for at in (wake, ending.at) if at is not None), default=None)
 
+    def _write(self, obj: Mapping[str, Any], new_status: dict[str, Any]) -> bool:
+        """The Workflow's one status writer: the status built from the folded state, compared
+        with the one read, and written (whole, conditional on the resourceVersion read) only
+        when it differs; whether it was written. Conflict when the workflow changed meanwhile."""
+        if new_status == (obj.get("status") or {}):
+            return False
+        resource_version = self.api.write_status(obj, new_status)
+        meta = obj["metadata"]
+        with self._lock:
+            self._own[(meta["namespace"], meta["name"])] = resource_version
+        return True
+
     def _tell_job(self, obj: Mapping[str, Any], new: Sequence[Record]) -> None:
         """A workflow started by a ScheduledJob ended: record it in the job's status, as an
         execution's end is (`recent`, and `lastSuccessfulTime` that the watchdog reads)."""
-        ended = [r for r in new if r.event in JOB_OUTCOMES]
         owner = next(
-            (o for o in obj["metadata"].get("ownerReferences") or [] if o.get("kind") == "ScheduledJob"),
+            (o for o in obj["metadata"].get("ownerReferences") or [] if o.get("kind") == SCHEDULED_JOB.kind),
             None,
         )
-        if not ended or owner is None:
+        if owner is None or not any(r.event in JOB_OUTCOMES for r in new):
             return
-        record = ended[-1]
         meta = obj["metadata"]
         job = self.api.job(meta["namespace"], owner["name"])
         if job is None or job["metadata"]["uid"] != owner.get("uid"):
             return
-        status = job.get("status") or {}
-        entry = {
-            "executionId": meta["name"],
-            "attempt": 1,
-            "outcome": JOB_OUTCOMES[record.event],
-            "scheduledFor": (meta.get("annotations") or {}).get(ANNOTATION_SCHEDULED_FOR)
-            or format_rfc3339(record.at),
-            "finishedAt": format_rfc3339(record.at),
-            "reason": str(record.event),
-        }
-        recent = [r for r in status.get("recent") or [] if r.get("executionId") != meta["name"]]
-        patch: dict[str, Any] = {"recent": [*recent, entry][-RECENT_SIZE:]}
-        previous = status.get("lastSuccessfulTime")
-        if record.event is Event.WORKFLOW_SUCCEEDED and (
-            previous is None or parse_rfc3339(previous) < record.at
-        ):
-            patch["lastSuccessfulTime"] = format_rfc3339(record.at)
-        self.api.patch_job_status(meta["namespace"], owner["name"], patch)
+        patch = job_recent(
+            job.get("status") or {},
+            workflow=meta["name"],
+            scheduled_for=(meta.get("annotations") or {}).get(ANNOTATION_SCHEDULED_FOR),
+            new=new,
+            size=RECENT_SIZE,
+        )
+        if patch is not None:
+            self.api.patch_job_status(meta["namespace"], owner["name"], patch)
 
     def _report(
         self, obj: Mapping[str, Any], new: Sequence[Record], stuck: Sequence[str], state: WorkflowState
@@ -522,16 +464,6 @@ class WorkflowEngine:
         if self._on_pass is not None:
             meta = obj["metadata"]
             self._on_pass(Pass(meta["namespace"], meta["name"], tuple(new), tuple(stuck), str(state.phase)))
-
-    def _next_pass(self, definition: Definition, state: WorkflowState, now: datetime) -> datetime | None:
-        wakes = [at for at in (next_wakeup(state),) if at is not None]
-        for step in definition.steps:
-            folded = state.steps[step.id]
-            if step.expected_duration and folded.attempt_started_at and folded.phase == "Running":
-                due = folded.attempt_started_at + step.expected_duration
-                if due > now:
-                    wakes.append(due + timedelta(seconds=1))
-        return min(wakes) if wakes else None
 
     def _start(self, obj: dict[str, Any], now: datetime) -> datetime | None:
         meta = obj["metadata"]
@@ -548,75 +480,34 @@ class WorkflowEngine:
             return self._invalid(obj, status, error, now)
         state = fold(definition, [])
         records = record_input(definition, state, Record(Event.WORKFLOW_STARTED, now))
-        conditions = set_condition(
-            status.get("conditions") or [],
-            type_=CONDITION_INVALID,
-            status=False,
-            reason="Valid",
-            message="",
+        new_status = started_status(
+            status,
             generation=meta.get("generation", 0),
+            pinned=pinned,
+            definition=definition,
+            state=state,
+            records=records,
+            limits=LIMITS,
             now=now,
         )
-        new_status = self._status(obj, definition, state, Recorded(None, [], 0), records, 0, (), now)
-        new_status["conditions"] = conditions
-        new_status["definition"] = pinned
-        self._wrote(obj, self.api.write_status(obj, new_status))
+        self._write(obj, new_status)
         self._mirror(obj, 0, records, 0)
         self._act(obj, pinned, definition, state, {})
         self._announce(obj, records, (), status)
         self._report(obj, records, (), state)
-        return next_wakeup(state)
+        return next_pass(definition, state, now)
 
     def _invalid(
         self, obj: dict[str, Any], status: Mapping[str, Any], error: Exception, now: datetime
     ) -> datetime | None:
-        meta = obj["metadata"]
         message = str(error)
-        conditions = set_condition(
-            status.get("conditions") or [],
-            type_=CONDITION_INVALID,
-            status=True,
-            reason="InvalidSpec",
-            message=message,
-            generation=meta.get("generation", 0),
-            now=now,
-        )
-        before = [c for c in status.get("conditions") or [] if c.get("type") == CONDITION_INVALID]
-        if before and before[0].get("status") == "True" and before[0].get("message") == message:
-            return now + timedelta(seconds=30)  # already reported; a missing definition may appear
-        self._wrote(obj, self.api.write_status(
-            obj,
-            {**status, "phase": "Pending", "conditions": conditions, "observedGeneration": meta.get("generation")},
-        ))
-        if self._events is not None:
-            self._events.emit(obj, type_=WARNING, reason="InvalidSpec", message=message)
-        return now + timedelta(seconds=30)
+        new_status = invalid_status(status, generation=obj["metadata"].get("generation", 0), message=message, now=now)
+        if new_status is not None:  # None: reported already
+            self._write(obj, new_status)
+            if self._events is not None:
+                self._events.emit(obj, type_=WARNING, reason=ConditionReason.INVALID_SPEC, message=message)
+        return now + INVALID_RECHECK
 
-    def _record_inputs(
-        self,
-        obj: Mapping[str, Any],
-        definition: Definition,
-        state: WorkflowState,
-        pods: Mapping[str, Mapping[str, Any]],
-        now: datetime,
-    ) -> list[Record]:
-        new: list[Record] = []
-        for request in (obj.get("spec") or {}).get("requests") or []:
-            if request.get("id") not in state.requests:
-                new += record_input(definition, state, _request_input(request, now))
-        for _ in range(INPUT_ROUNDS):
-            found = [
-                result
-                for wanted in wanted_pods(definition, state)
-                if (pod := pods.get(_pod_name(wanted))) is not None
-                and (result := pod_result(pod, wanted, now=now)) is not None
-            ]
-            found += [timer.record(now=now) for timer in timers(state) if timer.at <= now]
-            if not found:
-                break
-            for record in found:
-                new += record_input(definition, state, record)
-        return new
 
     def _mirror(self, obj: Mapping[str, Any], base: int, entries: Sequence[Record], mirrored: int) -> int:
         """Write the recorded-but-unmirrored entries to the database; the new mirrored count.
@@ -659,48 +550,19 @@ class WorkflowEngine:
         stuck: Sequence[str],
         now: datetime,
     ) -> dict[str, Any]:
-        """The new status: ``entries`` are the history after ``recorded.checkpoint``, the new
-        ones included. Over the budget, the oldest mirrored ones go into the checkpoint;
-        HistoryFull when what must stay is more than a status may hold."""
-        meta = obj["metadata"]
-        checkpoint, kept = compact(definition, recorded.checkpoint, entries, mirrored=mirrored, budget=HISTORY_BUDGET)
-        held = sum(entry_bytes(record) for record in kept)
-        if len(kept) > HISTORY_MAX_ITEMS or held > HISTORY_MAX_BYTES:
-            raise HistoryFull(
-                f"{len(kept)} history entries ({held} bytes) wait for the history database, which has "
-                f"{mirrored} of {(checkpoint.seq if checkpoint else 0) + len(kept)}"
-            )
-        status = dict(obj.get("status") or {})
-        conditions = set_condition(
-            status.get("conditions") or [],
-            type_=CONDITION_STUCK,
-            status=bool(stuck),
-            reason="PastExpectedDuration" if stuck else "OnTime",
-            message=f"running past expectedDuration: {', '.join(stuck)}" if stuck else "",
-            generation=meta.get("generation", 0),
+        return build_status(
+            obj.get("status") or {},
+            generation=obj["metadata"].get("generation", 0),
+            definition=definition,
+            state=state,
+            recorded=recorded,
+            entries=entries,
+            mirrored=mirrored,
+            stuck=stuck,
+            limits=LIMITS,
             now=now,
         )
-        status.update(
-            {
-                "observedGeneration": meta.get("generation"),
-                "phase": str(state.phase),
-                "history": [record.to_data() for record in kept],
-                "historyMirrored": mirrored,
-                "steps": {step_id: _step_summary(folded) for step_id, folded in state.steps.items()},
-                "progress": progress(definition, state),
-                "current": current(definition, state),
-                "conditions": conditions,
-            }
-        )
-        if checkpoint is not None:
-            status["checkpoint"] = checkpoint.to_data()
-        if state.started_at is not None:
-            status["startedAt"] = format_rfc3339(state.started_at)
-        if state.finished_at is not None:
-            status["finishedAt"] = format_rfc3339(state.finished_at)
-        else:
-            status.pop("finishedAt", None)
-        return status
+
 
     def _act(
         self,
@@ -773,68 +635,15 @@ class WorkflowEngine:
     ) -> None:
         if self._events is None:
             return
-        for record in new:
-            kind = EVENTS.get(record.event)
-            if kind is not None:
-                self._events.emit(obj, type_=kind[0], reason=kind[1], message=_describe(record))
-        was_stuck = any(
-            c.get("type") == CONDITION_STUCK and c.get("status") == "True"
-            for c in before.get("conditions") or []
-        )
-        if stuck and not was_stuck:
-            self._events.emit(
-                obj,
-                type_=WARNING,
-                reason="StepStuck",
-                message=f"running past expectedDuration: {', '.join(stuck)}",
-            )
+        for said in announcements(new, stuck=stuck, before=before):
+            self._events.emit(obj, type_=WARNING if said.warning else NORMAL, reason=said.reason, message=said.message)
 
 
 def _pod_name(wanted: WantedPod) -> str:
     return pod_name(ExecutionId(wanted.execution_id), wanted.attempt)
 
 
-def _request_input(request: Mapping[str, Any], now: datetime) -> Record:
-    event = REQUEST_EVENTS[request["action"]]
-    detail: dict[str, Any] = {"request": request["id"], "by": request.get("by", ""), "rules": RULES}
-    for key in ("byGroups", "reason"):
-        if request.get(key):
-            detail[key] = request[key]
-    if event is Event.COMPLETED_MANUALLY:
-        detail["output"] = parse_output(request.get("output"))
-    return Record(event, now, step=request.get("step"), detail=detail)
-
-
-def _step_summary(folded: Any) -> dict[str, Any]:
-    summary: dict[str, Any] = {"phase": str(folded.phase), "attempts": folded.attempt}
-    for key, value in (
-        ("startedAt", folded.started_at),
-        ("finishedAt", folded.finished_at),
-        ("retryAt", folded.retry_at),
-        ("deadline", folded.deadline),
-    ):
-        if value is not None:
-            summary[key] = format_rfc3339(value)
-    if folded.reason:
-        summary["reason"] = folded.reason
-    if folded.decided_by:
-        summary["decidedBy"] = folded.decided_by
-    if folded.manual:
-        summary["manual"] = True
-    if folded.approvers:
-        summary["approvers"] = list(folded.approvers)
-        summary["level"] = folded.level
-    if folded.compensation is not None:
-        summary["compensation"] = str(folded.compensation.phase)
-    return summary
-
-
-def _describe(record: Record) -> str:
-    parts = [str(record.event)]
-    if record.step:
-        parts.append(f"step {record.step}")
-    for key in ("reason", "by", "message", "approvers"):
-        value = record.detail.get(key)
-        if value:
-            parts.append(f"{key}: {value}")
-    return "; ".join(parts)
+def _result(pods: Mapping[str, Mapping[str, Any]], wanted: WantedPod, now: datetime) -> Record | None:
+    """What the pod a step wants reports: its result, or None while it runs or does not exist."""
+    pod = pods.get(_pod_name(wanted))
+    return None if pod is None else pod_result(pod, wanted, now=now)

@@ -1,0 +1,439 @@
+"""The decisions of one workflow engine pass, apart from the I/O around them.
+
+The engine (:mod:`vigil.kube.workflows`) reads a Workflow and its step pods, and
+writes a status, pods and Events; everything it decides in between is here, as
+functions of (definition, folded state, what was read, ``now``):
+
+* :func:`gather_inputs` — which inputs are new this pass (users' requests not yet
+  recorded, results of the pods the state wants, timers whose time has come) and
+  the decisions each leads to, appended to the state as they are recorded;
+* :func:`next_pass` — when the workflow next needs a pass: the earliest of its
+  timers and of the moments a running step passes its expectedDuration;
+* :func:`build_status` — the whole new status from the folded state: history
+  (compacted into the checkpoint past a budget), the per-step summaries, phase,
+  progress and conditions merged by type; :func:`started_status` and
+  :func:`invalid_status` for a workflow's first pass;
+* :func:`needs_pass` — which workflows a full rescan queues;
+* :func:`announcements` — the Events a pass's records deserve;
+* :func:`job_recent` — how a workflow's end reads in its ScheduledJob's ``recent``.
+
+No clock (``now`` is passed in), no Kubernetes, no I/O: the engine reads ``now``
+once per pass and hands it down, so every rule here is a unit test away.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from vigil.core.checkpoint import Budget, Checkpoint, compact, entry_bytes
+from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
+from vigil.core.orchestrator import (
+    WantedPod,
+    current,
+    progress,
+    record_input,
+    timers,
+    wanted_pods,
+)
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.core.workflow import (
+    RULES,
+    TERMINAL_WORKFLOW_PHASES,
+    Definition,
+    Event,
+    Record,
+    StepPhase,
+    StepState,
+    WorkflowPhase,
+    WorkflowState,
+    parse_output,
+    records_from_data,
+)
+
+#: Rounds of input gathering per pass before writing (a result can make a timer due).
+INPUT_ROUNDS = 10
+#: A pass after a step's expectedDuration comes this long after it, so the step is past it.
+STUCK_MARGIN = timedelta(seconds=1)
+#: An invalid workflow is looked at again this often (a missing definition may appear).
+INVALID_RECHECK = timedelta(seconds=30)
+
+
+class HistoryFull(Exception):
+    """The status cannot take more entries until the history database has the oldest."""
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusLimits:
+    """How much history a Workflow's status holds.
+
+    ``budget``: past it the oldest mirrored entries fold into the checkpoint;
+    ``max_items``/``max_bytes``: the most entries a status holds while the history database is
+    behind (the CRD's maxItems, and what keeps the object below etcd's 1.5 MB).
+    """
+
+    budget: Budget
+    max_items: int
+    max_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """What a Workflow's status holds of its history: the checkpoint, the entries after it, and
+    how many entries, counted from the first, are in the history database."""
+
+    checkpoint: Checkpoint | None
+    entries: list[Record]
+    mirrored: int
+
+    @property
+    def base(self) -> int:
+        """The seq of the first entry in the status."""
+        return self.checkpoint.seq if self.checkpoint else 0
+
+    @classmethod
+    def of(cls, status: Mapping[str, Any]) -> Recorded:
+        return cls(
+            Checkpoint.from_data(status.get("checkpoint")),
+            records_from_data(status.get("history") or []),
+            int(status.get("historyMirrored") or 0),
+        )
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+#: A user's request action, as the input it records.
+REQUEST_EVENTS = {
+    "approve": Event.APPROVED,
+    "reject": Event.REJECTED,
+    "retry": Event.RETRY_REQUESTED,
+    "complete": Event.COMPLETED_MANUALLY,
+    "cancel": Event.CANCEL_REQUESTED,
+}
+
+
+def request_input(request: Mapping[str, Any], now: datetime) -> Record:
+    """The input a user's request in ``spec.requests`` records."""
+    event = REQUEST_EVENTS[request["action"]]
+    detail: dict[str, Any] = {"request": request["id"], "by": request.get("by", ""), "rules": RULES}
+    for key in ("byGroups", "reason"):
+        if request.get(key):
+            detail[key] = request[key]
+    if event is Event.COMPLETED_MANUALLY:
+        detail["output"] = parse_output(request.get("output"))
+    return Record(event, now, step=request.get("step"), detail=detail)
+
+
+def gather_inputs(
+    definition: Definition,
+    state: WorkflowState,
+    *,
+    requests: Iterable[Mapping[str, Any]],
+    result_of: Callable[[WantedPod], Record | None],
+    now: datetime,
+) -> list[Record]:
+    """Record every input that is new at ``now`` and the decisions each leads to (``state`` is
+    folded on as they are recorded); the records appended, in order.
+
+    ``result_of`` tells what a wanted pod reports: its result, or None while it runs (or while
+    there is no such pod). Requests come first, then rounds of pod results and due timers, until
+    a round finds nothing (at most :data:`INPUT_ROUNDS`).
+    """
+    new: list[Record] = []
+    for request in requests:
+        if request.get("id") not in state.requests:
+            new += record_input(definition, state, request_input(request, now))
+    for _ in range(INPUT_ROUNDS):
+        found = [result for wanted in wanted_pods(definition, state) if (result := result_of(wanted)) is not None]
+        found += [timer.record(now=now) for timer in timers(state) if timer.at <= now]
+        if not found:
+            break
+        for record in found:
+            new += record_input(definition, state, record)
+    return new
+
+
+# --- when next ---------------------------------------------------------------------------------
+
+
+def next_pass(definition: Definition, state: WorkflowState, now: datetime) -> datetime | None:
+    """When the workflow next needs a pass with nothing else happening: its earliest timer, or
+    just after a running step passes its expectedDuration (to raise Stuck); None: never."""
+    wakes = [timer.at for timer in timers(state)[:1]]
+    for step in definition.steps:
+        folded = state.steps[step.id]
+        if step.expected_duration and folded.attempt_started_at and folded.phase is StepPhase.RUNNING:
+            due = folded.attempt_started_at + step.expected_duration
+            if due > now:
+                wakes.append(due + STUCK_MARGIN)
+    return min(wakes) if wakes else None
+
+
+def needs_pass(status: Mapping[str, Any], *, mirroring: bool, expired: bool) -> bool:
+    """Whether a rescan queues a workflow: unfinished, not all mirrored to the history database
+    (when there is one: ``mirroring``), or past its ttlAfterFinished (``expired``)."""
+    if status.get("phase") not in TERMINAL_WORKFLOW_PHASES:
+        return True
+    recorded = int((status.get("checkpoint") or {}).get("seq") or 0) + len(status.get("history") or [])
+    return (mirroring and int(status.get("historyMirrored") or 0) < recorded) or expired
+
+
+# --- the status --------------------------------------------------------------------------------
+
+
+def step_summary(folded: StepState) -> dict[str, Any]:
+    """One step's entry in ``status.steps``."""
+    summary: dict[str, Any] = {"phase": str(folded.phase), "attempts": folded.attempt}
+    for key, value in (
+        ("startedAt", folded.started_at),
+        ("finishedAt", folded.finished_at),
+        ("retryAt", folded.retry_at),
+        ("deadline", folded.deadline),
+    ):
+        if value is not None:
+            summary[key] = format_rfc3339(value)
+    if folded.reason:
+        summary["reason"] = folded.reason
+    if folded.decided_by:
+        summary["decidedBy"] = folded.decided_by
+    if folded.manual:
+        summary["manual"] = True
+    if folded.approvers:
+        summary["approvers"] = list(folded.approvers)
+        summary["level"] = folded.level
+    if folded.compensation is not None:
+        summary["compensation"] = str(folded.compensation.phase)
+    return summary
+
+
+def stuck_message(stuck: Sequence[str]) -> str:
+    return f"running past expectedDuration: {', '.join(stuck)}"
+
+
+def build_status(
+    previous: Mapping[str, Any],
+    *,
+    generation: int,
+    definition: Definition,
+    state: WorkflowState,
+    recorded: Recorded,
+    entries: Sequence[Record],
+    mirrored: int,
+    stuck: Sequence[str],
+    limits: StatusLimits,
+    now: datetime,
+) -> dict[str, Any]:
+    """The new status from the folded state; keys of ``previous`` it does not own are kept.
+
+    ``entries`` are the history after ``recorded.checkpoint``, the new ones included. Over the
+    budget, the oldest mirrored ones go into the checkpoint; :class:`HistoryFull` when what must
+    stay is more than a status may hold.
+    """
+    checkpoint, kept = compact(definition, recorded.checkpoint, entries, mirrored=mirrored, budget=limits.budget)
+    held = sum(entry_bytes(record) for record in kept)
+    if len(kept) > limits.max_items or held > limits.max_bytes:
+        raise HistoryFull(
+            f"{len(kept)} history entries ({held} bytes) wait for the history database, which has "
+            f"{mirrored} of {(checkpoint.seq if checkpoint else 0) + len(kept)}"
+        )
+    status = dict(previous)
+    conditions = set_condition(
+        status.get("conditions") or [],
+        type_=ConditionType.STUCK,
+        status=bool(stuck),
+        reason=ConditionReason.PAST_EXPECTED_DURATION if stuck else ConditionReason.ON_TIME,
+        message=stuck_message(stuck) if stuck else "",
+        generation=generation,
+        now=now,
+    )
+    status.update(
+        {
+            "observedGeneration": generation,
+            "phase": str(state.phase),
+            "history": [record.to_data() for record in kept],
+            "historyMirrored": mirrored,
+            "steps": {step_id: step_summary(folded) for step_id, folded in state.steps.items()},
+            "progress": progress(definition, state),
+            "current": current(definition, state),
+            "conditions": conditions,
+        }
+    )
+    if checkpoint is not None:
+        status["checkpoint"] = checkpoint.to_data()
+    if state.started_at is not None:
+        status["startedAt"] = format_rfc3339(state.started_at)
+    if state.finished_at is not None:
+        status["finishedAt"] = format_rfc3339(state.finished_at)
+    else:
+        status.pop("finishedAt", None)
+    return status
+
+
+def started_status(
+    previous: Mapping[str, Any],
+    *,
+    generation: int,
+    pinned: Mapping[str, Any],
+    definition: Definition,
+    state: WorkflowState,
+    records: Sequence[Record],
+    limits: StatusLimits,
+    now: datetime,
+) -> dict[str, Any]:
+    """The status of a workflow's first pass: the definition pinned, Invalid cleared, and the
+    start with its first decisions recorded (nothing mirrored yet)."""
+    status = build_status(
+        previous,
+        generation=generation,
+        definition=definition,
+        state=state,
+        recorded=Recorded(None, [], 0),
+        entries=records,
+        mirrored=0,
+        stuck=(),
+        limits=limits,
+        now=now,
+    )
+    status["conditions"] = set_condition(
+        previous.get("conditions") or [],
+        type_=ConditionType.INVALID,
+        status=False,
+        reason=ConditionReason.VALID,
+        message="",
+        generation=generation,
+        now=now,
+    )
+    status["definition"] = dict(pinned)
+    return status
+
+
+def invalid_status(
+    previous: Mapping[str, Any], *, generation: int, message: str, now: datetime
+) -> dict[str, Any] | None:
+    """The status of a workflow that cannot start (``message`` names the field); None when it
+    says so already."""
+    before = [c for c in previous.get("conditions") or [] if c.get("type") == ConditionType.INVALID]
+    if before and before[0].get("status") == "True" and before[0].get("message") == message:
+        return None
+    conditions = set_condition(
+        previous.get("conditions") or [],
+        type_=ConditionType.INVALID,
+        status=True,
+        reason=ConditionReason.INVALID_SPEC,
+        message=message,
+        generation=generation,
+        now=now,
+    )
+    return {
+        **previous,
+        "phase": str(WorkflowPhase.PENDING),
+        "conditions": conditions,
+        "observedGeneration": generation,
+    }
+
+
+# --- what users are told -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Announcement:
+    """An Event a pass posts about the workflow."""
+
+    warning: bool
+    reason: str
+    message: str
+
+
+#: Records that deserve an Event: (a Warning?, reason).
+EVENTS: dict[Event, tuple[bool, str]] = {
+    Event.STEP_FAILED: (True, "StepFailed"),
+    Event.STEP_SKIPPED: (False, "StepSkipped"),
+    Event.ESCALATED: (True, "ApprovalEscalated"),
+    Event.REQUEST_REFUSED: (True, "RequestRefused"),
+    Event.APPROVED: (False, "StepApproved"),
+    Event.REJECTED: (True, "StepRejected"),
+    Event.COMPLETED_MANUALLY: (False, "StepCompletedManually"),
+    Event.RETRY_REQUESTED: (False, "StepRetryRequested"),
+    Event.CANCEL_REQUESTED: (False, "CancelRequested"),
+    Event.COMPENSATION_STARTED: (False, "CompensationStarted"),
+    Event.COMPENSATION_FAILED: (True, "CompensationFailed"),
+    Event.WORKFLOW_SUCCEEDED: (False, "WorkflowSucceeded"),
+    Event.WORKFLOW_FAILED: (True, "WorkflowFailed"),
+    Event.WORKFLOW_COMPENSATING: (True, "WorkflowCompensating"),
+    Event.WORKFLOW_COMPENSATED: (False, "WorkflowCompensated"),
+    Event.WORKFLOW_CANCELLED: (False, "WorkflowCancelled"),
+}
+
+
+def describe(record: Record) -> str:
+    """A record as an Event's message."""
+    parts = [str(record.event)]
+    if record.step:
+        parts.append(f"step {record.step}")
+    for key in ("reason", "by", "message", "approvers"):
+        value = record.detail.get(key)
+        if value:
+            parts.append(f"{key}: {value}")
+    return "; ".join(parts)
+
+
+def announcements(
+    new: Sequence[Record], *, stuck: Sequence[str], before: Mapping[str, Any]
+) -> list[Announcement]:
+    """The Events for a pass's records, and StepStuck once when a step becomes stuck (``before``:
+    the status the pass read)."""
+    out = [
+        Announcement(EVENTS[record.event][0], EVENTS[record.event][1], describe(record))
+        for record in new
+        if record.event in EVENTS
+    ]
+    was_stuck = any(
+        c.get("type") == ConditionType.STUCK and c.get("status") == "True" for c in before.get("conditions") or []
+    )
+    if stuck and not was_stuck:
+        out.append(Announcement(True, EventReason.STEP_STUCK, stuck_message(stuck)))
+    return out
+
+
+# --- the ScheduledJob that started it ----------------------------------------------------------
+
+#: How a workflow's end reads in its ScheduledJob's `recent` list.
+JOB_OUTCOMES = {
+    Event.WORKFLOW_SUCCEEDED: "Succeeded",
+    Event.WORKFLOW_FAILED: "Failed",
+    Event.WORKFLOW_COMPENSATED: "Failed",
+    Event.WORKFLOW_CANCELLED: "Cancelled",
+}
+
+
+def job_recent(
+    job_status: Mapping[str, Any],
+    *,
+    workflow: str,
+    scheduled_for: str | None,
+    new: Sequence[Record],
+    size: int,
+) -> dict[str, Any] | None:
+    """The ScheduledJob status patch recording that its workflow ``workflow`` ended (its
+    ``recent`` list, and ``lastSuccessfulTime`` that the watchdog reads); None when ``new``
+    holds no end."""
+    ended = [r for r in new if r.event in JOB_OUTCOMES]
+    if not ended:
+        return None
+    record = ended[-1]
+    entry = {
+        "executionId": workflow,
+        "attempt": 1,
+        "outcome": JOB_OUTCOMES[record.event],
+        "scheduledFor": scheduled_for or format_rfc3339(record.at),
+        "finishedAt": format_rfc3339(record.at),
+        "reason": str(record.event),
+    }
+    recent = [r for r in job_status.get("recent") or [] if r.get("executionId") != workflow]
+    patch: dict[str, Any] = {"recent": [*recent, entry][-size:]}
+    previous = job_status.get("lastSuccessfulTime")
+    if record.event is Event.WORKFLOW_SUCCEEDED and (previous is None or parse_rfc3339(previous) < record.at):
+        patch["lastSuccessfulTime"] = format_rfc3339(record.at)
+    return patch

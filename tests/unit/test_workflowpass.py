@@ -1,0 +1,271 @@
+"""The decisions of one workflow engine pass (vigil.core.workflowpass), without the API server.
+
+Named scenarios for gathering inputs (requests once, pod results, due timers), the status of a
+workflow that cannot start, which workflows a rescan queues, the Events a pass posts and how a
+workflow's end reads in its ScheduledJob's `recent` list; then hypothesis properties over random
+DAGs driven by random possible inputs: the next wake-up is the earliest of the timers and of the
+moments a running step passes its expectedDuration; the status's summary is a fold of the step
+states (progress counts the finished ones); a status rebuilt from itself is the same status (a
+pass with nothing new writes nothing); and the built status is what the CRD model accepts.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.unit.workflowsim import T0, UID, World, dags, drive, pod
+from vigil.core.checkpoint import Budget, resume
+from vigil.core.conditions import ConditionReason, ConditionType
+from vigil.core.orchestrator import WantedPod, timers
+from vigil.core.timeparse import format_rfc3339
+from vigil.core.workflow import (
+    Definition,
+    Event,
+    Record,
+    StepDef,
+    StepKind,
+    StepPhase,
+    WorkflowState,
+)
+from vigil.core.workflowpass import (
+    HistoryFull,
+    Recorded,
+    StatusLimits,
+    announcements,
+    build_status,
+    gather_inputs,
+    invalid_status,
+    job_recent,
+    needs_pass,
+    next_pass,
+    started_status,
+)
+from vigil.model.workflow import WorkflowStatus
+
+LIMITS = StatusLimits(budget=Budget(items=500, bytes=256 * 1024, inline_output_bytes=256), max_items=2000, max_bytes=640 * 1024)
+FINISHED = {StepPhase.SUCCEEDED, StepPhase.SKIPPED, StepPhase.FAILED}
+
+
+def chain(*ids: str, **options: Any) -> Definition:
+    steps = [pod(ids[0], **options)] + [pod(b, a, **options) for a, b in itertools.pairwise(ids)]
+    return Definition(uid=UID, steps=tuple(steps))
+
+
+def status_of(world: World, *, stuck: tuple[str, ...] = (), previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    return build_status(
+        previous or {},
+        generation=1,
+        definition=world.definition,
+        state=world.state,
+        recorded=Recorded(None, [], 0),
+        entries=world.history,
+        mirrored=0,
+        stuck=stuck,
+        limits=LIMITS,
+        now=world.now,
+    )
+
+
+def succeeded(wanted: WantedPod) -> Record:
+    return Record(Event.POD_SUCCEEDED, T0, wanted.step, wanted.attempt, {"pod": "p"})
+
+
+class TestGatherInputs:
+    def test_a_request_is_recorded_once(self) -> None:
+        world = World(chain("a"))
+        request = {"id": "r1", "action": "cancel", "by": "alice"}
+        state = world.state
+        first = gather_inputs(world.definition, state, requests=[request], result_of=lambda w: None, now=T0)
+        again = gather_inputs(world.definition, state, requests=[request], result_of=lambda w: None, now=T0)
+        assert first[0].event is Event.CANCEL_REQUESTED and first[0].detail["request"] == "r1"
+        assert again == []
+
+    def test_results_unblock_dependents_within_one_pass(self) -> None:
+        world = World(chain("a", "b", "c"))
+        state = world.state
+        new = gather_inputs(world.definition, state, requests=[], result_of=succeeded, now=T0)
+        assert [r.step for r in new if r.event is Event.POD_SUCCEEDED] == ["a", "b", "c"]
+        assert state.finished
+
+    def test_pods_still_running_record_nothing(self) -> None:
+        world = World(chain("a", "b"))
+        assert gather_inputs(world.definition, world.state, requests=[], result_of=lambda w: None, now=T0) == []
+
+    def test_due_timers_fire_and_later_ones_wait(self) -> None:
+        definition = Definition(
+            uid=UID,
+            steps=(pod("a"), *[
+                StepDef(id=s, kind=StepKind.WAIT, wait_for=timedelta(seconds=n)) for s, n in (("w1", 10), ("w2", 60))
+            ]),
+        )
+        world = World(definition)
+        state = world.state
+        new = gather_inputs(definition, state, requests=[], result_of=lambda w: None, now=T0 + timedelta(seconds=30))
+        assert [(r.event, r.step) for r in new if r.event is Event.TIMER_FIRED] == [(Event.TIMER_FIRED, "w1")]
+        assert next_pass(definition, state, T0 + timedelta(seconds=30)) == T0 + timedelta(seconds=60)
+
+
+class TestNextPass:
+    def test_nothing_to_wait_for_is_none(self) -> None:
+        world = World(chain("a"))
+        assert next_pass(world.definition, world.state, T0) is None
+
+    def test_a_running_step_is_looked_at_just_after_its_expected_duration(self) -> None:
+        world = World(chain("a", expected_duration=timedelta(minutes=5)))
+        assert next_pass(world.definition, world.state, T0) == T0 + timedelta(minutes=5, seconds=1)
+        # once past it, Stuck is raised by that pass; no further pass is needed for it
+        assert next_pass(world.definition, world.state, T0 + timedelta(minutes=6)) is None
+
+
+class TestInvalidStatus:
+    def test_names_the_problem_once(self) -> None:
+        status = invalid_status({}, generation=2, message="spec.steps[0].id: empty", now=T0)
+        assert status is not None
+        invalid = next(c for c in status["conditions"] if c["type"] == ConditionType.INVALID)
+        assert (invalid["status"], invalid["reason"], invalid["message"]) == (
+            "True", ConditionReason.INVALID_SPEC, "spec.steps[0].id: empty"
+        )
+        assert status["phase"] == "Pending" and status["observedGeneration"] == 2
+        assert invalid_status(status, generation=2, message="spec.steps[0].id: empty", now=T0) is None
+        assert invalid_status(status, generation=2, message="another problem", now=T0) is not None
+
+    def test_a_start_clears_it_and_pins_the_definition(self) -> None:
+        invalid = invalid_status({}, generation=1, message="x", now=T0)
+        assert invalid is not None
+        world = World(chain("a"))
+        status = started_status(
+            invalid, generation=1, pinned={"steps": []}, definition=world.definition, state=world.state,
+            records=world.history, limits=LIMITS, now=T0,
+        )  # fmt: skip
+        types = {c["type"]: c["status"] for c in status["conditions"]}
+        assert types == {ConditionType.INVALID: "False"}
+        assert status["definition"] == {"steps": []} and status["phase"] == "Running"
+
+
+@pytest.mark.parametrize(
+    ("status", "mirroring", "expired", "queued"),
+    [
+        pytest.param({}, False, False, True, id="new"),
+        pytest.param({"phase": "Running"}, False, False, True, id="running"),
+        pytest.param({"phase": "Succeeded", "history": [{}], "historyMirrored": 1}, True, False, False, id="done"),
+        pytest.param({"phase": "Succeeded", "history": [{}, {}], "historyMirrored": 1}, True, False, True, id="done-unmirrored"),
+        pytest.param({"phase": "Failed", "history": [{}, {}]}, False, False, False, id="done-no-database"),
+        pytest.param({"phase": "Cancelled", "checkpoint": {"seq": 5}, "history": [{}], "historyMirrored": 6}, True, False, False,
+                     id="done-checkpointed"),
+        pytest.param({"phase": "Compensated"}, False, True, True, id="done-past-ttl"),
+    ],
+)  # fmt: skip
+def test_which_workflows_a_rescan_queues(status: dict[str, Any], mirroring: bool, expired: bool, queued: bool) -> None:
+    assert needs_pass(status, mirroring=mirroring, expired=expired) is queued
+
+
+class TestAnnouncements:
+    def test_failures_warn_and_stuck_is_said_once(self) -> None:
+        new = [Record(Event.STEP_FAILED, T0, "a", 1, {"reason": "ExitCode1"}), Record(Event.POD_SUCCEEDED, T0, "b", 1)]
+        said = announcements(new, stuck=("c",), before={})
+        assert [(a.warning, a.reason) for a in said] == [(True, "StepFailed"), (True, "StepStuck")]
+        assert "reason: ExitCode1" in said[0].message
+        was_stuck = {"conditions": [{"type": ConditionType.STUCK, "status": "True"}]}
+        assert announcements([], stuck=("c",), before=was_stuck) == []
+
+
+class TestJobRecent:
+    def test_an_end_is_recorded_bounded_and_once_per_workflow(self) -> None:
+        job = {"recent": [{"executionId": f"w{i}"} for i in range(5)], "lastSuccessfulTime": format_rfc3339(T0)}
+        later = T0 + timedelta(minutes=1)
+        patch = job_recent(job, workflow="w4", scheduled_for=None, new=[Record(Event.WORKFLOW_SUCCEEDED, later)], size=3)
+        assert patch is not None
+        assert [r["executionId"] for r in patch["recent"]] == ["w2", "w3", "w4"]
+        assert patch["recent"][-1]["outcome"] == "Succeeded"
+        assert patch["lastSuccessfulTime"] == format_rfc3339(later)
+
+    def test_no_end_no_patch_and_a_failure_keeps_the_last_success(self) -> None:
+        assert job_recent({}, workflow="w", scheduled_for=None, new=[Record(Event.STEP_FAILED, T0, "a")], size=3) is None
+        patch = job_recent({}, workflow="w", scheduled_for="s", new=[Record(Event.WORKFLOW_FAILED, T0)], size=3)
+        assert patch == {"recent": [{
+            "executionId": "w", "attempt": 1, "outcome": "Failed", "scheduledFor": "s",
+            "finishedAt": format_rfc3339(T0), "reason": "WorkflowFailed",
+        }]}  # fmt: skip
+
+
+def test_history_past_what_a_status_holds_is_refused() -> None:
+    world = World(chain("a", "b", "c"))
+    for step in ("a", "b", "c"):
+        world.pod_result(step)
+    tight = StatusLimits(budget=LIMITS.budget, max_items=2, max_bytes=LIMITS.max_bytes)
+    with pytest.raises(HistoryFull, match="wait for the history database"):
+        build_status({}, generation=1, definition=world.definition, state=world.state,
+                     recorded=Recorded(None, [], 0), entries=world.history, mirrored=0, stuck=(), limits=tight, now=T0)  # fmt: skip
+
+
+# --- properties -------------------------------------------------------------------------------
+
+PROPERTY_SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def stuck_moments(definition: Definition, state: WorkflowState) -> list[Any]:
+    moments = []
+    for step in definition.steps:
+        folded = state.steps[step.id]
+        if step.expected_duration and folded.phase is StepPhase.RUNNING and folded.attempt_started_at:
+            moments.append(folded.attempt_started_at + step.expected_duration)
+    return moments
+
+
+@PROPERTY_SETTINGS
+@given(definition=dags(), data=st.data(), later=st.integers(0, 120))
+def test_next_wakeup_is_the_earliest_timer_or_expected_duration(definition: Definition, data: st.DataObject, later: int) -> None:
+    world = World(definition)
+    drive(world, data, moves=data.draw(st.integers(0, 30)))
+    now = world.now + timedelta(seconds=later)
+    wakes = [t.at for t in timers(world.state)] + [m + timedelta(seconds=1) for m in stuck_moments(definition, world.state) if m > now]
+    assert next_pass(definition, world.state, now) == (min(wakes) if wakes else None)
+
+
+@PROPERTY_SETTINGS
+@given(definition=dags(), data=st.data())
+def test_the_summary_is_a_fold_of_the_step_states(definition: Definition, data: st.DataObject) -> None:
+    world = World(definition)
+    drive(world, data)
+    state = world.state
+    status = status_of(world)
+    assert {s: summary["phase"] for s, summary in status["steps"].items()} == {s: str(f.phase) for s, f in state.steps.items()}
+    assert {s: summary["attempts"] for s, summary in status["steps"].items()} == {s: f.attempt for s, f in state.steps.items()}
+    done = sum(1 for summary in status["steps"].values() if summary["phase"] in FINISHED)
+    assert status["progress"] == f"{done}/{len(definition.steps)}"
+    assert status["phase"] == str(state.phase)
+    assert len(status["history"]) == len(world.history)
+    WorkflowStatus.model_validate(status)  # what the CRD's schema is generated from
+
+
+@PROPERTY_SETTINGS
+@given(definition=dags(), data=st.data())
+def test_a_pass_with_nothing_new_writes_nothing(definition: Definition, data: st.DataObject) -> None:
+    world = World(definition)
+    drive(world, data)
+    stuck = tuple(s.id for s in definition.steps[:1])
+    first = status_of(world, stuck=stuck)
+    recorded = Recorded.of(first)
+    state = resume(definition, recorded.checkpoint, recorded.entries)
+    again = build_status(
+        first, generation=1, definition=definition, state=state, recorded=recorded, entries=recorded.entries,
+        mirrored=recorded.mirrored, stuck=stuck, limits=LIMITS, now=world.now + timedelta(hours=1),
+    )  # fmt: skip
+    assert again == first
+
+
+@PROPERTY_SETTINGS
+@given(definition=dags(), data=st.data())
+def test_after_gathering_no_due_timer_or_finished_wanted_pod_is_left(definition: Definition, data: st.DataObject) -> None:
+    world = World(definition)
+    drive(world, data, moves=data.draw(st.integers(0, 20)))
+    state = world.state
+    now = world.now + timedelta(seconds=data.draw(st.integers(0, 90)))
+    gather_inputs(definition, state, requests=[], result_of=lambda w: None, now=now)
+    assert all(t.at > now for t in timers(state)) or state.finished
