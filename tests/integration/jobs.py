@@ -1,4 +1,4 @@
-"""Helpers for tests that create ScheduledJobs and inspect what the operator did with them."""
+"""Helpers for tests that create ScheduledJobs (and backfills of Executions) and inspect what the operator did with them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from datetime import UTC, datetime
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client, watch
@@ -14,6 +15,8 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
 from tests.waiting import wait_for
+from vigil.core.ids import execution_id
+from vigil.kube.executions import execution_body
 
 GROUP, VERSION, PLURAL = "vigil.dev", "v1alpha1", "scheduledjobs"
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=vigil"
@@ -295,3 +298,43 @@ class PodCreations(Follower):
         if kind == "ADDED" and obj.metadata.namespace in self._namespaces:
             key = (obj.metadata.namespace, obj.metadata.name)
             self._created.setdefault(key, int(obj.metadata.resource_version))
+
+
+# --- many Executions at once (a backfill), and the namespaces that held them --------------------
+
+FAR_FUTURE = timedelta(days=1)  # a job's own schedule never fires during the test
+CREATE_THREADS = 8
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def create_executions(cluster: KubeCluster, job: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """`count` Executions of `job` for distinct past nominal times, created as fast as possible."""
+    uid, namespace = job["metadata"]["uid"], job["metadata"]["namespace"]
+    base = now().replace(microsecond=0) - timedelta(hours=1)
+    bodies = []
+    for i in range(count):
+        nominal = base + timedelta(seconds=i)
+        body = execution_body(
+            job=job, execution_id=execution_id(uid, nominal), scheduled_for=nominal,
+            period_start=nominal - timedelta(seconds=1), period_end=nominal, source="Backfill",
+        )  # fmt: skip
+        bodies.append(body)
+
+    def create(body: dict[str, Any]) -> dict[str, Any]:
+        created: dict[str, Any] = cluster.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, EXECUTIONS, body
+        )
+        return created
+
+    with ThreadPoolExecutor(max_workers=CREATE_THREADS) as pool:
+        return list(pool.map(create, bodies))
+
+
+def delete_namespaces(cluster: KubeCluster, *namespaces: str) -> None:
+    """Empty and delete the namespaces: a later test's operator must not find a thousand Ready
+    executions it cannot start (their namespace is terminating)."""
+    for ns in namespaces:
+        cluster.clear_namespace(ns, timeout=180)

@@ -15,8 +15,7 @@ import re
 import time
 import uuid
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +25,16 @@ from tests.contract.postgres import PostgresServer
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import (
     EXECUTIONS,
+    FAR_FUTURE,
     GROUP,
     PLURAL,
     VERSION,
     Follower,
     PodCreations,
     condition,
+    create_executions,
     create_job,
+    delete_namespaces,
     env_of,
     events_about,
     execution_pods,
@@ -42,6 +44,7 @@ from tests.integration.jobs import (
     get_job,
     ledger,
     make_namespace,
+    now,
     parse_time,
     patch_execution_spec,
     patch_spec,
@@ -56,7 +59,6 @@ from vigil.core.executions import Backoff, RetryPolicy, backoff_cap, backoff_del
 from vigil.core.history import AttemptState
 from vigil.core.ids import execution_id
 from vigil.history.store import SqlHistory
-from vigil.kube.executions import execution_body
 
 #: Added to every bound derived from the settings under test: this 2-core machine runs the API
 #: server, etcd, the node agent and the operator together, and a starved thread loses a second or two.
@@ -67,10 +69,6 @@ TIMESTAMP_GRAIN_SECONDS = 1.0  # Kubernetes writes creation and status times in 
 #: and the margin (which also covers the pod event's way back to the operator).
 DISPATCH_SLACK_SECONDS = DISPATCH_INTERVAL_SECONDS + TIMESTAMP_GRAIN_SECONDS + MARGIN.total_seconds()
 FIRST_FIRE_DELAY = timedelta(seconds=2)
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 def history_dsn(fleet: OperatorFleet) -> str:
@@ -378,33 +376,6 @@ FAIR_SLOTS = 20
 FAIR_DISPATCH = {"maxRunning": FAIR_SLOTS, "perNamespaceMax": FAIR_SLOTS, "reservedHigh": 0}
 BACKFILL_SIZE = 1000
 OTHER_SIZE = 10
-CREATE_THREADS = 8
-FAR_FUTURE = timedelta(days=1)  # the jobs' own schedule never fires during the test
-
-
-def _create_executions(cluster: KubeCluster, job: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    """`count` Executions of `job` for distinct past nominal times, created as fast as possible."""
-    uid, namespace = job["metadata"]["uid"], job["metadata"]["namespace"]
-    base = now().replace(microsecond=0) - timedelta(hours=1)
-    bodies = []
-    for i in range(count):
-        nominal = base + timedelta(seconds=i)
-        body = execution_body(
-            job=job, execution_id=execution_id(uid, nominal), scheduled_for=nominal,
-            period_start=nominal - timedelta(seconds=1), period_end=nominal, source="Backfill",
-        )  # fmt: skip
-        bodies.append(body)
-
-    def create(body: dict[str, Any]) -> dict[str, Any]:
-        created: dict[str, Any] = cluster.custom.create_namespaced_custom_object(
-            GROUP, VERSION, namespace, EXECUTIONS, body
-        )
-        return created
-
-    with ThreadPoolExecutor(max_workers=CREATE_THREADS) as pool:
-        return list(pool.map(create, bodies))
-
-
 def _running(cluster: KubeCluster, *namespaces: str) -> int:
     """Attempts holding a slot: their pods, Pending or Running and not being deleted (an attempt
     is recorded Running only after a while; its pod is what runs from the start)."""
@@ -438,13 +409,13 @@ def _fairness_scenario(cluster: KubeCluster, tmp_path: Path, backfill_size: int)
         job_b = create_job(cluster, ns_b, "other", runAt=run_at, command="sleep 1")
         urgent = create_job(cluster, ns_b, "urgent", runAt=run_at, command="sleep 1", priority="high")
         began = time.monotonic()
-        _create_executions(cluster, job_a, backfill_size)
+        create_executions(cluster, job_a, backfill_size)
         print(f"created {backfill_size} in A in {time.monotonic() - began:.1f}s")
         fleet.start()
         fleet.leader()
         wait_for(lambda: _started(pods, ns_a, at_least=FAIR_SLOTS), timeout=180, what="A's backfill in every slot")
         a_before = len(_started(pods, ns_a, at_least=0) or [])
-        others = {o["metadata"]["name"] for o in _create_executions(cluster, job_b, OTHER_SIZE)}
+        others = {o["metadata"]["name"] for o in create_executions(cluster, job_b, OTHER_SIZE)}
 
         mark = backfill_size // 10
         b_started = wait_for(lambda: _started(pods, ns_b, at_least=OTHER_SIZE), timeout=180, what="B's to start")
@@ -462,14 +433,7 @@ def _fairness_scenario(cluster: KubeCluster, tmp_path: Path, backfill_size: int)
     finally:
         pods.stop()
         fleet.stop()
-        _delete_backfill(cluster, ns_a, ns_b, fleet.namespace)
-
-
-def _delete_backfill(cluster: KubeCluster, *namespaces: str) -> None:
-    """Empty and delete the namespaces: a later test's operator must not find a thousand Ready
-    executions it cannot start (their namespace is terminating)."""
-    for ns in namespaces:
-        cluster.clear_namespace(ns, timeout=180)
+        delete_namespaces(cluster, ns_a, ns_b, fleet.namespace)
 
 
 def _started_at(cluster: KubeCluster, namespace: str) -> dict[str, datetime]:
@@ -489,7 +453,7 @@ def _high_priority_takes_the_next_slot(
     pass that sees it: no pass that began after it existed starts anything before it
     (reservedHigh 0, so it waits for a slot to free, but not behind anyone)."""
     wait_for(lambda: _running(cluster, *namespaces) >= FAIR_SLOTS, timeout=120, what="every slot busy")
-    high = _create_executions(cluster, job, 1)[0]["metadata"]["name"]
+    high = create_executions(cluster, job, 1)[0]["metadata"]["name"]
     ready_at = now()
     started = wait_for(
         lambda: execution_status(get_execution(cluster, job["metadata"]["namespace"], high)).get("startedAt"),
@@ -583,7 +547,7 @@ def test_running_stays_within_the_global_the_namespace_and_the_reserved_caps(
         run_at = rfc3339(now() + FAR_FUTURE)
         for ns, priority, count in zip(spaces, ("normal", "normal", "high"), (CAPS_NORMAL_PER_NAMESPACE, CAPS_NORMAL_PER_NAMESPACE, CAPS_HIGH), strict=True):
             job = create_job(cluster, ns, "work", runAt=run_at, command="sleep 4", priority=priority)
-            _create_executions(cluster, job, count)
+            create_executions(cluster, job, count)
         fleet.start()
         fleet.leader()
         for ns in spaces:
@@ -597,7 +561,7 @@ def test_running_stays_within_the_global_the_namespace_and_the_reserved_caps(
     finally:
         census.stop()
         fleet.stop()
-        _delete_backfill(cluster, *spaces, fleet.namespace)
+        delete_namespaces(cluster, *spaces, fleet.namespace)
 
 
 OUTAGE_SECONDS = 60

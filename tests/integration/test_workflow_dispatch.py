@@ -12,14 +12,17 @@ from typing import Any
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import (
+    FAR_FUTURE,
     Follower,
+    create_executions,
     create_job,
+    delete_namespaces,
     make_namespace,
+    now,
     rfc3339,
     wait_all_executions_finished,
 )
 from tests.integration.operators import OperatorFleet
-from tests.integration.test_executions import FAR_FUTURE, _create_executions, _delete_backfill, now
 from tests.integration.workflows import create_workflow, pod_step, wait_phase
 
 CAPS = {"maxRunning": 3, "perNamespaceMax": 3, "reservedHigh": 0}
@@ -57,7 +60,7 @@ def test_step_pods_and_executions_share_one_cap(cluster: KubeCluster, tmp_path: 
         fleet.start()
         fleet.leader()
         job = create_job(cluster, jobs, "work", runAt=rfc3339(now() + FAR_FUTURE), command="sleep 2")
-        _create_executions(cluster, job, EXECUTIONS)
+        create_executions(cluster, job, EXECUTIONS)
         create_workflow(cluster, flows, "wide", steps=[pod_step(f"s{n}", command="sleep 2") for n in range(STEPS)])
 
         done = wait_phase(cluster, flows, "wide", "Succeeded", "Failed", timeout=240)
@@ -73,4 +76,4 @@ def test_step_pods_and_executions_share_one_cap(cluster: KubeCluster, tmp_path: 
     finally:
         census.stop()
         fleet.stop()
-        _delete_backfill(cluster, flows, jobs, fleet.namespace)
+        delete_namespaces(cluster, flows, jobs, fleet.namespace)
