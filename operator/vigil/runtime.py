@@ -66,7 +66,8 @@ log = logging.getLogger("vigil")
 
 EXIT_LOST_LEADERSHIP = 75  # EX_TEMPFAIL: restart me
 RETENTION_EVERY_SECONDS = 3600.0  # history is kept in whole days; hourly is plenty
-HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for a pass in flight to finish
+HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for the passes in flight to finish
+PASSIVE_SUFFIX = "-cache"  # threads named so only fill a cache: a handover need not wait for them
 STOP_POLL_SECONDS = 0.5  # how often a standby waiting for the Lease looks whether it was told to stop
 
 
@@ -478,10 +479,16 @@ def run(settings: Settings) -> int:
 
 def _hand_over(stop: threading.Event, threads: list[threading.Thread], elector: LeaderElector) -> None:
     """A graceful stop (kopf ends on SIGTERM): stop acting — the trigger finishes the pass it is in
-    — then release the Lease, so a standby leads at its next poll instead of after a whole lease."""
+    — then release the Lease, so a standby leads at its next poll instead of after a whole lease.
+
+    The threads that act get one deadline between them (not one each: ten threads of 5 s each
+    held a handover for 15 s). The caches only read, and a watch stream ends only when its
+    server-side timeout does, so they are not waited for."""
     stop.set()
+    deadline = time.monotonic() + HANDOVER_JOIN_SECONDS
     for thread in threads:
-        thread.join(timeout=HANDOVER_JOIN_SECONDS)
+        if not thread.name.endswith(PASSIVE_SUFFIX):
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
     elector.release()
 
 
