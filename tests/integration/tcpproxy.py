@@ -6,6 +6,8 @@ the network failure no timeout-less client survives: a half-open connection. Aft
 `stop_forwarding()` nothing more reaches either side, no connection is closed or refused, and
 new connections are accepted and then left silent — what a dead NAT entry, a partitioned node or
 a wedged proxy look like from the client. Plain sockets, two threads per connection.
+`relay(cluster)` puts one in front of a test cluster's API server, and `through_proxy` writes a
+kubeconfig that goes through it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,13 @@ import contextlib
 import select
 import socket
 import threading
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import yaml
+
+from tests.integration.conftest import KubeCluster
 
 POLL_SECONDS = 0.1  # how often a relay thread looks at the forwarding switch while idle
 CHUNK = 65536
@@ -91,3 +100,29 @@ class TcpProxy:
             for sock in (source, target):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
+
+
+# --- a relay in front of a test cluster's API server ------------------------------------------
+
+
+def through_proxy(kubeconfig: Path, proxy: TcpProxy, path: Path) -> Path:
+    """A copy of `kubeconfig` whose server is the relay (the API server's certificate names 127.0.0.1)."""
+    config = yaml.safe_load(kubeconfig.read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def api_server_address(cluster: KubeCluster) -> tuple[str, int]:
+    server = urlsplit(yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
+    assert server.hostname and server.port
+    return server.hostname, server.port
+
+
+@contextlib.contextmanager
+def relay(cluster: KubeCluster) -> Iterator[TcpProxy]:
+    proxy = TcpProxy(*api_server_address(cluster))
+    try:
+        yield proxy
+    finally:
+        proxy.close()

@@ -16,6 +16,10 @@
   when this 2-core machine stalls the API server past the fleet's 2 s renew deadline.
 
 Both use the fleet's short Lease (3 s, renewed every second: a 2 s renew deadline).
+
+* **A hung API server and the CLI.** `kubectl vigil` through the same relay, stopped: the command
+  ends within its `--request-timeout` with an error saying the API server did not answer in
+  time, instead of hanging the user's terminal.
 """
 
 from __future__ import annotations
@@ -23,13 +27,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
@@ -46,8 +50,10 @@ from tests.integration.jobs import (
     wait_for_ledger,
 )
 from tests.integration.operators import OperatorFleet, OperatorProcess
-from tests.integration.tcpproxy import TcpProxy
+from tests.integration.tcpproxy import relay, through_proxy
+from tests.integration.test_cli import SCRIPTS
 from tests.waiting import wait_for
+from vigil.cli.errors import EXIT_API_FAILURE
 from vigil.runtime import EXIT_LOST_LEADERSHIP
 
 LEASE_SECONDS = 3.0  # tests/integration/operators.py's Lease
@@ -92,29 +98,6 @@ def assert_every_occurrence_once(nominals: list[str], *, through: datetime) -> N
 
 
 # --- hung connection ----------------------------------------------------------------------------
-
-
-def through_proxy(kubeconfig: Path, proxy: TcpProxy, path: Path) -> Path:
-    """A copy of `kubeconfig` whose server is the relay (the API server's certificate names 127.0.0.1)."""
-    config = yaml.safe_load(kubeconfig.read_text())
-    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-def api_server_address(cluster: KubeCluster) -> tuple[str, int]:
-    server = urlsplit(yaml.safe_load(cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"])
-    assert server.hostname and server.port
-    return server.hostname, server.port
-
-
-@contextlib.contextmanager
-def relay(cluster: KubeCluster) -> Iterator[TcpProxy]:
-    proxy = TcpProxy(*api_server_address(cluster))
-    try:
-        yield proxy
-    finally:
-        proxy.close()
 
 
 def test_a_leader_whose_connection_stops_forwarding_stops_within_its_deadline_and_never_overlaps_the_standby(
@@ -289,3 +272,30 @@ def test_a_throttled_operator_waits_out_the_429s_and_fires_every_occurrence_once
         assert_every_occurrence_once(nominals[name], through=until)
         outcomes = {e["outcome"] for e in ledger(cluster, namespace, name)}
         assert outcomes == {"Fired"}, f"{name}: {outcomes}"
+
+
+CLI_TIMEOUT_SECONDS = 2.0
+#: Python's start and the plugin's imports, plus one more try of a connection that timed out
+#: (urllib3 tries a failed connect twice): well under the 30 s default, so the flag is what ends it.
+CLI_SLACK_SECONDS = 12.0
+
+
+def test_a_hung_api_server_ends_a_cli_command_with_a_clear_error_within_its_timeout(
+    cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    create_job(cluster, namespace, "steady", every="1h")
+    with relay(cluster) as proxy:
+        kubeconfig = through_proxy(cluster.kubeconfig, proxy, tmp_path / "relayed")
+        env = {**cluster.env, "KUBECONFIG": str(kubeconfig), "PATH": f"{SCRIPTS}:{cluster.env['PATH']}"}
+        command = [str(cluster.bin / "kubectl"), "vigil", "--request-timeout", f"{CLI_TIMEOUT_SECONDS:g}s",
+                   "occurrences", "steady", "-n", namespace]  # fmt: skip
+        answered = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        assert answered.returncode == 0, answered.stderr  # through the relay while it forwards
+        proxy.stop_forwarding()
+        started = time.monotonic()
+        hung = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+    assert hung.returncode == EXIT_API_FAILURE, (hung.returncode, hung.stderr)
+    assert "did not answer in time (--request-timeout)" in hung.stderr, hung.stderr
+    assert "Traceback" not in hung.stderr
+    assert took <= CLI_TIMEOUT_SECONDS * 2 + CLI_SLACK_SECONDS, f"took {took:.1f}s"

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from vigil.cli.main import EXIT_BAD_INPUT, main
+from vigil.cli.cluster import REQUEST_TIMEOUT_SECONDS
+from vigil.cli.main import EXIT_BAD_INPUT, main, parser
 
 SPRING_FORWARD_FROM = "2026-03-28T00:00:00Z"  # London moves to BST at 01:00 UTC on 2026-03-29
 
@@ -129,3 +130,21 @@ def test_a_missing_file_exits_2_naming_it(tmp_path: Path, capsys: pytest.Capture
     err = capsys.readouterr().err
     assert str(missing) in err
     assert "No such file" in err
+
+
+class TestRequestTimeout:
+    """`--request-timeout` bounds every API request of a command (default 30 s)."""
+
+    @pytest.mark.parametrize(("given", "seconds"), [("30", 30.0), ("1.5s", 1.5), ("2m", 120.0)])
+    def test_it_reads_seconds_or_minutes(self, given: str, seconds: float) -> None:
+        assert parser().parse_args(["--request-timeout", given, "next", "-f", "x"]).request_timeout == seconds
+
+    def test_it_defaults_to_thirty_seconds(self) -> None:
+        assert parser().parse_args(["next", "-f", "x"]).request_timeout == REQUEST_TIMEOUT_SECONDS == 30.0
+
+    @pytest.mark.parametrize("given", ["soon", "0", "-3s"])
+    def test_a_bad_one_is_refused_naming_the_flag(self, given: str, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit) as exited:
+            main(["--request-timeout", given, "next", "-f", "x"])
+        assert exited.value.code == EXIT_BAD_INPUT
+        assert "--request-timeout" in capsys.readouterr().err

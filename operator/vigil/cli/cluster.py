@@ -6,6 +6,13 @@ that does not exist is the user's mistake, so lookups turn 404 into `BadInput`
 naming the object and the namespace. `whoami` asks the API server who the
 caller is (a SelfSubjectReview), so that what the CLI writes in someone's name
 is exactly the name admission will check it against.
+
+No request waits forever: every call the CLI makes carries a timeout
+(`--request-timeout`, default 30 s, through the operator's own bounded client,
+`vigil.kube.apiclient`), so an API server that accepts a connection and never
+answers — a wedged proxy, a dead NAT entry — ends the command with an error that
+says so, instead of a terminal that hangs. 429s are waited out as the operator
+does, never longer than the timeout.
 """
 
 from __future__ import annotations
@@ -20,11 +27,43 @@ from kubernetes.config.config_exception import ConfigException
 
 from vigil.cli.errors import BadInput
 from vigil.core.executions import Execution
+from vigil.kube.apiclient import RequestPolicy, build_client
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.model import GROUP, VERSION
 from vigil.model.names import SCHEDULED_JOBS, WORKFLOWS
 
 DEFAULT_NAMESPACE = "default"  # kubectl's, when the context names none
+#: How long one API request may take before the command gives up: far above an answer's usual
+#: milliseconds and a busy API server's few seconds, far below a user wondering if it hangs.
+REQUEST_TIMEOUT_SECONDS = 30.0
+#: The request timeout of the Clusters made from now on (`--request-timeout` sets it, once per command).
+_request_timeout = REQUEST_TIMEOUT_SECONDS
+
+
+def set_request_timeout(seconds: float) -> None:
+    """Bound every API request of this command by `seconds` (`--request-timeout`)."""
+    global _request_timeout
+    if seconds <= 0:
+        raise BadInput(f"--request-timeout: {seconds:g} is not a positive number of seconds")
+    _request_timeout = seconds
+
+
+def request_timeout() -> float:
+    """The timeout every API request of this command carries, in seconds."""
+    return _request_timeout
+
+
+def parse_timeout(text: str) -> float:
+    """`--request-timeout`'s value: seconds, as `30`, `30s`, `1.5s` or `2m`."""
+    scale = {"s": 1.0, "m": 60.0}.get(text[-1:], 1.0)
+    number = text[:-1] if text[-1:] in ("s", "m") else text
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive duration (30, 30s or 2m)")
+    return seconds
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,11 +78,14 @@ class Cluster:
     """A connection made from the kubeconfig (KUBECONFIG or ~/.kube/config)."""
 
     def __init__(self) -> None:
+        configuration = client.Configuration()
         try:
-            self.api = config.new_client_from_config()
+            config.load_kube_config(client_configuration=configuration)
             _, current = config.list_kube_config_contexts()
         except ConfigException as err:
             raise BadInput(f"cannot use the kubeconfig: {err}") from None
+        timeout = request_timeout()
+        self.api = build_client(configuration, RequestPolicy(timeout_seconds=timeout, retry_after_cap_seconds=timeout))
         context = (current or {}).get("context") or {}
         self.default_namespace: str = context.get("namespace") or DEFAULT_NAMESPACE
         self.custom = client.CustomObjectsApi(self.api)

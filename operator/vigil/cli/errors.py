@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 
 from kubernetes.client.exceptions import ApiException
-from urllib3.exceptions import HTTPError
+from urllib3.exceptions import HTTPError, MaxRetryError
+from urllib3.exceptions import TimeoutError as RequestTimeout
 
 EXIT_BAD_INPUT = 2  # as argparse's usage errors: the command was given something it cannot use
 EXIT_API_FAILURE = 1  # the API server refused or could not be reached
@@ -36,6 +37,11 @@ def api_failure(err: BaseException) -> str | None:
     """A one-line description of an API server failure, or None when `err` is something else."""
     if isinstance(err, ApiException):
         return f"the API server answered {err.status} {err.reason}: {server_message(err)}"
+    if _timed_out(err):
+        return (
+            "the API server did not answer in time (--request-timeout): it, or the network to it, "
+            f"is not responding ({err})"
+        )
     if isinstance(err, HTTPError):
         return f"cannot reach the API server: {err}"
     if isinstance(err, Contention | Refused):
@@ -51,3 +57,10 @@ def server_message(err: ApiException) -> str:
         return str(err.body or "").strip() or "(no message)"
     message = body.get("message") if isinstance(body, dict) else None
     return str(message or "(no message)")
+
+
+def _timed_out(err: BaseException) -> bool:
+    """Whether `err` is a request that got no answer within its timeout (to connect or to read)."""
+    if isinstance(err, MaxRetryError):
+        return isinstance(err.reason, RequestTimeout | TimeoutError)
+    return isinstance(err, RequestTimeout | TimeoutError)

@@ -50,7 +50,13 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from vigil.cli import backfill, executions, interventions, timeline, watch, workflows
-from vigil.cli.cluster import Cluster, add_namespace_options
+from vigil.cli.cluster import (
+    REQUEST_TIMEOUT_SECONDS,
+    Cluster,
+    add_namespace_options,
+    parse_timeout,
+    set_request_timeout,
+)
 from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT, BadInput, api_failure
 from vigil.core.schedule import next_occurrences, occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
@@ -128,6 +134,13 @@ RUNTIME_VERBS = ("operator", "watchdog")
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kubectl vigil", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--request-timeout",
+        type=parse_timeout,
+        default=REQUEST_TIMEOUT_SECONDS,
+        metavar="DURATION",
+        help=f"give up on an API request after this long (30, 30s or 2m; default {REQUEST_TIMEOUT_SECONDS:g}s)",
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     for verb, text in (("operator", "run the operator"), ("watchdog", "run the watchdog alone (its own Deployment)")):
@@ -162,6 +175,7 @@ def main(argv: Sequence[str] | None = None, *, serve: Serve | None = None) -> in
     if args.command == "next" and not (args.file or args.job):
         parser().error("next: give a JOB name or -f FILE")
     try:
+        set_request_timeout(args.request_timeout)
         if args.command in RUNTIME_VERBS:
             if serve is None:
                 raise BadInput(f"{args.command}: run it as `vigil {args.command}` (or `python -m vigil {args.command}`)")
