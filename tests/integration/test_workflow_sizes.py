@@ -68,7 +68,7 @@ class NoPods(WorkflowApi):
     def delete_pod(self, namespace: str, name: str) -> None:
         return
 
-    def write_status(self, obj: Any, status: dict[str, Any]) -> str:
+    def write_status(self, obj: Any, status: dict[str, Any]) -> dict[str, Any]:
         self.largest = max(self.largest, len(json.dumps({**obj, "status": status})))
         return super().write_status(obj, status)
 

@@ -38,7 +38,7 @@ def workflow_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> 
     if type == "DELETED":
         memo.workflows.forget(meta["namespace"], meta["name"])
     else:
-        memo.workflows.changed(meta["namespace"], meta["name"], meta.get("resourceVersion"))
+        memo.workflows.changed(meta["namespace"], meta["name"], meta.get("resourceVersion"), body)
 
 
 def definition_problem(spec: Mapping[str, Any]) -> str | None:

@@ -52,6 +52,7 @@ from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps, wanted_pods
 from vigil.core.ports import Clock, HistoryUnavailable, WorkflowHistorySink
 from vigil.core.workflow import (
+    TERMINAL_WORKFLOW_PHASES,
     Definition,
     Event,
     Record,
@@ -177,9 +178,9 @@ class WorkflowApi:
             if not token:
                 return
 
-    def write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> str:
+    def write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """Replace the whole status (a PUT: keys left out are removed), conditional on the
-        resourceVersion ``obj`` was read at; the new resourceVersion."""
+        resourceVersion ``obj`` was read at; the workflow as written."""
         meta = obj["metadata"]
         try:
             written: dict[str, Any] = self.custom.replace_namespaced_custom_object_status(
@@ -189,7 +190,7 @@ class WorkflowApi:
             if err.status in (404, 409):
                 raise Conflict(meta["name"]) from err
             raise
-        return str(written["metadata"]["resourceVersion"])
+        return written
 
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(SCHEDULED_JOBS, namespace, name)
@@ -267,28 +268,53 @@ class WorkflowEngine:
             "workflows", self._process, workers=workers, ticks=lambda: self._clock.now().timestamp()
         )
         self._running = False
-        #: The resourceVersion of each workflow's last status write of ours, until its watch
-        #: event arrives: that event needs no pass (the pass that wrote it already acted).
-        self._own: dict[Key, str] = {}
+        #: Of each unfinished workflow: the resourceVersion the engine last handled (a pass read it
+        #: and acted, or wrote it), so a watch event of that version or an older one needs no
+        #: pass; and the newest body known (from a watch event, a rescan's page or our own write),
+        #: so a pass reads no GET unless its write meets a conflict. Dropped when it finishes.
+        self._handled: dict[Key, str] = {}
+        self._bodies: dict[Key, dict[str, Any]] = {}
         #: Outputs read back from the database, by (workflow uid, seq), oldest first.
         self._outputs: dict[tuple[str, int], Any] = {}
 
     # --- queueing -----------------------------------------------------------------------------
 
-    def changed(self, namespace: str, name: str, resource_version: str | None) -> None:
-        """A watch saw the workflow change: queue a pass, unless the change is our own write."""
-        with self._lock:
-            if resource_version is not None and self._own.pop((namespace, name), None) == resource_version:
-                return
+    def changed(
+        self, namespace: str, name: str, resource_version: str | None, body: Mapping[str, Any] | None = None
+    ) -> None:
+        """A watch saw the workflow change: queue a pass, unless the engine has handled that
+        version already (its own write, or one a pass has read since); ``body`` is kept for it."""
+        if not self._learn((namespace, name), resource_version, body):
+            return
         self.notify(namespace, name)
 
-    def _wrote(self, obj: Mapping[str, Any], resource_version: str) -> None:
-        meta = obj["metadata"]
+    def _learn(self, key: Key, resource_version: str | None, body: Mapping[str, Any] | None) -> bool:
+        """Note a version of the workflow seen from outside a pass; whether it is news."""
         with self._lock:
-            self._own[(meta["namespace"], meta["name"])] = resource_version
+            if resource_version is not None and not _newer(resource_version, self._handled.get(key)):
+                return False
+            if body is not None:
+                self._bodies[key] = dict(body)
+            return True
+
+    def _handled_at(self, obj: Mapping[str, Any], *, keep: bool) -> None:
+        """A pass handled ``obj`` (read and acted on it, or wrote it); ``keep``: the workflow is
+        unfinished, so its body is kept for the next pass."""
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        with self._lock:
+            if keep:
+                self._handled[key] = str(meta["resourceVersion"])
+                self._bodies[key] = dict(obj)
+            else:
+                self._handled.pop(key, None)
+                self._bodies.pop(key, None)
 
     def forget(self, namespace: str, name: str) -> None:
         """The workflow was deleted: nothing it wanted started is started any more."""
+        with self._lock:
+            self._handled.pop((namespace, name), None)
+            self._bodies.pop((namespace, name), None)
         if self._admit is not None:
             self._admit((namespace, name), [], "normal")
 
@@ -307,7 +333,11 @@ class WorkflowEngine:
             expired = self._ttl is not None and self._ttl.due(obj, now)
             if needs_pass(obj.get("status") or {}, mirroring=self._history is not None, expired=expired):
                 meta = obj["metadata"]
-                self.notify(meta["namespace"], meta["name"])
+                key = (meta["namespace"], meta["name"])
+                with self._lock:
+                    self._handled.pop(key, None)  # a rescan passes over every one it queues
+                self._learn(key, None, obj)
+                self.notify(*key)
                 queued += 1
         return queued
 
@@ -336,13 +366,17 @@ class WorkflowEngine:
 
     def reconcile(self, namespace: str, name: str) -> datetime | None:
         """One pass; the time the workflow next needs one (a timer), if any."""
+        with self._lock:
+            obj = self._bodies.pop((namespace, name), None)
         for _ in range(CONFLICT_TRIES):
-            obj = self.api.get(namespace, name)
+            if obj is None:
+                obj = self.api.get(namespace, name)  # none known, or what was known is stale
             if obj is None:
                 return None
             try:
                 return self._pass(obj)
             except Conflict:
+                obj = None
                 continue
         log.warning("workflow %s/%s: status kept changing; next pass later", namespace, name)
         return self._clock.now() + RETRY_AFTER_ERROR
@@ -427,12 +461,11 @@ class WorkflowEngine:
         """The Workflow's one status writer: the status built from the folded state, compared
         with the one read, and written (whole, conditional on the resourceVersion read) only
         when it differs; whether it was written. Conflict when the workflow changed meanwhile."""
+        unfinished = str(new_status.get("phase")) not in TERMINAL_WORKFLOW_PHASES
         if new_status == (obj.get("status") or {}):
+            self._handled_at(obj, keep=unfinished)
             return False
-        resource_version = self.api.write_status(obj, new_status)
-        meta = obj["metadata"]
-        with self._lock:
-            self._own[(meta["namespace"], meta["name"])] = resource_version
+        self._handled_at(self.api.write_status(obj, new_status), keep=unfinished)
         return True
 
     def _tell_job(self, obj: Mapping[str, Any], new: Sequence[Record]) -> None:
@@ -637,6 +670,17 @@ class WorkflowEngine:
             return
         for said in announcements(new, stuck=stuck, before=before):
             self._events.emit(obj, type_=WARNING if said.warning else NORMAL, reason=said.reason, message=said.message)
+
+
+def _newer(resource_version: str, handled: str | None) -> bool:
+    """Whether a version of a workflow is newer than the one handled. The resourceVersions of one
+    object are etcd revisions that only grow; one that is not a number is compared for equality
+    only (news unless it is the one handled)."""
+    if handled is None:
+        return True
+    if resource_version.isdigit() and handled.isdigit():
+        return int(resource_version) > int(handled)
+    return resource_version != handled
 
 
 def _pod_name(wanted: WantedPod) -> str:
