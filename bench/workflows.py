@@ -4,7 +4,9 @@
   the engine's workers to overlap, deep enough that each step waits for a result), each pod
   running `true`, created at once; the clock runs from the first creation to the last
   Succeeded. Each step is one pod on the local node agent, so this is bounded by how fast
-  the control plane schedules and runs pods on 2 cores as much as by the engine.
+  the control plane schedules and runs pods on 2 cores as much as by the engine. The dispatch
+  caps are raised above what can run at once (as the firelag section does): the figure is the
+  engine's, beside a floor that has no cap; the chart's caps are a fairness policy, not a cost.
 * **resume** — `count` workflows whose one step waits until a fixed time are started by a
   leader, with a standby operator running beside it. Just before that time whichever of the
   two holds the Lease then is frozen (SIGSTOP; under load the Lease can move earlier, which the
@@ -66,8 +68,13 @@ def ten_steps() -> list[dict[str, Any]]:
     return steps
 
 
-def _settings(opns: str, state: Any, name: str) -> str:
-    return (
+def _settings(opns: str, state: Any, name: str, *, pods: int = 0) -> str:
+    """The operator's settings; with `pods`, dispatch caps above that many step pods running at once
+    (the chart's defaults, 50 per namespace and 90 for normal priority, would make the rate section
+    measure the cap: 50 running pods that each live about 5 s here is 10 steps/s, whatever the
+    engine does — the podfloor it is set beside has no cap either)."""
+    caps = f"dispatch: {{maxRunning: {pods}, perNamespaceMax: {pods}, reservedHigh: 0}}\n" if pods else ""
+    return caps + (
         f"namespace: {opns}\nleaderElection: {{leaseDurationSeconds: 15, renewPeriodSeconds: 5}}\n"
         f"http: {{metricsPort: 0, apiPort: 0}}\nworkflows: {{workers: 4, rescanSeconds: 30}}\n"
         f"history: {{dsn: 'sqlite:///{state}/{name}-history.db'}}\n"
@@ -123,7 +130,7 @@ def _create(b: BenchCluster, ns: str, count: int, prefix: str, steps: list[dict[
 def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[Completion, str]:
     """How many of `count` 10-step workflows succeeded in how long, and notes (phases at the end)."""
     ns, opns = b.namespace("bench-wf"), b.namespace("bench-wfop")
-    proc, pidfile = b.start_operator("bench-wf", _settings(opns, state, "bench-wf"))
+    proc, pidfile = b.start_operator("bench-wf", _settings(opns, state, "bench-wf", pods=count * 10))
     try:
         lead = _lead(b, opns, "bench-wf", proc)
         started = time.monotonic()
