@@ -274,6 +274,11 @@ class WorkflowEngine:
         #: so a pass reads no GET unless its write meets a conflict. Dropped when it finishes.
         self._handled: dict[Key, str] = {}
         self._bodies: dict[Key, dict[str, Any]] = {}
+        #: Of each unfinished workflow: (uid, how many entries from the first this process has
+        #: written to the history database). Its status's historyMirrored lags one pass behind
+        #: (the entries a pass records are mirrored after its write), and without this every
+        #: pass wrote the previous pass's entries again: two database writes a pass, not one.
+        self._mirrored: dict[Key, tuple[str, int]] = {}
         #: Outputs read back from the database, by (workflow uid, seq), oldest first.
         self._outputs: dict[tuple[str, int], Any] = {}
 
@@ -309,12 +314,14 @@ class WorkflowEngine:
             else:
                 self._handled.pop(key, None)
                 self._bodies.pop(key, None)
+                self._mirrored.pop(key, None)
 
     def forget(self, namespace: str, name: str) -> None:
         """The workflow was deleted: nothing it wanted started is started any more."""
         with self._lock:
             self._handled.pop((namespace, name), None)
             self._bodies.pop((namespace, name), None)
+            self._mirrored.pop((namespace, name), None)
         if self._admit is not None:
             self._admit((namespace, name), [], "normal")
 
@@ -406,7 +413,7 @@ class WorkflowEngine:
                 self._write(obj, new_status)
             except Conflict:
                 continue
-            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries))
+            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
             self._announce(obj, added, (), status)
             self._report(obj, added, (), state)
             if self._running:
@@ -444,7 +451,7 @@ class WorkflowEngine:
         if self._write(obj, new_status):
             # Now recorded: mirror them at once, best effort. The counter in status catches up on
             # a later pass (rewriting is idempotent), and after an outage that pass writes them.
-            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries))
+            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
         self._act(obj, pinned, definition, state, pods)
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
@@ -542,16 +549,27 @@ class WorkflowEngine:
         return now + INVALID_RECHECK
 
 
-    def _mirror(self, obj: Mapping[str, Any], base: int, entries: Sequence[Record], mirrored: int) -> int:
+    def _mirror(
+        self, obj: Mapping[str, Any], base: int, entries: Sequence[Record], mirrored: int, *, finished: bool = False
+    ) -> int:
         """Write the recorded-but-unmirrored entries to the database; the new mirrored count.
 
         ``entries`` are the history from seq ``base`` on; ``mirrored`` entries from the first
         are in the database already (never fewer than ``base``: only mirrored entries leave).
+        ``finished``: the workflow has ended, so what was written is not remembered (a later pass
+        over it, the rescan's, writes those rows again, idempotently, and brings the count up).
         """
         end = base + len(entries)
-        if self._history is None or mirrored >= end:
+        if self._history is None:
             return mirrored
         meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        with self._lock:
+            uid, written = self._mirrored.get(key, ("", 0))
+        if uid == meta["uid"]:
+            mirrored = max(mirrored, min(written, end))  # written by this process already
+        if mirrored >= end:
+            return mirrored
         rows = [
             WorkflowEventRecord(
                 namespace=meta["namespace"],
@@ -570,6 +588,11 @@ class WorkflowEngine:
             self._history.write_workflow_events(rows)
         except HistoryUnavailable:
             return mirrored  # kept in status; written on a later pass
+        with self._lock:
+            if finished:
+                self._mirrored.pop(key, None)
+            else:
+                self._mirrored[key] = (meta["uid"], end)
         return end
 
     def _status(
