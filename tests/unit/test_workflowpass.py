@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.unit.workflowsim import T0, UID, World, dags, drive, pod
 from vigil.core.checkpoint import Budget, resume
 from vigil.core.conditions import ConditionReason, ConditionType
-from vigil.core.orchestrator import WantedPod, timers
+from vigil.core.orchestrator import WantedPod, timers, wanted_pods
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import (
     Definition,
@@ -44,7 +44,9 @@ from vigil.core.workflowpass import (
     job_recent,
     needs_pass,
     next_pass,
+    plan_pods,
     started_status,
+    wanted_pod_name,
 )
 from vigil.model.workflow import WorkflowStatus
 
@@ -192,6 +194,26 @@ class TestJobRecent:
             "executionId": "w", "attempt": 1, "outcome": "Failed", "scheduledFor": "s",
             "finishedAt": format_rfc3339(T0), "reason": "WorkflowFailed",
         }]}  # fmt: skip
+
+
+def pod_in(phase: str, *, deleting: bool = False) -> dict[str, Any]:
+    meta = {"deletionTimestamp": format_rfc3339(T0)} if deleting else {}
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+class TestPlanPods:
+    def test_wanted_pods_start_once_and_unwanted_running_ones_stop(self) -> None:
+        world = World(chain("a", "b"))
+        (want,) = wanted_pods(world.definition, world.state)
+        assert plan_pods(world.definition, world.state, {}).start == [want]
+        adopted = plan_pods(world.definition, world.state, {wanted_pod_name(want): pod_in("Running")})
+        assert adopted.start == [] and adopted.stop == []
+        world.request(Event.CANCEL_REQUESTED, None, by="alice", request="r1")
+        plan = plan_pods(world.definition, world.state, {
+            wanted_pod_name(want): pod_in("Running"), "old-ended": pod_in("Succeeded"),
+            "old-failed": pod_in("Failed"), "going": pod_in("Running", deleting=True),
+        })  # fmt: skip
+        assert plan.start == [] and plan.stop == [wanted_pod_name(want)]
 
 
 def test_history_past_what_a_status_holds_is_refused() -> None:

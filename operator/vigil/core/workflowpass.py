@@ -13,6 +13,7 @@ functions of (definition, folded state, what was read, ``now``):
   (compacted into the checkpoint past a budget), the per-step summaries, phase,
   progress and conditions merged by type; :func:`started_status` and
   :func:`invalid_status` for a workflow's first pass;
+* :func:`plan_pods` — which wanted pods to start, and which running pods to stop;
 * :func:`needs_pass` — which workflows a full rescan queues;
 * :func:`announcements` — the Events a pass's records deserve;
 * :func:`job_recent` — how a workflow's end reads in its ScheduledJob's ``recent``.
@@ -30,6 +31,7 @@ from typing import Any
 
 from vigil.core.checkpoint import Budget, Checkpoint, compact, entry_bytes
 from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
+from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.orchestrator import (
     WantedPod,
     current,
@@ -153,6 +155,40 @@ def gather_inputs(
         for record in found:
             new += record_input(definition, state, record)
     return new
+
+
+# --- pods -------------------------------------------------------------------------------------
+
+#: Pod phases after which a pod neither runs nor needs stopping.
+ENDED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def wanted_pod_name(wanted: WantedPod) -> str:
+    """The name of the pod a step's attempt runs in: ``<execution id>-<attempt>``."""
+    return pod_name(ExecutionId(wanted.execution_id), wanted.attempt)
+
+
+@dataclasses.dataclass(frozen=True)
+class PodPlan:
+    """What a pass does about pods: start the wanted ones that do not exist (the dispatcher
+    creates them as capacity allows), and stop the running ones the state no longer wants."""
+
+    start: list[WantedPod]
+    stop: list[str]
+
+
+def plan_pods(definition: Definition, state: WorkflowState, pods: Mapping[str, Mapping[str, Any]]) -> PodPlan:
+    """The pods to start and to stop, given the workflow's step pods by name (as read)."""
+    wanted = {wanted_pod_name(w): w for w in wanted_pods(definition, state)}
+    start = [want for name, want in wanted.items() if name not in pods]
+    stop = [
+        name
+        for name, pod in pods.items()
+        if name not in wanted
+        and (pod.get("status") or {}).get("phase") not in ENDED_POD_PHASES
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+    ]
+    return PodPlan(start=start, stop=stop)
 
 
 # --- when next ---------------------------------------------------------------------------------

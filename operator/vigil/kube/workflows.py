@@ -48,8 +48,7 @@ from kubernetes.client.exceptions import ApiException
 from vigil.core.checkpoint import Budget, output_digest, resume
 from vigil.core.conditions import ConditionReason
 from vigil.core.history import WorkflowEventRecord
-from vigil.core.ids import ExecutionId, pod_name
-from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps, wanted_pods
+from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
 from vigil.core.ports import Clock, HistoryUnavailable, WorkflowHistorySink
 from vigil.core.workflow import (
     TERMINAL_WORKFLOW_PHASES,
@@ -72,7 +71,9 @@ from vigil.core.workflowpass import (
     job_recent,
     needs_pass,
     next_pass,
+    plan_pods,
     started_status,
+    wanted_pod_name,
 )
 from vigil.core.workflowttl import Verdict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
@@ -629,12 +630,10 @@ class WorkflowEngine:
         pods: Mapping[str, Mapping[str, Any]],
     ) -> None:
         namespace = obj["metadata"]["namespace"]
-        wanted = {_pod_name(w): w for w in wanted_pods(definition, state)}
+        plan = plan_pods(definition, state, pods)
         templates = step_templates(pinned)
         bodies: list[dict[str, Any]] = []
-        for name, want in wanted.items():
-            if name in pods:
-                continue
+        for want in plan.start:
             template, compensate = templates[want.step]
             inputs = {dep: self._output(obj, state, dep) for dep in inputs_for(definition, state, want.step)}
             body = workflow_pod(
@@ -653,11 +652,8 @@ class WorkflowEngine:
         else:
             for body in bodies:
                 self.api.create_pod(namespace, body)
-        for name, pod in pods.items():
-            finished = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-            deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
-            if name not in wanted and not finished and not deleting:
-                self.api.delete_pod(namespace, name)
+        for name in plan.stop:
+            self.api.delete_pod(namespace, name)
 
     def _output(self, obj: Mapping[str, Any], state: WorkflowState, step_id: str) -> Any:
         """A step's output: from the state, or, when it left the status, from the database entry
@@ -706,11 +702,7 @@ def _newer(resource_version: str, handled: str | None) -> bool:
     return resource_version != handled
 
 
-def _pod_name(wanted: WantedPod) -> str:
-    return pod_name(ExecutionId(wanted.execution_id), wanted.attempt)
-
-
 def _result(pods: Mapping[str, Mapping[str, Any]], wanted: WantedPod, now: datetime) -> Record | None:
     """What the pod a step wants reports: its result, or None while it runs or does not exist."""
-    pod = pods.get(_pod_name(wanted))
+    pod = pods.get(wanted_pod_name(wanted))
     return None if pod is None else pod_result(pod, wanted, now=now)
