@@ -21,22 +21,5 @@ fi
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v runc >/dev/null || missing+=(runc)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
-if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
-if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-  echo "missing system packages: ${missing[*]} — install them with your package manager" >&2
-  exit 1
-fi
-echo "installing system packages: ${missing[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
 # Packages with a service (postgresql, prometheus) must not start it: the tests run their own.
-# invoke-rc.d and deb-systemd-invoke ask policy-rc.d; exit code 101 means "do not start".
-if [ ! -e /usr/sbin/policy-rc.d ]; then
-  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-  chmod +x /usr/sbin/policy-rc.d
-  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-fi
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-if [[ " ${missing[*]} " == *" prometheus "* ]] && [ -d /run/systemd/system ]; then
-  systemctl disable --now prometheus.service >/dev/null 2>&1 || true  # not at boot either
-fi
+exec "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" --disable prometheus.service "${missing[@]}"

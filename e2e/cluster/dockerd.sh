@@ -37,26 +37,9 @@ install_docker() {
   command -v dockerd >/dev/null || missing+=(docker.io)
   command -v containerd >/dev/null || missing+=(containerd)
   command -v runc >/dev/null || missing+=(runc)
-  if [ ${#missing[@]} -eq 0 ]; then return 0; fi
-  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-    echo "dockerd.sh: missing ${missing[*]} — install Docker with your package manager" >&2
-    exit 1
-  fi
-  echo "installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  # The packages' services must not start: this script runs its own daemon. invoke-rc.d and
-  # deb-systemd-invoke ask policy-rc.d; exit code 101 means "do not start".
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
-    chmod +x /usr/sbin/policy-rc.d
-    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-  fi
-  # Another apt-get on the machine (a second checkout's set-up) holds the lock for a while: wait.
-  apt-get -o DPkg::Lock::Timeout=600 update -qq
-  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  if [ -d /run/systemd/system ]; then  # not at boot either
-    systemctl disable --now docker.service docker.socket containerd.service >/dev/null 2>&1 || true
-  fi
+  # The packages' services must not start: this script runs its own daemon.
+  "$repo/scripts/apt-install.sh" --disable docker.service --disable docker.socket \
+    --disable containerd.service "${missing[@]}"
 }
 
 wait_until() { # wait_until <what> <pidfile of the process that must stay up> <command...>

@@ -422,6 +422,7 @@ def run(settings: Settings) -> int:
         on_pass=_after_workflow_pass(publisher),
         ttl=WorkflowTtl(client.CustomObjectsApi(api), default=setting_ttl(settings.workflows.ttl_after_finished)),
         admit=dispatcher.want,
+        job_status=writer,
     )
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
     caches.workflow_pods.add_handler(lambda key, pod, deleted: _notify_workflow(engine, pod))

@@ -177,15 +177,10 @@ def cluster() -> Iterator[KubeCluster]:
         kubectl = shutil.which("kubectl")
         assert kubectl, "VIGIL_TEST_KUBECONFIG is set but kubectl is not on PATH"
         kube = KubeCluster(Path(external), Path(kubectl).parent)
-    else:
-        handle = localcluster.up(STATE, PORT_BASE)
-        kube = KubeCluster(handle.kubeconfig, handle.state / "bin")
-    install_vigil_api(kube)
-    try:
+        install_vigil_api(kube)
         yield kube
-    finally:
-        if not keep:
-            localcluster.down(STATE)
+        return
+    yield from _local_cluster(STATE, PORT_BASE, keep=keep)
 
 
 @pytest.fixture(scope="session")
@@ -196,14 +191,21 @@ def kubelet_cluster() -> Iterator[KubeCluster]:
     the end of the session unless VIGIL_TEST_KEEP_CLUSTER=1.
     """
     keep = os.environ.get("VIGIL_TEST_KEEP_CLUSTER") == "1"
-    handle = localcluster.up(KUBELET_STATE, KUBELET_PORT_BASE, node=localcluster.NODE_KUBELET)
+    yield from _local_cluster(KUBELET_STATE, KUBELET_PORT_BASE, keep=keep, node=localcluster.NODE_KUBELET)
+
+
+def _local_cluster(
+    state: Path, port_base: int, *, keep: bool, node: str = localcluster.NODE_AGENT
+) -> Iterator[KubeCluster]:
+    """A local control plane with Vigil's CRDs and API objects; stopped afterwards unless `keep`."""
+    handle = localcluster.up(state, port_base, node=node)
     kube = KubeCluster(handle.kubeconfig, handle.state / "bin")
     install_vigil_api(kube)
     try:
         yield kube
     finally:
         if not keep:
-            localcluster.down(KUBELET_STATE)
+            localcluster.down(state)
 
 
 def install_vigil_api(kube: KubeCluster) -> None:

@@ -1,9 +1,10 @@
 """The one writer of a ScheduledJob's status on the leader: the ledger and the executions' summary.
 
-Three sources change a job's status: its controller (conditions, the schedule in words, the
+Four sources change a job's status: its controller (conditions, the schedule in words, the
 chain's schedule hash, `observedGeneration`: `kube/jobcontroller.py`), the trigger's plans (the
-ledger, the chain's progress, LAST SCHEDULED, NEXT RUN) and its executions' transitions
-(active, recent, LAST SUCCESS, DeadLettered). All of them come here per job, in order. A job is written at most once an
+ledger, the chain's progress, LAST SCHEDULED, NEXT RUN), its executions' transitions (active,
+recent, LAST SUCCESS, DeadLettered) and the ends of the workflows it started (recent, LAST
+SUCCESS: `kube/workflows.py`). All of them come here per job, in order. A job is written at most once an
 interval: the queue takes it, reads it from the cache, folds every waiting change into the
 status with the pure `ledger_patch` and `transition_patch`, and writes the changed fields once,
 conditional on the version read (a conflict reads it again from the API server and folds again).

@@ -78,6 +78,7 @@ from vigil.core.workflowpass import (
 from vigil.core.workflowttl import Verdict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer
+from vigil.kube.jobstatus import Change, JobStatusWriter
 from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR
 from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
@@ -252,9 +253,11 @@ class WorkflowEngine:
         on_pass: Callable[[Pass], None] | None = None,
         ttl: WorkflowTtl | None = None,
         admit: Admit | None = None,
+        job_status: JobStatusWriter | None = None,
     ) -> None:
         self.api = api
         self._admit = admit
+        self._job_status = job_status
         self._clock = clock
         self._events = events
         self._history = history
@@ -486,17 +489,20 @@ class WorkflowEngine:
         if owner is None or not any(r.event in JOB_OUTCOMES for r in new):
             return
         meta = obj["metadata"]
+        scheduled_for = (meta.get("annotations") or {}).get(ANNOTATION_SCHEDULED_FOR)
+
+        def ended(status: Mapping[str, Any], _: int) -> dict[str, Any]:
+            return job_recent(status, workflow=meta["name"], scheduled_for=scheduled_for, new=new, size=RECENT_SIZE) or {}
+
+        if self._job_status is not None:  # the leader: through the job's one status writer
+            change = Change(str(owner.get("uid")), ended, lambda job: None)
+            self._job_status.add((meta["namespace"], owner["name"]), change)
+            return
         job = self.api.job(meta["namespace"], owner["name"])
         if job is None or job["metadata"]["uid"] != owner.get("uid"):
             return
-        patch = job_recent(
-            job.get("status") or {},
-            workflow=meta["name"],
-            scheduled_for=(meta.get("annotations") or {}).get(ANNOTATION_SCHEDULED_FOR),
-            new=new,
-            size=RECENT_SIZE,
-        )
-        if patch is not None:
+        patch = ended(job.get("status") or {}, 0)
+        if patch:
             self.api.patch_job_status(meta["namespace"], owner["name"], patch)
 
     def _report(
