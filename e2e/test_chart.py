@@ -20,10 +20,12 @@ The tests run in order on one release (release `e2e` in namespace `vigil-e2e`, a
 the ServiceMonitor and PrometheusRule render and promtool accepts the rules; the
 `reconcile-daily` and `video-publish` examples run (job images swapped for the local busybox,
 the schedule for a runAt); Debian's Prometheus scrapes both pods through the Service's endpoints;
-the leader pod force-deleted, the other replica holds the Lease within lease + 1 s; `helm upgrade`
-with a changed value rolls both pods; across both an `every: 3s` job fires each occurrence once,
-none lost, none doubled; no log line was a 403; `helm uninstall` leaves the CRDs (crds.keep) and
-nothing of the release.
+the leader pod force-deleted, the other replica holds the Lease within lease + 1 s of the old
+leader's last renewal; `helm upgrade` with a changed value rolls both pods; across both an `every:
+3s` job fires each occurrence once, none lost, none doubled; `helm uninstall` runs the chart's
+pre-delete hook (the pods stop while their RBAC stands, and the leader releases the Lease), keeps
+the CRDs (crds.keep) and leaves nothing else of the release; and no line of any operator pod's
+whole log, from install to uninstall, is a 403.
 """
 
 from __future__ import annotations
@@ -503,17 +505,12 @@ def test_helm_upgrade_rolls_the_deployment_without_losing_an_occurrence(
     assert min(times) < started < max(times)
 
 
-def test_no_operator_request_was_forbidden(release: OperatorLogs) -> None:
-    release.follow()
-    assert len(release.followers) >= 4  # the two first pods and the two the upgrade made
-    assert not release.forbidden(), "\n".join(release.forbidden()[:20])
-
-
 def test_helm_uninstall_keeps_the_crds_and_leaves_nothing_of_the_release(
     kubelet_cluster: KubeCluster, release: OperatorLogs, ticking: tuple[str, str]
 ) -> None:
     kube = kubelet_cluster
     kube.clear_namespace(ticking[0])
+    release.follow()
     kube.helm("uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", f"{ROLLOUT_TIMEOUT}s")
     for path in sorted((REPO / "crds").glob("*.yaml")):
         name = yaml.safe_load(path.read_text())["metadata"]["name"]
@@ -527,3 +524,14 @@ def test_helm_uninstall_keeps_the_crds_and_leaves_nothing_of_the_release(
                                 "validatingadmissionpolicybindings", "-l", selector, "-o", "name").stdout  # fmt: skip
     assert (namespaced + cluster_wide).strip() == "", namespaced + cluster_wide
     assert kube.helm("status", RELEASE, "--namespace", NAMESPACE, check=False).returncode != 0
+    # The pre-delete hook stopped the pods while their RBAC stood: the leader released its Lease.
+    assert holder(kube) is None
+
+
+def test_no_operator_request_was_forbidden_from_install_to_uninstall(release: OperatorLogs) -> None:
+    """Each pod's whole log: the first two, the one that replaced the deleted leader, the two the
+    upgrade made, up to their end at the uninstall."""
+    release.stop()  # the logs end with their pods; this waits for the last lines
+    assert len(release.followers) >= 5
+    assert all("campaigning for lease" in release.text(pod) for pod in release.followers)
+    assert not release.forbidden(), "\n".join(release.forbidden()[:20])
