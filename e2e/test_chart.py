@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+import psycopg
 import pytest
 import yaml
 from kubernetes import client
@@ -81,6 +82,7 @@ LEASE = "vigil-leader"
 LEASE_SECONDS = 3  # short, so a failover fits in a test; renewed every second
 HISTORY_SECRET = "history-dsn"
 HISTORY_SERVICE = "history-db"
+HISTORY_DATABASE = "vigil_e2e"
 POSTGRES_PORT = 5432
 #: The every-job that runs through the failover and the upgrade: an occurrence every TICK.
 TICK = timedelta(seconds=3)
@@ -155,17 +157,18 @@ def api_route(kubelet_cluster: KubeCluster, node_files: NodeFiles) -> Iterator[N
 
 
 @pytest.fixture(scope="module")
-def history_dsn(kubelet_cluster: KubeCluster, node_files: NodeFiles) -> Iterator[str]:
+def history_db(kubelet_cluster: KubeCluster, node_files: NodeFiles) -> Iterator[tuple[PostgresServer, str]]:
     """Debian's PostgreSQL on the host, reachable from the node's pods at a Service's ClusterIP.
 
     The server listens on loopback; the pods' connections arrive from the node's pod subnet, which
-    its pg_hba.conf trusts (a throwaway server, as every test's)."""
+    its pg_hba.conf trusts (a throwaway server, as every test's). Yields the server and the DSN
+    the pods use."""
     server = PostgresServer.create()
     with (server.data / "pg_hba.conf").open("a") as hba:
         hba.write(f"host all all {node_files.subnet} trust\n")
     server.stop()
     server.start()
-    dsn = server.create_database("vigil_e2e")
+    dsn = server.create_database(HISTORY_DATABASE)
     fresh_namespace(kubelet_cluster)
     service = kubelet_cluster.core.create_namespaced_service(NAMESPACE, {
         "metadata": {"name": HISTORY_SERVICE},
@@ -174,7 +177,7 @@ def history_dsn(kubelet_cluster: KubeCluster, node_files: NodeFiles) -> Iterator
     ip = service.spec.cluster_ip
     route = serviceroutes.forward(serviceroutes.Route(node_files.bridge, ip, POSTGRES_PORT, server.port))
     try:
-        yield dsn.replace(f"127.0.0.1:{server.port}", f"{ip}:{POSTGRES_PORT}")
+        yield server, dsn.replace(f"127.0.0.1:{server.port}", f"{ip}:{POSTGRES_PORT}")
     finally:
         serviceroutes.remove(route)
         server.drop()
@@ -226,11 +229,16 @@ class OperatorLogs:
 
 @pytest.fixture(scope="module")
 def release(
-    kubelet_cluster: KubeCluster, operator_image: str, api_route: None, history_dsn: str, tmp_path_factory: pytest.TempPathFactory
+    kubelet_cluster: KubeCluster,
+    operator_image: str,
+    api_route: None,
+    history_db: tuple[PostgresServer, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[OperatorLogs]:
     """`helm install` of the chart with the built image; uninstalled by the last test (or here)."""
     kube = kubelet_cluster
-    kube.core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": HISTORY_SECRET}, "stringData": {"dsn": history_dsn}})
+    dsn = history_db[1]
+    kube.core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": HISTORY_SECRET}, "stringData": {"dsn": dsn}})
     adopt_crds(kube)
     path = tmp_path_factory.mktemp("chart") / "values.yaml"
     path.write_text(yaml.safe_dump(values(operator_image, history_secret=HISTORY_SECRET)))
@@ -322,6 +330,13 @@ def wait_fired_through(kube: KubeCluster, namespace: str, job: str, at: datetime
         return times if times and max(times) >= at else None
 
     return wait_for(probe, timeout=OUTCOME_TIMEOUT, what=f"{job} to fire through {rfc3339(at)}")
+
+
+def history_nominals(server: PostgresServer, namespace: str, job: str) -> set[datetime]:
+    """The nominal times of the job's attempts in the shared history database."""
+    query = "SELECT scheduled_for FROM attempts WHERE namespace = %s AND job = %s"
+    with psycopg.connect(server.conninfo(HISTORY_DATABASE)) as connection:
+        return {row[0] for row in connection.execute(query, (namespace, job))}
 
 
 def assert_each_occurrence_once(times: list[datetime]) -> None:
@@ -482,7 +497,7 @@ def test_the_other_replica_takes_over_within_lease_plus_one_second(
 
 
 def test_helm_upgrade_rolls_the_deployment_without_losing_an_occurrence(
-    kubelet_cluster: KubeCluster, release: OperatorLogs, ticking: tuple[str, str]
+    kubelet_cluster: KubeCluster, release: OperatorLogs, ticking: tuple[str, str], history_db: tuple[PostgresServer, str]
 ) -> None:
     kube = kubelet_cluster
     namespace, job = ticking
@@ -503,6 +518,10 @@ def test_helm_upgrade_rolls_the_deployment_without_losing_an_occurrence(
     times = wait_fired_through(kube, namespace, job, datetime.now(UTC) + 3 * TICK)
     assert_each_occurrence_once(times)
     assert min(times) < started < max(times)
+    # Every leader so far (the first, the one that took over, the upgrade's) wrote one history.
+    server = history_db[0]
+    wait_for(lambda: {min(times), max(times)} <= history_nominals(server, namespace, job), timeout=60,
+             what="the first and the latest occurrence in the shared history database")  # fmt: skip
 
 
 def test_helm_uninstall_keeps_the_crds_and_leaves_nothing_of_the_release(
