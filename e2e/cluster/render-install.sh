@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Renders manifests/install.yaml, the plain-YAML install: a Namespace first, then the Helm chart
 # rendered with its default values but one replica into that namespace (the CRDs are chart
-# templates, so they are included without --include-crds).
+# templates, so they are included without --include-crds), without hooks: the uninstall hook
+# (templates/uninstall-hook.yaml) would otherwise be applied as a plain Job and stop the operator.
 #
 #   e2e/cluster/render-install.sh               # rewrite manifests/install.yaml
 #   e2e/cluster/render-install.sh OUT           # write OUT instead (the packaging test compares)
@@ -40,6 +41,6 @@ metadata:
     app.kubernetes.io/part-of: vigil
     pod-security.kubernetes.io/enforce: restricted
 HEADER
-  "$helm" template "$release" "$root/helm/vigil" --namespace "$namespace" --set replicaCount=1
+  "$helm" template "$release" "$root/helm/vigil" --namespace "$namespace" --set replicaCount=1 --no-hooks
 } >"$tmp"
 mv "$tmp" "$out"

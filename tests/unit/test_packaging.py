@@ -412,6 +412,7 @@ def test_a_misspelt_nested_value_fails_on_the_schema(helm: tuple[Path, dict[str,
         pytest.param("postgresql.enabled=maybe", "/postgresql/enabled", id="postgresql-enabled-not-true-false-auto"),
         pytest.param("admission.highPriority.namespaces=billing", "/admission/highPriority/namespaces", id="namespaces-not-a-list"),
         pytest.param("networkPolicy.enabled=yes", "/networkPolicy/enabled", id="network-policy-not-a-boolean"),
+        pytest.param("uninstall.stopOperatorFirst=later", "/uninstall/stopOperatorFirst", id="uninstall-hook-not-a-boolean"),
         pytest.param("config.approvals.notifier.url=chat-bridge", "/config/approvals/notifier/url", id="notifier-without-scheme"),
         pytest.param("config.workflows.ttlAfterFinished=1 day", "/config/workflows/ttlAfterFinished", id="workflow-ttl-not-a-duration"),
     ],
@@ -581,6 +582,22 @@ def test_two_history_dsn_sources_are_refused(helm: tuple[Path, dict[str, str]]) 
     )  # fmt: skip
     assert result.returncode != 0
     assert "mutually exclusive" in result.stderr
+
+
+def test_uninstall_stops_the_operator_before_helm_deletes_its_rbac(helm: tuple[Path, dict[str, str]]) -> None:
+    """A pre-delete hook Job scales the operator to zero first; its own role can do only that."""
+    objects = render(helm)
+    job = the_one(objects, "Job", f"{RELEASE}-stop")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert job["spec"]["template"]["spec"]["serviceAccountName"] == f"{RELEASE}-stop"
+    env = {e["name"]: e["value"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DEPLOYMENTS"].split() == [RELEASE, f"{RELEASE}-watchdog"]
+    assert rules_of(the_one(objects, "Role", f"{RELEASE}-stop")) == {
+        ("apps", "deployments/scale", "get"), ("apps", "deployments/scale", "patch"), ("", "pods", "list"),
+    }  # fmt: skip
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        assert the_one(objects, kind, f"{RELEASE}-stop")["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert not find(render(helm, "--set", "uninstall.stopOperatorFirst=false"), "Job")
 
 
 def test_operator_rbac_is_least_privilege(helm: tuple[Path, dict[str, str]]) -> None:
