@@ -20,6 +20,7 @@ clocks disagree see leases expire by their own clock; keep them synchronised
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from collections.abc import Sequence
@@ -216,6 +217,8 @@ class WorkerStore:
         self.connection = connection
         self.queue = queue
         self.worker = worker
+        # One connection, many coroutines: a transaction must not take in another's statements.
+        self._lock = asyncio.Lock()
 
     async def lease(
         self, tasks: Sequence[str], *, limit: int, lease: timedelta, now: datetime
@@ -229,7 +232,7 @@ class WorkerStore:
             "worker": self.worker,
             "expires": lease_deadline(now, lease),
         }
-        async with self.connection.transaction():
+        async with self._lock, self.connection.transaction():
             cursor = await self.connection.execute(QUERIES["lease"], params)
             rows = await cursor.fetchall()
         return [
@@ -259,7 +262,7 @@ class WorkerStore:
             "worker": self.worker,
             "expires": lease_deadline(now, lease),
         }
-        async with self.connection.transaction():
+        async with self._lock, self.connection.transaction():
             cursor = await self.connection.execute(QUERIES["heartbeat"], params)
             kept = {row[0] for row in await cursor.fetchall()}
         return {h.execution_id for h in held} - kept
@@ -269,7 +272,7 @@ class WorkerStore:
 
         Each gets an attempt row `lease_expired`, naming the holder that lost it.
         """
-        async with self.connection.transaction():
+        async with self._lock, self.connection.transaction():
             cursor = await self.connection.execute(
                 QUERIES["expired"], {"queue": self.queue, "now": now, "limit": EXPIRY_BATCH}
             )
@@ -283,10 +286,9 @@ class WorkerStore:
                     _settle_params(execution_id, attempt, owner, settlement, now, "lease expired"),
                 )
                 done.append((execution_id, attempt, settlement))
-                history.append(
-                    (execution_id, attempt, owner, AttemptOutcome.LEASE_EXPIRED.value, None,
-                     expired_at, f"lease held by {owner} expired")  # fmt: skip
-                )
+                why = f"lease held by {owner} expired"
+                outcome = AttemptOutcome.LEASE_EXPIRED.value
+                history.append((execution_id, attempt, owner, outcome, None, expired_at, why))
             await self._record(history)
         return done
 
@@ -301,7 +303,7 @@ class WorkerStore:
             return SettleReport(0, [])
         wins = [f for f in finished if f.outcome is AttemptOutcome.SUCCEEDED]
         settled: set[tuple[str, int]] = set()
-        async with self.connection.transaction():
+        async with self._lock, self.connection.transaction():
             if wins:
                 cursor = await self.connection.execute(
                     QUERIES["settle_succeeded"],
@@ -325,8 +327,10 @@ class WorkerStore:
                     settled.add((f.leased.execution_id, f.leased.attempt))
             await self._record(
                 [
-                    (f.leased.execution_id, f.leased.attempt, self.worker, f.outcome.value,
-                     f.started_at, f.finished_at, f.error)  # fmt: skip
+                    (
+                        f.leased.execution_id, f.leased.attempt, self.worker,
+                        f.outcome.value, f.started_at, f.finished_at, f.error,
+                    )
                     for f in finished
                 ]
             )
@@ -341,6 +345,17 @@ class WorkerStore:
                 )
         return SettleReport(len(settled), stale)
 
+    async def mark_duplicates(self, held: Sequence[Leased]) -> None:
+        """Mark attempts whose lease was taken while their holder still ran them."""
+        if not held:
+            return
+        params = {
+            "execution_ids": [h.execution_id for h in held],
+            "attempts": [h.attempt for h in held],
+        }
+        async with self._lock, self.connection.transaction():
+            await self.connection.execute(QUERIES["mark_duplicates"], params)
+
     async def once(self, leased: Leased, key: str, *, now: datetime) -> bool:
         """Claim `key` for this execution: True for the first copy to ask, False for any other."""
         params = {
@@ -350,7 +365,7 @@ class WorkerStore:
             "worker": self.worker,
             "now": now,
         }
-        async with self.connection.transaction():
+        async with self._lock, self.connection.transaction():
             cursor = await self.connection.execute(QUERIES["once"], params)
             return await cursor.fetchone() is not None
 
