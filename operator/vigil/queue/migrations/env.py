@@ -28,5 +28,5 @@ def run_online() -> None:
 
 
 if context.is_offline_mode():
-    raise RuntimeError("offline (--sql) migrations are not supported: read schema.sql instead")
+    raise RuntimeError("offline (--sql) migrations are not supported: read migrations/versions instead")
 run_online()

@@ -2,8 +2,7 @@
 
 PostgreSQL only (the queue leases with FOR UPDATE SKIP LOCKED, which SQLite does
 not have), all in the `vigil_queue` schema so the store can share the history
-database without its `attempts` meeting the history's. schema.sql shows the
-result. Frozen: later changes go in new revisions.
+database without its `attempts` meeting the history's. Frozen: later changes go in new revisions.
 
 Revision ID: q0001
 Revises:
