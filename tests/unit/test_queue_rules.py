@@ -91,7 +91,7 @@ def test_worker_settings_refuse_what_cannot_work(field: str, value: object, mess
         pytest.param(["--queue", "q", "--tasks", "tests.queue.tasks"], "no database", id="no DSN"),
         pytest.param(["--queue", "q", "--tasks", "no_such_module", "--dsn", "x"], "no_such_module", id="unknown module"),
         pytest.param(["--queue", "q", "--tasks", "tests.queue.tasks", "--dsn", "x", "--heartbeat", "40"],
-                     "heartbeat", id="heartbeat longer than the lease"),  # fmt: skip
+                     "heartbeat", id="heartbeat longer than the lease"),
     ],
 )
 def test_vigil_worker_refuses_bad_input_with_one_line_and_exit_2(
