@@ -45,7 +45,7 @@ from vigil.worker import Context, task
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
-DEFAULT_EXECUTIONS = 5000
+DEFAULT_EXECUTIONS = 20_000  # a few seconds per measurement here: long enough to read a ratio
 DEFAULT_WORKERS = (1, 2, 4)
 SUBMIT_BATCH = 500
 WORKER_SLOTS = 10  # executions a worker process runs at once, and leases per round trip (both)
