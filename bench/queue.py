@@ -208,8 +208,8 @@ def run(executions: int, worker_counts: tuple[int, ...]) -> list[Row]:
     server = PostgresServer.create(settings=DURABLE_SETTINGS)
     try:
         with tempfile.TemporaryDirectory(prefix="vigil-bench-queue-") as tmp:
-            for workers in worker_counts:
-                logs = Path(tmp) / f"{workers}"
+            for index, workers in enumerate(worker_counts):
+                logs = Path(tmp) / f"{index}-{workers}"
                 (logs / "vigil").mkdir(parents=True)
                 (logs / "peer").mkdir()
                 ours = vigil_run(server, workers, executions, logs / "vigil")
