@@ -87,18 +87,21 @@ def test_a_worker_killed_mid_task_runs_again_with_the_same_id_after_its_lease(
     processes.append(spawn(tables, "q", tmp_path / "a.log"))
     [eid] = store.submit("q", [Submission("hold")], now=now())
     wait_for(lambda: (1, "started") in events(tables, eid), timeout=30, what="attempt 1 started")
+    processes.append(spawn(tables, "q", tmp_path / "b.log"))  # idle beside it, ready to take over
+    wait_for(lambda: "tasks hold" in (tmp_path / "b.log").read_text(), timeout=30, what="worker b up")
     processes[0].kill()
     killed = time.monotonic()
-    processes.append(spawn(tables, "q", tmp_path / "b.log"))
-    wait_for(lambda: (2, "started") in events(tables, eid), timeout=30, what="attempt 2 started")
+    wait_for(lambda: (2, "started") in events(tables, eid), timeout=30, interval=0.05, what="attempt 2")
     rerun_after = time.monotonic() - killed
     release(tables, eid)
     wait_for(lambda: (store.execution(eid) or {}).get("state") == "succeeded", timeout=30, what="success")
     assert [(h["attempt"], h["outcome"]) for h in store.attempts(eid)] == [
         (1, "lease_expired"), (2, "succeeded"),
     ]  # fmt: skip
-    # the lease, the expiry pass and a new worker's start-up: a few seconds at most
-    assert rerun_after < LEASE_SECONDS + 10, rerun_after
+    # the lease (its last extension was at most one heartbeat before the kill), then one expiry
+    # pass and one lease round trip; issue 13's target is lease + 1 s, with room for a loaded machine
+    print(f"re-run {rerun_after:.2f}s after SIGKILL, lease {LEASE_SECONDS:.0f}s")
+    assert rerun_after < LEASE_SECONDS + 2, rerun_after
 
 
 def test_a_frozen_worker_past_its_lease_runs_a_duplicate_and_once_lets_one_act(
