@@ -85,12 +85,41 @@ def test_lease_order_is_priority_then_due_time_and_future_work_waits(
         now=T0,
     )
 
-    async def run() -> list[str]:
+    async def run() -> list[set[str]]:
         async with workers(dsn, "q", "w1") as [w]:
-            got = await w.lease(["record"], limit=10, lease=LEASE, now=T0 + timedelta(seconds=5))
-        return [g.execution_id for g in got]
+            batches = []
+            for _ in range(3):
+                got = await w.lease(["record"], limit=1, lease=LEASE, now=T0 + timedelta(seconds=5))
+                batches.append({g.execution_id for g in got})
+        return batches
 
-    assert asyncio.run(run()) == [ids[2], ids[1], ids[0]]
+    assert asyncio.run(run()) == [{ids[2]}, {ids[1]}, {ids[0]}]
+
+
+def test_a_tenants_backlog_does_not_hold_back_another_tenants_work(
+    store: QueueStore, dsn: str
+) -> None:
+    """Tenant A's backfill is older and larger; tenant B's work still gets every other turn."""
+    backfill = [
+        Submission("record", {"n": i}, tenant="a", run_after=T0 - timedelta(hours=1))
+        for i in range(2000)
+    ]
+    store.submit("q", backfill, now=T0)
+    mine = set(store.submit("q", [Submission("record", tenant="b") for _ in range(3)], now=T0))
+    urgent = store.submit("q", [Submission("record", tenant="a", priority=-1)], now=T0)
+
+    async def run() -> list[list[str]]:
+        async with workers(dsn, "q", "w1") as [w]:
+            first = await w.lease(["record"], limit=4, lease=LEASE, now=T0)
+            second = await w.lease(["record"], limit=4, lease=LEASE, now=T0)
+        return [[g.tenant for g in first], [g.execution_id for g in first + second]]
+
+    tenants, leased = asyncio.run(run())
+    assert urgent[0] in leased[:4]  # a higher priority goes first, whoever's it is
+    assert (
+        sorted(tenants).count("b") >= 1
+    )  # B's turn comes in the first batch, not after 2000 of A's
+    assert mine <= set(leased)  # and all of B's within two batches
 
 
 def test_an_expired_lease_is_leased_again_with_the_same_id_and_the_next_attempt(

@@ -27,19 +27,43 @@ WHERE queue = %(queue)s AND idempotency_key = ANY(%(idempotency_keys)s::text[]);
 SELECT pg_notify('vigil_queue', %(queue)s);
 
 -- name: lease
--- A batch of due ready executions, highest priority (lowest number) first, then the longest due;
--- rows another worker is leasing right now are skipped, never waited for.
-WITH picked AS (
-    SELECT execution_id FROM vigil_queue.executions
-    WHERE queue = %(queue)s AND state = 'ready' AND run_after <= %(now)s
-      AND task = ANY(%(tasks)s::text[])
-    ORDER BY priority, run_after
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+-- A batch of due ready executions, fair between tenants: the tenants with ready work are found by
+-- a skip scan of the ready index (one index probe per tenant, however many rows each has), each
+-- tenant offers its first `limit` in (priority, run_after) order, and the batch takes them by
+-- priority, then turn (every tenant's 1st, then every tenant's 2nd, ...), then due time. So a
+-- tenant with a 100,000-execution backlog and one with a single execution each get a turn in the
+-- next batch, and a higher priority still goes first. Each tenant's offer is locked as it is read,
+-- skipping rows another worker is leasing right now (never waiting for them); what the batch does
+-- not take is unlocked when the statement's transaction ends, a few milliseconds later.
+WITH RECURSIVE tenants AS (
+    (SELECT tenant FROM vigil_queue.executions
+     WHERE queue = %(queue)s AND state = 'ready' ORDER BY tenant LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.tenant FROM vigil_queue.executions AS e
+            WHERE e.queue = %(queue)s AND e.state = 'ready' AND e.tenant > t.tenant
+            ORDER BY e.tenant LIMIT 1)
+    FROM tenants AS t WHERE t.tenant IS NOT NULL
+),
+offered AS (
+    SELECT head.execution_id, head.priority, head.run_after,
+           row_number() OVER (PARTITION BY t.tenant ORDER BY head.priority, head.run_after) AS turn
+    FROM tenants AS t
+    CROSS JOIN LATERAL (
+        SELECT e.execution_id, e.priority, e.run_after FROM vigil_queue.executions AS e
+        WHERE e.queue = %(queue)s AND e.state = 'ready' AND e.tenant = t.tenant
+          AND e.run_after <= %(now)s AND e.task = ANY(%(tasks)s::text[])
+        ORDER BY e.priority, e.run_after
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) AS head
+    WHERE t.tenant IS NOT NULL
+),
+chosen AS (
+    SELECT execution_id FROM offered ORDER BY priority, turn, run_after LIMIT %(limit)s
 )
 UPDATE vigil_queue.executions AS e
 SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s
-FROM picked WHERE e.execution_id = picked.execution_id
+FROM chosen WHERE e.execution_id = chosen.execution_id
 RETURNING e.execution_id, e.task, e.payload, e.attempt, e.max_attempts, e.scheduled_for,
           e.idempotency_key, e.priority, e.tenant;
 

@@ -55,7 +55,8 @@ CREATE TABLE vigil_queue.executions (
     CONSTRAINT executions_idempotency UNIQUE (queue, idempotency_key),
     CONSTRAINT executions_lease CHECK ((state = 'leased') = (lease_owner IS NOT NULL))
 );
-CREATE INDEX executions_ready ON vigil_queue.executions (queue, priority, run_after)
+-- Leasing walks the tenants with ready work, then each one's head in (priority, run_after) order.
+CREATE INDEX executions_ready ON vigil_queue.executions (queue, tenant, priority, run_after)
     WHERE state = 'ready';
 CREATE INDEX executions_leased ON vigil_queue.executions (queue, lease_expires_at)
     WHERE state = 'leased';
