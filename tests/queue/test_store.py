@@ -18,7 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.contract.postgres import PostgresServer
+from tests.queue.conftest import conninfo
 from vigil.core.queue import AttemptOutcome, QueueState
+from vigil.history.store import SqlHistory
 from vigil.queue.store import Finished, QueueStore, Submission, WorkerStore
 
 pytestmark = pytest.mark.postgres
@@ -208,3 +211,33 @@ def test_concurrent_batches_never_hand_one_execution_to_two_workers(
 
     leased = [eid for mine in asyncio.run(run()) for eid in mine]
     assert len(leased) == len(set(leased)) == executions
+
+
+def test_the_queue_shares_a_database_with_the_history_and_migrates_idempotently(
+    postgres: PostgresServer,
+) -> None:
+    """Its own schema and version table: both chains run on one database, each twice, side by side."""
+    url = postgres.create_database()
+    info = conninfo(postgres, url)
+    history = SqlHistory(url)
+    for _ in range(2):
+        history.migrate()
+        QueueStore(info).migrate()
+    history.close()
+    with psycopg.connect(info) as connection:
+        tables = {
+            (schema, name)
+            for schema, name in connection.execute(
+                "SELECT table_schema, table_name FROM information_schema.tables"
+                " WHERE table_schema IN ('public', 'vigil_queue')"
+            )
+        }
+        [version] = connection.execute(
+            "SELECT version_num FROM vigil_queue.vigil_queue_version"
+        ).fetchall()
+    assert {
+        ("public", "attempts"),
+        ("vigil_queue", "attempts"),
+        ("vigil_queue", "executions"),
+    } <= tables
+    assert version == ("q0001",)

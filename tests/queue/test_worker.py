@@ -7,13 +7,15 @@ Waits are conditions with deadlines (tests/waiting.py); the only sleeping is the
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import subprocess
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.queue.tasks import DSN_ENV, create_tables
@@ -142,3 +144,23 @@ def test_sigterm_drains_in_flight_work_and_leases_nothing_more(
     assert (store.execution(eid) or {}).get("state") == "succeeded"
     assert [(h["attempt"], h["outcome"]) for h in store.attempts(eid)] == [(1, "succeeded")]
     assert (store.execution(later) or {}).get("state") == "ready"  # submitted after SIGTERM: left
+
+
+def test_an_idle_worker_is_woken_by_notify_not_by_its_poll(store: QueueStore, tables: str) -> None:
+    """With a minute-long poll, only the submit's NOTIFY can start the work within seconds."""
+    slow_poll = dataclasses.replace(FAST, poll_interval=timedelta(minutes=1), expiry_interval=timedelta(minutes=1))
+    with in_process(tables, "q", slow_poll):
+        wait_for(lambda: listening(tables), timeout=30, what="the worker to LISTEN")
+        submitted = time.monotonic()
+        [eid] = store.submit("q", [Submission("record")], now=now())
+        wait_for(lambda: (store.execution(eid) or {}).get("state") == "succeeded", timeout=20,
+                 interval=0.05, what="the notified execution to succeed")  # fmt: skip
+        assert time.monotonic() - submitted < 20
+
+
+def listening(dsn: str) -> bool:
+    with psycopg.connect(dsn) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+        ).fetchone()
+    return row is not None and row[0] > 0
