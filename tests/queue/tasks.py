@@ -9,6 +9,7 @@ the workload, not the test's synchronisation (the tests wait with tests/waiting.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -59,6 +60,15 @@ async def record_async(ctx: Context) -> None:
 def poison(ctx: Context) -> None:
     note(ctx, "ran")
     raise RuntimeError(f"poison {ctx.payload.get('n')}")
+
+
+@task("hold_async")
+async def hold_async(ctx: Context) -> None:
+    """Start, then wait for a release that the drain test never gives."""
+    note(ctx, "started")
+    while not released(ctx.execution_id):
+        await asyncio.sleep(HOLD_POLL_SECONDS)
+    note(ctx, "finished")
 
 
 @task("hold")

@@ -164,3 +164,18 @@ def listening(dsn: str) -> bool:
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
         ).fetchone()
     return row is not None and row[0] > 0
+
+
+def test_work_cut_short_by_the_drain_timeout_is_left_to_its_lease(store: QueueStore, tables: str) -> None:
+    """Neither acknowledged nor failed: the lease stays until it expires, and the work runs again."""
+    quick_drain = dataclasses.replace(FAST, drain_timeout=timedelta(milliseconds=300))
+    with in_process(tables, "q", quick_drain):
+        [eid] = store.submit("q", [Submission("hold_async")], now=now())
+        wait_for(lambda: (1, "started") in events(tables, eid), timeout=30, what="attempt 1 started")
+    row = store.execution(eid)
+    assert row is not None and (row["state"], row["attempt"]) == ("leased", 1)
+    assert store.attempts(eid) == []
+    with in_process(tables, "q"):
+        wait_for(lambda: (2, "started") in events(tables, eid), timeout=30, what="attempt 2 after the lease")
+        release(tables, eid)
+        wait_for(lambda: (store.execution(eid) or {}).get("state") == "succeeded", timeout=30, what="success")

@@ -185,10 +185,14 @@ class Worker:
                 await function(ctx)
             else:
                 await asyncio.get_running_loop().run_in_executor(self._threads, function, ctx)
+        except asyncio.CancelledError:
+            # Cut short by the drain timeout: neither success nor failure. The lease is simply
+            # no longer extended, so the execution runs again elsewhere once it expires.
+            self._held.pop((leased.execution_id, leased.attempt), None)
+            raise
         except Exception:
             error = bounded_error(traceback.format_exc())
-        finally:
-            self._finish(leased, started, error)
+        self._finish(leased, started, error)
 
     def _finish(self, leased: Leased, started: Any, error: str | None) -> None:
         now = self.clock.now()

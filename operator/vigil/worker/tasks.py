@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-import threading
 from collections.abc import Callable, Coroutine
 from datetime import datetime
 from typing import Any, TypeVar
@@ -53,7 +52,11 @@ class Context:
         """Claim `key` for this execution (sync tasks, which run in worker threads)."""
         if self.claim is None or self.loop is None:
             raise RuntimeError("this context has no store to claim keys in")
-        if threading.current_thread() is threading.main_thread() and self.loop.is_running():
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass  # a worker thread, as it should be
+        else:
             raise RuntimeError("an async task must `await ctx.once_async(key)`")
         return asyncio.run_coroutine_threadsafe(self.claim(key), self.loop).result()
 
