@@ -4,7 +4,9 @@ Two faces, because the callers differ:
 
 - `QueueStore` (synchronous) migrates, submits and reads back — what a program
   that enqueues work, a test or the benchmark needs.
-- `WorkerStore` (asynchronous, on one connection the worker owns) leases a
+- `WorkerStore` (asynchronous, on one autocommit connection the worker owns:
+  a single statement needs no BEGIN/COMMIT round trips, and a settlement's
+  statements go in one pipelined transaction) leases a
   batch with FOR UPDATE SKIP LOCKED, extends leases by heartbeat, settles
   attempts in batches, returns expired leases to the queue and takes `once`
   marks. What an attempt's end decides (retry with backoff, dead letter, an
@@ -232,7 +234,7 @@ class WorkerStore:
             "worker": self.worker,
             "expires": lease_deadline(now, lease),
         }
-        async with self._lock, self.connection.transaction():
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
             cursor = await self.connection.execute(QUERIES["lease"], params)
             rows = await cursor.fetchall()
         return [
@@ -262,7 +264,7 @@ class WorkerStore:
             "worker": self.worker,
             "expires": lease_deadline(now, lease),
         }
-        async with self._lock, self.connection.transaction():
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
             cursor = await self.connection.execute(QUERIES["heartbeat"], params)
             kept = {row[0] for row in await cursor.fetchall()}
         return {h.execution_id for h in held} - kept
@@ -303,7 +305,7 @@ class WorkerStore:
             return SettleReport(0, [])
         wins = [f for f in finished if f.outcome is AttemptOutcome.SUCCEEDED]
         settled: set[tuple[str, int]] = set()
-        async with self._lock, self.connection.transaction():
+        async with self._lock, self.connection.pipeline(), self.connection.transaction():
             if wins:
                 cursor = await self.connection.execute(
                     QUERIES["settle_succeeded"],
@@ -353,7 +355,7 @@ class WorkerStore:
             "execution_ids": [h.execution_id for h in held],
             "attempts": [h.attempt for h in held],
         }
-        async with self._lock, self.connection.transaction():
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
             await self.connection.execute(QUERIES["mark_duplicates"], params)
 
     async def once(self, leased: Leased, key: str, *, now: datetime) -> bool:
@@ -365,7 +367,7 @@ class WorkerStore:
             "worker": self.worker,
             "now": now,
         }
-        async with self._lock, self.connection.transaction():
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
             cursor = await self.connection.execute(QUERIES["once"], params)
             return await cursor.fetchone() is not None
 
