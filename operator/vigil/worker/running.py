@@ -1,7 +1,9 @@
 """The worker loop: lease a batch, run each execution, heartbeat, acknowledge in batches, drain.
 
-One asyncio loop per process and one PostgreSQL connection for the queue's
-statements (`vigil.queue.store.WorkerStore`), plus one that only LISTENs:
+One asyncio loop per process and three PostgreSQL connections: one that leases
+(so a lease never waits behind an acknowledgement's commit), one for the rest
+of the queue's statements (`vigil.queue.store.WorkerStore`), and one that only
+LISTENs:
 
 - **lease**: while slots are free, lease up to min(free slots, batch) due
   executions; when fewer come back than asked, wait for a NOTIFY of the queue
@@ -97,7 +99,8 @@ class Worker:
         self._duplicates: set[tuple[str, int]] = set()
         self._retry = RetryPolicy(backoff=settings.backoff)
         self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="vigil-task")
-        self._store: WorkerStore | None = None
+        self._store: WorkerStore | None = None  # leasing: its own connection, never behind an ack
+        self._books: WorkerStore | None = None  # acknowledgements, heartbeats, expiries, once
 
     async def run(self, stop: asyncio.Event) -> WorkerCounts:
         """Work until `stop`, then drain; returns what was done."""
@@ -105,7 +108,9 @@ class Worker:
         if not tasks:
             raise ValueError("no tasks registered: import the module that defines them (--tasks)")
         connection = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        books = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         self._store = WorkerStore(connection, queue=self.queue, worker=self.name)
+        self._books = WorkerStore(books, queue=self.queue, worker=self.name)
         halt = asyncio.Event()  # ends the helpers once the drain is over
         helpers = [
             asyncio.create_task(self._listen(halt)),
@@ -123,6 +128,7 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._flush()
             await connection.close()
+            await books.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
         return self.counts
 
@@ -155,7 +161,7 @@ class Worker:
                 )
 
     def _start(self, leased: Leased) -> None:
-        store = self._require_store()
+        store = self._require_books()
         ctx = Context(
             execution_id=leased.execution_id,
             attempt=leased.attempt,
@@ -242,7 +248,7 @@ class Worker:
             return
         batch, self._results = self._results, []
         try:
-            report = await self._require_store().settle(batch, now=self.clock.now())
+            report = await self._require_books().settle(batch, now=self.clock.now())
         except psycopg.OperationalError as error:
             log.warning("worker %s: acknowledging failed (%s); will retry", self.name, error)
             self._results = batch + self._results
@@ -253,7 +259,7 @@ class Worker:
         while not await _stopped(halt, self.settings.heartbeat.total_seconds()):
             held = [leased for leased, _ in self._held.values()]
             try:
-                lost = await self._require_store().heartbeat(
+                lost = await self._require_books().heartbeat(
                     held, lease=self.settings.lease, now=self.clock.now()
                 )
             except psycopg.OperationalError as error:
@@ -265,13 +271,13 @@ class Worker:
                     entry = self._held.get((leased.execution_id, leased.attempt))
                     if entry is not None:
                         entry[1].lease_lost = True
-                await self._require_store().mark_duplicates(gone)
+                await self._require_books().mark_duplicates(gone)
                 self._count_duplicates(gone)
 
     async def _expiries(self, halt: asyncio.Event) -> None:
         while not await _stopped(halt, self.settings.expiry_interval.total_seconds()):
             try:
-                expired = await self._require_store().expire(now=self.clock.now())
+                expired = await self._require_books().expire(now=self.clock.now())
             except psycopg.OperationalError as error:
                 log.warning("worker %s: returning expired leases failed (%s)", self.name, error)
                 continue
@@ -309,6 +315,11 @@ class Worker:
         if self._store is None:
             raise RuntimeError("the worker is not running")
         return self._store
+
+    def _require_books(self) -> WorkerStore:
+        if self._books is None:
+            raise RuntimeError("the worker is not running")
+        return self._books
 
 
 async def _first(*waits: Any, timeout: float | None = None) -> None:
