@@ -29,6 +29,9 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
 10. **history** — history inserts per second (SQLite, PostgreSQL); needs no cluster.
 11. **onboarding** — `--onboard` new ScheduledJobs (10,000) until every one has a nextRun:
    jobs/s beside the 200/s target, bucket and API writes per job (bench/onboarding.py).
+12. **queue** — the volume tier: `--queue-executions` no-op executions end to end through
+   `vigil worker` processes beside pgqueuer's on the same PostgreSQL, over 1, 2 and 4 worker
+   processes (bench/queue.py); needs no cluster.
 
 Every measurement gets a fresh local control plane of its own (bench/cluster.py), with an API
 server audit log, and runs the operator as the chart's ServiceAccount. The lag figures all use
@@ -54,6 +57,7 @@ from kubernetes import client
 from bench import history as history_bench
 from bench import onboarding as onboarding_bench
 from bench import podfloor
+from bench import queue as queue_bench
 from bench import rss as rss_bench
 from bench import workflows as workflow_bench
 from bench.audit import READ_VERBS, short_user
@@ -99,7 +103,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
-    "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding",
+    "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -448,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-jobs", type=int, default=10_000, help="ScheduledJobs of the rss section")
     parser.add_argument("--rss-executions", type=int, default=10_000, help="retained Executions of the rss section")
     parser.add_argument("--rss-workflows", type=int, default=1000, help="waiting Workflows of the rss section")
+    parser.add_argument("--queue-executions", type=int, default=queue_bench.DEFAULT_EXECUTIONS,
+                        help="no-op executions per measurement of the queue section")  # fmt: skip
     parser.add_argument("--rss-settle", type=float, default=60.0, help="seconds of RSS samples once the load is in")
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
@@ -544,6 +550,10 @@ def main(argv: list[str] | None = None) -> int:
             onboarded, said = onboarding_bench.onboarding(b, b.api, b.state, stop_process, args.onboard)
         run.add(f"onboarding: {args.onboard} new ScheduledJobs to nextRun", onboarding_bench.report(onboarded, said),
                 target=f">= {onboarding_bench.TARGET_RATE:.0f} jobs/s")  # fmt: skip
+
+    if "queue" in chosen:
+        print()
+        run.rows.extend(queue_bench.run(args.queue_executions, queue_bench.DEFAULT_WORKERS))
 
     print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
     for line in table(run.rows):

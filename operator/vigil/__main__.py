@@ -8,6 +8,10 @@ keep the CLI from ever importing the runtime: the CLI parses the two verbs (so
 
 The runtime is imported only when one of its verbs is asked for, so a plugin
 verb does not pay for loading kopf, the HTTP API and every adapter.
+
+`vigil worker` runs the volume tier's worker SDK (`vigil.worker.command`). It is
+dispatched before the CLI is imported: a worker process loads neither kopf nor
+a Kubernetes client.
 """
 
 from __future__ import annotations
@@ -15,8 +19,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-from vigil.cli import main as cli
 
 
 def serve(command: str, config: Path | None) -> int:
@@ -28,7 +30,14 @@ def serve(command: str, config: Path | None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return cli.main(argv, serve=serve)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["worker"]:
+        from vigil.worker import command
+
+        return command.main(args[1:])
+    from vigil.cli import main as cli
+
+    return cli.main(args, serve=serve)
 
 
 if __name__ == "__main__":

@@ -289,3 +289,38 @@ def record_workflow_pass(*, namespace: str, workflow: str, events: list[str], st
     else:
         with contextlib.suppress(KeyError):
             WORKFLOW_STEPS_STUCK.remove(namespace, workflow)
+
+
+# --- the volume tier's workers (vigil.worker) -------------------------------------------------
+
+QUEUE_ATTEMPTS = Counter(
+    "vigil_queue_attempts_total",
+    "Attempts a worker finished (labels queue; outcome: succeeded, failed).",
+    ["queue", "outcome"],
+    registry=REGISTRY,
+)
+QUEUE_LEASE_EXPIRIES = Counter(
+    "vigil_queue_lease_expiries_total",
+    "Leases past their deadline that a worker returned to the queue or the dead letters (label queue).",
+    ["queue"],
+    registry=REGISTRY,
+)
+QUEUE_DUPLICATES = Counter(
+    "vigil_queue_duplicate_executions_total",
+    "Attempts whose lease was taken while their worker still ran them: two copies of one execution "
+    "may have run at once (label queue).",
+    ["queue"],
+    registry=REGISTRY,
+)
+
+
+def record_queue_attempt(queue: str, outcome: str) -> None:
+    QUEUE_ATTEMPTS.labels(queue=queue, outcome=outcome).inc()
+
+
+def record_queue_lease_expiries(queue: str, count: int) -> None:
+    QUEUE_LEASE_EXPIRIES.labels(queue=queue).inc(count)
+
+
+def record_queue_duplicate(queue: str) -> None:
+    QUEUE_DUPLICATES.labels(queue=queue).inc()

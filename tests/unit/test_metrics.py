@@ -23,8 +23,11 @@ from vigil.kube.watchdog import Assessed
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 #: Every label a Vigil metric may carry: each bounded by what is live (namespaces, jobs,
-#: workflows) or by a closed set of values (priority, outcome, reason, event, client).
-BOUNDED_LABELS = frozenset({"namespace", "job", "workflow", "priority", "outcome", "reason", "event", "client"})
+#: workflows, the one queue a worker process serves) or by a closed set of values (priority,
+#: outcome, reason, event, client).
+BOUNDED_LABELS = frozenset(
+    {"namespace", "job", "workflow", "queue", "priority", "outcome", "reason", "event", "client"}
+)
 
 
 def samples(name: str) -> dict[tuple[tuple[str, str], ...], float]:

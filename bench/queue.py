@@ -1,0 +1,247 @@
+"""The volume tier's throughput beside pgqueuer's, on the same PostgreSQL in the same run.
+
+`python -m bench queue` (or `python -m bench.queue [--executions N] [--workers 1,2,4]`).
+For each number of worker processes, each system gets a fresh database on one
+PostgreSQL server (Debian's, PostgreSQL's default durability: fsync on) and:
+
+1. starts that many worker processes and waits until each says it is ready;
+2. starts the clock, submits N no-op executions in batches of SUBMIT_BATCH (one
+   transaction each), and stops the clock when all N are done.
+
+Vigil: `vigil worker` processes (`--concurrency/--batch` WORKER_SLOTS) running
+the async no-op task of this module, heartbeats on (every HEARTBEAT_SECONDS,
+so several happen during a run), every attempt written to `attempts`; done is
+`state = 'succeeded'` for all N. pgqueuer: `QueueManager` processes (psycopg
+driver, `batch_size` WORKER_SLOTS) running an async no-op entrypoint; done is
+N `successful` rows in its log table (aggregation off, so none move away).
+Both are asked "how many done?" by the same poller, every POLL_SECONDS.
+
+The rate is executions per second of wall time, submit included; the ratio is
+Vigil's over pgqueuer's (above 1: Vigil is faster). A run that reaches its
+deadline prints a censored lower bound (bench/reporting.py). The machine is
+small and shared: read the ratio, not the absolute figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+
+from bench.reporting import Completion, Row, rate, ratio, table
+from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
+from vigil.queue.store import QueueStore, Submission
+from vigil.worker import Context, task
+
+ROOT = Path(__file__).resolve().parents[1]
+QUEUE = "bench"
+DEFAULT_EXECUTIONS = 20_000  # a few seconds per measurement here: long enough to read a ratio
+DEFAULT_WORKERS = (1, 2, 4)
+SUBMIT_BATCH = 500
+WORKER_SLOTS = 10  # executions a worker process runs at once, and leases per round trip (both)
+HEARTBEAT_SECONDS = 1.0
+LEASE_SECONDS = 5.0
+POLL_SECONDS = 0.05
+READY_TIMEOUT_S = 60.0
+DEADLINE_S = 600.0
+READY_LINE = "bench worker ready"
+
+
+@task("noop")
+async def noop(ctx: Context) -> None:
+    """The measured work: nothing, so the figure is the queue's own cost."""
+
+
+# -- the workers -------------------------------------------------------------------------------
+
+
+def spawn_vigil(dsn: str, log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "vigil", "worker", "--queue", QUEUE, "--tasks", "bench.queue",
+               "--dsn", dsn, "--concurrency", str(WORKER_SLOTS), "--batch", str(WORKER_SLOTS),
+               "--heartbeat", str(HEARTBEAT_SECONDS), "--lease", str(LEASE_SECONDS)]  # fmt: skip
+    return _spawn(command, log)
+
+
+def spawn_peer(dsn: str, log: Path) -> subprocess.Popen[bytes]:
+    return _spawn([sys.executable, "-m", "bench.queue", "peer-worker", "--dsn", dsn], log)
+
+
+def _spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}"}
+    with log.open("ab") as out:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+async def peer_worker(dsn: str) -> None:
+    """One pgqueuer worker process: an async no-op entrypoint until SIGTERM."""
+    from pgqueuer import PsycopgDriver, Queries, QueueManager
+    from pgqueuer.models import Job
+
+    connection = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+    qm = QueueManager(Queries(PsycopgDriver(connection)))
+
+    @qm.entrypoint("noop")
+    async def peer_noop(job: Job) -> None:
+        """The same nothing."""
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, qm.shutdown.set)
+    print(READY_LINE, flush=True)
+    await qm.run(batch_size=WORKER_SLOTS, log_aggregation_interval=timedelta(0))
+    await connection.close()
+
+
+# -- one measurement ---------------------------------------------------------------------------
+
+
+def wait_ready(processes: list[subprocess.Popen[bytes]], logs: list[Path], marker: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not all(marker in log.read_text() for log in logs):
+        if any(p.poll() is not None for p in processes) or time.monotonic() > deadline:
+            raise RuntimeError(f"a worker did not start: see {', '.join(map(str, logs))}")
+        time.sleep(POLL_SECONDS)
+
+
+def measure(
+    dsn: str,
+    workers: int,
+    executions: int,
+    *,
+    spawn: Callable[[str, Path], subprocess.Popen[bytes]],
+    marker: str,
+    submit: Callable[[int], None],
+    done: Callable[[], int],
+    logs: Path,
+) -> Completion:
+    """Start `workers` processes, submit `executions` in batches, time until `done()` counts them all."""
+    paths = [logs / f"worker-{i}.log" for i in range(workers)]
+    processes = [spawn(dsn, path) for path in paths]
+    try:
+        wait_ready(processes, paths, marker)
+        began = time.monotonic()
+        for start in range(0, executions, SUBMIT_BATCH):
+            submit(min(SUBMIT_BATCH, executions - start))
+        finished = done()
+        while finished < executions and time.monotonic() - began < DEADLINE_S:
+            if any(p.poll() is not None for p in processes):
+                print(f"  a worker exited early: see {logs}")
+                break
+            time.sleep(POLL_SECONDS)
+            finished = done()
+        return Completion(finished, executions, time.monotonic() - began)
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def vigil_run(server: PostgresServer, workers: int, executions: int, logs: Path) -> Completion:
+    dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
+    store = QueueStore(dsn)
+    store.migrate()
+
+    def submit(count: int) -> None:
+        store.submit(QUEUE, [Submission("noop") for _ in range(count)], now=datetime.now(UTC))
+
+    with psycopg.connect(dsn, autocommit=True) as poller:
+
+        def done() -> int:
+            query = "SELECT count(*) FROM vigil_queue.executions WHERE state = 'succeeded'"
+            return int(poller.execute(query).fetchone()[0])  # type: ignore[index]
+
+        return measure(dsn, workers, executions, spawn=spawn_vigil, marker="tasks noop",
+                       submit=submit, done=done, logs=logs)  # fmt: skip
+
+
+def peer_run(server: PostgresServer, workers: int, executions: int, logs: Path) -> Completion:
+    from pgqueuer import PsycopgDriver, Queries
+
+    dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
+
+    async def install() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            await Queries(PsycopgDriver(connection)).install()
+
+    asyncio.run(install())
+
+    def submit(count: int) -> None:
+        async def enqueue() -> None:
+            async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+                await Queries(PsycopgDriver(connection)).enqueue(["noop"] * count, [None] * count, [0] * count)
+
+        asyncio.run(enqueue())
+
+    with psycopg.connect(dsn, autocommit=True) as poller:
+
+        def done() -> int:
+            query = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
+            return int(poller.execute(query).fetchone()[0])  # type: ignore[index]
+
+        return measure(dsn, workers, executions, spawn=spawn_peer, marker=READY_LINE,
+                       submit=submit, done=done, logs=logs)  # fmt: skip
+
+
+# -- the section -------------------------------------------------------------------------------
+
+
+def run(executions: int, worker_counts: tuple[int, ...]) -> list[Row]:
+    """Measure both systems at each worker count; print as it goes; return the summary rows."""
+    import pgqueuer
+
+    print(f"## queue: {executions} no-op executions end to end, Vigil vs pgqueuer {pgqueuer.__version__}, "
+          f"same PostgreSQL (durable), worker processes {', '.join(map(str, worker_counts))}")  # fmt: skip
+    rows: list[Row] = []
+    server = PostgresServer.create(settings=DURABLE_SETTINGS)
+    try:
+        with tempfile.TemporaryDirectory(prefix="vigil-bench-queue-") as tmp:
+            for index, workers in enumerate(worker_counts):
+                logs = Path(tmp) / f"{index}-{workers}"
+                (logs / "vigil").mkdir(parents=True)
+                (logs / "peer").mkdir()
+                ours = vigil_run(server, workers, executions, logs / "vigil")
+                theirs = peer_run(server, workers, executions, logs / "peer")
+                r = ratio(ours.rate, theirs.rate) if ours.complete and theirs.complete else "n/a (censored)"
+                print(f"  {workers} worker(s): vigil {rate(ours, 'executions')}; "
+                      f"pgqueuer {rate(theirs, 'executions')}; ratio {r}")  # fmt: skip
+                rows.append(Row(f"queue: executions/s end to end, {workers} worker process(es)",
+                                rate(ours, "executions"), reference=f"pgqueuer {rate(theirs, 'executions')}",
+                                ratio=r, target=">= 1.0x"))  # fmt: skip
+    finally:
+        server.drop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.queue", description=__doc__.split("\n")[0])
+    parser.add_argument("mode", nargs="?", default="measure", choices=["measure", "peer-worker"])
+    parser.add_argument("--executions", type=int, default=DEFAULT_EXECUTIONS)
+    parser.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)),
+                        help="worker process counts, comma-separated (default 1,2,4)")  # fmt: skip
+    parser.add_argument("--dsn", help="peer-worker mode: the database")
+    args = parser.parse_args(argv)
+    if args.mode == "peer-worker":
+        asyncio.run(peer_worker(args.dsn))
+        return 0
+    rows = run(args.executions, tuple(int(n) for n in args.workers.split(",")))
+    print()
+    for line in table(rows):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,398 @@
+"""The queue store's adapter: PostgreSQL through psycopg 3, one named query per operation.
+
+Two faces, because the callers differ:
+
+- `QueueStore` (synchronous) migrates, submits and reads back — what a program
+  that enqueues work, a test or the benchmark needs.
+- `WorkerStore` (asynchronous, on one autocommit connection the worker owns:
+  a single statement needs no BEGIN/COMMIT round trips, and a settlement's
+  statements go in one pipelined transaction) leases a
+  batch with FOR UPDATE SKIP LOCKED, extends leases by heartbeat, settles
+  attempts in batches, returns expired leases to the queue and takes `once`
+  marks. What an attempt's end decides (retry with backoff, dead letter, an
+  expired lease's next attempt) is `vigil.core.queue`'s; this module only
+  writes it, each write conditional on the lease still being the writer's
+  (execution id, attempt and owner), so a worker whose lease was taken can
+  never overwrite the new holder's state.
+
+Every time is a parameter: the caller's injected clock. Workers on hosts whose
+clocks disagree see leases expire by their own clock; keep them synchronised
+(NTP) and the lease several heartbeats long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import alembic.command
+import alembic.config
+import psycopg
+import sqlalchemy as sa
+from psycopg.types.json import Jsonb
+
+from vigil.core.ids import execution_id as derive_execution_id
+from vigil.core.queue import AttemptOutcome, QueueState, Settlement, after_expiry, lease_deadline
+from vigil.core.timeparse import require_aware
+from vigil.queue.migrations import SCRIPT_LOCATION
+
+QUERIES_FILE = Path(__file__).parent / "queries.sql"
+NOTIFY_CHANNEL = "vigil_queue"  # submit notifies it with the queue's name; workers LISTEN
+DEFAULT_MAX_ATTEMPTS = 3
+EXPIRY_BATCH = 500  # expired leases returned to the queue per statement
+
+
+def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
+    """The `-- name: X` blocks of queries.sql, by name."""
+    queries: dict[str, str] = {}
+    name: str | None = None
+    for line in path.read_text().splitlines():
+        if line.startswith("-- name:"):
+            name = line.removeprefix("-- name:").strip()
+            queries[name] = ""
+        elif name is not None and not line.startswith("--"):
+            queries[name] += line + "\n"
+    return {key: text.strip() for key, text in queries.items()}
+
+
+QUERIES = load_queries()
+
+
+@dataclasses.dataclass(frozen=True)
+class Submission:
+    """One execution to enqueue. Lower `priority` runs first; `tenant` defaults to none."""
+
+    task: str
+    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
+    run_after: datetime | None = None  # None: at once (the submit's `now`)
+    priority: int = 0
+    tenant: str = ""
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    idempotency_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.task:
+            raise ValueError("task must not be empty")
+        if not 1 <= self.max_attempts <= 1000:
+            raise ValueError(f"max_attempts must be within 1..1000, got {self.max_attempts}")
+        if not -32768 <= self.priority <= 32767:
+            raise ValueError(f"priority must fit a smallint, got {self.priority}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Leased:
+    """An execution a worker holds: what the task's context is made of."""
+
+    execution_id: str
+    task: str
+    payload: dict[str, Any]
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    idempotency_key: str | None
+    priority: int
+    tenant: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Finished:
+    """How a worker's attempt ended, to be settled (in a batch) with the store."""
+
+    leased: Leased
+    outcome: AttemptOutcome
+    started_at: datetime
+    finished_at: datetime
+    error: str | None = None
+    settlement: Settlement | None = None  # for failures: the next state (vigil.core.queue)
+
+
+@dataclasses.dataclass(frozen=True)
+class SettleReport:
+    """What a batch of settlements found: the attempts whose lease had been taken meanwhile."""
+
+    settled: int
+    stale: list[Finished]  # ran to the end after their lease expired: duplicates
+
+
+def _engine(dsn: str) -> sa.Engine:
+    return sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
+
+
+class QueueStore:
+    """Migrate, submit and inspect (see the module docstring). `dsn`: libpq string or URL."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    def migrate(self) -> None:
+        """Bring the queue schema to the newest migration; a no-op when it is there already."""
+        config = alembic.config.Config()
+        config.set_main_option("script_location", str(SCRIPT_LOCATION))
+        engine = _engine(self.dsn)
+        try:
+            with engine.begin() as connection:
+                connection.exec_driver_sql(QUERIES["lock_ddl"])
+                config.attributes["connection"] = connection
+                alembic.command.upgrade(config, "head")
+        finally:
+            engine.dispose()
+
+    def connect(self) -> psycopg.Connection[Any]:
+        return psycopg.connect(self.dsn)
+
+    def submit(
+        self, queue: str, submissions: Sequence[Submission], *, now: datetime
+    ) -> list[str]:
+        """Enqueue in one transaction; returns each submission's execution id, in order.
+
+        A submission whose (queue, idempotency key) exists already — in the store
+        or earlier in the same batch — gets the first one's id and adds nothing.
+        Workers listening on the queue are woken when the transaction commits.
+        """
+        now = require_aware(now, name="now")
+        if not submissions:
+            return []
+        ids = [_new_id(s, now) for s in submissions]
+        params = {
+            "queue": queue,
+            "now": now,
+            "execution_ids": ids,
+            "tasks": [s.task for s in submissions],
+            "payloads": [Jsonb(s.payload) for s in submissions],
+            "priorities": [s.priority for s in submissions],
+            "tenants": [s.tenant for s in submissions],
+            "max_attempts": [s.max_attempts for s in submissions],
+            "run_afters": [s.run_after or now for s in submissions],
+            "idempotency_keys": [s.idempotency_key for s in submissions],
+        }
+        keys = [s.idempotency_key for s in submissions if s.idempotency_key is not None]
+        with self.connect() as connection, connection.transaction():
+            connection.execute(QUERIES["submit"], params).fetchall()
+            existing: dict[str, str] = {}
+            if keys:
+                rows = connection.execute(
+                    QUERIES["existing_by_key"], {"queue": queue, "idempotency_keys": keys}
+                ).fetchall()
+                existing = {key: execution for key, execution in rows}
+            connection.execute(QUERIES["notify"], {"queue": queue})
+        return [
+            existing.get(s.idempotency_key, own) if s.idempotency_key is not None else own
+            for s, own in zip(submissions, ids, strict=True)
+        ]
+
+    def execution(self, execution_id: str) -> dict[str, Any] | None:
+        with self.connect() as connection:
+            cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
+            return cursor.execute(QUERIES["execution"], {"execution_id": execution_id}).fetchone()
+
+    def attempts(self, execution_id: str) -> list[dict[str, Any]]:
+        with self.connect() as connection:
+            cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
+            return cursor.execute(QUERIES["attempts_of"], {"execution_id": execution_id}).fetchall()
+
+    def counts(self, queue: str) -> dict[str, int]:
+        """Executions of `queue` by state (states with none are 0)."""
+        with self.connect() as connection:
+            rows = connection.execute(QUERIES["counts"], {"queue": queue}).fetchall()
+        found = {state: int(count) for state, count in rows}
+        return {state.value: found.get(state.value, 0) for state in QueueState}
+
+
+def _new_id(submission: Submission, now: datetime) -> str:
+    """A stable id for a new execution: the core's (occurrence uid, nominal second) derivation.
+
+    A one-off submission is its own occurrence: a fresh uid, its run_after to the second.
+    """
+    nominal = (submission.run_after or now).replace(microsecond=0)
+    return derive_execution_id(str(uuid.uuid4()), nominal)
+
+
+class WorkerStore:
+    """A worker's operations on its own async connection (autocommit; each call one transaction)."""
+
+    def __init__(self, connection: psycopg.AsyncConnection[Any], *, queue: str, worker: str) -> None:
+        self.connection = connection
+        self.queue = queue
+        self.worker = worker
+        # One connection, many coroutines: a transaction must not take in another's statements.
+        self._lock = asyncio.Lock()
+
+    async def lease(
+        self, tasks: Sequence[str], *, limit: int, lease: timedelta, now: datetime
+    ) -> list[Leased]:
+        """Up to `limit` due executions of `tasks`, leased to this worker until now + lease."""
+        params = {
+            "queue": self.queue,
+            "tasks": list(tasks),
+            "limit": limit,
+            "now": now,
+            "worker": self.worker,
+            "expires": lease_deadline(now, lease),
+        }
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
+            cursor = await self.connection.execute(QUERIES["lease"], params)
+            rows = await cursor.fetchall()
+        return [
+            Leased(
+                execution_id=row[0],
+                task=row[1],
+                payload=row[2],
+                attempt=row[3],
+                max_attempts=row[4],
+                scheduled_for=row[5],
+                idempotency_key=row[6],
+                priority=row[7],
+                tenant=row[8],
+            )
+            for row in rows
+        ]
+
+    async def heartbeat(
+        self, held: Sequence[Leased], *, lease: timedelta, now: datetime
+    ) -> set[str]:
+        """Extend the leases of `held`; returns the ids whose lease this worker no longer has."""
+        if not held:
+            return set()
+        params = {
+            "execution_ids": [h.execution_id for h in held],
+            "attempts": [h.attempt for h in held],
+            "worker": self.worker,
+            "expires": lease_deadline(now, lease),
+        }
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
+            cursor = await self.connection.execute(QUERIES["heartbeat"], params)
+            kept = {row[0] for row in await cursor.fetchall()}
+        return {h.execution_id for h in held} - kept
+
+    async def expire(self, *, now: datetime) -> list[tuple[str, int, Settlement]]:
+        """Return leases past their deadline to the queue (attempt + 1) or the dead letters.
+
+        Each gets an attempt row `lease_expired`, naming the holder that lost it.
+        """
+        async with self._lock, self.connection.transaction():
+            cursor = await self.connection.execute(
+                QUERIES["expired"], {"queue": self.queue, "now": now, "limit": EXPIRY_BATCH}
+            )
+            rows = await cursor.fetchall()
+            done: list[tuple[str, int, Settlement]] = []
+            history: list[tuple[str, int, str, str, datetime | None, datetime, str | None]] = []
+            for execution_id, attempt, max_attempts, owner, expired_at in rows:
+                settlement = after_expiry(attempt=attempt, max_attempts=max_attempts, now=now)
+                await self.connection.execute(
+                    QUERIES["settle"],
+                    _settle_params(execution_id, attempt, owner, settlement, now, "lease expired"),
+                )
+                done.append((execution_id, attempt, settlement))
+                why = f"lease held by {owner} expired"
+                outcome = AttemptOutcome.LEASE_EXPIRED.value
+                history.append((execution_id, attempt, owner, outcome, None, expired_at, why))
+            await self._record(history)
+        return done
+
+    async def settle(self, finished: Sequence[Finished], *, now: datetime) -> SettleReport:
+        """Acknowledge a batch of attempts in one transaction and write their attempt rows.
+
+        Successes go in one statement; failures one statement each (their next
+        run_after differs). An attempt whose lease was taken meanwhile changes
+        nothing but its attempt row, marked duplicate: it ran while another copy could.
+        """
+        if not finished:
+            return SettleReport(0, [])
+        wins = [f for f in finished if f.outcome is AttemptOutcome.SUCCEEDED]
+        settled: set[tuple[str, int]] = set()
+        async with self._lock, self.connection.pipeline(), self.connection.transaction():
+            if wins:
+                cursor = await self.connection.execute(
+                    QUERIES["settle_succeeded"],
+                    {
+                        "execution_ids": [f.leased.execution_id for f in wins],
+                        "attempts": [f.leased.attempt for f in wins],
+                        "worker": self.worker,
+                        "now": now,
+                    },
+                )
+                ok = {row[0] for row in await cursor.fetchall()}
+                settled |= {(f.leased.execution_id, f.leased.attempt) for f in wins if f.leased.execution_id in ok}
+            for f in finished:
+                if f.outcome is AttemptOutcome.SUCCEEDED or f.settlement is None:
+                    continue
+                params = _settle_params(
+                    f.leased.execution_id, f.leased.attempt, self.worker, f.settlement, now, f.error
+                )
+                cursor = await self.connection.execute(QUERIES["settle"], params)
+                if await cursor.fetchone() is not None:
+                    settled.add((f.leased.execution_id, f.leased.attempt))
+            await self._record(
+                [
+                    (
+                        f.leased.execution_id, f.leased.attempt, self.worker,
+                        f.outcome.value, f.started_at, f.finished_at, f.error,
+                    )
+                    for f in finished
+                ]
+            )
+            stale = [f for f in finished if (f.leased.execution_id, f.leased.attempt) not in settled]
+            if stale:
+                await self.connection.execute(
+                    QUERIES["mark_duplicates"],
+                    {
+                        "execution_ids": [f.leased.execution_id for f in stale],
+                        "attempts": [f.leased.attempt for f in stale],
+                    },
+                )
+        return SettleReport(len(settled), stale)
+
+    async def mark_duplicates(self, held: Sequence[Leased]) -> None:
+        """Mark attempts whose lease was taken while their holder still ran them."""
+        if not held:
+            return
+        params = {
+            "execution_ids": [h.execution_id for h in held],
+            "attempts": [h.attempt for h in held],
+        }
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
+            await self.connection.execute(QUERIES["mark_duplicates"], params)
+
+    async def once(self, leased: Leased, key: str, *, now: datetime) -> bool:
+        """Claim `key` for this execution: True for the first copy to ask, False for any other."""
+        params = {
+            "execution_id": leased.execution_id,
+            "key": key,
+            "attempt": leased.attempt,
+            "worker": self.worker,
+            "now": now,
+        }
+        async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
+            cursor = await self.connection.execute(QUERIES["once"], params)
+            return await cursor.fetchone() is not None
+
+    async def _record(
+        self, rows: Sequence[tuple[str, int, str, str, datetime | None, datetime, str | None]]
+    ) -> None:
+        if not rows:
+            return
+        columns = list(zip(*rows, strict=True))
+        names = ("execution_ids", "attempts", "workers", "outcomes", "started", "finished", "errors")
+        await self.connection.execute(
+            QUERIES["record_attempts"], dict(zip(names, map(list, columns), strict=True))
+        )
+
+
+def _settle_params(
+    execution_id: str, attempt: int, owner: str, settlement: Settlement, now: datetime, error: str | None
+) -> dict[str, Any]:
+    return {
+        "execution_id": execution_id,
+        "attempt": attempt,
+        "worker": owner,
+        "state": settlement.state.value,
+        "next_attempt": settlement.attempt,
+        "run_after": settlement.run_after,
+        "error": error,
+        "now": now,
+    }

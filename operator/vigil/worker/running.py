@@ -1,0 +1,339 @@
+"""The worker loop: lease a batch, run each execution, heartbeat, acknowledge in batches, drain.
+
+One asyncio loop per process and three PostgreSQL connections: one that leases
+(so a lease never waits behind an acknowledgement's commit), one for the rest
+of the queue's statements (`vigil.queue.store.WorkerStore`), and one that only
+LISTENs:
+
+- **lease**: while slots are free, lease up to min(free slots, batch) due
+  executions; when fewer come back than asked, wait for a NOTIFY of the queue
+  (a submit commits) or `poll_interval`, whichever is first — polling is the
+  fallback when notifications are lost (the LISTEN connection dropped).
+- **run**: async tasks run on the loop; sync tasks in a thread pool of
+  `concurrency` threads. An exception fails the attempt: the core decides retry
+  (backoff) or dead letter (`vigil.core.queue.after_failure`).
+- **acknowledge**: results gather for `ack_interval` or `ack_batch` results and
+  settle in one transaction with their attempt rows.
+- **heartbeat**: every `heartbeat`, all held leases are extended in one
+  statement. A lease that does not come back was taken (it expired; another
+  worker may be running the same execution): the context's `lease_lost` turns
+  true, the attempt is marked duplicate and counted.
+- **expire**: every `expiry_interval`, leases past their deadline — any
+  worker's — go back to the queue with attempt + 1, or to the dead letters.
+- **drain**: `stop` (SIGTERM) ends leasing; in-flight executions may finish for
+  up to `drain_timeout`, heartbeats continue meanwhile, results are acknowledged,
+  then the worker returns.
+
+`now` comes from the injected clock, read once per pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import traceback
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+
+from vigil import metrics
+from vigil.core.executions import RetryPolicy
+from vigil.core.ports import Clock
+from vigil.core.queue import AttemptOutcome, after_failure, bounded_error
+from vigil.queue.store import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
+from vigil.worker.settings import WorkerSettings
+from vigil.worker.tasks import Context, TaskRegistry
+
+log = logging.getLogger(__name__)
+
+LISTEN_CHECK_SECONDS = 1.0  # how often the listener looks whether the worker is stopping
+
+
+def worker_name() -> str:
+    """host-pid-random: unique per process, readable in `lease_owner` and the attempt rows."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclasses.dataclass
+class WorkerCounts:
+    """What this worker did, for tests and logs (the metrics carry the same)."""
+
+    succeeded: int = 0
+    failed: int = 0
+    expired: int = 0  # leases (anyone's) this worker returned to the queue
+    duplicates: int = 0  # own attempts whose lease was taken while they ran
+
+
+class Worker:
+    """Runs the tasks of `registry` from `queue` until `stop` is set (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        dsn: str,
+        queue: str,
+        registry: TaskRegistry,
+        settings: WorkerSettings,
+        clock: Clock,
+        name: str | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.queue = queue
+        self.registry = registry
+        self.settings = settings
+        self.clock = clock
+        self.name = name or worker_name()
+        self.counts = WorkerCounts()
+        self._held: dict[tuple[str, int], tuple[Leased, Context]] = {}
+        self._results: list[Finished] = []
+        self._results_ready = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._slot_free = asyncio.Event()
+        self._running: set[asyncio.Task[None]] = set()
+        self._duplicates: set[tuple[str, int]] = set()
+        self._retry = RetryPolicy(backoff=settings.backoff)
+        self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="vigil-task")
+        self._store: WorkerStore | None = None  # leasing: its own connection, never behind an ack
+        self._books: WorkerStore | None = None  # acknowledgements, heartbeats, expiries, once
+
+    async def run(self, stop: asyncio.Event) -> WorkerCounts:
+        """Work until `stop`, then drain; returns what was done."""
+        tasks = self.registry.names()
+        if not tasks:
+            raise ValueError("no tasks registered: import the module that defines them (--tasks)")
+        connection = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        books = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        self._store = WorkerStore(connection, queue=self.queue, worker=self.name)
+        self._books = WorkerStore(books, queue=self.queue, worker=self.name)
+        halt = asyncio.Event()  # ends the helpers once the drain is over
+        helpers = [
+            asyncio.create_task(self._listen(halt)),
+            asyncio.create_task(self._heartbeats(halt)),
+            asyncio.create_task(self._expiries(halt)),
+            asyncio.create_task(self._acknowledge(halt)),
+        ]
+        log.info("worker %s: queue %s, tasks %s", self.name, self.queue, ", ".join(tasks))
+        try:
+            await self._lease_loop(tasks, stop)
+            await self._drain()
+        finally:
+            halt.set()
+            self._results_ready.set()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            await self._flush()
+            await connection.close()
+            await books.close()
+            self._threads.shutdown(wait=False, cancel_futures=True)
+        return self.counts
+
+    # -- leasing and running ---------------------------------------------------------------------
+
+    async def _lease_loop(self, tasks: list[str], stop: asyncio.Event) -> None:
+        store = self._require_store()
+        while not stop.is_set():
+            free = self.settings.concurrency - len(self._held)
+            if free <= 0:
+                self._slot_free.clear()
+                await _first(stop.wait(), self._slot_free.wait())
+                continue
+            asked = min(free, self.settings.lease_batch)
+            self._wake.clear()
+            try:
+                leased = await store.lease(
+                    tasks, limit=asked, lease=self.settings.lease, now=self.clock.now()
+                )
+            except psycopg.OperationalError as error:
+                log.warning("worker %s: leasing failed (%s); retrying after the poll interval", self.name, error)
+                leased = []
+            for item in leased:
+                self._start(item)
+            if len(leased) < asked:
+                # Fewer than asked: nothing more is due. A submit's NOTIFY, a returned lease or
+                # the poll interval (retries coming due; lost notifications) ends the wait.
+                await _first(
+                    stop.wait(), self._wake.wait(), timeout=self.settings.poll_interval.total_seconds()
+                )
+
+    def _start(self, leased: Leased) -> None:
+        store = self._require_books()
+        ctx = Context(
+            execution_id=leased.execution_id,
+            attempt=leased.attempt,
+            max_attempts=leased.max_attempts,
+            scheduled_for=leased.scheduled_for,
+            payload=leased.payload,
+            idempotency_key=leased.idempotency_key,
+            task=leased.task,
+            queue=self.queue,
+            worker=self.name,
+            loop=asyncio.get_running_loop(),
+        )
+        ctx.claim = lambda key: store.once(leased, key, now=self.clock.now())
+        self._held[(leased.execution_id, leased.attempt)] = (leased, ctx)
+        running = asyncio.create_task(self._run_one(leased, ctx))
+        self._running.add(running)
+        running.add_done_callback(self._running.discard)
+
+    async def _run_one(self, leased: Leased, ctx: Context) -> None:
+        started = self.clock.now()
+        function = self.registry.get(leased.task)
+        error: str | None = None
+        try:
+            if function is None:
+                raise LookupError(f"task {leased.task!r} is not registered in this worker")
+            if self.registry.is_async(function):
+                await function(ctx)
+            else:
+                await asyncio.get_running_loop().run_in_executor(self._threads, function, ctx)
+        except asyncio.CancelledError:
+            # Cut short by the drain timeout: neither success nor failure. The lease is simply
+            # no longer extended, so the execution runs again elsewhere once it expires.
+            self._held.pop((leased.execution_id, leased.attempt), None)
+            raise
+        except Exception:
+            error = bounded_error(traceback.format_exc())
+        self._finish(leased, started, error)
+
+    def _finish(self, leased: Leased, started: Any, error: str | None) -> None:
+        now = self.clock.now()
+        if error is None:
+            finished = Finished(leased, AttemptOutcome.SUCCEEDED, started, now)
+            self.counts.succeeded += 1
+        else:
+            settlement = after_failure(
+                execution_id=leased.execution_id,
+                attempt=leased.attempt,
+                max_attempts=leased.max_attempts,
+                backoff=self._retry,
+                now=now,
+            )
+            finished = Finished(leased, AttemptOutcome.FAILED, started, now, error, settlement)
+            self.counts.failed += 1
+        metrics.record_queue_attempt(self.queue, finished.outcome.value)
+        self._results.append(finished)
+        if len(self._results) >= self.settings.ack_batch:
+            self._results_ready.set()
+        self._held.pop((leased.execution_id, leased.attempt), None)
+        self._slot_free.set()
+
+    async def _drain(self) -> None:
+        if not self._running:
+            return
+        log.info("worker %s: draining %d in-flight executions", self.name, len(self._running))
+        _, late = await asyncio.wait(
+            set(self._running), timeout=self.settings.drain_timeout.total_seconds()
+        )
+        for task in late:
+            task.cancel()  # an async task stops here; a sync one's thread is left to the exit
+        if late:
+            log.warning("worker %s: %d executions did not finish within the drain timeout", self.name, len(late))
+
+    # -- helpers: acknowledgements, heartbeats, expiries, notifications -----------------------
+
+    async def _acknowledge(self, halt: asyncio.Event) -> None:
+        while not halt.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._results_ready.wait(), timeout=self.settings.ack_interval.total_seconds() or None)
+            self._results_ready.clear()
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if not self._results:
+            return
+        batch, self._results = self._results, []
+        try:
+            report = await self._require_books().settle(batch, now=self.clock.now())
+        except psycopg.OperationalError as error:
+            log.warning("worker %s: acknowledging failed (%s); will retry", self.name, error)
+            self._results = batch + self._results
+            return
+        self._count_duplicates([f.leased for f in report.stale])
+
+    async def _heartbeats(self, halt: asyncio.Event) -> None:
+        while not await _stopped(halt, self.settings.heartbeat.total_seconds()):
+            held = [leased for leased, _ in self._held.values()]
+            try:
+                lost = await self._require_books().heartbeat(
+                    held, lease=self.settings.lease, now=self.clock.now()
+                )
+            except psycopg.OperationalError as error:
+                log.warning("worker %s: heartbeat failed (%s)", self.name, error)
+                continue
+            if lost:
+                gone = [leased for leased in held if leased.execution_id in lost]
+                for leased in gone:
+                    entry = self._held.get((leased.execution_id, leased.attempt))
+                    if entry is not None:
+                        entry[1].lease_lost = True
+                await self._require_books().mark_duplicates(gone)
+                self._count_duplicates(gone)
+
+    async def _expiries(self, halt: asyncio.Event) -> None:
+        while not await _stopped(halt, self.settings.expiry_interval.total_seconds()):
+            try:
+                expired = await self._require_books().expire(now=self.clock.now())
+            except psycopg.OperationalError as error:
+                log.warning("worker %s: returning expired leases failed (%s)", self.name, error)
+                continue
+            if expired:
+                self.counts.expired += len(expired)
+                metrics.record_queue_lease_expiries(self.queue, len(expired))
+                self._wake.set()
+
+    async def _listen(self, halt: asyncio.Event) -> None:
+        """Wake the lease loop on NOTIFY; on any failure, leave it to polling and try again later."""
+        while not halt.is_set():
+            try:
+                async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as listener:
+                    await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    while not halt.is_set():
+                        # Returns after a second without notifications, to look at `halt` again.
+                        async for note in listener.notifies(timeout=LISTEN_CHECK_SECONDS):
+                            if note.payload == self.queue:
+                                self._wake.set()
+            except psycopg.OperationalError as error:
+                log.warning("worker %s: LISTEN failed (%s); polling meanwhile", self.name, error)
+                await _stopped(halt, self.settings.poll_interval.total_seconds())
+
+    def _count_duplicates(self, attempts: list[Leased]) -> None:
+        for leased in attempts:
+            key = (leased.execution_id, leased.attempt)
+            if key not in self._duplicates:
+                self._duplicates.add(key)
+                self.counts.duplicates += 1
+                metrics.record_queue_duplicate(self.queue)
+                log.warning("worker %s: %s attempt %d ran after its lease was taken (a duplicate)",
+                            self.name, leased.execution_id, leased.attempt)  # fmt: skip
+
+    def _require_store(self) -> WorkerStore:
+        if self._store is None:
+            raise RuntimeError("the worker is not running")
+        return self._store
+
+    def _require_books(self) -> WorkerStore:
+        if self._books is None:
+            raise RuntimeError("the worker is not running")
+        return self._books
+
+
+async def _first(*waits: Any, timeout: float | None = None) -> None:
+    """Wait until the first of `waits` (coroutines) finishes, or `timeout` seconds; cancel the rest."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+async def _stopped(halt: asyncio.Event, seconds: float) -> bool:
+    """Wait `seconds` or until `halt`; True when halted."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(halt.wait(), timeout=seconds)
+    return halt.is_set()

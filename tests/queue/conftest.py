@@ -1,0 +1,34 @@
+"""Fixtures for the queue tests: the session's real PostgreSQL server, a migrated database per test.
+
+The server is the contract suite's (tests/contract/postgres.py, Debian's
+PostgreSQL, started once per session); each test gets a database of its own with
+the queue schema migrated, so tests never see each other's executions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.contract.conftest import postgres
+from tests.contract.postgres import PostgresServer
+from vigil.queue.store import QueueStore
+
+__all__ = ["postgres"]
+
+
+def conninfo(server: PostgresServer, url: str) -> str:
+    """The libpq string of the database behind a SQLAlchemy URL from `create_database`."""
+    return server.conninfo(url.rsplit("/", 1)[1])
+
+
+@pytest.fixture
+def dsn(postgres: PostgresServer) -> str:
+    """A fresh database with the queue schema: its libpq connection string."""
+    info = conninfo(postgres, postgres.create_database())
+    QueueStore(info).migrate()
+    return info
+
+
+@pytest.fixture
+def store(dsn: str) -> QueueStore:
+    return QueueStore(dsn)

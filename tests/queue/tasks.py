@@ -1,0 +1,81 @@
+"""Tasks the queue tests run, in-process or in `vigil worker` subprocesses (`--tasks tests.queue.tasks`).
+
+Each writes what it does to the test database's `runs` table (created by
+`create_tables`), so a test sees every copy of every attempt, whichever process
+ran it. `hold` waits until the test inserts its execution id into `releases`:
+it polls the database, as a real job would wait on the outside world — that is
+the workload, not the test's synchronisation (the tests wait with tests/waiting.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import psycopg
+
+from vigil.worker import Context, task
+
+DSN_ENV = "VIGIL_QUEUE_DSN"
+HOLD_POLL_SECONDS = 0.05  # how often a held task looks for its release
+
+
+def create_tables(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(
+            "CREATE TABLE IF NOT EXISTS runs (execution_id text, attempt int, pid int, event text,"
+            " at timestamptz DEFAULT clock_timestamp())"
+        )
+        connection.execute("CREATE TABLE IF NOT EXISTS releases (execution_id text PRIMARY KEY)")
+
+
+def note(ctx: Context, event: str) -> None:
+    with psycopg.connect(os.environ[DSN_ENV], autocommit=True) as connection:
+        connection.execute(
+            "INSERT INTO runs (execution_id, attempt, pid, event) VALUES (%s, %s, %s, %s)",
+            (ctx.execution_id, ctx.attempt, os.getpid(), event),
+        )
+
+
+def released(execution_id: str) -> bool:
+    with psycopg.connect(os.environ[DSN_ENV], autocommit=True) as connection:
+        row = connection.execute("SELECT 1 FROM releases WHERE execution_id = %s", (execution_id,))
+        return row.fetchone() is not None
+
+
+@task("record")
+def record(ctx: Context) -> None:
+    note(ctx, "ran")
+
+
+@task("record_async")
+async def record_async(ctx: Context) -> None:
+    note(ctx, "ran")
+    if await ctx.once_async("act"):
+        note(ctx, "acted")
+
+
+@task("poison")
+def poison(ctx: Context) -> None:
+    note(ctx, "ran")
+    raise RuntimeError(f"poison {ctx.payload.get('n')}")
+
+
+@task("hold_async")
+async def hold_async(ctx: Context) -> None:
+    """Start, then wait for a release that the drain test never gives."""
+    note(ctx, "started")
+    while not released(ctx.execution_id):
+        await asyncio.sleep(HOLD_POLL_SECONDS)
+    note(ctx, "finished")
+
+
+@task("hold")
+def hold(ctx: Context) -> None:
+    """Start, wait for the test's release, then act once: what two copies of one execution do."""
+    note(ctx, "started")
+    while not released(ctx.execution_id):
+        time.sleep(HOLD_POLL_SECONDS)
+    note(ctx, "acted" if ctx.once("act") else "skipped")
+    note(ctx, "finished")
