@@ -239,10 +239,14 @@ def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
 
         cond = wait_for(invalid, timeout=30, what=f"{name} to be Invalid")
         assert field in str(cond["message"]), cond
-        events = cluster.core.list_namespaced_event(
-            namespace, field_selector=f"involvedObject.name={name},reason=InvalidSpec"
-        ).items
-        assert events and field in events[0].message
+        def warned(name: str = name) -> list[Any] | None:
+            found = cluster.core.list_namespaced_event(
+                namespace, field_selector=f"involvedObject.name={name},reason=InvalidSpec"
+            ).items
+            return found or None
+
+        events = wait_for(warned, timeout=10, what=f"the InvalidSpec Event of {name}")
+        assert field in events[0].message
     wait_for_ledger(cluster, namespace, "good", through=now() + timedelta(seconds=2), timeout=30)
     assert {p.metadata.labels["vigil.dev/job"] for p in vigil_pods(cluster, namespace)} == {"good"}
     assert leader.alive and fleet.leader() is leader, "a hostile template cost the leader its life"

@@ -8,15 +8,17 @@ a Warning Event (a bad spec is not retried: it waits for the next edit). Otherwi
 the chain has a head for the current schedule, restarts a chain a suspension paused, and
 publishes the schedule's summary and conditions. The trigger does the firing; this only seeds it.
 
-Each reconcile awaits its first occurrence's place in the bucket store's group commit, so a
-thousand new jobs share a few bucket writes; then the job's status is written once through the
-job's one status writer (`kube/jobstatus.py`), merged with whatever else waits for the job.
+Each reconcile queues its first occurrence for the bucket store's group commit without waiting,
+so a thousand new jobs share a few bucket writes; once the entry is in, the job's status is
+written once through the job's one status writer (`kube/jobstatus.py`), merged with whatever
+else waits for the job.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from concurrent.futures import Future
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +38,8 @@ from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
 
-WORKERS = 16  # reconciles at once; each mostly waits for its bucket insert's group commit
+WORKERS = 4  # reconciles at once: each validates and queues; none waits for the API server
+INSERT_RETRY_SECONDS = 1.0
 
 
 def schedule_summary(spec: ScheduledJobSpec) -> str:
@@ -106,26 +109,39 @@ class JobController:
             view, spec = job_view(obj)
             _validate_payload(view, spec, now)
         except (InvalidJob, PayloadError, ValueError) as err:
-            message = str(err)
-            change = Change(uid, _invalid(message, generation, now), lambda job: self._invalid_event(job, message))
-            self._writer.write_now(key, change)
+            self._invalid_event(obj, str(err))  # the Event is queued before the condition is written
+            self._writer.write_now(key, Change(uid, _invalid(str(err), generation, now), _nothing))
             return None
         chain = (obj.get("status") or {}).get("chain") or {}
         fields: dict[str, Any] = {}
         then = _nothing
+        entry = None
         if chain.get("scheduleHash") != view.schedule_hash:
-            head = first_entry(view, now=now)
-            if head is not None:
-                self._store.insert_later(head).result()
-                fields["nextRun"] = format_rfc3339(head.fire_at)
+            entry = first_entry(view, now=now)
+            if entry is not None:
+                fields["nextRun"] = format_rfc3339(entry.fire_at)
             fields["chain"] = {"scheduleHash": view.schedule_hash, "pausedAt": None}
         elif not view.suspended and chain.get("pausedAt"):
             entry = resume_entry(view, paused_at=parse_rfc3339(chain["pausedAt"]), now=now)
-            self._store.insert_later(entry).result()
             fields["chain"] = {"pausedAt": None}
             then = self._resumed_event
-        self._writer.write_now(key, Change(uid, _valid(spec, fields, generation, now), then))
+        change = Change(uid, _valid(spec, fields, generation, now), then)
+        if entry is None:
+            self._writer.write_now(key, change)
+            return None
+        # The status follows the entry's insert and never precedes it. The worker does not wait:
+        # every job waiting meanwhile joins the same group commit, and the status goes through
+        # the job's writer. An insert that fails leaves the job unobserved, so it is tried again.
+        self._store.insert_later(entry).add_done_callback(lambda done: self._inserted(key, change, done))
         return None
+
+    def _inserted(self, key: Key, change: Change, done: Future[str]) -> None:
+        error = done.exception()
+        if error is not None:
+            log.warning("first occurrence of ScheduledJob %s/%s not inserted (%s); trying again", *key, error)
+            self.queue.add_after(key, INSERT_RETRY_SECONDS)
+            return
+        self._writer.add(key, change)
 
     def _invalid_event(self, job: Mapping[str, Any], message: str) -> None:
         self._events.emit(job, type_=WARNING, reason="InvalidSpec", message=message)

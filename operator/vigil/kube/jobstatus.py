@@ -87,7 +87,7 @@ class JobStatusWriter:
         *,
         catalogue: KubeCatalogue,
         interval: float = WRITE_INTERVAL_SECONDS,
-        workers: int = 4,
+        workers: int = 8,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._catalogue = catalogue
