@@ -296,6 +296,9 @@ def answered_after_one_pass(
             timeout=30,
             what="the request to be appended",
         )
+        # What the operator's watch does: tell the engine a newer version exists, then the pass.
+        changed = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workflows", name)
+        engine.changed(namespace, name, changed["metadata"]["resourceVersion"])
         engine.reconcile(namespace, name)
         stdout, stderr = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

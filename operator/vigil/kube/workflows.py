@@ -304,6 +304,8 @@ class WorkflowEngine:
                 return False
             if body is not None:
                 self._bodies[key] = dict(body)
+            else:  # a newer version than the one held, unseen: the next pass reads it
+                self._bodies.pop(key, None)
             return True
 
     def _handled_at(self, obj: Mapping[str, Any], *, keep: bool) -> None:
