@@ -474,11 +474,16 @@ def run(settings: Settings) -> int:
             )
         )
     finally:
-        _hand_over(stop, started, elector)
+        _hand_over(stop, started, elector, flush=writer.flush)
     return 0
 
 
-def _hand_over(stop: threading.Event, threads: list[threading.Thread], elector: LeaderElector) -> None:
+def _hand_over(
+    stop: threading.Event,
+    threads: list[threading.Thread],
+    elector: LeaderElector,
+    flush: Callable[[float], None] = lambda deadline: None,
+) -> None:
     """A graceful stop (kopf ends on SIGTERM): stop acting — the trigger finishes the pass it is in
     — then release the Lease, so a standby leads at its next poll instead of after a whole lease.
 
@@ -490,6 +495,7 @@ def _hand_over(stop: threading.Event, threads: list[threading.Thread], elector: 
     for thread in threads:
         if not thread.name.endswith(PASSIVE_SUFFIX):
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    flush(max(deadline, time.monotonic() + 1.0))  # what the trigger recorded last is on the jobs first
     elector.release()
 
 

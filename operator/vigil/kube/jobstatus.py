@@ -13,7 +13,8 @@ end usually share one write. A plan that must be on the job before its bucket is
 (`ledger.urgent`), and a reconcile of the job's spec, are written at once with whatever waits
 for the job.
 
-What waits here is lost on a crash. It is only the job's summary and the Fired entries of its
+A leader stopping gracefully writes whatever waits before it releases its Lease (`flush`);
+what waits here is lost only on a crash. It is only the job's summary and the Fired entries of its
 ledger: every Execution holds its own truth and the history database keeps every attempt.
 """
 
@@ -113,6 +114,24 @@ class JobStatusWriter:
         """Write the change, with whatever waits for its job, before returning."""
         with self._stripe(key):
             self._write(key, [*self._take(key), change])
+
+    def flush(self, deadline: float) -> None:
+        """Write every job that has changes waiting, now, until `deadline` (monotonic): a leader
+        stopping gracefully leaves its successor no ledger entry to miss."""
+        with self._lock:
+            keys = list(self._waiting)
+        for key in keys:
+            if time.monotonic() >= deadline:
+                log.warning("stopping: %d jobs' status changes left unwritten", self.pending())
+                return
+            with self._stripe(key):
+                changes = self._take(key)
+                if not changes:
+                    continue
+                try:
+                    self._write(key, changes)
+                except Exception:
+                    log.exception("stopping: status of ScheduledJob %s/%s not written", *key)
 
     def pending(self) -> int:
         with self._lock:
