@@ -60,7 +60,7 @@ def test_lease_deadline_needs_a_positive_lease_and_an_aware_now() -> None:
     with pytest.raises(ValueError, match="lease"):
         lease_deadline(NOW, timedelta(0))
     with pytest.raises(ValueError, match="naive"):
-        lease_deadline(datetime(2026, 12, 1), timedelta(seconds=1))  # noqa: DTZ001
+        lease_deadline(datetime(2026, 12, 1), timedelta(seconds=1))  # noqa: DTZ001 - a naive time on purpose: the call must refuse it
 
 
 def test_a_long_error_keeps_its_end() -> None:
@@ -82,7 +82,7 @@ def test_a_long_error_keeps_its_end() -> None:
 )
 def test_worker_settings_refuse_what_cannot_work(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        WorkerSettings(**{field: value})  # type: ignore[arg-type]
+        WorkerSettings(**{field: value})  # type: ignore[arg-type] - field and value come from the parameters, typed object; each must be refused
 
 
 @pytest.mark.parametrize(
