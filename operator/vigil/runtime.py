@@ -446,7 +446,7 @@ def run(settings: Settings) -> int:
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
         watchdog = build_watchdog(
             api, settings, executions=executions, events=events, clock=clock, store=store,
-            publish=metrics.publish_watchdog, jobs=jobs,
+            publish=metrics.publish_watchdog, jobs=jobs, writer=writer,
         )  # fmt: skip
         threads.append(("watchdog", lambda: watch(watchdog, settings, stop)))
     started = [threading.Thread(target=target, name=name, daemon=True) for name, target in threads]

@@ -40,6 +40,7 @@ from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.ledger import KubeLedger
 from vigil.kube.progress import LeaseProgress
@@ -121,7 +122,7 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
     executions = ExecutionStore(cluster.api)
     progress = LeaseProgress(cluster.api, namespace=opns, name="vigil-leader-progress", identity="test")
     watchdog = Watchdog(
-        cluster.api,
+        writer=JobStatusWriter(cluster.api, catalogue=catalogue),
         gatherer=FactGatherer(cluster.api, operator_namespace=opns, executions=executions, progress=progress),
         events=events, clock=clock, suspended_max_age=timedelta(days=7), store=store,
         publish=metrics.publish_watchdog,

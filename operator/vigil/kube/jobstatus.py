@@ -4,7 +4,10 @@ Four sources change a job's status: its controller (conditions, the schedule in 
 chain's schedule hash, `observedGeneration`: `kube/jobcontroller.py`), the trigger's plans (the
 ledger, the chain's progress, LAST SCHEDULED, NEXT RUN), its executions' transitions (active,
 recent, LAST SUCCESS, DeadLettered) and the ends of the workflows it started (recent, LAST
-SUCCESS: `kube/workflows.py`). All of them come here per job, in order. A job is written at most once an
+SUCCESS: `kube/workflows.py`). The watchdog's conditions come here too (`kube/watchdog.py`),
+from the leader or from a watchdog process with a writer of its own: every write is conditional
+on the version read and folded again on the job as it is, so no writer undoes another's.
+All of them come here per job, in order. A job is written at most once an
 interval: the queue takes it, reads it from the cache, folds every waiting change into the
 status with the pure `ledger_patch` and `transition_patch`, and writes the changed fields once,
 conditional on the version read (a conflict reads it again from the API server and folds again).
@@ -111,9 +114,17 @@ class JobStatusWriter:
         self.write_now((plan.namespace, plan.name), Change(uid, _plan_step(plan, now), then))
 
     def write_now(self, key: Key, change: Change) -> None:
-        """Write the change, with whatever waits for its job, before returning."""
+        """Write the change, with whatever waits for its job, before returning. If the write
+        fails, what waited waits again (the caller retries its own change)."""
         with self._stripe(key):
-            self._write(key, [*self._take(key), change])
+            waiting = self._take(key)
+            try:
+                self._write(key, [*waiting, change])
+            except Exception:
+                if waiting:
+                    self._put_back(key, waiting)
+                    self.queue.add(key)  # they were queued before; the queue may have let them go
+                raise
 
     def flush(self, deadline: float) -> None:
         """Write every job that has changes waiting, now, until `deadline` (monotonic): a leader
@@ -167,10 +178,14 @@ class JobStatusWriter:
             try:
                 self._write(key, changes)
             except Exception:
-                with self._lock:
-                    self._waiting[key] = [*changes, *self._waiting.get(key, [])]
+                self._put_back(key, changes)
                 raise
         return None
+
+    def _put_back(self, key: Key, changes: list[Change]) -> None:
+        """Changes a failed write took wait again, ahead of any added since."""
+        with self._lock:
+            self._waiting[key] = [*changes, *self._waiting.get(key, [])]
 
     def _write(self, key: Key, changes: list[Change]) -> None:
         """Fold `changes` into the job and write it once (read again on a conflict)."""
@@ -183,8 +198,11 @@ class JobStatusWriter:
                 job = self._catalogue.fetch(*key)
             if job is None or job["metadata"]["uid"] != uid:
                 return  # deleted (or deleted and created again): its status went with it
+            patch = fold(job.get("status") or {}, changes, generation=_generation(job))
+            if not patch:
+                return  # the changes are on the job already (another writer's, or an earlier pass)
             try:
-                self._patch(job, fold(job.get("status") or {}, changes, generation=_generation(job)))
+                self._patch(job, patch)
             except Conflict:
                 job = None
                 raise

@@ -3,7 +3,8 @@
 Each pass gathers every job's facts (`watchfacts`), asks the pure rules
 (`vigil.core.watchdog.assess_job`) for verdicts, and makes them visible where
 people look: conditions on the ScheduledJob (`Overdue`, `ScheduleChainBroken`,
-`OutputStale`, `SuspendedTooLong` — written only when they change), a Warning
+`OutputStale`, `SuspendedTooLong` — written only when they change, through the job's
+status writer, so a condition another writer set since the watchdog's copy stays), a Warning
 Event when one turns true and a Normal one when it clears, and the metrics the
 alerts read (through `publish`, so this adapter never imports the metrics
 module). `LaunchFailing` is reported the same way (Event, metric, audit), but
@@ -27,7 +28,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import chain_head, resume_entry
@@ -35,9 +35,8 @@ from vigil.core.conditions import set_condition
 from vigil.core.ports import BucketStore, Clock
 from vigil.core.watchdog import DEFAULT_CHAIN_GRACE, Finding, JobFacts, JobReport, assess_job
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
-from vigil.kube.jobs import PLURAL as JOBS
+from vigil.kube.jobstatus import Change, JobStatusWriter
 from vigil.kube.watchfacts import FactGatherer
-from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, job_view
 
 log = logging.getLogger(__name__)
@@ -56,7 +55,6 @@ class Assessed:
 class Watchdog:
     def __init__(
         self,
-        api: client.ApiClient,
         *,
         gatherer: FactGatherer,
         events: EventRecorder,
@@ -65,9 +63,10 @@ class Watchdog:
         chain_grace: timedelta = DEFAULT_CHAIN_GRACE,
         store: BucketStore | None = None,
         repair: bool = False,
+        writer: JobStatusWriter,
         publish: Callable[[list[Assessed]], None] = lambda assessed: None,
     ) -> None:
-        self._custom = client.CustomObjectsApi(api)
+        self._writer = writer
         self._gatherer = gatherer
         self._events = events
         self._clock = clock
@@ -132,46 +131,39 @@ class Watchdog:
         self._launch_failing = failing
 
     def _apply(self, item: Assessed, now: datetime, *, audit: bool) -> None:
-        status = item.job.get("status") or {}
-        old = list(status.get("conditions") or [])
-        generation = int(item.job["metadata"].get("generation", 0))
         findings = [
             f for f in item.report.findings
             if f.kind.watchdog_writes_condition and (audit or f is not item.report.chain)
         ]  # fmt: skip
-        new = old
-        for finding in findings:
-            new = self._condition(new, finding, generation, now)
-        if new == old:
-            return
+        cached = (item.job.get("status") or {}).get("conditions") or []
+        generation = int(item.job["metadata"].get("generation", 0))
+        if _conditions(cached, findings, generation, now) == cached:
+            return  # nothing changes on the copy this pass judged: no write
         meta = item.job["metadata"]
-        self._custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": {"conditions": new}}
-        )
-        before = {c["type"]: c.get("status") for c in old}
-        for finding in findings:
-            was = before.get(str(finding.kind))
-            if finding.applicable and finding.status and was != "True":
-                self._events.emit(item.job, type_=WARNING, reason=str(finding.kind), message=finding.message)
-                log.warning("%s %s/%s: %s", finding.kind, meta["namespace"], meta["name"], finding.message)
-            elif was == "True" and not finding.status:
-                self._events.emit(
-                    item.job, type_=NORMAL, reason=REASON_RECOVERED, message=f"{finding.kind} cleared: {finding.message}"
-                )
+        before: dict[str, Any] = {}
 
-    @staticmethod
-    def _condition(conditions: list[dict[str, Any]], finding: Finding, generation: int, now: datetime) -> list[dict[str, Any]]:
-        if not finding.applicable:
-            return [c for c in conditions if c.get("type") != str(finding.kind)]
-        return set_condition(
-            conditions,
-            type_=str(finding.kind),
-            status=finding.status,
-            reason=str(finding.reason),
-            message=finding.message,
-            generation=generation,
-            now=now,
-        )
+        def step(status: Mapping[str, Any], generation: int) -> dict[str, Any]:
+            # Folded on the job as written, not on the cached copy: another writer's conditions
+            # (Invalid, Ready, LaunchFailing) since the copy was read stay.
+            old = list(status.get("conditions") or [])
+            before.clear()
+            before.update({c["type"]: c.get("status") for c in old})
+            new = _conditions(old, findings, generation, now)
+            return {"conditions": new} if new != old else {}
+
+        def then(job: Mapping[str, Any]) -> None:
+            for finding in findings:
+                was = before.get(str(finding.kind))
+                if finding.applicable and finding.status and was != "True":
+                    self._events.emit(job, type_=WARNING, reason=str(finding.kind), message=finding.message)
+                    log.warning("%s %s/%s: %s", finding.kind, meta["namespace"], meta["name"], finding.message)
+                elif was == "True" and not finding.status:
+                    self._events.emit(
+                        job, type_=NORMAL, reason=REASON_RECOVERED, message=f"{finding.kind} cleared: {finding.message}"
+                    )
+
+        key = (meta["namespace"], meta["name"])
+        self._writer.write_now(key, Change(str(meta["uid"]), step, then))
 
     def repair(self, job: Mapping[str, Any], now: datetime) -> bool:
         """Re-enter a broken chain's head from the last occurrence it handled; True if inserted."""
@@ -196,3 +188,18 @@ class Watchdog:
         )  # fmt: skip
         log.warning("repaired the schedule chain of %s/%s", job["metadata"]["namespace"], job["metadata"]["name"])
         return True
+
+
+def _conditions(
+    conditions: list[dict[str, Any]], findings: list[Finding], generation: int, now: datetime
+) -> list[dict[str, Any]]:
+    """`conditions` with each finding's condition set (or removed, where it does not apply)."""
+    for finding in findings:
+        if not finding.applicable:
+            conditions = [c for c in conditions if c.get("type") != str(finding.kind)]
+            continue
+        conditions = set_condition(
+            conditions, type_=str(finding.kind), status=finding.status, reason=str(finding.reason),
+            message=finding.message, generation=generation, now=now,
+        )  # fmt: skip
+    return conditions

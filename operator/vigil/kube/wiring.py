@@ -19,6 +19,8 @@ from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.informer import Informer
+from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.progress import LeaseProgress, progress_lease_name
 from vigil.kube.watchdog import Assessed, Watchdog
 from vigil.kube.watchfacts import FactGatherer
@@ -67,11 +69,14 @@ def build_watchdog(
     store: KubeBucketStore,
     publish: Callable[[list[Assessed]], None] = _publish_nothing,
     jobs: Informer | None = None,
+    writer: JobStatusWriter | None = None,
 ) -> Watchdog:
     """The watchdog with the settings' limits; `settings.audit.repair` re-enters broken chains.
-    On the leader it reads the jobs from the leader's cache (`jobs`)."""
+    On the leader it reads the jobs from the leader's cache (`jobs`) and writes their conditions
+    through the leader's one status writer (`writer`); alone, through a writer of its own, which
+    is just as conditional."""
     return Watchdog(
-        api,
+        writer=writer or JobStatusWriter(api, catalogue=KubeCatalogue(api, cache=jobs)),
         gatherer=FactGatherer(
             api, operator_namespace=settings.namespace, executions=executions,
             progress=trigger_progress(api, settings), jobs=jobs,

@@ -1,0 +1,86 @@
+"""The watchdog's conditions never undo another writer's, against the real API server.
+
+The watchdog judges the copy of a job its cache holds, which may be older than the job: the job
+controller may have set `Invalid` since, or the ledger `LaunchFailing`. Its pass once wrote its
+whole conditions list back from that copy, unconditionally, and so erased them (CI caught a job
+reported Invalid in the log that never showed it). Here the cache holds a stale copy of a job
+suspended for two days, another writer sets `Invalid` on the job afterwards, and the watchdog's
+pass must add `SuspendedTooLong` beside it: its write goes through the job status writer,
+conditional on the version read and folded again on the job as it is.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from tests.integration.conftest import KubeCluster
+from tests.integration.jobs import condition, create_job, events_about, get_job, make_namespace
+from tests.waiting import wait_for
+from vigil.core.conditions import set_condition
+from vigil.core.memory import FakeClock
+from vigil.core.timeparse import parse_rfc3339
+from vigil.kube.events import EventRecorder
+from vigil.kube.executions import ExecutionStore
+from vigil.kube.jobs import KubeCatalogue, job_cache
+from vigil.kube.jobstatus import JobStatusWriter
+from vigil.kube.watchdog import Watchdog
+from vigil.kube.watchfacts import FactGatherer
+from vigil.kube.wiring import SystemClock
+from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULED_JOBS
+
+
+def _write_conditions(cluster: KubeCluster, job: dict[str, Any], conditions: list[dict[str, Any]]) -> dict[str, Any]:
+    meta = job["metadata"]
+    written: dict[str, Any] = cluster.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, meta["namespace"], SCHEDULED_JOBS, meta["name"], {"status": {"conditions": conditions}}
+    )
+    return written
+
+
+def test_a_pass_on_a_stale_copy_keeps_the_conditions_written_since(cluster: KubeCluster, namespace: str) -> None:
+    opns = make_namespace(cluster, "watch-stale")
+    try:
+        clock = FakeClock(SystemClock().now())
+        two_days_ago = clock.now() - timedelta(days=2)
+        job = create_job(cluster, namespace, "paused", every="1h", suspend=True,
+                         suspendReason="maintenance", suspendedBy="ops")  # fmt: skip
+        suspended = set_condition([], type_="Suspended", status=True, reason="Suspended", message="maintenance",
+                                  generation=1, now=two_days_ago)  # fmt: skip
+        stale = _write_conditions(cluster, job, suspended)
+        invalid = set_condition(list(suspended), type_="Invalid", status=True, reason="InvalidSpec",
+                                message="spec.payloadTemplate: another writer's finding", generation=1,
+                                now=clock.now())  # fmt: skip
+        _write_conditions(cluster, stale, invalid)  # after the copy the watchdog judges
+
+        jobs = job_cache(cluster.api)  # not running: it holds the stale copy only
+        jobs.observe(stale)
+        jobs.synced.set()
+        watchdog = Watchdog(
+            writer=JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api, cache=jobs)),
+            gatherer=FactGatherer(cluster.api, operator_namespace=opns, executions=ExecutionStore(cluster.api),
+                                  jobs=jobs),
+            events=EventRecorder(cluster.api, instance="test-watchdog"),
+            clock=clock, suspended_max_age=timedelta(days=1),
+        )  # fmt: skip
+        watchdog.check(audit=False)
+
+        now = get_job(cluster, namespace, "paused")
+        too_long = condition(now, "SuspendedTooLong")
+        assert too_long is not None and too_long["status"] == "True", now["status"]
+        kept = condition(now, "Invalid")
+        assert kept is not None and kept["status"] == "True", "the watchdog erased another writer's condition"
+        since = condition(now, "Suspended")
+        assert since is not None and parse_rfc3339(since["lastTransitionTime"]) == two_days_ago.replace(microsecond=0)
+        warned = wait_for(
+            lambda: events_about(cluster, namespace, "paused", "SuspendedTooLong") or None,
+            timeout=10, what="the SuspendedTooLong Event",
+        )  # fmt: skip
+        assert "longer than" in warned[0].message
+
+        watchdog.check(audit=False)  # nothing changed: no second Warning, the conditions stay
+        again = get_job(cluster, namespace, "paused")
+        assert again["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"], "an unchanged pass wrote"
+    finally:
+        cluster.core.delete_namespace(opns)
