@@ -41,6 +41,7 @@ from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing regi
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
+from vigil.kube.buckets import bucket_cache
 from vigil.kube.dispatcher import Dispatcher
 from vigil.kube.events import EventRecorder
 from vigil.kube.executioncontroller import ExecutionCaches, ExecutionController
@@ -355,7 +356,8 @@ def run(settings: Settings) -> int:
         return 0
     metrics.IS_LEADER.set(1)
 
-    store = bucket_store(api, settings)
+    buckets = bucket_cache(api, namespace=settings.namespace)
+    store = bucket_store(api, settings, cache=buckets)
     jobs = job_cache(api)
     catalogue = KubeCatalogue(api, cache=jobs)
     events = EventRecorder(api, instance=me, background=True)
@@ -430,6 +432,7 @@ def run(settings: Settings) -> int:
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
         ("jobs-cache", lambda: jobs.run(stop)),
+        ("buckets-cache", lambda: buckets.run(stop)),
         ("job-controller", lambda: job_controller.queue.run(stop)),
         ("executions-cache", lambda: caches.executions.run(stop)),
         ("pods-cache", lambda: caches.pods.run(stop)),

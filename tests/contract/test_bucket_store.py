@@ -2,7 +2,8 @@
 
 The in-memory twin (`vigil.core.memory.MemoryBucketStore`) and the API-server
 adapter (`vigil.kube.buckets.KubeBucketStore`, ScheduleBucket objects in a
-namespace of the test's own) must agree on: idempotent inserts by key; the
+namespace of the test's own, read from the API server or, as the leader reads them, from its
+watch-fed cache) must agree on: idempotent inserts by key; the
 minute an entry lands in; reads confined to one minute; overflow of a hot minute
 into more shards; conditional marks (a stale version is a Conflict) where the
 first marker written for a key stays; which minutes are pending; complete();
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -34,14 +36,26 @@ MARKED_AT = datetime(2026, 5, 1, 12, 5, 0, 125_000, tzinfo=UTC)  # millisecond p
 def make_store(request: pytest.FixtureRequest, **limits: int) -> BucketStore:
     if request.param == "memory":
         return MemoryBucketStore(shards=SHARDS, **limits)
-    from vigil.kube.buckets import KubeBucketStore
+    from vigil.kube.buckets import KubeBucketStore, bucket_cache
 
     cluster = request.getfixturevalue("cluster")
     namespace = request.getfixturevalue("namespace")
-    return KubeBucketStore(cluster.api, namespace=namespace, shards=SHARDS, **limits)
+    if request.param == "kube":
+        return KubeBucketStore(cluster.api, namespace=namespace, shards=SHARDS, **limits)
+    # The leader's store: reads from its watch-fed cache of the pending buckets.
+    cache = bucket_cache(cluster.api, namespace=namespace)
+    stop = threading.Event()
+    threading.Thread(target=cache.run, args=(stop,), daemon=True).start()
+    request.addfinalizer(stop.set)
+    assert cache.synced.wait(30), "the bucket cache never listed"
+    return KubeBucketStore(cluster.api, namespace=namespace, shards=SHARDS, cache=cache, **limits)
 
 
-IMPLEMENTATIONS = ["memory", pytest.param("kube", marks=pytest.mark.integration)]
+IMPLEMENTATIONS = [
+    "memory",
+    pytest.param("kube", marks=pytest.mark.integration),
+    pytest.param("kube-cached", marks=pytest.mark.integration),
+]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)

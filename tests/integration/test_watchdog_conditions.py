@@ -20,6 +20,7 @@ from tests.waiting import wait_for
 from vigil.core.conditions import set_condition
 from vigil.core.memory import FakeClock
 from vigil.core.timeparse import parse_rfc3339
+from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.jobs import KubeCatalogue, job_cache
@@ -59,7 +60,7 @@ def test_a_pass_on_a_stale_copy_keeps_the_conditions_written_since(cluster: Kube
         jobs.synced.set()
         watchdog = Watchdog(
             writer=JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api, cache=jobs)),
-            gatherer=FactGatherer(cluster.api, operator_namespace=opns, executions=ExecutionStore(cluster.api),
+            gatherer=FactGatherer(cluster.api, buckets=KubeBucketStore(cluster.api, namespace=opns, shards=1, max_per_bucket=10), executions=ExecutionStore(cluster.api),
                                   jobs=jobs),
             events=EventRecorder(cluster.api, instance="test-watchdog"),
             clock=clock, suspended_max_age=timedelta(days=1),

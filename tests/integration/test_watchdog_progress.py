@@ -123,7 +123,7 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
     progress = LeaseProgress(cluster.api, namespace=opns, name="vigil-leader-progress", identity="test")
     watchdog = Watchdog(
         writer=JobStatusWriter(cluster.api, catalogue=catalogue),
-        gatherer=FactGatherer(cluster.api, operator_namespace=opns, executions=executions, progress=progress),
+        gatherer=FactGatherer(cluster.api, buckets=store, executions=executions, progress=progress),
         events=events, clock=clock, suspended_max_age=timedelta(days=7), store=store,
         publish=metrics.publish_watchdog,
     )  # fmt: skip

@@ -15,6 +15,14 @@ resourceVersion read — the API server refuses it with 409 if anything changed 
 between, which is what makes marking single-fire without any lock. A merge patch
 would replace a marker already there, so `mark` first drops every key the bucket
 has already marked: the first writer wins.
+
+On the leader the reads come from a watch-fed cache of the pending buckets (`bucket_cache`,
+label-selected on `pending=true`, so only buckets with work left are held): a trigger pass four
+times a second reads its minute without a request. The store's own writes go into the cache as
+the API server answered them, so what this process wrote it reads back at once; a copy the
+cache holds that is older than the bucket only costs a Conflict at the mark, which reads the
+bucket and puts it in the cache before the trigger reads it again. Until the cache has listed
+once, and without one (tools, tests), every read goes to the API server.
 """
 
 from __future__ import annotations
@@ -45,6 +53,7 @@ from vigil.core.buckets import (
 from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
+from vigil.kube.informer import Informer
 from vigil.model import GROUP, VERSION
 from vigil.model.names import LABEL_MINUTE, SCHEDULE_BUCKETS
 from vigil.model.names import LABEL_PENDING as LABEL_PENDING  # re-exported for the watchdog's facts
@@ -64,6 +73,22 @@ class _Insert:
 
 PLURAL = SCHEDULE_BUCKETS  # what the watchdog's facts import from here
 INSERT_RETRIES = 10
+BY_MINUTE = "minute"  # the bucket cache's index: the minute label
+
+
+def bucket_cache(api: client.ApiClient, *, namespace: str) -> Informer:
+    """The leader's cache of the pending ScheduleBuckets in the operator's namespace, by minute."""
+    custom = client.CustomObjectsApi(api)
+
+    def list_fn(**kwargs: Any) -> Any:
+        return custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kwargs)
+
+    return Informer(
+        list_fn,
+        what="schedulebuckets",
+        label_selector=f"{LABEL_PENDING}=true",
+        indexes={BY_MINUTE: lambda obj: (obj["metadata"].get("labels") or {}).get(LABEL_MINUTE)},
+    )
 
 
 def format_millis(at: datetime) -> str:
@@ -140,8 +165,10 @@ class KubeBucketStore:
         shards: int,
         max_per_bucket: int,
         max_bytes: int = BUCKET_BYTE_BUDGET,
+        cache: Informer | None = None,
     ) -> None:
         self._api = client.CustomObjectsApi(api)
+        self.cache = cache
         self._namespace = namespace
         self._shards = shards
         self._max = max_per_bucket
@@ -153,28 +180,44 @@ class KubeBucketStore:
 
     # --- reads ---
 
-    def read_minute(self, minute: datetime) -> list[Bucket]:
-        result = self._api.list_namespaced_custom_object(
-            GROUP, VERSION, self._namespace, PLURAL, label_selector=f"{LABEL_MINUTE}={minute_label(minute)}"
-        )
-        return sorted((bucket_from_object(o) for o in result["items"]), key=lambda b: b.name)
+    def _cached(self) -> Informer | None:
+        return self.cache if self.cache is not None and self.cache.synced.is_set() else None
 
-    def pending_minutes(self, *, until: datetime) -> list[datetime]:
-        minutes: set[datetime] = set()
+    def read_minute(self, minute: datetime) -> list[Bucket]:
+        cache = self._cached()
+        if cache is not None:  # a completed bucket has left it: it holds nothing due
+            items = cache.by_index(BY_MINUTE, minute_label(minute))
+        else:
+            items = self._api.list_namespaced_custom_object(
+                GROUP, VERSION, self._namespace, PLURAL, label_selector=f"{LABEL_MINUTE}={minute_label(minute)}"
+            )["items"]
+        return sorted((bucket_from_object(o) for o in items), key=lambda b: b.name)
+
+    def pending_objects(self) -> list[dict[str, Any]]:
+        """Every bucket labelled pending: from the cache once it has listed, else paged from the API server."""
+        cache = self._cached()
+        if cache is not None:
+            return cache.items()
+        found: list[dict[str, Any]] = []
         token: str | None = None
         while True:
             kwargs: dict[str, Any] = {"label_selector": f"{LABEL_PENDING}=true", "limit": 500}
             if token:
                 kwargs["_continue"] = token
             page = self._api.list_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, **kwargs)
-            for obj in page["items"]:
-                minute = parse_minute_label(obj["metadata"]["labels"][LABEL_MINUTE])
-                # the label is cleared only by complete(): a bucket fully marked since still has it
-                if minute <= until and bucket_from_object(obj).pending():
-                    minutes.add(minute)
+            found.extend(page["items"])
             token = page["metadata"].get("continue")
             if not token:
-                return sorted(minutes)
+                return found
+
+    def pending_minutes(self, *, until: datetime) -> list[datetime]:
+        minutes: set[datetime] = set()
+        for obj in self.pending_objects():
+            minute = parse_minute_label(obj["metadata"]["labels"][LABEL_MINUTE])
+            # the label is cleared only by complete(): a bucket fully marked since still has it
+            if minute <= until and bucket_from_object(obj).pending():
+                minutes.add(minute)
+        return sorted(minutes)
 
     def _get(self, name: str) -> dict[str, Any] | None:
         try:
@@ -185,7 +228,20 @@ class KubeBucketStore:
             if err.status == 404:
                 return None
             raise
+        self._observe(obj)
         return obj
+
+    def _observe(self, obj: dict[str, Any]) -> None:
+        """The API server's answer to this store goes into the cache (kept if newer), or out of
+        it once the bucket is no longer pending. The cache keeps the object itself: nothing here
+        changes an object it has read (`_changed` builds a new one)."""
+        if self.cache is None:
+            return
+        meta = obj["metadata"]
+        if (meta.get("labels") or {}).get(LABEL_PENDING) == "true":
+            self.cache.observe(obj)
+        else:
+            self.cache.forget(self._namespace, meta["name"], version=str(meta.get("resourceVersion") or ""))
 
     # --- writes ---
 
@@ -261,12 +317,8 @@ class KubeBucketStore:
             if obj is None:
                 self._create(name, minute, shards[name], entries)
             else:
-                obj["spec"]["occurrences"] = [
-                    *(obj["spec"].get("occurrences") or []),
-                    *(entry_to_dict(e) for e in entries),
-                ]
-                obj["metadata"].setdefault("labels", {})[LABEL_PENDING] = "true"
-                self._replace(name, obj)
+                occurrences = [*(obj["spec"].get("occurrences") or []), *(entry_to_dict(e) for e in entries)]
+                self._replace(name, _changed(obj, occurrences))
 
     def _place(
         self,
@@ -314,20 +366,20 @@ class KubeBucketStore:
             },
         }
         try:
-            self._api.create_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, body)
+            self._observe(self._api.create_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, body))
         except ApiException as err:
             conflict_from(err, f"bucket {name} created concurrently")
             raise
 
     def _replace(self, name: str, obj: dict[str, Any]) -> None:
         try:
-            self._api.replace_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, name, obj)
+            self._observe(self._api.replace_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, name, obj))
         except ApiException as err:
             conflict_from(err, f"bucket {name} changed concurrently")
             raise
 
     def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
-        current = self._get(bucket)
+        current = self._at_version(bucket, version) or self._get(bucket)  # _get puts a newer one in the cache
         if current is None:
             raise Conflict(f"bucket {bucket} no longer exists")
         if current["metadata"]["resourceVersion"] != version:
@@ -347,19 +399,36 @@ class KubeBucketStore:
         except ApiException as err:
             conflict_from(err, f"bucket {bucket}: version {version} is stale")
             raise
+        self._observe(obj)
         return bucket_from_object(obj)
+
+    def _at_version(self, bucket: str, version: str) -> dict[str, Any] | None:
+        """The cached bucket if the cache holds it at `version` (its markers are then the ones the
+        precondition guards), else None."""
+        cache = self._cached()
+        found = cache.get(self._namespace, bucket) if cache is not None else None
+        return found if found is not None and found["metadata"]["resourceVersion"] == version else None
 
     def complete(self, bucket: str) -> None:
         body = {"metadata": {"labels": {LABEL_PENDING: "false"}}}
-        self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, bucket, body)
+        self._observe(self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, bucket, body))
 
     def remove(self, bucket: str, key: str) -> None:
         def remove_once() -> None:
             obj = self._get(bucket)
             if obj is None:
                 return
-            obj["spec"]["occurrences"] = [o for o in obj["spec"].get("occurrences") or [] if o["key"] != key]
-            self._replace(bucket, obj)
+            self._replace(bucket, _changed(obj, [o for o in obj["spec"].get("occurrences") or [] if o["key"] != key]))
 
         with self._lock:
             retry_on_conflict(remove_once, tries=INSERT_RETRIES)
+
+
+def _changed(obj: Mapping[str, Any], occurrences: list[dict[str, Any]]) -> dict[str, Any]:
+    """A new bucket object with these occurrences, labelled pending; `obj` (perhaps the cache's) is left as it is."""
+    meta = obj["metadata"]
+    return {
+        **obj,
+        "metadata": {**meta, "labels": {**(meta.get("labels") or {}), LABEL_PENDING: "true"}},
+        "spec": {**obj["spec"], "occurrences": occurrences},
+    }

@@ -129,9 +129,10 @@ class Informer:
         """A writer's own result: kept if newer than what the cache holds."""
         self._put(obj, announce=False)
 
-    def forget(self, namespace: str, name: str) -> None:
-        """A writer deleted it: drop it (and tell the handlers) now rather than at the watch's DELETED."""
-        self._remove((namespace, name), announce=True)
+    def forget(self, namespace: str, name: str, *, version: str = "") -> None:
+        """A writer deleted it (or moved it out of the selection, at `version`): drop it, and tell
+        the handlers, now rather than at the watch's DELETED."""
+        self._remove((namespace, name), announce=True, version=_version({"metadata": {"resourceVersion": version}}))
 
     def _put(self, obj: dict[str, Any], *, announce: bool) -> None:
         obj = self._transform(obj)
@@ -151,12 +152,13 @@ class Informer:
         if announce:
             self._announce(key, obj, deleted=False)
 
-    def _remove(self, key: Key, *, announce: bool) -> None:
+    def _remove(self, key: Key, *, announce: bool, version: int = -1) -> None:
         with self._lock:
             old = self._items.pop(key, None)
             self._unindex(key, old)
-            if old is not None:
-                self._tombstones[key] = _version(old)
+            last = max(_version(old), version)
+            if last >= 0:
+                self._tombstones[key] = last
                 self._tombstones.move_to_end(key)
                 while len(self._tombstones) > TOMBSTONES:
                     self._tombstones.popitem(last=False)

@@ -27,8 +27,7 @@ from vigil.core.executions import Phase
 from vigil.core.progress import TriggerProgress
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.watchdog import JobFacts
-from vigil.kube.buckets import LABEL_PENDING
-from vigil.kube.buckets import PLURAL as BUCKETS
+from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.informer import Informer
 from vigil.kube.jobs import PLURAL as JOBS
@@ -56,7 +55,7 @@ class FactGatherer:
         self,
         api: client.ApiClient,
         *,
-        operator_namespace: str,
+        buckets: KubeBucketStore,
         executions: ExecutionStore,
         progress: LeaseProgress | None = None,
         jobs: Informer | None = None,
@@ -64,7 +63,7 @@ class FactGatherer:
         self._custom = client.CustomObjectsApi(api)
         self._jobs = jobs
         self._core = client.CoreV1Api(api)
-        self._operator_namespace = operator_namespace
+        self._buckets = buckets
         self._executions = executions
         self._progress = progress
 
@@ -81,10 +80,7 @@ class FactGatherer:
     def future_heads(self, now: datetime) -> dict[str, datetime]:
         """Job uid → the fire time of its earliest unhandled occurrence in the buckets (the chain head)."""
         heads: dict[str, datetime] = {}
-        buckets = self._custom.list_namespaced_custom_object(
-            GROUP, VERSION, self._operator_namespace, BUCKETS, label_selector=f"{LABEL_PENDING}=true"
-        )["items"]
-        for bucket in buckets:
+        for bucket in self._buckets.pending_objects():  # the leader's cache, else one paged list
             fired = (bucket.get("status") or {}).get("fired") or {}
             for entry in (bucket.get("spec") or {}).get("occurrences") or []:
                 if entry["key"] in fired:

@@ -35,13 +35,15 @@ class SystemClock:
         return datetime.now(UTC)
 
 
-def bucket_store(api: client.ApiClient, settings: Settings) -> KubeBucketStore:
-    """The ScheduleBuckets in the operator's namespace, sharded as the settings say."""
+def bucket_store(api: client.ApiClient, settings: Settings, *, cache: Informer | None = None) -> KubeBucketStore:
+    """The ScheduleBuckets in the operator's namespace, sharded as the settings say; on the leader
+    read from its cache of the pending ones (`buckets.bucket_cache`)."""
     return KubeBucketStore(
         api,
         namespace=settings.namespace,
         shards=settings.trigger.shards,
         max_per_bucket=settings.trigger.max_occurrences_per_bucket,
+        cache=cache,
     )
 
 
@@ -78,7 +80,7 @@ def build_watchdog(
     return Watchdog(
         writer=writer or JobStatusWriter(api, catalogue=KubeCatalogue(api, cache=jobs)),
         gatherer=FactGatherer(
-            api, operator_namespace=settings.namespace, executions=executions,
+            api, buckets=store, executions=executions,
             progress=trigger_progress(api, settings), jobs=jobs,
         ),
         events=events,
