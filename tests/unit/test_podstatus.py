@@ -372,3 +372,37 @@ def test_a_finished_verdict_drives_the_execution_state_machine() -> None:
 def test_an_unfinished_verdict_is_not_an_attempt_result() -> None:
     with pytest.raises(ValueError, match="has not finished"):
         attempt_result(classify_pod(pod("Running", running_container()), now=NOW), attempt=1)
+
+
+def test_the_pod_cache_keeps_what_a_verdict_reads_and_drops_the_payload() -> None:
+    """The execution pod cache keeps a compact pod (`kube.pods.compact_pod`): the verdict on it
+    is the verdict on the whole pod, and the rendered payload in its environment is gone."""
+    from vigil.kube.pods import compact_pod
+
+    whole = {
+        "metadata": {
+            "name": "ex-1-1", "namespace": "ns", "creationTimestamp": "2026-03-01T12:00:00Z",
+            "labels": {"vigil.dev/execution-id": "ex-1"}, "managedFields": [{"manager": "vigil"}],
+            "annotations": {"vigil.dev/period": "p"},
+        },
+        "spec": {
+            "initContainers": [{"name": "setup", "image": "busybox"}],
+            "containers": [
+                {"name": "main", "image": "busybox", "env": [{"name": "VIGIL_PAYLOAD", "value": "x" * 30_000}]},
+                {"name": "sidecar", "image": "busybox"},
+            ],
+        },
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [
+                {"name": "sidecar", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+                {"name": "main", "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": "out"}}},
+            ],
+        },
+    }  # fmt: skip
+    kept = compact_pod(whole)
+    assert classify_pod(kept, now=NOW) == classify_pod(whole, now=NOW)
+    assert "x" * 100 not in repr(kept)
+    assert kept["spec"] == {"containers": [{"name": "main"}, {"name": "sidecar"}]}
+    assert "managedFields" not in kept["metadata"] and kept["metadata"]["annotations"] == {"vigil.dev/period": "p"}
+    assert whole["metadata"]["managedFields"] and whole["spec"]["containers"][0]["env"], "the pod read was changed"

@@ -233,8 +233,8 @@ class KubeBucketStore:
 
     def _observe(self, obj: dict[str, Any]) -> None:
         """The API server's answer to this store goes into the cache (kept if newer), or out of
-        it once the bucket is no longer pending. The cache keeps the object itself: nothing here
-        changes an object it has read (`_changed` builds a new one)."""
+        it once the bucket is no longer pending. Nothing here changes an object it has read
+        (`_changed` builds a new one)."""
         if self.cache is None:
             return
         meta = obj["metadata"]

@@ -44,7 +44,9 @@ class KubeCatalogue:
         self._custom = client.CustomObjectsApi(api)
         self.cache = cache
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
-        self._specs: dict[tuple[str, str], ScheduledJobSpec] = {}
+        #: The specs the trigger parsed last, for its launches and ledger writes: the most recent
+        #: CACHE_SIZE of them (every job's parsed spec would be about 5 KiB a job held for good).
+        self._specs: OrderedDict[tuple[str, str], ScheduledJobSpec] = OrderedDict()
         self._lock = threading.Lock()
 
     def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -88,6 +90,9 @@ class KubeCatalogue:
             return JobLookup(job=None, invalid=True)
         with self._lock:
             self._specs[(namespace, name)] = spec
+            self._specs.move_to_end((namespace, name))
+            while len(self._specs) > CACHE_SIZE:
+                self._specs.popitem(last=False)
         return JobLookup(job=view)
 
     def cached(self, namespace: str, name: str) -> dict[str, Any] | None:

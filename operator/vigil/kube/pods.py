@@ -19,7 +19,7 @@ from kubernetes import client
 
 from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.kube.informer import Informer
+from vigil.kube.informer import Informer, slim
 from vigil.model import GROUP, VERSION
 
 # Declared in vigil.model.names; re-exported for the adapters that build or select pods.
@@ -152,6 +152,15 @@ def execution_key_of(pod: Mapping[str, Any]) -> str | None:
     return f"{meta.get('namespace')}/{execution}" if execution else None
 
 
+def compact_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """An execution pod as the operator reads it: its metadata and status, and of its spec only the
+    container names (the main container is the first). The rest of the spec, the rendered payload
+    in its environment included (up to 32 KiB), is what the operator wrote and never reads back,
+    and retention keeps several finished pods per job. A new object: `pod` is left as it is."""
+    containers = [{"name": c.get("name")} for c in (pod.get("spec") or {}).get("containers") or ()]
+    return slim({**pod, "spec": {"containers": containers}})
+
+
 def pod_cache(api: Any) -> Informer:
     """The operator's cache of its executions' pods (not workflow pods: they have their own manager)."""
     core = client.CoreV1Api(api)
@@ -160,6 +169,7 @@ def pod_cache(api: Any) -> Informer:
         what="pods",
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_EXECUTION}",
         indexes={BY_EXECUTION: execution_key_of},
+        transform=compact_pod,
     )
 
 
