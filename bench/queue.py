@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, LiteralString
 
 import psycopg
 
@@ -149,6 +150,13 @@ def measure(
                 process.wait()
 
 
+def count(connection: psycopg.Connection[Any], query: LiteralString) -> int:
+    """The number a `SELECT count(*)` answers (always one row)."""
+    row = connection.execute(query).fetchone()
+    assert row is not None, query
+    return int(row[0])
+
+
 def vigil_run(server: PostgresServer, workers: int, executions: int, logs: Path) -> Completion:
     dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
     store = QueueStore(dsn)
@@ -160,8 +168,7 @@ def vigil_run(server: PostgresServer, workers: int, executions: int, logs: Path)
     with psycopg.connect(dsn, autocommit=True) as poller:
 
         def done() -> int:
-            query = "SELECT count(*) FROM vigil_queue.executions WHERE state = 'succeeded'"
-            return int(poller.execute(query).fetchone()[0])  # type: ignore[index] - count(*) always returns one row
+            return count(poller, "SELECT count(*) FROM vigil_queue.executions WHERE state = 'succeeded'")
 
         return measure(dsn, workers, executions, spawn=spawn_vigil, marker="tasks noop",
                        submit=submit, done=done, logs=logs)  # fmt: skip
@@ -188,8 +195,7 @@ def peer_run(server: PostgresServer, workers: int, executions: int, logs: Path) 
     with psycopg.connect(dsn, autocommit=True) as poller:
 
         def done() -> int:
-            query = "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'"
-            return int(poller.execute(query).fetchone()[0])  # type: ignore[index] - count(*) always returns one row
+            return count(poller, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
 
         return measure(dsn, workers, executions, spawn=spawn_peer, marker=READY_LINE,
                        submit=submit, done=done, logs=logs)  # fmt: skip

@@ -518,7 +518,7 @@ def test_a_repeated_firing_never_skips_or_cancels_itself(policy: ConcurrencyPoli
 
 def test_unknown_concurrency_policy_is_refused() -> None:
     with pytest.raises(ValueError, match="Sometimes"):
-        concurrency("Sometimes", [])  # type: ignore[arg-type] - the wrong type on purpose: it must be refused
+        concurrency("Sometimes", [])  # type: ignore[arg-type]  # the wrong type on purpose: it must be refused
 
 
 # --- dispatch views ---------------------------------------------------------------------------

@@ -184,12 +184,12 @@ def facts(**changes: object) -> JobFacts:
     base = JobFacts(
         namespace="ns", name="j", recurring=True, enabled_since=NOW - timedelta(days=3), next_occurrence=HEAD
     )
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type] - each test passes the fields it varies, by name
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]  # each test passes the fields it varies, by name
 
 
 def progress(**changes: object) -> TriggerProgress:
     base = TriggerProgress(at=NOW - 5 * SECOND, handled_before=HEAD - MINUTE, backlog=400)
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type] - each test passes the fields it varies, by name
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]  # each test passes the fields it varies, by name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -82,7 +82,7 @@ def test_a_long_error_keeps_its_end() -> None:
 )
 def test_worker_settings_refuse_what_cannot_work(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        WorkerSettings(**{field: value})  # type: ignore[arg-type] - field and value come from the parameters, typed object; each must be refused
+        WorkerSettings(**{field: value})  # type: ignore[arg-type]  # field and value come from the parameters, typed object; each must be refused
 
 
 @pytest.mark.parametrize(

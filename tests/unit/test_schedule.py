@@ -237,7 +237,7 @@ AWARE = datetime(2026, 8, 1, 2, 0, tzinfo=UTC)
     ("build", "message"),
     [
         pytest.param(lambda: Schedule(kind=ScheduleKind.CRON), "one or more", id="cron-without-expressions"),
-        pytest.param(lambda: Schedule(kind=ScheduleKind.CRON, cron="0 0 * * *"), "tuple", id="cron-as-string"),  # type: ignore[arg-type] - the wrong type on purpose: it must be refused
+        pytest.param(lambda: Schedule(kind=ScheduleKind.CRON, cron="0 0 * * *"), "tuple", id="cron-as-string"),  # type: ignore[arg-type]  # the wrong type on purpose: it must be refused
         pytest.param(lambda: Schedule.from_cron("0 0 30 2 *"), "no date", id="cron-never-fires"),
         pytest.param(lambda: Schedule.from_cron("0 2 * * *", timezone="Mars/Olympus"), "unknown time zone", id="bad-zone"),
         pytest.param(lambda: Schedule.from_cron("0 2 * * *", timezone="localtime"), "host", id="host-zone"),
