@@ -391,6 +391,7 @@ def run(settings: Settings) -> int:
         wake_dispatcher=dispatcher.notify,
         running_after=timedelta(seconds=settings.dispatch.running_after_seconds),
         pending_limit=timedelta(seconds=settings.dispatch.pending_limit_seconds),
+        image_pull_limit=timedelta(seconds=settings.dispatch.image_pull_limit_seconds),
     )
     trigger = Trigger(
         store=store,

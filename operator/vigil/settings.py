@@ -99,9 +99,17 @@ class Dispatch(_Section):
         300.0,
         ge=1,
         le=86400,
-        description="How long an attempt's pod may stay Pending for a cause that needs a person (an "
-        "image that cannot be pulled, a missing Secret or ConfigMap, no node that fits) before the "
-        "attempt fails as StuckPending: long enough for a registry or a Secret to come back.",
+        description="How long an attempt's pod may stay Pending for a cause that needs a person (a "
+        "missing Secret or ConfigMap, no node that fits) before the attempt fails as StuckPending: "
+        "long enough for a Secret to be created or a node to come back.",
+    )
+    image_pull_limit_seconds: float = Field(
+        60.0,
+        ge=1,
+        le=86400,
+        description="How long an attempt's pod may stay Pending because its image cannot be pulled "
+        "(ErrImagePull, ImagePullBackOff) before the attempt fails as ImagePullBackOff: almost "
+        "always a wrong name, tag or pull secret, which no wait cures.",
     )
 
 

@@ -11,9 +11,10 @@ operator (real processes, the chart's identity) classifies them with
 * an image the node will never run (absent, `imagePullPolicy: Never`):
   ``ErrImageNeverPull`` at once, the pod removed, dead after its attempts;
 * an image that cannot be pulled (no registry answers): ``ErrImagePull`` /
-  ``ImagePullBackOff``, then ``StuckPending`` once `dispatch.pendingLimitSeconds` is up;
+  ``ImagePullBackOff``, failed as ``ImagePullBackOff`` once `dispatch.imagePullLimitSeconds`
+  is up, well before `dispatch.pendingLimitSeconds` (left at its 5 minutes);
 * a termination message, written by the container or taken from its log tail;
-* cancellation: SIGTERM, then SIGKILL once the grace period is over;
+* cancellation: SIGTERM, then SIGKILL once the pod's own grace period is over;
 * a pod deleted from under a running execution: ``PodDeleted``, then retried;
 * and the node agent refused on a cluster that has the kubelet.
 
@@ -48,7 +49,6 @@ from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
 from vigil.core.ids import execution_id
 from vigil.core.podstatus import classify_pod
-from vigil.kube.executioncontroller import CANCEL_GRACE_SECONDS
 
 pytestmark = pytest.mark.kubelet
 
@@ -56,16 +56,18 @@ pytestmark = pytest.mark.kubelet
 FIRST_FIRE_DELAY = timedelta(seconds=3)
 #: Two attempts, the second at most 1 s after the first: the retry shows, the test stays short.
 TWO_ATTEMPTS = {"maxAttempts": 2, "backoff": {"initial": "1s", "factor": 1.0, "max": "1s"}}
+#: The job's terminationGracePeriodSeconds in the cancellation test: the pod's, not the operator's.
+CANCEL_GRACE_SECONDS = 7
 OUTCOME_TIMEOUT = 120  # a pod's start on the real node takes a few seconds; 2 cores are shared
-#: dispatch.pendingLimitSeconds for the module's operator: an unpullable image fails in seconds, not 5 minutes.
-PENDING_LIMIT_SECONDS = 10
+#: dispatch.imagePullLimitSeconds for the module's operator: an unpullable image fails in seconds, not a minute.
+IMAGE_PULL_LIMIT_SECONDS = 10
 
 
 @pytest.fixture(scope="module")
 def node_fleet(kubelet_cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OperatorFleet]:
     """One operator for the module (its tests keep to namespaces of their own)."""
     fleet = OperatorFleet(
-        kubelet_cluster, tmp_path_factory.mktemp("node-fleet"), dispatch={"pendingLimitSeconds": PENDING_LIMIT_SECONDS}
+        kubelet_cluster, tmp_path_factory.mktemp("node-fleet"), dispatch={"imagePullLimitSeconds": IMAGE_PULL_LIMIT_SECONDS}
     )
     fleet.start()
     fleet.leader()
@@ -186,7 +188,7 @@ def test_an_image_the_node_will_never_run_fails_at_once_and_is_not_retried_for_e
     wait_for(lambda: not execution_pods(kubelet_cluster, node_namespace, ex_id), timeout=60, what="the pods deleted")
 
 
-def test_an_image_that_cannot_be_pulled_is_stuck_pending_after_the_limit(
+def test_an_image_that_cannot_be_pulled_fails_after_the_image_pull_limit(
     kubelet_cluster: KubeCluster, node_namespace: str
 ) -> None:
     # No registry is reachable from here, so the kubelet's pull fails, and backs off, for ever.
@@ -197,12 +199,13 @@ def test_an_image_that_cannot_be_pulled_is_stuck_pending_after_the_limit(
     )  # fmt: skip
     dead = wait_execution_phase(kubelet_cluster, node_namespace, ex_id, "Dead", timeout=OUTCOME_TIMEOUT)
     [attempt] = execution_status(dead)["attempts"]
-    assert (attempt["outcome"], attempt["reason"]) == ("Failed", "StuckPending")
+    assert (attempt["outcome"], attempt["reason"]) == ("Failed", "ImagePullBackOff")
     assert attempt["message"].startswith(("ErrImagePull: ", "ImagePullBackOff: ")), attempt["message"]
     assert "vigil.local/never-pushed:1" in attempt["message"]
-    # The limit counts from the pod's creation; the controller looks again at least every 15 s.
+    # The limit counts from the pod's creation, and the controller looks again when it runs out.
     took = parse_time(attempt["finishedAt"]) - parse_time(attempt["startedAt"])
-    assert timedelta(seconds=PENDING_LIMIT_SECONDS - 1) <= took <= timedelta(seconds=PENDING_LIMIT_SECONDS + 15 + 5), took
+    limit = IMAGE_PULL_LIMIT_SECONDS
+    assert timedelta(seconds=limit - 1) <= took <= timedelta(seconds=limit + 5), took
     wait_for(lambda: not execution_pods(kubelet_cluster, node_namespace, ex_id), timeout=60, what="the pod deleted")
 
 
@@ -233,7 +236,7 @@ def test_cancelling_sends_sigterm_then_sigkill_after_the_grace_period(
         ex_id = node_job(
             kubelet_cluster, node_namespace, "stubborn",
             "trap 'echo TERM >> /dev/termination-log' TERM; while true; do sleep 1; done",
-            pod={"terminationGracePeriodSeconds": 60}, retry=TWO_ATTEMPTS,
+            pod={"terminationGracePeriodSeconds": CANCEL_GRACE_SECONDS}, retry=TWO_ATTEMPTS,
         )  # fmt: skip
         wait_execution_phase(kubelet_cluster, node_namespace, ex_id, "Running", timeout=OUTCOME_TIMEOUT)
         patch_execution_spec(kubelet_cluster, node_namespace, ex_id, {"cancel": True})
@@ -251,7 +254,7 @@ def test_cancelling_sends_sigterm_then_sigkill_after_the_grace_period(
     ended = main_terminated(pod)
     assert ended["message"] == "TERM\n"  # SIGTERM came first, and the process outlived it
     assert ended["exitCode"] == 137  # then SIGKILL
-    # The operator's grace period (not the template's 60 s) ran between the two.
+    # The pod's own grace period, as the template set it, ran between the two.
     asked = parse_time(pod["metadata"]["deletionTimestamp"]) - timedelta(seconds=pod["metadata"]["deletionGracePeriodSeconds"])
     waited = parse_time(ended["finishedAt"]) - asked
     assert pod["metadata"]["deletionGracePeriodSeconds"] == CANCEL_GRACE_SECONDS

@@ -26,6 +26,7 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import ExecutionId
 from vigil.core.podstatus import (
+    DEFAULT_IMAGE_PULL_LIMIT,
     DEFAULT_PENDING_LIMIT,
     PodPhase,
     PodVerdict,
@@ -258,15 +259,6 @@ def test_oom_of_any_container_wins_over_an_exit_code() -> None:
     ("container", "conditions", "underlying"),
     [
         pytest.param(
-            waiting("ImagePullBackOff", "Back-off pulling image"),
-            None,
-            "ImagePullBackOff",
-            id="image-pull",
-        ),
-        pytest.param(
-            waiting("ErrImagePull", "not found"), None, "ErrImagePull", id="err-image-pull"
-        ),
-        pytest.param(
             waiting("CreateContainerConfigError", 'secret "db" not found'),
             None,
             "CreateContainerConfigError",
@@ -281,10 +273,29 @@ def test_stuck_pending_fails_only_after_the_limit(
     the_pod = pod("Pending", *([container] if container else []), conditions=conditions)
     early = classify_pod(the_pod, now=CREATED + DEFAULT_PENDING_LIMIT)
     assert (early.phase, early.reason, early.retryable) == ("Pending", underlying, False)
+    assert early.fails_at == CREATED + DEFAULT_PENDING_LIMIT
     late = classify_pod(the_pod, now=CREATED + DEFAULT_PENDING_LIMIT + timedelta(seconds=1))
     assert (late.phase, late.reason, late.retryable, late.stop_pod) == ("Failed", "StuckPending", True, True)
     assert late.message.startswith(f"{underlying}: ")
     assert "pending for 301s, limit 300s" in late.message
+
+
+@pytest.mark.parametrize(
+    ("container", "underlying"),
+    [
+        pytest.param(waiting("ImagePullBackOff", "Back-off pulling image"), "ImagePullBackOff", id="back-off"),
+        pytest.param(waiting("ErrImagePull", "not found"), "ErrImagePull", id="err-image-pull"),
+    ],
+)
+def test_an_image_that_cannot_be_pulled_fails_after_the_shorter_limit(container: Json, underlying: str) -> None:
+    """Almost always a wrong name, tag or pull secret: a minute, not the 5 minutes a Secret gets."""
+    the_pod = pod("Pending", container)
+    early = classify_pod(the_pod, now=CREATED + DEFAULT_IMAGE_PULL_LIMIT)
+    assert (early.phase, early.reason, early.fails_at) == ("Pending", underlying, CREATED + DEFAULT_IMAGE_PULL_LIMIT)
+    late = classify_pod(the_pod, now=CREATED + DEFAULT_IMAGE_PULL_LIMIT + timedelta(seconds=1))
+    assert (late.phase, late.reason, late.retryable, late.stop_pod) == ("Failed", "ImagePullBackOff", True, True)
+    assert late.message.startswith(f"{underlying}: ")
+    assert "pending for 61s, limit 60s" in late.message
 
 
 @pytest.mark.parametrize(
@@ -310,15 +321,23 @@ def test_a_failure_the_pod_reached_by_itself_leaves_the_pod_alone() -> None:
     assert (verdict.reason, verdict.stop_pod) == ("ExitCode3", False)
 
 
-def test_pending_limit_is_a_parameter() -> None:
-    the_pod = pod("Pending", waiting("ImagePullBackOff"))
-    verdict = classify_pod(the_pod, now=NOW, pending_limit=timedelta(seconds=30))
-    assert verdict.reason == "StuckPending"
+def test_both_limits_are_parameters() -> None:
+    stuck = pod("Pending", waiting("CreateContainerConfigError"))
+    unpullable = pod("Pending", waiting("ImagePullBackOff"))
+    at = CREATED + timedelta(seconds=31)
+    assert classify_pod(stuck, now=at, pending_limit=timedelta(seconds=30)).reason == "StuckPending"
+    assert classify_pod(stuck, now=at, image_pull_limit=timedelta(seconds=30)).phase == "Pending"
+    assert classify_pod(unpullable, now=at, image_pull_limit=timedelta(seconds=30)).reason == "ImagePullBackOff"
+    assert classify_pod(unpullable, now=at, pending_limit=timedelta(seconds=30)).phase == "Pending"
 
 
 def test_a_stuck_init_container_counts() -> None:
     the_pod = pod("Pending", init=[waiting("ErrImagePull", name="fetch")])
-    assert classify_pod(the_pod, now=CREATED + timedelta(hours=1)).reason == "StuckPending"
+    assert classify_pod(the_pod, now=CREATED + timedelta(hours=1)).reason == "ImagePullBackOff"
+
+
+def test_a_pending_pod_without_a_cause_has_no_deadline() -> None:
+    assert classify_pod(pod("Pending", waiting("ContainerCreating")), now=NOW).fails_at is None
 
 
 def test_a_slow_but_healthy_pending_pod_is_never_stuck() -> None:

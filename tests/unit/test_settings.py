@@ -44,6 +44,10 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("approvals: {notifier: {url: chat-bridge}}\n", "approvals.notifier.url", id="notifier-without-scheme"),
         pytest.param("dispatch: {pendingLimitSeconds: 0}\n", "dispatch.pendingLimitSeconds", id="no-pending-limit"),
         pytest.param("dispatch: {pendingLimitSeconds: 2d}\n", "dispatch.pendingLimitSeconds", id="pending-limit-text"),
+        pytest.param("dispatch: {imagePullLimitSeconds: 0}\n", "dispatch.imagePullLimitSeconds", id="no-pull-limit"),
+        pytest.param(
+            "dispatch: {imagePullLimitSeconds: 90000}\n", "dispatch.imagePullLimitSeconds", id="pull-limit-too-long"
+        ),
         pytest.param("http: {workers: 0}\n", "http.workers", id="no-http-workers"),
         pytest.param("http: {requestTimeoutSeconds: 0}\n", "http.requestTimeoutSeconds", id="no-request-time"),
         pytest.param("http: {authCacheSeconds: -1}\n", "http.authCacheSeconds", id="negative-auth-cache"),

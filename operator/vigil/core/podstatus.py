@@ -22,9 +22,13 @@ Rules, first match wins:
   with ``imagePullPolicy: Never`` (``ErrImageNeverPull``), or a name that does
   not parse (``InvalidImageName``) → Failed at once with that reason: a
   configuration error no wait can cure, which the kubelet would retry for ever;
-* Pending for longer than `pending_limit` (from its creation) because an image
-  cannot be pulled, its config is missing, or it cannot be scheduled →
-  Failed ``StuckPending``, the underlying reason first in the message;
+* Pending for longer than `image_pull_limit` (from its creation) because its
+  image cannot be pulled (``ErrImagePull``, ``ImagePullBackOff``) → Failed
+  ``ImagePullBackOff``: almost always a wrong name, tag or pull secret, so it
+  gets a short limit (a minute by default), not the kubelet's back-off for ever;
+* Pending for longer than `pending_limit` (from its creation) because its
+  config is missing or it cannot be scheduled → Failed ``StuckPending``, the
+  underlying reason first in the message;
 * otherwise Pending or Running.
 
 A verdict on a pod that failed while still Pending says ``stop_pod``: the pod
@@ -48,9 +52,13 @@ from vigil.core.timeparse import parse_rfc3339, require_aware
 
 #: How long a pod may stay Pending for one of STUCK_WAITING_REASONS or Unschedulable.
 DEFAULT_PENDING_LIMIT = timedelta(minutes=5)
+#: How long a pod may stay Pending because its image cannot be pulled (IMAGE_PULL_REASONS).
+DEFAULT_IMAGE_PULL_LIMIT = timedelta(minutes=1)
 EXIT_CODE_PREFIX = "ExitCode"
+#: Container waiting reasons of an image the kubelet cannot pull (it backs off and tries for ever).
+IMAGE_PULL_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull"})
 #: Container waiting reasons that keep a pod Pending until someone fixes something.
-STUCK_WAITING_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError"})
+STUCK_WAITING_REASONS = IMAGE_PULL_REASONS | {"CreateContainerConfigError"}
 #: Container waiting reasons no wait cures: the attempt fails at once, with the reason as written.
 UNRUNNABLE_WAITING_REASONS = frozenset({"ErrImageNeverPull", "InvalidImageName"})
 UNSCHEDULABLE = "Unschedulable"
@@ -74,6 +82,7 @@ class PodReason(StrEnum):
     POD_DELETED = "PodDeleted"
     NODE_LOST = "NodeLost"
     STUCK_PENDING = "StuckPending"
+    IMAGE_PULL_BACK_OFF = "ImagePullBackOff"  # the image could not be pulled within the limit
     POD_FAILED = "PodFailed"  # Failed, and nothing more specific is known
 
 
@@ -98,6 +107,7 @@ class PodVerdict:
     retryable: bool = False  # True for every failure; False while the pod runs or after success
     output: str | None = None  # the main container's termination message
     stop_pod: bool = False  # failed while Pending: the pod will never end by itself, delete it
+    fails_at: datetime | None = None  # Pending for a cause with a limit: when that limit runs out
 
     @property
     def finished(self) -> bool:
@@ -137,7 +147,11 @@ class _Facts:
 
 
 def classify_pod(
-    pod: Mapping[str, Any], *, now: datetime, pending_limit: timedelta = DEFAULT_PENDING_LIMIT
+    pod: Mapping[str, Any],
+    *,
+    now: datetime,
+    pending_limit: timedelta = DEFAULT_PENDING_LIMIT,
+    image_pull_limit: timedelta = DEFAULT_IMAGE_PULL_LIMIT,
 ) -> PodVerdict:
     """The verdict on one pod at `now`."""
     now = require_aware(now, name="now")
@@ -154,7 +168,7 @@ def classify_pod(
         return _failure(facts, PodReason.POD_DELETED, _DEFAULT_MESSAGES[PodReason.POD_DELETED])
     if facts.phase == PodPhase.RUNNING:
         return _verdict(facts, PodPhase.RUNNING, "", "")
-    return _pending(facts, now=now, limit=pending_limit)
+    return _pending(facts, now=now, limit=pending_limit, image_pull_limit=image_pull_limit)
 
 
 def deleted_verdict() -> PodVerdict:
@@ -228,7 +242,7 @@ def _node_lost(facts: _Facts) -> bool:
     )
 
 
-def _pending(facts: _Facts, *, now: datetime, limit: timedelta) -> PodVerdict:
+def _pending(facts: _Facts, *, now: datetime, limit: timedelta, image_pull_limit: timedelta) -> PodVerdict:
     unrunnable = next((c for c in facts.containers if c.waiting.get("reason") in UNRUNNABLE_WAITING_REASONS), None)
     if unrunnable is not None:
         reason = str(unrunnable.waiting["reason"])
@@ -240,11 +254,18 @@ def _pending(facts: _Facts, *, now: datetime, limit: timedelta) -> PodVerdict:
         waiting = facts.main.waiting.get("reason", "") if facts.main else ""
         return _verdict(facts, PodPhase.PENDING, str(waiting), "")
     reason, detail = cause
-    pending_for = now - facts.created_at if facts.created_at is not None else None
-    if pending_for is None or pending_for <= limit:
+    pulling = reason in IMAGE_PULL_REASONS
+    if pulling:
+        limit = image_pull_limit
+    if facts.created_at is None:
         return _verdict(facts, PodPhase.PENDING, reason, detail)
+    pending_for = now - facts.created_at
+    if pending_for <= limit:
+        waiting = _verdict(facts, PodPhase.PENDING, reason, detail)
+        return dataclasses.replace(waiting, fails_at=facts.created_at + limit)
     message = f"{reason}: {detail} (pending for {_seconds(pending_for)}, limit {_seconds(limit)})"
-    return dataclasses.replace(_failure(facts, PodReason.STUCK_PENDING, message), stop_pod=True)
+    failed_as = PodReason.IMAGE_PULL_BACK_OFF if pulling else PodReason.STUCK_PENDING
+    return dataclasses.replace(_failure(facts, failed_as, message), stop_pod=True)
 
 
 def _pending_cause(facts: _Facts) -> tuple[str, str] | None:

@@ -24,8 +24,6 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from vigil.core.executions import (
     TERMINAL_PHASES,
     Execution,
@@ -39,12 +37,26 @@ from vigil.core.executions import (
     start,
 )
 from vigil.core.ids import ExecutionId, pod_name
-from vigil.core.podstatus import PodVerdict, attempt_result, classify_pod, deleted_verdict
+from vigil.core.podstatus import (
+    DEFAULT_IMAGE_PULL_LIMIT,
+    DEFAULT_PENDING_LIMIT,
+    PodVerdict,
+    attempt_result,
+    classify_pod,
+    deleted_verdict,
+)
 from vigil.core.ports import Clock, Conflict
 from vigil.kube.dispatcher import Started, as_started
 from vigil.kube.executions import ExecutionStore, execution_cache, readable
 from vigil.kube.informer import Informer
-from vigil.kube.pods import BY_EXECUTION, LABEL_EXECUTION, live, pod_cache, pod_started_at
+from vigil.kube.pods import (
+    BY_EXECUTION,
+    LABEL_EXECUTION,
+    delete_pod,
+    live,
+    pod_cache,
+    pod_started_at,
+)
 from vigil.kube.results import JobResults
 from vigil.kube.workflowpods import workflow_pod_cache
 from vigil.kube.workqueue import WorkQueue
@@ -58,7 +70,6 @@ Key = tuple[str, str]
 VANISH_GRACE = timedelta(seconds=30)
 #: How often a running attempt is looked at even without events (a pending pod's limit).
 RECHECK = timedelta(seconds=15)
-CANCEL_GRACE_SECONDS = 5
 CONFLICT_RETRY_SECONDS = 0.05
 
 
@@ -74,7 +85,8 @@ class ExecutionController:
         clock: Clock,
         wake_dispatcher: Callable[[], None],
         running_after: timedelta = timedelta(seconds=5),
-        pending_limit: timedelta = timedelta(minutes=5),
+        pending_limit: timedelta = DEFAULT_PENDING_LIMIT,
+        image_pull_limit: timedelta = DEFAULT_IMAGE_PULL_LIMIT,
         workers: int = 8,
     ) -> None:
         self._store = store
@@ -86,6 +98,7 @@ class ExecutionController:
         self._wake = wake_dispatcher
         self._running_after = running_after
         self._pending_limit = pending_limit
+        self._image_pull_limit = image_pull_limit
         self.queue: WorkQueue[Key] = WorkQueue("executions", self.reconcile, workers=workers)
 
     # -- what queues a key ------------------------------------------------------------------------
@@ -150,7 +163,13 @@ class ExecutionController:
         return self._with_pod(obj, ex, pod, now=now)
 
     def _without_pod(
-        self, obj: dict[str, Any], ex: Execution, name: str, *, mark_at: datetime | None, now: datetime
+        self,
+        obj: dict[str, Any],
+        ex: Execution,
+        name: str,
+        *,
+        mark_at: datetime | None,
+        now: datetime,
     ) -> float | None:
         if ex.phase is Phase.READY:
             if mark_at is None:
@@ -162,14 +181,18 @@ class ExecutionController:
         self._end(obj, ex, deleted_verdict())
         return None
 
-    def _with_pod(self, obj: dict[str, Any], ex: Execution, pod: dict[str, Any], *, now: datetime) -> float | None:
+    def _with_pod(
+        self, obj: dict[str, Any], ex: Execution, pod: dict[str, Any], *, now: datetime
+    ) -> float | None:
         name = pod["metadata"]["name"]
         running = ex if ex.phase is Phase.RUNNING else start(ex, pod=name, now=pod_started_at(pod))
-        verdict = classify_pod(pod, now=now, pending_limit=self._pending_limit)
+        verdict = classify_pod(
+            pod, now=now, pending_limit=self._pending_limit, image_pull_limit=self._image_pull_limit
+        )
         if verdict.finished:
             self._end(obj, running, verdict)
             if verdict.stop_pod:  # failed while Pending (stuck, or an image it will never run)
-                self._delete_pod(name, ex.namespace, grace=0)
+                delete_pod(self._core, ex.namespace, name, grace=0)
             return None
         if ex.phase is Phase.READY:
             assert running.started_at is not None
@@ -177,11 +200,19 @@ class ExecutionController:
             if age < self._running_after:
                 return (self._running_after - age).total_seconds()
             self._store.write(obj, running)
-        return RECHECK.total_seconds()
+        recheck = RECHECK.total_seconds()
+        if verdict.fails_at is not None:  # a pod waiting on a limit is looked at when it runs out
+            recheck = min(recheck, max(0.05, (verdict.fails_at - now).total_seconds()))
+        return recheck
 
     def _end(self, obj: Mapping[str, Any], running: Execution, verdict: PodVerdict) -> None:
         policy = retry_policy(obj["spec"].get("retry") or {})
-        ended = finish(running, attempt_result(verdict, attempt=running.attempt), policy=policy, now=self._clock.now())
+        ended = finish(
+            running,
+            attempt_result(verdict, attempt=running.attempt),
+            policy=policy,
+            now=self._clock.now(),
+        )
         self._results.record(obj, ended)
         self._started.drop((running.namespace, obj["metadata"]["name"]))
         self._wake()
@@ -192,10 +223,12 @@ class ExecutionController:
         """spec.cancel: stop the execution, delete its pod, never retry."""
         message = (obj.get("spec") or {}).get("cancelReason") or ExecutionReason.CANCELLED_BY_USER
         ex = as_started(ex, pods=self._pods, started=self._started)
-        cancelled = cancel(ex, reason=ExecutionReason.CANCELLED_BY_USER, now=self._clock.now(), message=message)
+        cancelled = cancel(
+            ex, reason=ExecutionReason.CANCELLED_BY_USER, now=self._clock.now(), message=message
+        )
         self._results.record(obj, cancelled)
         if ex.pod:
-            self._delete_pod(ex.pod, ex.namespace, grace=CANCEL_GRACE_SECONDS)
+            delete_pod(self._core, ex.namespace, ex.pod)
         self._wake()
 
     def _retry(self, obj: Mapping[str, Any], ex: Execution, *, requested: int) -> None:
@@ -214,14 +247,7 @@ class ExecutionController:
             if live(pod):
                 log.info("execution %s/%s is %s: stopping its pod %s", ex.namespace, ex.execution_id, ex.phase,
                          pod["metadata"]["name"])  # fmt: skip
-                self._delete_pod(pod["metadata"]["name"], ex.namespace, grace=CANCEL_GRACE_SECONDS)
-
-    def _delete_pod(self, name: str, namespace: str, *, grace: int) -> None:
-        try:
-            self._core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+                delete_pod(self._core, ex.namespace, pod["metadata"]["name"])
 
 
 def _ended(pod: Mapping[str, Any]) -> bool:
@@ -252,6 +278,8 @@ class ExecutionCaches:
         """Run `then` once both caches hold a first full list (a pass on half a cache would
         miscount what runs)."""
         while not stop.is_set():
-            if all(cache.synced.wait(0.5) for cache in (self.executions, self.pods, self.workflow_pods)):
+            if all(
+                cache.synced.wait(0.5) for cache in (self.executions, self.pods, self.workflow_pods)
+            ):
                 then()
                 return

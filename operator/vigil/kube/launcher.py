@@ -36,6 +36,7 @@ from vigil.kube.pods import (
     LABEL_JOB,
     LABEL_JOB_UID,
     build_pod,
+    delete_pod,
     execution_env,
     label_value,
     owner_reference,
@@ -373,8 +374,4 @@ class ExecutionLauncher:
         else:
             raise Conflict(f"replace: {meta['namespace']}/{meta['name']} kept changing; the trigger retries")
         if execution.pod:
-            try:
-                self._pods.delete_namespaced_pod(execution.pod, execution.namespace, grace_period_seconds=5)
-            except ApiException as err:
-                if err.status != 404:
-                    raise
+            delete_pod(self._pods, execution.namespace, execution.pod)

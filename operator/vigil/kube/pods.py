@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
@@ -171,6 +172,17 @@ def pod_cache(api: Any) -> Informer:
         indexes={BY_EXECUTION: execution_key_of},
         transform=compact_pod,
     )
+
+
+def delete_pod(core: Any, namespace: str, name: str, *, grace: int | None = None) -> None:
+    """Delete a pod that may already be gone. Without `grace` the pod's own
+    terminationGracePeriodSeconds applies: SIGTERM, then SIGKILL once it is over, as the job's
+    author chose; `grace=0` is for a pod that never started."""
+    try:
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=grace)
+    except ApiException as err:
+        if err.status != 404:
+            raise
 
 
 def live(pod: Mapping[str, Any]) -> bool:

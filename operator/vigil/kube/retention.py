@@ -17,14 +17,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from vigil.core.retention import Finished, to_delete
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.executions import ExecutionStore, readable
 from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.pods import BY_EXECUTION
+from vigil.kube.pods import BY_EXECUTION, delete_pod
 from vigil.model.jobspec import retention_limits
 
 log = logging.getLogger(__name__)
@@ -83,12 +82,5 @@ class Pruner:
             for pod in self._pods.by_index(BY_EXECUTION, f"{meta['namespace']}/{meta['name']}"):
                 owners = pod["metadata"].get("ownerReferences") or []
                 if not any(o.get("uid") == meta["uid"] for o in owners):
-                    self._delete_pod(meta["namespace"], pod["metadata"]["name"])
+                    delete_pod(self._core, meta["namespace"], pod["metadata"]["name"])
         self._store.delete(obj)
-
-    def _delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            self._core.delete_namespaced_pod(name, namespace)
-        except ApiException as err:
-            if err.status != 404:
-                raise

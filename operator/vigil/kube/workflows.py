@@ -79,7 +79,7 @@ from vigil.core.workflowttl import Verdict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer
 from vigil.kube.jobstatus import Change, JobStatusWriter
-from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR
+from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR, delete_pod
 from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
 from vigil.kube.workflowttl import WorkflowTtl
@@ -220,11 +220,7 @@ class WorkflowApi:
                 raise
 
     def delete_pod(self, namespace: str, name: str) -> None:
-        try:
-            self.core.delete_namespaced_pod(name, namespace)
-        except ApiException as err:
-            if err.status != 404:
-                raise
+        delete_pod(self.core, namespace, name)
 
     def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         try:
