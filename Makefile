@@ -9,8 +9,9 @@ STAMP     := $(VENV)/.installed
 DEMO      := .cluster/default
 KUBECTL    = $(DEMO)/bin/kubectl --kubeconfig $(DEMO)/kubeconfig
 PYTEST_ARGS ?=
-# The demo cluster's node: agent (the fast local node agent) or kubelet (kubelet + containerd + runc).
-NODE      ?= agent
+# The demo cluster's node: kubelet (default: kubelet + containerd + runc, the operator installed by
+# Helm with the built image) or agent (the fast local node agent, the operator as a local process).
+NODE      ?= kubelet
 
 .PHONY: help
 help: ## list the targets
@@ -49,7 +50,7 @@ docker-down: ## stop the project's Docker daemon (started by `make image` and th
 	@e2e/cluster/dockerd.sh down
 
 .PHONY: cluster-up
-cluster-up: $(STAMP) ## start the local control plane (etcd, API server, controllers, scheduler) and a node: NODE=agent (default) or NODE=kubelet
+cluster-up: $(STAMP) ## start the local control plane (etcd, API server, controllers, scheduler) and a node: NODE=kubelet (default) or NODE=agent
 	$(PY) -m e2e.cluster.localcluster up --state $(DEMO) --node $(NODE)
 
 .PHONY: cluster-down

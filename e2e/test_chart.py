@@ -38,7 +38,6 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import psycopg
 import pytest
@@ -47,7 +46,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.cluster import images, serviceroutes
-from e2e.cluster.kubeletnode import NodeFiles, snapshotter_of
+from e2e.cluster import release as release_files
+from e2e.cluster.kubeletnode import NodeFiles
 from tests.contract.postgres import PostgresServer
 from tests.integration.conftest import (
     KUBELET_PORT_BASE,
@@ -56,7 +56,7 @@ from tests.integration.conftest import (
     KubeCluster,
     install_vigil_api,
 )
-from tests.integration.containers import Docker, build_image, docker, stop_docker
+from tests.integration.containers import build_image, docker, stop_docker
 from tests.integration.jobs import (
     create_job,
     execution_pods,
@@ -94,9 +94,8 @@ LOG_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")  # its mill
 
 
 def values(image_tag: str, *, history_secret: str) -> dict[str, Any]:
-    repository, tag = image_tag.rsplit(":", 1)
     return {
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "image": release_files.image_values(image_tag),
         "replicaCount": 2,
         "postgresql": {"enabled": False},
         "history": {"existingSecret": history_secret},
@@ -118,7 +117,7 @@ def operator_image(kubelet_cluster: KubeCluster, node_files: NodeFiles) -> Itera
     daemon = docker()
     was_running = daemon.answers()
     tag = build_image()
-    load_into_node(daemon, tag, node_files)
+    release_files.load_image(tag, node_files)
     yield tag
     if not was_running and not keep_cluster():
         stop_docker()
@@ -128,30 +127,10 @@ def keep_cluster() -> bool:
     return os.environ.get("VIGIL_TEST_KEEP_CLUSTER") == "1"
 
 
-def load_into_node(daemon: Docker, tag: str, files: NodeFiles) -> None:
-    """`docker save <tag> | ctr -n k8s.io images import -`, as the README says for any node."""
-    ctr = [str(KUBELET_STATE / "node-bin" / "ctr"), "--address", str(files.socket), "--namespace", "k8s.io",
-           "images", "import", "--snapshotter", snapshotter_of(files), "-"]  # fmt: skip
-    save = subprocess.Popen(["docker", "save", tag], stdout=subprocess.PIPE, env={**daemon_env(daemon)})
-    try:
-        imported = subprocess.run(ctr, stdin=save.stdout, capture_output=True, text=True, timeout=600)
-    finally:
-        assert save.stdout is not None
-        save.stdout.close()
-        save.wait(timeout=60)
-    assert save.returncode == 0 and imported.returncode == 0, f"image import failed: {imported.stderr}"
-
-
-def daemon_env(daemon: Docker) -> dict[str, str]:
-    return {**os.environ, "DOCKER_HOST": daemon.host}
-
-
 @pytest.fixture(scope="module")
 def api_route(kubelet_cluster: KubeCluster, node_files: NodeFiles) -> Iterator[None]:
     """Pods reach the `kubernetes` Service's ClusterIP (see the module docstring)."""
-    server = yaml.safe_load(kubelet_cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-    ip, port = serviceroutes.KUBERNETES_SERVICE
-    route = serviceroutes.forward(serviceroutes.Route(node_files.bridge, ip, port, int(urlparse(server).port or 443)))
+    route = release_files.route_api(node_files, kubelet_cluster.kubeconfig)
     yield
     serviceroutes.remove(route)
 

@@ -1,32 +1,43 @@
 #!/usr/bin/env bash
-# The demo: on the local control plane (already started by `make cluster-up`), install the CRDs,
-# run the operator, apply the examples, wait for the first fire, and show `kubectl get`.
+# The demo: on the local control plane (already started by `make cluster-up`), install Vigil, apply
+# the examples, wait for the first fire, and show `kubectl get`. On the kubelet node (the default)
+# Vigil is installed as users install it: `make image`'s image and `helm install` of helm/vigil.
+# On NODE=agent the operator runs as a local process instead (that node runs no containers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-state=.cluster/default
-export KUBECONFIG="$PWD/$state/kubeconfig"
+state="$(realpath "${VIGIL_DEMO_STATE:-.cluster/default}")"  # its test passes a cluster of its own
+export KUBECONFIG="$state/kubeconfig"
 kubectl="$state/bin/kubectl"
 
-echo "== installing the CRDs"
-$kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
-$kubectl wait --for=condition=Established --timeout=60s crd --all >/dev/null
-# The admission policy that checks who makes a workflow request (see docs/workflows.md).
-$kubectl apply -f helm/vigil/files/admission/workflow-requests.yaml >/dev/null
-$kubectl create namespace vigil-system --dry-run=client -o yaml | $kubectl apply -f - >/dev/null
-
-pidfile="$state/pids/operator.pid"
-if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-  echo "== the operator is already running (pid $(cat "$pidfile"))"
+node="$(cat "$state/node-kind" 2>/dev/null || echo agent)"
+if [ "$node" = kubelet ]; then
+  # The user's path: the image `make image` builds, loaded into the node's containerd, and the
+  # chart installed with it; the operator runs in-cluster under the chart's own RBAC.
+  echo "== installing Vigil with Helm: the built image, the chart, one operator pod on the kubelet node"
+  .venv/bin/python -m e2e.cluster.release demo --state "$state"
 else
-  echo "== starting the operator (log: $state/logs/operator.log)"
-  cat > "$state/operator.yaml" <<CONF
+  # NODE=agent: the fast node agent runs no containers, so the operator runs here as a process.
+  echo "== installing the CRDs"
+  $kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
+  $kubectl wait --for=condition=Established --timeout=60s crd --all >/dev/null
+  # The admission policy that checks who makes a workflow request (see docs/workflows.md).
+  $kubectl apply -f helm/vigil/files/admission/workflow-requests.yaml >/dev/null
+  $kubectl create namespace vigil-system --dry-run=client -o yaml | $kubectl apply -f - >/dev/null
+
+  pidfile="$state/pids/operator.pid"
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "== the operator is already running (pid $(cat "$pidfile"))"
+  else
+    echo "== starting the operator (log: $state/logs/operator.log)"
+    cat > "$state/operator.yaml" <<CONF
 namespace: vigil-system
 leaderElection: {leaseDurationSeconds: 15, renewPeriodSeconds: 5}
 http: {metricsPort: 19090, apiPort: 18080}
-history: {dsn: "sqlite:///$PWD/$state/history.db"}
+history: {dsn: "sqlite:///$state/history.db"}
 CONF
-  setsid .venv/bin/vigil operator --config "$state/operator.yaml" >"$state/logs/operator.log" 2>&1 < /dev/null &
-  echo $! > "$pidfile"
+    setsid .venv/bin/vigil operator --config "$state/operator.yaml" >"$state/logs/operator.log" 2>&1 < /dev/null &
+    echo $! > "$pidfile"
+  fi
 fi
 
 echo "== applying the examples"
@@ -48,8 +59,8 @@ echo
 echo "\$ kubectl get sj,wf"
 $kubectl get sj,wf
 echo
-echo "\$ kubectl get pods -l app.kubernetes.io/managed-by=vigil"
-$kubectl get pods -l app.kubernetes.io/managed-by=vigil
+echo "\$ kubectl get pods -A   # the operator in vigil-system, the jobs' pods beside it"
+$kubectl get pods -A
 echo
 echo "\$ kubectl vigil timeline video-publish"
 .venv/bin/kubectl-vigil timeline video-publish

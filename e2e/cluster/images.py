@@ -6,15 +6,18 @@ node needs are made here from Debian's `busybox-static` binary (one static file,
 
 * `JOB_IMAGE` — busybox with its applets as symlinks (`sh`, `head`, `sleep`, …),
   for job pods. Pods name it with `imagePullPolicy: IfNotPresent` or `Never`.
+* `EXAMPLE_IMAGE` — the same image under the name manifests/examples use
+  (`busybox:1.36`), so `make demo` runs the examples unchanged on the kubelet
+  node: there the name stands for this local image, as no registry answers.
 * `PAUSE_IMAGE` — the same layer whose entrypoint sleeps: the pod sandbox image
   containerd's CRI plugin holds each pod's namespaces with (what
   `registry.k8s.io/pause` does elsewhere). The sandbox is stopped with SIGKILL,
   so a sleeping process serves.
 
-Both go into one docker-archive tarball (`manifest.json` with `RepoTags`, a config
+All go into one docker-archive tarball (`manifest.json` with `RepoTags`, a config
 JSON per image, one uncompressed layer tar), which `ctr -n k8s.io images import`
-loads. The tarball depends only on the busybox binary, so it is rebuilt only when
-that changes.
+loads. The tarball depends only on the busybox binary and the names, so it is rebuilt
+only when those change.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from pathlib import Path
 BUSYBOX = Path("/bin/busybox")
 JOB_IMAGE = "vigil.local/busybox:static"
 PAUSE_IMAGE = "vigil.local/pause:static"
+EXAMPLE_IMAGE = "busybox:1.36"
+#: Every name the node's containerd should hold.
+NODE_IMAGES = (JOB_IMAGE, EXAMPLE_IMAGE, PAUSE_IMAGE)
 #: ctr names an image from a docker archive by its tag, normalised as a Docker reference.
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PAUSE_SECONDS = "2147483647"  # busybox sleep takes whole seconds; about 68 years
@@ -88,20 +94,19 @@ def _config(layer_digest: str, *, entrypoint: list[str], cmd: list[str]) -> byte
 
 
 def write_archive(path: Path, busybox: Path | None = None) -> Path:
-    """Write the docker-archive tarball holding JOB_IMAGE and PAUSE_IMAGE to `path`."""
+    """Write the docker-archive tarball holding NODE_IMAGES to `path`."""
     busybox = busybox or busybox_binary()
     layer = _layer(busybox)
     layer_hex = hashlib.sha256(layer).hexdigest()
-    images = {
-        JOB_IMAGE: _config(f"sha256:{layer_hex}", entrypoint=[], cmd=["sh"]),
-        PAUSE_IMAGE: _config(f"sha256:{layer_hex}", entrypoint=["/bin/sleep", PAUSE_SECONDS], cmd=[]),
-    }
+    shell = _config(f"sha256:{layer_hex}", entrypoint=[], cmd=["sh"])
+    pause = _config(f"sha256:{layer_hex}", entrypoint=["/bin/sleep", PAUSE_SECONDS], cmd=[])
+    tags = {shell: [JOB_IMAGE, EXAMPLE_IMAGE], pause: [PAUSE_IMAGE]}  # one image, all its names
     members: dict[str, bytes] = {f"{layer_hex}/layer.tar": layer}
     manifest = []
-    for tag, config in images.items():
+    for config, names in tags.items():
         config_name = f"{hashlib.sha256(config).hexdigest()}.json"
         members[config_name] = config
-        manifest.append({"Config": config_name, "RepoTags": [tag], "Layers": [f"{layer_hex}/layer.tar"]})
+        manifest.append({"Config": config_name, "RepoTags": names, "Layers": [f"{layer_hex}/layer.tar"]})
     members["manifest.json"] = json.dumps(manifest).encode()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -117,7 +122,7 @@ def write_archive(path: Path, busybox: Path | None = None) -> Path:
 def archive_for(cache: Path) -> Path:
     """The tarball for the installed busybox, written into `cache` unless already there."""
     busybox = busybox_binary()
-    key = hashlib.sha256(busybox.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(busybox.read_bytes() + "\n".join(NODE_IMAGES).encode()).hexdigest()[:16]
     path = cache / f"busybox-images-{key}.tar"
     if not path.exists():
         write_archive(path, busybox)

@@ -43,7 +43,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from e2e.cluster import images
+from e2e.cluster import images, serviceroutes
 
 CGROUP_V1 = Path("/sys/fs/cgroup")
 #: How long removing every pod through the CRI may take before the processes are killed.
@@ -333,7 +333,7 @@ def containerd_ready(files: NodeFiles, node_bin: Path) -> bool:
 def load_images(files: NodeFiles, node_bin: Path) -> None:
     """Import the busybox job image and the sandbox image into containerd's `k8s.io` namespace."""
     listed = ctr(files, node_bin, "images", "ls", "-q").stdout.split()
-    wanted = {images.JOB_IMAGE, images.PAUSE_IMAGE}
+    wanted = set(images.NODE_IMAGES)
     if all(any(name.endswith(image) for name in listed) for image in wanted):
         return
     archive = images.archive_for(files.image_archive_cache)
@@ -472,6 +472,7 @@ def clean(files: NodeFiles) -> list[str]:
     Returns what is left (mounts or cgroups), which should be nothing."""
     kill_leftovers(files)
     left = unmount_all(files.root)
+    serviceroutes.remove_all(files.bridge)
     remove_bridge(files)
     left += remove_cgroups(files.cgroup_root)
     return left

@@ -65,3 +65,17 @@ def remove(route: Route) -> None:
     """Delete the route's rule; safe when it is already gone."""
     while _iptables("-C", *route.rule(), check=False).returncode == 0:
         _iptables("-D", *route.rule())
+
+
+def remove_all(bridge: str) -> None:
+    """Delete every route of `bridge` (what `make demo` added, or a killed test left), when the
+    node stops; safe without iptables or rules."""
+    try:
+        listed = _iptables("-S", "PREROUTING", check=False)
+    except FileNotFoundError:
+        return
+    for line in listed.stdout.splitlines():
+        words = line.split()  # e.g. -A PREROUTING -d 10.96.0.1/32 -i vgl16000 -p tcp ... -j DNAT ...
+        pairs = set(zip(words, words[1:], strict=False))
+        if words[:2] == ["-A", "PREROUTING"] and ("-i", bridge) in pairs and ("-j", "DNAT") in pairs:
+            _iptables("-D", *words[1:], check=False)
