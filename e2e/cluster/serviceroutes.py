@@ -16,6 +16,7 @@ Needs root and iptables, as the kubelet node does. `remove()` deletes exactly th
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import subprocess
 from pathlib import Path
 
@@ -76,6 +77,6 @@ def remove_all(bridge: str) -> None:
         return
     for line in listed.stdout.splitlines():
         words = line.split()  # e.g. -A PREROUTING -d 10.96.0.1/32 -i vgl16000 -p tcp ... -j DNAT ...
-        pairs = set(zip(words, words[1:], strict=False))
+        pairs = set(itertools.pairwise(words))
         if words[:2] == ["-A", "PREROUTING"] and ("-i", bridge) in pairs and ("-j", "DNAT") in pairs:
             _iptables("-D", *words[1:], check=False)
