@@ -1,14 +1,15 @@
 """What a watch-fed cache keeps of an object (`vigil.kube.informer.slim`): no write bookkeeping,
 no copies of the object, everything else equal, its keys and short strings shared between
-objects, and the caller's object left as it was."""
+objects, and the caller's object left as it was; and how much of a LIST it holds at once."""
 
 from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 from typing import Any
 
-from vigil.kube.informer import COPY_ANNOTATIONS, slim
+from vigil.kube.informer import COPY_ANNOTATIONS, Informer, slim
 
 
 def job(name: str) -> dict[str, Any]:
@@ -44,3 +45,36 @@ def test_two_slimmed_objects_share_their_keys_and_short_values_not_long_ones() -
     assert one["status"]["conditions"][0]["reason"] is two["status"]["conditions"][0]["reason"]
     assert one["spec"]["payload"]["blob"] == two["spec"]["payload"]["blob"]
     assert one["spec"]["payload"]["blob"] is not two["spec"]["payload"]["blob"], "a long value was interned"
+
+
+class Pages:
+    """A stand-in for the API server's paged LIST (the informer's list function), recording how
+    many objects the cache held when each page was asked for. The integration tests run the
+    informer against the real API server; this one counts what a real server cannot show."""
+
+    def __init__(self, informer_of: list[Informer], pages: list[list[dict[str, Any]]]) -> None:
+        self.informer_of = informer_of
+        self.pages = pages
+        self.held_when_asked: list[int] = []
+
+    def __call__(self, **kwargs: Any) -> Any:
+        self.held_when_asked.append(len(self.informer_of[0]))
+        at = int(kwargs.get("_continue") or 0)
+        more = {"continue": str(at + 1)} if at + 1 < len(self.pages) else {}
+        body = {"metadata": {"resourceVersion": "99", **more}, "items": self.pages[at]}
+        return SimpleNamespace(data=json.dumps(body).encode())
+
+
+def test_a_relist_puts_each_page_into_the_cache_before_reading_the_next() -> None:
+    """The API's whole answer (managedFields and all) is never held at once: page by page it is
+    slimmed into the cache, and an object the list no longer has is dropped at the end."""
+    holder: list[Informer] = []
+    pages = Pages(holder, [[job("a"), job("b")], [job("c")], [job("d")]])
+    informer = Informer(pages, what="jobs", label_selector="x=y")
+    holder.append(informer)
+    informer.observe(job("gone"))
+    assert informer._relist() == "99"
+    assert pages.held_when_asked == [1, 3, 4]
+    assert sorted(obj["metadata"]["name"] for obj in informer.items()) == ["a", "b", "c", "d"]
+    assert all("managedFields" not in obj["metadata"] for obj in informer.items())
+    assert informer.synced.is_set()
