@@ -11,6 +11,7 @@ conditional on the version read and folded again on the job as it is.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -85,3 +86,37 @@ def test_a_pass_on_a_stale_copy_keeps_the_conditions_written_since(cluster: Kube
         assert again["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"], "an unchanged pass wrote"
     finally:
         cluster.core.delete_namespace(opns)
+
+
+def test_the_leaders_first_pass_waits_for_the_job_cache_instead_of_listing(cluster: KubeCluster, namespace: str) -> None:
+    """The leader's caches start with its watchdog; a first pass that listed every job whole
+    (managedFields and all, unpaged) held them through the pass, and the operator's memory stayed
+    at that mark. The pass waits for the cache: it sees the one job only the cache holds."""
+    real = create_job(cluster, namespace, "listed", every="1h")
+    only_cached = {**real, "metadata": {**real["metadata"], "name": "cached-only", "uid": "cached-only-uid"}}
+    jobs = job_cache(cluster.api)  # not running: the test fills it, then marks it synced
+    gatherer = FactGatherer(cluster.api, buckets=KubeBucketStore(cluster.api, namespace=namespace, shards=1,
+                            max_per_bucket=10), executions=ExecutionStore(cluster.api), jobs=jobs)  # fmt: skip
+
+    def sync_later() -> None:
+        jobs.observe(only_cached)
+        jobs.synced.set()
+
+    timer = threading.Timer(1.0, sync_later)
+    timer.start()
+    try:
+        names = {job["metadata"]["name"] for job in gatherer.jobs()}
+    finally:
+        timer.join()
+    assert names == {"cached-only"}, names
+
+
+def test_without_a_cache_the_jobs_are_listed_in_pages_and_slimmed(cluster: KubeCluster, namespace: str) -> None:
+    """The standalone watchdog has no cache: it lists, page by page, keeping what a cache keeps."""
+    for i in range(3):
+        create_job(cluster, namespace, f"paged-{i}", every="1h")
+    gatherer = FactGatherer(cluster.api, buckets=KubeBucketStore(cluster.api, namespace=namespace, shards=1,
+                            max_per_bucket=10), executions=ExecutionStore(cluster.api))  # fmt: skip
+    mine = [job for job in gatherer.jobs() if job["metadata"]["namespace"] == namespace]
+    assert sorted(job["metadata"]["name"] for job in mine) == ["paged-0", "paged-1", "paged-2"]
+    assert all("managedFields" not in job["metadata"] for job in mine)

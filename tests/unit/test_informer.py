@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import tracemalloc
 from types import SimpleNamespace
 from typing import Any
 
@@ -78,3 +79,42 @@ def test_a_relist_puts_each_page_into_the_cache_before_reading_the_next() -> Non
     assert sorted(obj["metadata"]["name"] for obj in informer.items()) == ["a", "b", "c", "d"]
     assert all("managedFields" not in obj["metadata"] for obj in informer.items())
     assert informer.synced.is_set()
+
+
+def held_bytes(informer: Informer, objects: list[dict[str, Any]]) -> int:
+    """What the cache allocates to hold `objects` (tracemalloc: Python's own allocations)."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for obj in objects:
+            informer.observe(obj)
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_packed_cache_reads_the_same_objects_and_holds_a_fraction_of_the_memory() -> None:
+    objects = [job(f"job-{i:05}") for i in range(2000)]
+    for i, obj in enumerate(objects):
+        obj["metadata"]["uid"] = f"0b7c6a1e-{i:04}-2222-3333-444455556666"
+        obj["metadata"]["labels"] = {"team": f"t{i % 7}"}
+        obj["spec"]["payload"] = {"date": "2026-01-01"}  # small, as most are: a cache of many small objects
+    index = {"team": lambda o: o["metadata"]["labels"]["team"]}
+    plain = Informer(lambda **_: None, what="plain", label_selector="", indexes=index)
+    packed = Informer(lambda **_: None, what="packed", label_selector="", indexes=index, packed=True)
+    plain_bytes, packed_bytes = held_bytes(plain, objects), held_bytes(packed, objects)
+    assert packed_bytes < plain_bytes / 2, (packed_bytes, plain_bytes)
+    assert packed.get("team-a", "job-00042") == plain.get("team-a", "job-00042") == slim(objects[42])
+    assert packed.get("team-a", "job-00042") is not packed.get("team-a", "job-00042")  # the caller's own
+    assert sorted(o["metadata"]["name"] for o in packed.by_index("team", "t3")) == sorted(
+        o["metadata"]["name"] for o in plain.by_index("team", "t3")
+    )
+    newer = copy.deepcopy(objects[3])
+    newer["metadata"].update(resourceVersion="43", labels={"team": "t0"})
+    packed.observe(newer)
+    assert "job-00003" not in {o["metadata"]["name"] for o in packed.by_index("team", "t3")}
+    assert packed.get("team-a", "job-00003") == slim(newer)
+    packed.observe(objects[3])  # older: ignored
+    assert packed.get("team-a", "job-00003") == slim(newer)
+    packed.forget("team-a", "job-00003")
+    assert packed.get("team-a", "job-00003") is None and len(packed) == 1999

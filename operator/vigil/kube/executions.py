@@ -146,6 +146,8 @@ class ExecutionStore:
         return self.select(selector=f"{LABEL_MANAGED}={MANAGED_BY}")
 
     def in_phase(self, *phases: Phase) -> list[dict[str, Any]]:
+        if self.cache is not None:  # only those: the finished ones retained are most of the cache
+            return [o for phase in phases for o in self.cache.by_index(BY_PHASE, str(phase))]
         wanted = {str(p) for p in phases}
         return [o for o in self.every() if phase_of(o) in wanted]
 
@@ -211,17 +213,23 @@ def job_uid_of(obj: Mapping[str, Any]) -> str | None:
 
 
 BY_JOB = "job-uid"
+BY_PHASE = "phase"
 
 
 def execution_cache(api: client.ApiClient) -> Informer:
-    """The operator's cache of every Execution Vigil made, indexed by job uid."""
+    """The operator's cache of every Execution Vigil made, indexed by job uid and by phase; packed
+    (retention keeps several finished ones a job, and they are read one at a time)."""
     custom = client.CustomObjectsApi(api)
 
     def list_fn(**kwargs: Any) -> Any:
         return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
     return Informer(
-        list_fn, what="executions", label_selector=f"{LABEL_MANAGED}={MANAGED_BY}", indexes={BY_JOB: job_uid_of}
+        list_fn,
+        what="executions",
+        label_selector=f"{LABEL_MANAGED}={MANAGED_BY}",
+        indexes={BY_JOB: job_uid_of, BY_PHASE: phase_of},
+        packed=True,
     )
 
 

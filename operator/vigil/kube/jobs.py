@@ -30,13 +30,14 @@ CACHE_SIZE = 4096  # jobs kept between a pass's lookup and its launch/ledger wri
 
 
 def job_cache(api: client.ApiClient) -> Informer:
-    """The leader's cache of every ScheduledJob (all of them are Vigil's: no selector)."""
+    """The leader's cache of every ScheduledJob (all of them are Vigil's: no selector), packed:
+    one object a job, read one at a time (the watchdog's pass reads them all)."""
     custom = client.CustomObjectsApi(api)
 
     def list_fn(**kwargs: Any) -> Any:
         return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
-    return Informer(list_fn, what="scheduledjobs", label_selector="")
+    return Informer(list_fn, what="scheduledjobs", label_selector="", packed=True)
 
 
 class KubeCatalogue:

@@ -171,6 +171,7 @@ def pod_cache(api: Any) -> Informer:
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_EXECUTION}",
         indexes={BY_EXECUTION: execution_key_of},
         transform=compact_pod,
+        packed=True,  # retention keeps several finished pods a job; they are read one at a time
     )
 
 

@@ -29,13 +29,16 @@ from vigil.core.timeparse import parse_rfc3339
 from vigil.core.watchdog import JobFacts
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.executions import ExecutionStore, execution_from_object
-from vigil.kube.informer import Informer
+from vigil.kube.informer import Informer, list_pages, slim
 from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.progress import LeaseProgress
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, parse_spec
 
 log = logging.getLogger(__name__)
+
+#: How long a pass waits for the leader's job cache to hold its first full list before it lists.
+CACHE_SYNC_WAIT_SECONDS = 120.0
 
 
 def _time(value: str | None) -> datetime | None:
@@ -72,10 +75,17 @@ class FactGatherer:
         return self._progress.read() if self._progress is not None else None
 
     def jobs(self) -> list[dict[str, Any]]:
-        """Every ScheduledJob: from the leader's cache once it holds them, else one list."""
-        if self._jobs is not None and self._jobs.synced.is_set():
+        """Every ScheduledJob: from the leader's cache (the first pass waits for it to hold them),
+        else a paged list, each object slimmed as the cache would hold it. A whole unpaged list
+        of 10,000 jobs, managedFields and all, held through a pass, was the leader's high-water
+        mark, and its resident memory stayed there."""
+        if self._jobs is not None and self._jobs.synced.wait(CACHE_SYNC_WAIT_SECONDS):
             return self._jobs.items()
-        return list(self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS)["items"])
+
+        def list_fn(**kwargs: Any) -> Any:
+            return self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS, **kwargs)
+
+        return [slim(obj) for page, _ in list_pages(list_fn) for obj in page]
 
     def future_heads(self, now: datetime) -> dict[str, datetime]:
         """Job uid → the fire time of its earliest unhandled occurrence in the buckets (the chain head)."""
