@@ -66,7 +66,10 @@ def test_a_pass_on_a_stale_copy_keeps_the_conditions_written_since(cluster: Kube
             events=EventRecorder(cluster.api, instance="test-watchdog"),
             clock=clock, suspended_max_age=timedelta(days=1),
         )  # fmt: skip
-        watchdog.check(audit=False)
+        [kept_of_pass] = [a for a in watchdog.check(audit=False) if a.facts.namespace == namespace]
+        # What the pass keeps for its metrics is a reference to the job, not the job.
+        assert set(kept_of_pass.job) == {"apiVersion", "kind", "metadata"}
+        assert kept_of_pass.job["metadata"]["uid"] == job["metadata"]["uid"]
 
         now = get_job(cluster, namespace, "paused")
         too_long = condition(now, "SuspendedTooLong")

@@ -137,6 +137,14 @@ class Informer:
             held = list(self._items.values())
         return [self._unpack(h) for h in held]
 
+    def iter_items(self) -> Iterator[dict[str, Any]]:
+        """Every object, decoded one at a time as the caller goes (a packed cache of 10,000 jobs
+        read whole would be 10,000 dicts at once): what the cache held when iteration began."""
+        with self._lock:
+            held = list(self._items.values())
+        for h in held:
+            yield self._unpack(h)
+
     def by_index(self, index: str, value: str) -> list[dict[str, Any]]:
         with self._lock:
             keys = self._indexes[index].get(value) or set()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -79,29 +79,27 @@ class Watchdog:
 
     def assess(self, *, audit: bool = True) -> list[Assessed]:
         """Every job's verdicts, without acting on them (what `kubectl vigil audit` prints)."""
-        now = self._clock.now()
+        return list(self._assessed(self._clock.now(), audit=audit))
+
+    def _assessed(self, now: datetime, *, audit: bool) -> Iterator[Assessed]:
         progress = self._gatherer.progress()
-        return [
-            Assessed(
-                job,
-                facts,
-                assess_job(
-                    facts, now, suspended_max_age=self._suspended_max_age, chain_grace=self._chain_grace,
-                    progress=progress,
-                ),
+        for job, facts in self._gatherer.facts(now, read_buckets=audit):
+            report = assess_job(
+                facts, now, suspended_max_age=self._suspended_max_age, chain_grace=self._chain_grace, progress=progress
             )
-            for job, facts in self._gatherer.facts(now, read_buckets=audit)
-        ]
+            yield Assessed(job, facts, report)
 
     def check(self, *, audit: bool = True) -> list[Assessed]:
         """One pass: verdicts → conditions, Events, repairs, metrics.
 
         `audit` includes the schedule-integrity check (it reads every pending
-        bucket, so it may run less often than the rest).
+        bucket, so it may run less often than the rest). Jobs are judged and acted on one at
+        a time; what the pass keeps of each for the metrics is its verdicts and a reference to
+        the job, not the job (10,000 jobs held through a pass were a high-water mark).
         """
-        assessed = self.assess(audit=audit)
         now = self._clock.now()
-        for item in assessed:
+        assessed = []
+        for item in self._assessed(now, audit=audit):
             try:
                 self._apply(item, now, audit=audit)
                 if audit and self._repair and item.report.chain.repair_needed:
@@ -109,6 +107,7 @@ class Watchdog:
             except ApiException as err:
                 if err.status != 404:  # a job deleted meanwhile is simply gone
                     log.warning("watchdog: %s/%s: %s", item.facts.namespace, item.facts.name, err.reason)
+            assessed.append(dataclasses.replace(item, job=reference(item.job)))
         self._report_launches(assessed)
         self._publish(assessed)
         return assessed
@@ -188,6 +187,17 @@ class Watchdog:
         )  # fmt: skip
         log.warning("repaired the schedule chain of %s/%s", job["metadata"]["namespace"], job["metadata"]["name"])
         return True
+
+
+def reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What an Event about the job needs of it (its involvedObject), and nothing else."""
+    meta = job["metadata"]
+    kept = ("namespace", "name", "uid", "resourceVersion", "generation")
+    return {
+        "apiVersion": job.get("apiVersion"),
+        "kind": job.get("kind"),
+        "metadata": {k: meta[k] for k in kept if k in meta},
+    }
 
 
 def _conditions(

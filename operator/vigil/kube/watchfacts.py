@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -74,18 +74,20 @@ class FactGatherer:
         """What the trigger last published about its progress (None: nothing to read)."""
         return self._progress.read() if self._progress is not None else None
 
-    def jobs(self) -> list[dict[str, Any]]:
-        """Every ScheduledJob: from the leader's cache (the first pass waits for it to hold them),
-        else a paged list, each object slimmed as the cache would hold it. A whole unpaged list
-        of 10,000 jobs, managedFields and all, held through a pass, was the leader's high-water
-        mark, and its resident memory stayed there."""
+    def jobs(self) -> Iterator[dict[str, Any]]:
+        """Every ScheduledJob, one at a time: from the leader's cache (the first pass waits for it
+        to hold them), else from a paged list, each object slimmed as the cache would hold it. A
+        whole unpaged list of 10,000 jobs, managedFields and all, held through a pass, was the
+        leader's high-water mark, and its resident memory stayed there."""
         if self._jobs is not None and self._jobs.synced.wait(CACHE_SYNC_WAIT_SECONDS):
-            return self._jobs.items()
+            yield from self._jobs.iter_items()
+            return
 
         def list_fn(**kwargs: Any) -> Any:
             return self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS, **kwargs)
 
-        return [slim(obj) for page, _ in list_pages(list_fn) for obj in page]
+        for page, _ in list_pages(list_fn):
+            yield from (slim(obj) for obj in page)
 
     def future_heads(self, now: datetime) -> dict[str, datetime]:
         """Job uid → the fire time of its earliest unhandled occurrence in the buckets (the chain head)."""
@@ -100,13 +102,12 @@ class FactGatherer:
                 heads[uid] = min(heads.get(uid, fire_at), fire_at)
         return heads
 
-    def facts(self, now: datetime, *, read_buckets: bool = True) -> list[tuple[dict[str, Any], JobFacts]]:
-        """Every valid job with what the watchdog needs.
+    def facts(self, now: datetime, *, read_buckets: bool = True) -> Iterator[tuple[dict[str, Any], JobFacts]]:
+        """Every valid job with what the watchdog needs, one job at a time.
 
         Without `read_buckets` the chain heads are not looked up (every job then
         reads as having none): the caller must ignore the schedule-integrity verdict.
         """
-        jobs = self.jobs()
         heads = self.future_heads(now) if read_buckets else {}
         active: dict[str, list[Any]] = defaultdict(list)
         for obj in self._executions.in_phase(Phase.READY, Phase.RUNNING, Phase.BACKOFF):
@@ -115,13 +116,12 @@ class FactGatherer:
         for obj in self._executions.in_phase(Phase.DEAD):
             ex = execution_from_object(obj)
             dead[obj["spec"]["job"]["uid"]].append((ex.execution_id, ex.finished_at or now))
-        out = []
-        for job in jobs:
+        for job in self.jobs():
             try:
-                out.append((job, self._job_facts(job, now, heads, active, dead)))
+                facts = self._job_facts(job, now, heads, active, dead)
             except InvalidJob:
                 continue  # the Invalid condition already says why; the watchdog has nothing to assert
-        return out
+            yield job, facts
 
     def _job_facts(
         self,
