@@ -1,6 +1,6 @@
 """What a watch-fed cache keeps of an object (`vigil.kube.informer.slim`): no write bookkeeping,
-no copies of the object, everything else equal, its keys and short strings shared between
-objects, and the caller's object left as it was; and how much of a LIST it holds at once."""
+no copies of the object, everything else equal, a copy of its own, and the caller's object left
+as it was; how much of a LIST it holds at once; and which objects it holds packed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tracemalloc
 from types import SimpleNamespace
 from typing import Any
 
-from vigil.kube.informer import COPY_ANNOTATIONS, Informer, slim
+from vigil.kube.informer import COPY_ANNOTATIONS, Informer, always, slim
 
 
 def job(name: str) -> dict[str, Any]:
@@ -38,15 +38,13 @@ def test_slim_drops_the_bookkeeping_keeps_the_rest_and_leaves_the_object_alone()
     assert {**kept, "metadata": {k: v for k, v in kept["metadata"].items() if k != "annotations"}} == rest
 
 
-def test_two_slimmed_objects_share_their_keys_and_short_values_not_long_ones() -> None:
-    one, two = slim(job("a")), slim(job("b"))
-    key_one = next(k for k in one["status"]["conditions"][0] if k == "reason")
-    key_two = next(k for k in two["status"]["conditions"][0] if k == "reason")
-    assert key_one is key_two
-    assert one["status"]["conditions"][0]["reason"] is two["status"]["conditions"][0]["reason"]
-    assert one["spec"]["payload"]["blob"] == two["spec"]["payload"]["blob"]
-    assert one["spec"]["payload"]["blob"] is not two["spec"]["payload"]["blob"], "a long value was interned"
-
+def test_the_slimmed_copy_is_the_caches_own_all_the_way_down() -> None:
+    whole = job("a")
+    kept = slim(whole)
+    whole["status"]["conditions"][0]["reason"] = "ChangedByTheCaller"
+    whole["spec"]["payload"]["blob"] = "changed"
+    assert kept["status"]["conditions"][0]["reason"] == "Scheduled"
+    assert kept["spec"]["payload"]["blob"] == "x" * 500
 
 class Pages:
     """A stand-in for the API server's paged LIST (the informer's list function), recording how
@@ -101,7 +99,7 @@ def test_a_packed_cache_reads_the_same_objects_and_holds_a_fraction_of_the_memor
         obj["spec"]["payload"] = {"date": "2026-01-01"}  # small, as most are: a cache of many small objects
     index = {"team": lambda o: o["metadata"]["labels"]["team"]}
     plain = Informer(lambda **_: None, what="plain", label_selector="", indexes=index)
-    packed = Informer(lambda **_: None, what="packed", label_selector="", indexes=index, packed=True)
+    packed = Informer(lambda **_: None, what="packed", label_selector="", indexes=index, packed=always)
     plain_bytes, packed_bytes = held_bytes(plain, objects), held_bytes(packed, objects)
     assert packed_bytes < plain_bytes / 2, (packed_bytes, plain_bytes)
     assert packed.get("team-a", "job-00042") == plain.get("team-a", "job-00042") == slim(objects[42])
@@ -118,3 +116,20 @@ def test_a_packed_cache_reads_the_same_objects_and_holds_a_fraction_of_the_memor
     assert packed.get("team-a", "job-00003") == slim(newer)
     packed.forget("team-a", "job-00003")
     assert packed.get("team-a", "job-00003") is None and len(packed) == 1999
+
+
+def test_a_cache_packs_only_the_objects_its_predicate_picks() -> None:
+    """Executions and pods: the finished ones are packed, the ones in flight stay dicts (read
+    many times a second in a burst, they are never decoded)."""
+    finished, running = job("done"), job("busy")
+    finished["status"]["phase"], running["status"]["phase"] = "Succeeded", "Running"
+    cache = Informer(lambda **_: None, what="partly", label_selector="",
+                     packed=lambda o: o["status"].get("phase") == "Succeeded")  # fmt: skip
+    cache.observe(finished)
+    cache.observe(running)
+    assert cache.get("team-a", "busy") is cache.get("team-a", "busy")  # held as a dict
+    assert cache.get("team-a", "done") is not cache.get("team-a", "done")  # decoded on each read
+    assert cache.get("team-a", "done") == slim(finished) and cache.get("team-a", "busy") == slim(running)
+    running["metadata"]["resourceVersion"], running["status"]["phase"] = "43", "Succeeded"
+    cache.observe(running)  # it finished: packed from now on
+    assert cache.get("team-a", "busy") is not cache.get("team-a", "busy")

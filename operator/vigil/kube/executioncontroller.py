@@ -53,6 +53,7 @@ from vigil.kube.pods import (
     BY_EXECUTION,
     LABEL_EXECUTION,
     delete_pod,
+    ended,
     live,
     pod_cache,
     pod_started_at,
@@ -113,7 +114,7 @@ class ExecutionController:
         execution = (pod["metadata"].get("labels") or {}).get(LABEL_EXECUTION)
         if execution:
             self.queue.add((key[0], execution))
-        if deleted or _ended(pod):
+        if deleted or ended(pod):
             self._wake()  # a slot may have freed
 
     # -- the reconcile ----------------------------------------------------------------------------
@@ -248,10 +249,6 @@ class ExecutionController:
                 log.info("execution %s/%s is %s: stopping its pod %s", ex.namespace, ex.execution_id, ex.phase,
                          pod["metadata"]["name"])  # fmt: skip
                 delete_pod(self._core, ex.namespace, pod["metadata"]["name"])
-
-
-def _ended(pod: Mapping[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 @dataclasses.dataclass

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.core.dispatch import Priority
 from vigil.core.executions import (
+    TERMINAL_PHASES,
     Execution,
     Phase,
     execution_from_dict,
@@ -212,13 +213,18 @@ def job_uid_of(obj: Mapping[str, Any]) -> str | None:
     return ((obj.get("spec") or {}).get("job") or {}).get("uid")
 
 
+def finished(obj: Mapping[str, Any]) -> bool:
+    """An Execution in a terminal phase: it changes no more, and retention keeps several a job."""
+    return phase_of(obj) in TERMINAL_PHASES
+
+
 BY_JOB = "job-uid"
 BY_PHASE = "phase"
 
 
 def execution_cache(api: client.ApiClient) -> Informer:
-    """The operator's cache of every Execution Vigil made, indexed by job uid and by phase; packed
-    (retention keeps several finished ones a job, and they are read one at a time)."""
+    """The operator's cache of every Execution Vigil made, indexed by job uid and by phase; the
+    finished ones packed (retention keeps several a job; the in-flight ones are read often)."""
     custom = client.CustomObjectsApi(api)
 
     def list_fn(**kwargs: Any) -> Any:
@@ -229,7 +235,7 @@ def execution_cache(api: client.ApiClient) -> Informer:
         what="executions",
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY}",
         indexes={BY_JOB: job_uid_of, BY_PHASE: phase_of},
-        packed=True,
+        packed=finished,
     )
 
 

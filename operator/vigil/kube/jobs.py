@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import JobLookup
-from vigil.kube.informer import Informer
+from vigil.kube.informer import Informer, always
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, job_view, parse_spec
 from vigil.model.names import SCHEDULED_JOBS
@@ -37,7 +37,7 @@ def job_cache(api: client.ApiClient) -> Informer:
     def list_fn(**kwargs: Any) -> Any:
         return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
 
-    return Informer(list_fn, what="scheduledjobs", label_selector="", packed=True)
+    return Informer(list_fn, what="scheduledjobs", label_selector="", packed=always)
 
 
 class KubeCatalogue:

@@ -171,7 +171,7 @@ def pod_cache(api: Any) -> Informer:
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_EXECUTION}",
         indexes={BY_EXECUTION: execution_key_of},
         transform=compact_pod,
-        packed=True,  # retention keeps several finished pods a job; they are read one at a time
+        packed=ended,  # retention keeps several finished pods a job; the running ones are read often
     )
 
 
@@ -184,6 +184,10 @@ def delete_pod(core: Any, namespace: str, name: str, *, grace: int | None = None
     except ApiException as err:
         if err.status != 404:
             raise
+
+
+def ended(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
 def live(pod: Mapping[str, Any]) -> bool:
