@@ -13,8 +13,10 @@ and remove().
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import threading
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -263,3 +265,22 @@ def test_concurrent_inserts_each_land_once_and_report_their_bucket(store: Bucket
     where = {e.key: b.name for b in buckets for e in b.entries}
     assert names == [where[e.key] for e in [*entries, *entries[:10]]]
     assert all(len(b.entries) <= MAX_PER_BUCKET for b in buckets)
+
+
+@pytest.fixture(params=[p for p in IMPLEMENTATIONS if p != "memory"])
+def group_committing(request: pytest.FixtureRequest) -> BucketStore:
+    return make_store(request, max_per_bucket=MAX_PER_BUCKET)
+
+
+def test_the_writer_keeps_nothing_of_a_batch_once_written(group_committing: BucketStore) -> None:
+    # At onboarding a batch is thousands of entries, and each caller's future holds its own
+    # callback (the job's pending status): the writer must not keep the last batch while it waits.
+    from vigil.kube.buckets import KubeBucketStore
+
+    assert isinstance(group_committing, KubeBucketStore)
+    futures = [group_committing.insert_later(entry(MINUTE_0 + timedelta(seconds=i), uid=f"0000-{i}")) for i in range(6)]
+    assert len({f.result(timeout=60) for f in futures}) >= 1
+    refs = [weakref.ref(f) for f in futures]
+    del futures
+    gc.collect()
+    assert [r for r in refs if r() is not None] == []

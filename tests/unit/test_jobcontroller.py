@@ -48,3 +48,13 @@ def test_an_invalid_job_has_no_next_run_and_says_which_field() -> None:
     assert written["nextRun"] is None and written["observedGeneration"] == 2
     invalid = {c["type"]: c for c in written["conditions"]}["Invalid"]
     assert invalid["status"] == "True" and "spec.cron" in invalid["message"]
+
+
+def test_a_waiting_status_step_holds_what_it_writes_not_the_parsed_spec() -> None:
+    """At onboarding thousands of steps wait for their writes: a parsed spec each is kilobytes."""
+    spec = parse_spec(job(1, suspend=True, suspendReason="maintenance"))
+    step = _valid(spec, {}, 1, NOW)
+    held = [cell.cell_contents for cell in step.__closure__ or ()]
+    assert not [value for value in held if isinstance(value, type(spec))]
+    suspended = {c["type"]: c for c in step({}, 1)["conditions"]}["Suspended"]
+    assert suspended["status"] == "True" and suspended["message"] == "maintenance"

@@ -270,25 +270,31 @@ class KubeBucketStore:
         return waiter.future
 
     def _write_queued(self) -> None:
-        while True:
-            with self._queued:
-                while not self._queue:
-                    self._queued.wait()
-                batch, self._queue = self._queue, []
-            try:
-                with self._lock:
-                    self._insert_batch(batch)
-            except Exception as error:  # the writer must outlive any batch: its callers hear of it
-                for waiter in batch:
-                    waiter.error = waiter.error or error
+        while True:  # no batch outlives its write: the last one would keep every caller's entry
+            self._write_batch(self._next_batch())
+
+    def _next_batch(self) -> list[_Insert]:
+        with self._queued:
+            while not self._queue:
+                self._queued.wait()
+            batch, self._queue = self._queue, []
+        return batch
+
+    def _write_batch(self, batch: list[_Insert]) -> None:
+        try:
+            with self._lock:
+                self._insert_batch(batch)
+        except Exception as error:  # the writer must outlive any batch: its callers hear of it
             for waiter in batch:
-                if waiter.error is None and waiter.bucket is None:
-                    waiter.error = RuntimeError(f"entry {waiter.entry.key} was not placed")
-                if waiter.error is not None:
-                    waiter.future.set_exception(waiter.error)
-                else:
-                    assert waiter.bucket is not None
-                    waiter.future.set_result(waiter.bucket)
+                waiter.error = waiter.error or error
+        for waiter in batch:
+            if waiter.error is None and waiter.bucket is None:
+                waiter.error = RuntimeError(f"entry {waiter.entry.key} was not placed")
+            if waiter.error is not None:
+                waiter.future.set_exception(waiter.error)
+            else:
+                assert waiter.bucket is not None
+                waiter.future.set_result(waiter.bucket)
 
     def _insert_batch(self, batch: list[_Insert]) -> None:
         by_minute: dict[datetime, list[_Insert]] = {}

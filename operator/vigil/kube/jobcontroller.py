@@ -159,6 +159,11 @@ def _valid(spec: ScheduledJobSpec, fields: Mapping[str, Any], generation: int, n
     """The status of a valid job, as of the generation reconciled (not the one written over: an
     edit since is reconciled next)."""
 
+    # What the step needs of the spec, taken now: a change can wait for its write behind
+    # thousands of others (onboarding), and a parsed spec is kilobytes.
+    summary, timezone, suspend = schedule_summary(spec), spec.timezone, spec.suspend
+    suspend_message = spec.suspend_reason or "" if suspend else ""
+
     def step(status: Mapping[str, Any], _: int) -> dict[str, Any]:
         conditions = set_condition(
             list(status.get("conditions") or []), type_=ConditionType.INVALID, status=False,
@@ -166,17 +171,17 @@ def _valid(spec: ScheduledJobSpec, fields: Mapping[str, Any], generation: int, n
         )  # fmt: skip
         conditions = set_condition(
             conditions, type_=ConditionType.READY, status=True, reason=ConditionReason.SCHEDULED,
-            message=f"scheduled: {schedule_summary(spec)} ({spec.timezone})", generation=generation, now=now,
+            message=f"scheduled: {summary} ({timezone})", generation=generation, now=now,
         )  # fmt: skip
         conditions = set_condition(
-            conditions, type_=ConditionType.SUSPENDED, status=spec.suspend,
-            reason=ConditionReason.SUSPENDED if spec.suspend else ConditionReason.ACTIVE,
-            message=spec.suspend_reason or "" if spec.suspend else "", generation=generation, now=now,
+            conditions, type_=ConditionType.SUSPENDED, status=suspend,
+            reason=ConditionReason.SUSPENDED if suspend else ConditionReason.ACTIVE,
+            message=suspend_message, generation=generation, now=now,
         )  # fmt: skip
         return {
             **fields,
             "conditions": conditions,
-            "schedule": schedule_summary(spec),
+            "schedule": summary,
             "observedGeneration": generation,
         }
 
