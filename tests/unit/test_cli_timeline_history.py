@@ -2,7 +2,7 @@
 
 The pure part: a workflow's history entries from the history database, folded over the
 definition entry 0 carries, give the same step table and `--events` list as the Workflow object
-did — the same states when the object had checkpointed its older entries, and the details of
+did (its details in the API server's order, whatever order the database keeps keys in) — the same states when the object had checkpointed its older entries, and the details of
 those entries too (the database has them all) —
 under a first line saying it is FROM history and why: deleted after it finished (its
 ttlAfterFinished), or before. A history without a definition (mirrored before it was kept)
@@ -15,6 +15,7 @@ history as None, and a refusal, an API without the route and a history with a ga
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -49,9 +50,17 @@ def finished(world: World) -> World:
     return world
 
 
-def mirrored(world: World, *, definition: dict[str, Any] | None = None) -> WorkflowHistory:
-    """What the operator mirrored of the world's workflow: every entry, and its definition on entry 0."""
-    return WorkflowHistory(uid=UID, definition=definition or pinned(VIDEO), entries=history(world))
+def mirrored(world: World) -> WorkflowHistory:
+    """What the operator mirrored of the world's workflow: every entry, its keys in an order of the
+    database's own (here: reversed), and its definition on entry 0."""
+    entries = [dict(reversed(entry.items())) for entry in history(world)]
+    return WorkflowHistory(uid=UID, definition=pinned(VIDEO), entries=entries)
+
+
+def served(world: World) -> dict[str, Any]:
+    """The Workflow as the API server served it: every object's keys sorted."""
+    loaded: dict[str, Any] = json.loads(json.dumps(object_of(world, VIDEO), sort_keys=True))
+    return loaded
 
 
 def shown(found: WorkflowHistory, *, events: bool = False, now: Any) -> list[str]:
@@ -69,7 +78,7 @@ def test_a_workflow_deleted_after_it_finished_shows_the_steps_it_showed_under_a_
 
     count = len(world.history)
     assert lines[0] == f"FROM history: the Workflow was deleted (ttlAfterFinished); {count} history entries from the history database"
-    assert lines[1:] == timeline_lines(object_of(world, VIDEO), now=now)
+    assert lines[1:] == timeline_lines(served(world), now=now)
     assert lines[1].startswith("workflow media/video-1: Succeeded, started 2026-11-01T12:00:00Z")
     assert [line.split()[:3] for line in lines[4:]] == [
         ["encode", "pod", "Succeeded"], ["review", "approval", "Succeeded"], ["cool", "wait", "Succeeded"],
@@ -83,13 +92,14 @@ def test_its_events_are_every_entry_as_they_were_listed() -> None:
     lines = shown(mirrored(world), events=True, now=world.now)
 
     assert lines[0].startswith("FROM history: the Workflow was deleted (ttlAfterFinished)")
-    assert lines[1:] == events_lines(object_of(world, VIDEO), now=world.now)
+    assert lines[1:] == events_lines(served(world), now=world.now)
+    assert "by=alice byGroups=[\"editors\"] reason=ok request=r-1" in "\n".join(lines)  # as the API server ordered them
     assert len(lines) == 1 + 3 + len(world.history)
 
 
 def test_the_whole_history_folds_into_the_state_the_object_resumed_from_its_checkpoint() -> None:
     world = finished(world_of(VIDEO))
-    obj = object_of(world, VIDEO)
+    obj = served(world)
     checkpoint, kept = compact(
         world_of(VIDEO).definition, None, world.history, mirrored=len(world.history),
         budget=Budget(items=4, bytes=1 << 20, inline_output_bytes=256),
@@ -128,7 +138,7 @@ def test_without_its_definition_the_entries_are_listed_and_the_steps_are_not() -
     assert steps[0] == f"FROM history: the Workflow was deleted; {len(world.history)} history entries from the history database"
     assert steps[1] == f"{why}, so its steps cannot be folded; --events lists its entries" and len(steps) == 2
     assert events[1] == f"{why}, so its steps cannot be folded"
-    assert events[2:] == events_lines(object_of(world, VIDEO), now=world.now)[1:]
+    assert events[2:] == events_lines(served(world), now=world.now)[1:]
 
 
 def test_an_unreadable_entry_or_definition_is_bad_input_naming_the_workflow() -> None:

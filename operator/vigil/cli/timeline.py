@@ -103,10 +103,14 @@ def read_workflow(obj: Mapping[str, Any]) -> Folded:
 
 def read_mirrored(history: WorkflowHistory, *, namespace: str, name: str) -> Folded:
     """Fold a deleted workflow's mirrored history over the definition its entry 0 carries
-    (every entry from the first is there: no checkpoint to resume from)."""
+    (every entry from the first is there: no checkpoint to resume from).
+
+    The database keeps an entry's keys in an order of its own (JSONB's by length, SQLite's as
+    written); the API server serves an object's sorted, so they are sorted here, and `--events`
+    lists each entry's details in the order it did while the Workflow existed."""
     try:
         definition = None if history.definition is None else definition_of(history.definition, uid=history.uid)
-        records = records_from_data(history.entries)
+        records = records_from_data(json.loads(json.dumps(entry, sort_keys=True)) for entry in history.entries)
     except (KeyError, ValueError) as err:
         raise BadInput(
             f'the history of workflow "{name}" in namespace "{namespace}" cannot be read: {err}'
