@@ -1,4 +1,4 @@
-"""The operator's small HTTP API: health, the Lease holder, an execution's timeline, approvals.
+"""The operator's small HTTP API: health, the Lease holder, executions and workflow history, approvals.
 
     GET  /healthz, /readyz         200 "ok" while the process serves (open: the kubelet probes it)
     GET  /leader                   the identity holding the trigger Lease
@@ -10,6 +10,14 @@
                                    a page at a time (limit 1..500, default 50); the answer's
                                    `continue` asks for the next page. Served from the history
                                    alone: it is where retention leaves what it deletes.
+    GET  /namespaces/{ns}/workflows/{wf}/history?limit=N&continue=TOKEN
+                                   the workflow's history entries in the history database, in
+                                   order, a page at a time (limit 1..500, default 50), of the
+                                   newest workflow of that name; the page holding entry 0
+                                   also holds its pinned `definition` (null when it was
+                                   mirrored before the database kept it). 404 when the
+                                   database holds no entry of that name: what `kubectl vigil
+                                   timeline` reads once ttlAfterFinished deleted the Workflow.
     POST /approvals/{token}/approve
     POST /approvals/{token}/reject the approval callback (docs/approvals.md): decides the one
                                    approval step the token was minted for, in the name of the
@@ -37,6 +45,10 @@ Authenticated but not allowed: 403. The review could not be made: 503.
   those who may get executions in every namespace, or who ask in a namespace of their own.
 * A job's executions need ``list`` on ``executions.vigil.dev`` in its namespace: whoever may
   ``kubectl get executions`` there may page through the ones retention deleted, too.
+* A workflow's history needs ``get`` on ``workflows.vigil.dev`` (that name) in its namespace:
+  whoever may ``kubectl get workflow`` may read its history (and definition, which its status
+  holds) after it is deleted, and no one else. 403 comes before 404, so a name's history is
+  not learnt without that access.
 * ``/leader`` needs ``get`` on the leader Lease in the operator's namespace.
 
 Every replica serves it (standbys included), so the Service can route anywhere: a
@@ -57,7 +69,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from vigil import httpserver
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
@@ -69,10 +81,13 @@ from vigil.core.history import (
     ExecutionPage,
     ExecutionSummary,
     HistoryCursor,
+    WorkflowCursor,
+    WorkflowEventRecord,
+    WorkflowHistoryPage,
 )
 from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.core.workflow import RULES, Event, Reason, Record, identity_of
-from vigil.model.names import EXECUTIONS, GROUP
+from vigil.model.names import EXECUTIONS, GROUP, WORKFLOWS
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +98,9 @@ NAMESPACED_EXECUTION_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/executions/
 JOB_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"  # a DNS subdomain, as every object name
 JOB_EXECUTIONS_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/scheduledjobs/({JOB_NAME})/executions/?$")
 JOB_EXECUTIONS_PARAMETERS = frozenset({"limit", "continue"})
+WORKFLOW_HISTORY_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/workflows/({JOB_NAME})/history/?$")
+#: A workflow's uid in a `continue` token (Kubernetes writes UUIDs).
+WORKFLOW_UID = r"[-a-zA-Z0-9]{1,128}"
 HEALTH_PATHS = ("/healthz", "/readyz")
 APPROVAL_PATH = re.compile(rf"^/approvals/([^/]{{1,{MAX_TOKEN_LENGTH}}})/(approve|reject)/?$")
 #: Largest request body read, in bytes: a name and a reason fit many times over.
@@ -99,8 +117,12 @@ IDENTITY_MISMATCH = "IdentityMismatch"
 NOT_AUTHORIZED = "NotAuthorized"
 
 Answer = tuple[int, str, bytes]
+Cursor = TypeVar("Cursor")
 #: ``job_executions(namespace, job, limit, after)``: a page of the job's history (SqlHistory's).
 JobExecutions = Callable[[str, str, int, HistoryCursor | None], ExecutionPage]
+#: ``workflow_history(namespace, workflow, limit, after)``: a page of a workflow's history
+#: entries (SqlHistory's ``workflow_history``).
+WorkflowHistory = Callable[[str, str, int, WorkflowCursor | None], WorkflowHistoryPage]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +244,11 @@ def list_executions_access(namespace: str) -> Access:
     return Access(verb="list", group=GROUP, resource=EXECUTIONS, namespace=namespace)
 
 
+def workflow_access(namespace: str, workflow: str) -> Access:
+    """``get workflows.vigil.dev`` named `workflow` in `namespace`: what `kubectl get wf` needs."""
+    return Access(verb="get", group=GROUP, resource=WORKFLOWS, namespace=namespace, name=workflow)
+
+
 def summary_to_json(summary: ExecutionSummary) -> dict[str, Any]:
     def t(value: datetime | None) -> str | None:
         return value.isoformat() if value is not None else None
@@ -260,8 +287,31 @@ def decode_cursor(token: str) -> HistoryCursor:
     return HistoryCursor(scheduled_for, execution_id)
 
 
-def page_request(query: str) -> tuple[int, HistoryCursor | None]:
-    """(limit, cursor) from a query string; ValueError naming the parameter that is wrong."""
+def encode_workflow_cursor(cursor: WorkflowCursor) -> str:
+    """The `continue` token of the page of a workflow's history after `cursor` (opaque, no secret)."""
+    raw = f"{cursor.workflow_uid}|{cursor.seq}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_workflow_cursor(token: str) -> WorkflowCursor:
+    """The cursor a workflow history's `continue` token names; ValueError when this API did not write it."""
+    try:
+        uid, seq = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode().split("|", 1)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError("continue is not a token from an earlier page of this list") from None
+    if not re.fullmatch(WORKFLOW_UID, uid) or not (seq.isascii() and seq.isdigit()):
+        raise ValueError("continue is not a token from an earlier page of this list")
+    return WorkflowCursor(uid, int(seq))
+
+
+def entry_to_json(record: WorkflowEventRecord) -> dict[str, Any]:
+    """One history entry of the workflow_history answer: its position and the entry as recorded."""
+    return {"seq": record.seq, "entry": dict(record.data)}
+
+
+def page_request(query: str, decode: Callable[[str], Cursor]) -> tuple[int, Cursor | None]:
+    """(limit, cursor) from a query string, the `continue` token read by `decode`; ValueError
+    naming the parameter that is wrong."""
     try:
         params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
     except ValueError:
@@ -275,7 +325,7 @@ def page_request(query: str) -> tuple[int, HistoryCursor | None]:
     if not (limit_text.isascii() and limit_text.isdigit()) or not 1 <= int(limit_text) <= MAX_PAGE_SIZE:
         raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE_SIZE}, not {limit_text!r}")
     token = params.get("continue", [""])[0]
-    return int(limit_text), decode_cursor(token) if token else None
+    return int(limit_text), decode(token) if token else None
 
 
 class ApiServer:
@@ -296,12 +346,14 @@ class ApiServer:
         guard: Guard | None = None,
         get_execution: Callable[[str, str], Mapping[str, Any] | None] | None = None,
         job_executions: JobExecutions | None = None,
+        workflow_history: WorkflowHistory | None = None,
     ) -> None:
         self._leader = leader
         self._find_execution = find_execution
         self._get_execution = get_execution
         self._timeline = timeline
         self._job_executions = job_executions
+        self._workflow_history = workflow_history
         self._approvals = approvals
         self._guard = guard
 
@@ -317,6 +369,7 @@ class ApiServer:
             EXECUTION_PATH.match(path)
             or NAMESPACED_EXECUTION_PATH.match(path)
             or (JOB_EXECUTIONS_PATH.match(path) and self._job_executions is not None)
+            or (WORKFLOW_HISTORY_PATH.match(path) and self._workflow_history is not None)
         ):
             return 404, "text/plain", b"not found\n"
         try:
@@ -340,6 +393,9 @@ class ApiServer:
         of_job = JOB_EXECUTIONS_PATH.match(path)
         if of_job is not None:
             return self._job_history(guard, user, of_job.group(1), of_job.group(3), query)
+        of_workflow = WORKFLOW_HISTORY_PATH.match(path)
+        if of_workflow is not None:
+            return self._workflow_entries(guard, user, of_workflow.group(1), of_workflow.group(3), query)
         namespaced = NAMESPACED_EXECUTION_PATH.match(path)
         if namespaced is not None:
             return self._execution_in(guard, user, namespaced.group(1), namespaced.group(3))
@@ -492,7 +548,7 @@ class ApiServer:
         if not guard.authorizer.allowed(user, access):
             return _forbidden(user, access)
         try:
-            limit, after = page_request(query)
+            limit, after = page_request(query, decode_cursor)
         except ValueError as error:
             return _error(400, str(error), "BadRequest")
         assert self._job_executions is not None  # answer() routed here only when it is set
@@ -507,6 +563,37 @@ class ApiServer:
         }
         if page.after is not None:
             body["continue"] = encode_cursor(page.after)
+        return _json(200, body)
+
+    def _workflow_entries(self, guard: Guard, user: User, namespace: str, workflow: str, query: str) -> Answer:
+        """A page of the workflow's history entries: authorised first (``get`` on that workflow),
+        then the query string read, then the database asked; 404 when it holds none."""
+        access = workflow_access(namespace, workflow)
+        if not guard.authorizer.allowed(user, access):
+            return _forbidden(user, access)
+        try:
+            limit, after = page_request(query, decode_workflow_cursor)
+        except ValueError as error:
+            return _error(400, str(error), "BadRequest")
+        assert self._workflow_history is not None  # answer() routed here only when it is set
+        try:
+            page = self._workflow_history(namespace, workflow, limit, after)
+        except HistoryUnavailable as error:
+            return _error(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
+        if after is None and not page.entries:
+            return _error(404, f"no history of workflow {workflow} in namespace {namespace}", "NotFound")
+        uid = after.workflow_uid if after is not None else page.entries[0].workflow_uid
+        body: dict[str, Any] = {
+            "namespace": namespace,
+            "workflow": workflow,
+            "uid": uid,
+            "entries": [entry_to_json(record) for record in page.entries],
+        }
+        first = next((record for record in page.entries if record.seq == 0), None)
+        if first is not None:
+            body["definition"] = first.definition
+        if page.after is not None:
+            body["continue"] = encode_workflow_cursor(page.after)
         return _json(200, body)
 
     def _rows(self, execution_id: str) -> tuple[list[AttemptRecord] | None, str | None]:

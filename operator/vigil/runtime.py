@@ -145,6 +145,9 @@ def _serve(
             job_executions=lambda namespace, job, limit, after: history.history.job_executions(
                 namespace, job, limit=limit, after=after
             ),
+            workflow_history=lambda namespace, workflow, limit, after: history.history.workflow_history(
+                namespace, workflow, limit=limit, after=after
+            ),
             approvals=approvals,
             guard=build_guard(api, settings, lease_name=lease_name),
         ).serve(

@@ -5,10 +5,15 @@ entries round-trip with every field, aware UTC times and their JSON `data`
 unchanged; writes are idempotent by (workflow uid, seq) and never change a row
 already there; reads come back in seq order, for the newest workflow of a name
 unless a uid is given, and one entry by uid and seq (where an offloaded step
-output is read back); retention deletes a workflow's entries together once
-every one is older than the cutoff; an unreachable database — including a real
-PostgreSQL stopped under the adapter — is `HistoryUnavailable`; and a database
-migrated before workflow history existed gains the table and keeps its attempts.
+output is read back); entry 0 carries the pinned definition (and only entry 0
+may), which reads back as written; a history reads in pages by seq whose cursor
+keeps to the uid the first page found, even when the name is used again between
+pages; retention deletes a workflow's entries together once every one is older
+than the cutoff; an unreachable database — including a real PostgreSQL stopped
+under the adapter — is `HistoryUnavailable`; and a database migrated before
+workflow history existed gains the table and keeps its attempts, and one
+migrated before definitions were kept gains the column and keeps its entries
+(their definition None).
 """
 
 from __future__ import annotations
@@ -25,12 +30,23 @@ import sqlalchemy as sa
 
 from tests.contract.historydb import RETENTION_DAYS, fresh_dsn
 from tests.contract.postgres import PostgresServer
-from vigil.core.history import AttemptRecord, AttemptState, WorkflowEventRecord
+from vigil.core.history import AttemptRecord, AttemptState, WorkflowCursor, WorkflowEventRecord
 from vigil.core.ports import HistoryUnavailable, WorkflowHistorySink
 from vigil.history.migrations import SCRIPT_LOCATION
 from vigil.history.store import WORKFLOW_EVENTS_BATCH, SqlHistory, workflow_events
 
 STARTED = datetime(2026, 5, 1, 2, 0, tzinfo=UTC)
+#: A pinned definition as a Workflow's status.definition holds it (with a parameter and a template).
+PINNED = {
+    "source": {"inline": True},
+    "steps": [
+        {"id": "extract", "type": "pod", "dependsOn": [], "template": {"spec": {"containers": [
+            {"name": "main", "image": "busybox", "command": ["sh", "-c", "echo 'Zoë' \"$X\""]}]}}},
+        {"id": "sign-off", "type": "approval", "dependsOn": ["extract"], "approval": {"approvers": ["group:ops"]}},
+    ],
+    "onFailure": "fail",
+    "parameters": {"day": "2026-05-01", "limit": 10},
+}  # fmt: skip
 UID = "0b7e4c1a-0000-4000-8000-00000000000a"
 LONDON = ZoneInfo("Europe/London")
 
@@ -210,6 +226,62 @@ def test_a_reused_name_reads_as_its_newest_workflow_unless_a_uid_is_given(
     assert history.workflow_events("team-b", "nightly-etl", uid="uid-old") == []
 
 
+# -- the definition on entry 0, and pages -----------------------------------------------------
+
+
+def test_entry_0_carries_the_pinned_definition_and_no_other_entry_does(history: SqlHistory) -> None:
+    written = [entry(0, definition=PINNED), entry(1), entry(2)]
+
+    history.write_workflow_events(written)
+
+    read = history.workflow_events("team-a", "nightly-etl")
+    assert read == written
+    assert read[0].definition == PINNED and [r.definition for r in read[1:]] == [None, None]
+    assert history.workflow_event(UID, 0) == written[0]
+    with history.engine.connect() as connection:  # SQL NULL, not JSON null, on the other entries
+        query = sa.select(sa.func.count()).select_from(workflow_events).where(workflow_events.c.definition.is_(None))
+        assert connection.execute(query).scalar_one() == 2
+    with pytest.raises(ValueError, match="only entry 0"):
+        history.write_workflow_events([entry(3, definition=PINNED)])
+
+
+def test_a_history_reads_in_pages_by_seq_to_the_end(history: SqlHistory) -> None:
+    written = [entry(0, definition=PINNED), *(entry(seq) for seq in range(1, 7))]
+    history.write_workflow_events(written)
+
+    pages, after = [], None
+    while True:
+        page = history.workflow_history("team-a", "nightly-etl", limit=3, after=after)
+        pages.append([r.seq for r in page.entries])
+        if page.after is None:
+            break
+        after = page.after
+    assert pages == [[0, 1, 2], [3, 4, 5], [6]]
+    assert history.workflow_history("team-a", "nightly-etl", limit=7).after is None
+    assert history.workflow_history("team-a", "missing", limit=3).entries == []
+    with pytest.raises(ValueError, match="at least 1"):
+        history.workflow_history("team-a", "nightly-etl", limit=0)
+
+
+def test_the_pages_after_the_first_keep_to_its_workflow_when_the_name_is_used_again(
+    history: SqlHistory,
+) -> None:
+    old = history_of("uid-old", 4, start=STARTED)
+    history.write_workflow_events(old)
+    first = history.workflow_history("team-a", "nightly-etl", limit=2)
+    assert first.after == WorkflowCursor("uid-old", 1)
+
+    history.write_workflow_events(history_of("uid-new", 3, start=STARTED + timedelta(days=1)))
+
+    assert history.workflow_history("team-a", "nightly-etl", limit=2, after=first.after).entries == old[2:]
+    assert [r.workflow_uid for r in history.workflow_history("team-a", "nightly-etl", limit=2).entries] == [
+        "uid-new", "uid-new",
+    ]  # fmt: skip
+    # A cursor names a uid, but the name and namespace asked for still bound what it reads.
+    elsewhere = history.workflow_history("team-b", "nightly-etl", limit=2, after=WorkflowCursor("uid-old", -1))
+    assert elsewhere.entries == [] and elsewhere.after is None
+
+
 # -- retention --------------------------------------------------------------------------------
 
 
@@ -312,5 +384,29 @@ def test_a_database_from_before_workflow_history_gains_it_and_keeps_its_attempts
         assert [r.attempt for r in history.timeline("exec-1")] == [1]
         history.write_workflow_events([entry(0)])
         assert history.workflow_events("team-a", "nightly-etl") == [entry(0)]
+    finally:
+        history.close()
+
+
+def test_entries_mirrored_before_definitions_were_kept_read_back_without_one(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    history = SqlHistory(fresh_dsn(backend, request))
+    config = alembic.config.Config()
+    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    with history.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        alembic.command.upgrade(config, "0002")
+        columns = [c for c in workflow_events.columns if c.name != "definition"]  # the table 0002 made
+        as_0002 = sa.Table("workflow_events", sa.MetaData(), *(c._copy() for c in columns))
+        connection.execute(sa.insert(as_0002), [{c.name: getattr(entry(0), c.name) for c in columns}])
+
+    history.migrate()
+
+    try:
+        [read] = history.workflow_events("team-a", "nightly-etl")
+        assert (read.seq, read.definition) == (0, None)
+        history.write_workflow_events([entry(0, uid="uid-after", definition=PINNED)])
+        assert history.workflow_events("team-a", "nightly-etl", uid="uid-after")[0].definition == PINNED
     finally:
         history.close()

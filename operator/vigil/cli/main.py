@@ -22,7 +22,8 @@
                                           finish a workflow step by hand
     kubectl vigil cancel [--workflow] WF [--reason TEXT]
                                           cancel a workflow
-    kubectl vigil timeline WF [--events]  a workflow's steps (or its whole history)
+    kubectl vigil timeline WF [--events]  a workflow's steps (or its whole history); a deleted
+                                          one's from the history database (VIGIL_API_URL)
 
 Installed as `kubectl-vigil`, kubectl finds it as a plugin. Verbs that read the
 cluster take -n/--namespace (default: the kubeconfig context's namespace).

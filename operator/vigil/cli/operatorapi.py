@@ -1,7 +1,8 @@
 """The operator's HTTP API as `kubectl vigil` reaches it: where, as whom, and what it answers.
 
-The history database is the long-term record of a job's executions: retention deletes old
-Execution objects, and the operator's API serves their history rows (docs/executions.md).
+The history database is the long-term record of a job's executions and of a workflow's
+history: retention deletes old Execution objects and ttlAfterFinished finished Workflows, and
+the operator's API serves their history rows (docs/executions.md, docs/workflows.md).
 Unlike the Kubernetes API, the CLI cannot find that address by itself: the operator's Service
 is inside the cluster, and the API server's service proxy drops the caller's token. So the
 address is given: ``--api-url`` or ``VIGIL_API_URL`` (for example ``http://127.0.0.1:8080``
@@ -16,7 +17,7 @@ one (``kubectl create token …``) and wins over the kubeconfig's.
 
 Everything that keeps the history from being shown — no address, no token, the API down, a
 refusal — is one `HistoryNotShown` with a one-line reason; the caller still shows what the
-API server holds.
+API server holds, or says why it has nothing to show.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -43,6 +44,17 @@ MESSAGE_MAX = 200
 
 class HistoryNotShown(Exception):
     """The history could not be asked; the message says why, in one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowHistory:
+    """A workflow's history as the history database holds it: the newest workflow of the name
+    asked (its `uid`), every entry from the first, and the pinned `definition` entry 0 carries
+    (None when it was mirrored before the database kept definitions)."""
+
+    uid: str
+    definition: Mapping[str, Any] | None
+    entries: list[Mapping[str, Any]]
 
 
 def api_url(given: str | None) -> str | None:
@@ -85,14 +97,44 @@ class OperatorApi:
             raise HistoryNotShown(f"the operator's API at {self.url} answered a page it cannot read: {error}") from None
         return found, str(following) if following else None
 
+    def workflow_history(self, namespace: str, workflow: str) -> WorkflowHistory | None:
+        """The workflow's whole history from the history database, a page at a time; None when
+        the database holds no entry of that name."""
+        base = f"/namespaces/{_q(namespace)}/workflows/{_q(workflow)}/history"
+        pages: list[Mapping[str, Any]] = []
+        cont: str | None = None
+        while not pages or cont:
+            query = {"limit": str(MAX_PAGE_SIZE)} | ({"continue": cont} if cont else {})
+            body = self._request(f"{base}?{urllib.parse.urlencode(query)}", absent_is_none=True)
+            if body is None:
+                return None
+            pages.append(body)
+            cont = str(body.get("continue") or "")
+        try:
+            return workflow_history_from_json(pages)
+        except (KeyError, TypeError, ValueError) as error:
+            raise HistoryNotShown(f"the operator's API at {self.url} answered a page it cannot read: {error}") from None
+
     def _get(self, path: str) -> Mapping[str, Any]:
+        body = self._request(path, absent_is_none=False)
+        assert body is not None  # only absent_is_none answers None
+        return body
+
+    def _request(self, path: str, *, absent_is_none: bool) -> Mapping[str, Any] | None:
+        """The JSON object answered; with `absent_is_none`, None for the API's 404 NotFound."""
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
                 raw = response.read()
         except urllib.error.HTTPError as error:
             with error:
-                raise HistoryNotShown(self._refusal(error.code, error.read())) from None
+                raw = error.read()
+            if absent_is_none and error.code == 404 and _reason(raw) == "NotFound":
+                return None
+            if error.code == 404:
+                raise HistoryNotShown(f"the operator's API at {self.url} does not serve {path.partition('?')[0]} "
+                                      "(an operator older than this plugin?)") from None
+            raise HistoryNotShown(self._refusal(error.code, raw)) from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", None) or error
             raise HistoryNotShown(f"cannot reach the operator's API at {self.url}: {reason}") from None
@@ -131,6 +173,30 @@ def summary_from_json(item: Mapping[str, Any], *, namespace: str, job: str) -> E
         attempts=int(item["attempts"]), reason=str(item.get("reason") or ""), started_at=t("startedAt"),
         finished_at=t("finishedAt"), pod=str(item.get("pod") or ""), error=str(item.get("error") or ""),
     )  # fmt: skip
+
+
+def workflow_history_from_json(pages: Sequence[Mapping[str, Any]]) -> WorkflowHistory:
+    """The API's pages of a workflow's history, as one; ValueError/KeyError/TypeError if
+    malformed, or if an entry is missing (a fold over a history with a gap would be wrong)."""
+    definition = pages[0].get("definition")
+    if definition is not None and not isinstance(definition, dict):
+        raise ValueError("the definition is not a JSON object")
+    entries: list[Mapping[str, Any]] = []
+    for page in pages:
+        for item in page["entries"]:
+            if int(item["seq"]) != len(entries):
+                raise ValueError(f"entry {len(entries)} is missing (the page holds {item['seq']} there)")
+            entries.append(dict(item["entry"]))
+    return WorkflowHistory(uid=str(pages[0]["uid"]), definition=definition, entries=entries)
+
+
+def _reason(raw: bytes) -> str:
+    """The `reason` of the API's JSON error body ("" when it is not one)."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return ""
+    return str(body.get("reason") or "") if isinstance(body, dict) else ""
 
 
 def _aware(value: datetime, name: str) -> datetime:

@@ -1,6 +1,6 @@
 """Where a workflow stands: `timeline WF`, a row per step, and `timeline WF --events`, its history.
 
-    kubectl vigil timeline WF [--events] [-n NS]
+    kubectl vigil timeline WF [--events] [-n NS] [--api-url URL]
 
 Both read `status.history`, the workflow's record of truth, and fold it with the
 core's own `fold` over the pinned definition (`status.definition`): the state
@@ -11,6 +11,15 @@ succeeded, a retry asked for by hand — are read from the step's records, and a
 input the operator refused (the record right after it is its RequestRefused)
 never counts. A workflow the operator has not started yet shows its inline
 steps as Pending. Pure functions of the object and `now`.
+
+A Workflow that is gone — deleted by its ttlAfterFinished once its whole history
+was mirrored, or by hand — is read from the history database through the
+operator's HTTP API (address and token as vigil.cli.operatorapi says): every
+entry from the first, folded over the pinned definition that entry 0 carries.
+The same table follows a first line saying it is FROM history. A history
+mirrored before the database kept definitions cannot be folded: `--events`
+still lists it. A name with neither an object nor history rows is an error, and
+so is a history that cannot be asked (saying why).
 """
 
 from __future__ import annotations
@@ -18,12 +27,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options
-from vigil.cli.errors import BadInput
+from vigil.cli.errors import BadInput, Refused
+from vigil.cli.operatorapi import HistoryNotShown, WorkflowHistory, connect, kubeconfig_token
 from vigil.cli.tables import precise_duration, relative, render_table
 from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.conditions import ConditionType
@@ -40,6 +51,7 @@ from vigil.core.workflow import (
     StepPhase,
     StepState,
     WorkflowState,
+    fold,
     records_from_data,
 )
 from vigil.model.workflowspec import definition_of
@@ -89,7 +101,38 @@ def read_workflow(obj: Mapping[str, Any]) -> Folded:
     )  # fmt: skip
 
 
+def read_mirrored(history: WorkflowHistory, *, namespace: str, name: str) -> Folded:
+    """Fold a deleted workflow's mirrored history over the definition its entry 0 carries
+    (every entry from the first is there: no checkpoint to resume from).
+
+    The database keeps an entry's keys in an order of its own (JSONB's by length, SQLite's as
+    written); the API server serves an object's sorted, so they are sorted here, and `--events`
+    lists each entry's details in the order it did while the Workflow existed."""
+    try:
+        definition = None if history.definition is None else definition_of(history.definition, uid=history.uid)
+        records = records_from_data(json.loads(json.dumps(entry, sort_keys=True)) for entry in history.entries)
+    except (KeyError, ValueError) as err:
+        raise BadInput(
+            f'the history of workflow "{name}" in namespace "{namespace}" cannot be read: {err}'
+        ) from None
+    state = fold(definition, records) if definition is not None else WorkflowState()
+    return Folded(
+        name=name, namespace=namespace, pinned=definition is not None, definition=definition,
+        records=records, state=state,
+    )  # fmt: skip
+
+
 # --- the header -------------------------------------------------------------------------------
+
+
+def from_history_line(folded: Folded) -> str:
+    """The first line of what is read from the history database: why, and how much of it."""
+    count = f"{len(folded.records)} history entries from the history database"
+    if folded.definition is None:
+        return f"FROM history: the Workflow was deleted; {count}"
+    if folded.state.finished:
+        return f"FROM history: the Workflow was deleted (ttlAfterFinished); {count}"
+    return f"FROM history: the Workflow was deleted before it finished; {count} (any recorded after them are lost)"
 
 
 def header_lines(obj: Mapping[str, Any], folded: Folded, *, now: datetime) -> list[str]:
@@ -257,13 +300,14 @@ def step_rows(folded: Folded, *, now: datetime) -> list[list[object]]:
 def timeline_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
     """`timeline WF`: the header, then a row per step."""
     folded = read_workflow(obj)
-    lines = header_lines(obj, folded, now=now)
+    return _with_steps(header_lines(obj, folded, now=now), folded, now=now)
+
+
+def _with_steps(header: list[str], folded: Folded, *, now: datetime) -> list[str]:
     rows = step_rows(folded, now=now)
-    if rows:
-        lines.extend(["", *render_table(STEP_COLUMNS, rows).splitlines()])
-    else:
-        lines.append("its steps are known once the operator pins its definition")
-    return lines
+    if not rows:
+        return [*header, "its steps are known once the operator pins its definition"]
+    return [*header, "", *render_table(STEP_COLUMNS, rows).splitlines()]
 
 
 # --- the whole history ------------------------------------------------------------------------
@@ -291,17 +335,60 @@ def event_rows(records: Sequence[Record]) -> list[list[object]]:
 def events_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
     """`timeline WF --events`: the header, then every history record, oldest first."""
     folded = read_workflow(obj)
-    lines = header_lines(obj, folded, now=now)
+    return _with_events(header_lines(obj, folded, now=now), folded)
+
+
+def _with_events(header: list[str], folded: Folded) -> list[str]:
     if not folded.records:
-        return [*lines, "no history yet"]
-    return [*lines, "", *render_table(EVENT_COLUMNS, event_rows(folded.records)).splitlines()]
+        return [*header, "no history yet"]
+    return [*header, "", *render_table(EVENT_COLUMNS, event_rows(folded.records)).splitlines()]
+
+
+# --- a deleted workflow, from the history database ---------------------------------------------
+
+
+def mirrored_lines(history: WorkflowHistory, *, namespace: str, name: str, events: bool, now: datetime) -> list[str]:
+    """`timeline WF [--events]` of a deleted workflow: the FROM line, then what a live one shows
+    (no conditions: they were the object's); without a definition, its entries only."""
+    folded = read_mirrored(history, namespace=namespace, name=name)
+    first = from_history_line(folded)
+    if folded.definition is None:
+        why = (
+            f"workflow {namespace}/{name}: its definition was not kept (mirrored before the history "
+            "database kept definitions), so its steps cannot be folded"
+        )
+        if events:
+            return _with_events([first, why], folded)
+        return [first, f"{why}; --events lists its entries"]
+    header = [first, *header_lines({}, folded, now=now)]
+    return _with_events(header, folded) if events else _with_steps(header, folded, now=now)
+
+
+def deleted_workflow(args: argparse.Namespace, cluster: Cluster, namespace: str) -> WorkflowHistory:
+    """The history of the workflow no object holds any more, through the operator's API;
+    BadInput when it has none either, Refused when it cannot be asked."""
+    where = f'workflow "{args.workflow}" not found in namespace "{namespace}"'
+    try:
+        api = connect(args.api_url, environ=os.environ, kube_token=lambda: kubeconfig_token(cluster.api.configuration))
+        found = api.workflow_history(namespace, args.workflow)
+    except HistoryNotShown as why:
+        raise Refused(f"{where}, and its history could not be asked: {why}") from None
+    if found is None:
+        raise BadInput(f"{where}, nor in the history database")
+    return found
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
     cluster = Cluster()
-    obj = cluster.workflow(args.workflow, cluster.namespace(args.namespace))
-    render = events_lines if args.events else timeline_lines
-    print("\n".join(render(obj, now=datetime.now(UTC))))
+    namespace = cluster.namespace(args.namespace)
+    obj = cluster.find_workflow(args.workflow, namespace)
+    now = datetime.now(UTC)
+    if obj is None:
+        history = deleted_workflow(args, cluster, namespace)
+        lines = mirrored_lines(history, namespace=namespace, name=args.workflow, events=args.events, now=now)
+    else:
+        lines = (events_lines if args.events else timeline_lines)(obj, now=now)
+    print("\n".join(lines))
     return 0
 
 
@@ -310,5 +397,9 @@ def add_parsers(sub: Any) -> None:
     tl = sub.add_parser("timeline", help="a workflow's steps: phase, attempts, times and who decided")
     tl.add_argument("workflow", help="a Workflow")
     tl.add_argument("--events", action="store_true", help="print every history record instead")
+    tl.add_argument(
+        "--api-url", help="the operator's HTTP API, asked for the history of a workflow that was deleted, e.g. "
+        "http://127.0.0.1:8080 after kubectl port-forward (default: $VIGIL_API_URL)",
+    )  # fmt: skip
     add_namespace_options(tl)
     tl.set_defaults(func=cmd_timeline)

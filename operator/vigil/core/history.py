@@ -7,6 +7,8 @@ buffered through an outage and written twice is still one row.
 Workflows are mirrored the same way, one row per entry of a workflow's
 append-only history (`WorkflowEventRecord`), keyed on (workflow uid, position):
 an entry never changes once appended, so writing it again keeps the first row.
+Entry 0 also carries the workflow's pinned definition: with it the history can
+be folded into the workflow's state after the Workflow object is deleted.
 """
 
 from __future__ import annotations
@@ -64,6 +66,10 @@ class WorkflowEventRecord:
     attempt: int | None
     at: datetime  # timezone-aware; read back as UTC
     data: Mapping[str, Any]
+    #: Entry 0 only: the pinned definition the history folds over (the Workflow's
+    #: ``status.definition``), so the history can still be read once the Workflow is deleted.
+    #: None on every other entry, and on an entry 0 mirrored before the database kept it.
+    definition: Mapping[str, Any] | None = None
 
 
 #: Executions per page of a job's history, when the caller names no number, and at most.
@@ -110,3 +116,21 @@ class ExecutionPage:
 
     executions: list[ExecutionSummary]
     after: HistoryCursor | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowCursor:
+    """Where a page of a workflow's history ended: the next page holds that workflow's (by uid)
+    entries after ``seq``; a seq of -1 starts at its first entry."""
+
+    workflow_uid: str
+    seq: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowHistoryPage:
+    """A page of one workflow's history entries, in seq order; ``after`` is None on the last
+    page. Every page is of the one workflow (uid) the first page found."""
+
+    entries: list[WorkflowEventRecord]
+    after: WorkflowCursor | None = None

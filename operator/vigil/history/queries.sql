@@ -31,15 +31,17 @@ DROP TABLE IF EXISTS {partition};
 -- name: insert_workflow_event
 -- One history entry. An entry never changes once appended, so a key already present keeps
 -- its row: writing a batch twice (an answer lost in an outage) is harmless.
-INSERT INTO workflow_events (workflow_uid, seq, namespace, workflow, event, step, attempt, at, data)
-VALUES (:workflow_uid, :seq, :namespace, :workflow, :event, :step, :attempt, :at, :data)
+-- :definition is the pinned definition on entry 0, NULL on the others.
+INSERT INTO workflow_events (workflow_uid, seq, namespace, workflow, event, step, attempt, at, data, definition)
+VALUES (:workflow_uid, :seq, :namespace, :workflow, :event, :step, :attempt, :at, :data, :definition)
 ON CONFLICT (workflow_uid, seq) DO NOTHING;
 
 -- name: latest_workflow_events
--- The history of the newest workflow of this name: several can have had the name over time
--- (deleted, created again), one uid each; the newest is the one with the latest entry (the
--- uid breaks a tie, so the answer is the same every time).
-SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data
+-- The first page of the history of the newest workflow of this name: several can have had the
+-- name over time (deleted, created again), one uid each; the newest is the one with the latest
+-- entry (the uid breaks a tie, so the answer is the same every time). :limit is one more than
+-- the page, so the caller knows whether another page follows; the next pages are asked by uid.
+SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data, definition
 FROM workflow_events
 WHERE workflow_uid = (
     SELECT workflow_uid
@@ -49,19 +51,24 @@ WHERE workflow_uid = (
     ORDER BY max(at) DESC, workflow_uid DESC
     LIMIT 1
 )
-ORDER BY seq;
+ORDER BY seq
+LIMIT :limit;
 
 -- name: workflow_events_of_uid
--- The history of one workflow, named by its uid as well.
-SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data
+-- A page of the history of one workflow, named by its uid as well: its entries after
+-- :after_seq (-1 for the first page), found by the primary key. The name and namespace are
+-- still required, so a uid of another namespace's workflow answers nothing.
+SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data, definition
 FROM workflow_events
-WHERE namespace = :namespace AND workflow = :workflow AND workflow_uid = :workflow_uid
-ORDER BY seq;
+WHERE workflow_uid = :workflow_uid AND seq > :after_seq
+  AND namespace = :namespace AND workflow = :workflow
+ORDER BY seq
+LIMIT :limit;
 
 -- name: workflow_event
 -- One entry of a workflow's history, by uid and seq: where a step output that left the
 -- Workflow's status (vigil.core.checkpoint) is read back when a dependent step needs it.
-SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data
+SELECT workflow_uid, seq, namespace, workflow, event, step, attempt, at, data, definition
 FROM workflow_events
 WHERE workflow_uid = :workflow_uid AND seq = :seq;
 

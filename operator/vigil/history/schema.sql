@@ -12,7 +12,9 @@
 -- One row per entry of a workflow's append-only history (workflow_events), inserted by
 -- (workflow_uid, seq) with ON CONFLICT DO NOTHING: an entry never changes once appended,
 -- so a repeated write keeps the row already there. `data` is the whole entry; the other
--- columns are copied out of it for querying. Not partitioned on either database: retention
+-- columns are copied out of it for querying. `definition` (migration 0003) is set on entry 0
+-- only: the workflow's pinned definition, which the history folds over once the Workflow
+-- object is gone (ttlAfterFinished); NULL on the other entries and on older rows. Not partitioned on either database: retention
 -- deletes a workflow's rows together, once every one of them is older than the retention
 -- (queries.sql: expire_workflow_events), so a history is never cut short at the front.
 
@@ -55,6 +57,7 @@ CREATE TABLE workflow_events (
     attempt      INTEGER,
     at           TIMESTAMP WITH TIME ZONE NOT NULL,
     data         JSONB                    NOT NULL,
+    definition   JSONB,  -- Migration 0003.
     CONSTRAINT workflow_events_pkey PRIMARY KEY (workflow_uid, seq)
 );
 
@@ -99,6 +102,7 @@ CREATE TABLE workflow_events (
     attempt      INTEGER,
     at           DATETIME NOT NULL,
     data         JSON     NOT NULL,
+    definition   JSON,  -- Migration 0003.
     CONSTRAINT workflow_events_pkey PRIMARY KEY (workflow_uid, seq)
 );
 

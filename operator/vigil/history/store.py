@@ -30,7 +30,10 @@ table is not partitioned, and retention deletes a workflow's rows together once
 all of them are older than the cutoff, so a history read back is never missing
 its beginning. A workflow's name can be reused (deleted, created again): reads
 by name return the newest incarnation — the uid with the latest entry — unless
-a uid is given.
+a uid is given. Entry 0's row also carries the workflow's pinned definition, so
+once ttlAfterFinished has deleted the Workflow its history can still be folded;
+`workflow_history` reads it in pages (by seq, keyed on the uid the first page
+found), which the operator's HTTP API serves to `kubectl vigil timeline`.
 
 `job_executions` is the long-term record of a job once retention has deleted
 its older Executions: one summary per execution (its last attempt), newest
@@ -63,7 +66,9 @@ from vigil.core.history import (
     ExecutionPage,
     ExecutionSummary,
     HistoryCursor,
+    WorkflowCursor,
     WorkflowEventRecord,
+    WorkflowHistoryPage,
 )
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.migrations import SCRIPT_LOCATION
@@ -81,6 +86,7 @@ NO_PARTITION_SQLSTATE = "23514"  # "no partition of relation found for row": a d
 PARTITION_PREFIX = "attempts_"
 PARTITION_NAME = re.compile(r"^attempts_(\d{8})$")
 WORKFLOW_EVENTS_BATCH = 500  # entries per insert transaction: ~20-30 ms on either database here
+WORKFLOW_EVENTS_READ = 1000  # entries per query when a whole history is read (workflow_events)
 
 
 class UtcDateTime(sa.TypeDecorator[datetime]):
@@ -125,8 +131,10 @@ attempts = sa.Table(
     sa.Column("updated_at", UtcDateTime, nullable=False),
 )
 # Workflow history entries as the named queries see them; the DDL is migration 0002's.
-# `data` is JSON as text on SQLite, JSONB on PostgreSQL (the migration's type, so casts match).
+# `data` is JSON as text on SQLite, JSONB on PostgreSQL (the migration's type, so casts match);
+# `definition` (migration 0003) the same, but nullable: None is SQL NULL, not JSON null.
 JsonData = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
+JsonOrNull = sa.JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
 
 workflow_events = sa.Table(
     "workflow_events",
@@ -140,6 +148,7 @@ workflow_events = sa.Table(
     sa.Column("attempt", sa.Integer),
     sa.Column("at", UtcDateTime, nullable=False),
     sa.Column("data", JsonData, nullable=False),
+    sa.Column("definition", JsonOrNull),
 )
 
 UPDATED_BY_UPSERT = [
@@ -163,7 +172,11 @@ def load_blocks(text: str) -> dict[str, str]:
 QUERIES = load_blocks(QUERIES_FILE.read_text(encoding="utf-8"))
 
 # The workflow_events named queries, their binds and result columns typed as the table's.
-WORKFLOW_EVENT_TYPES: dict[str, sa.types.TypeEngine[Any]] = {"at": UtcDateTime(), "data": JsonData}
+WORKFLOW_EVENT_TYPES: dict[str, sa.types.TypeEngine[Any]] = {
+    "at": UtcDateTime(),
+    "data": JsonData,
+    "definition": JsonOrNull,
+}
 INSERT_WORKFLOW_EVENT = sa.text(QUERIES["insert_workflow_event"]).bindparams(
     *(sa.bindparam(name, type_=type_) for name, type_ in WORKFLOW_EVENT_TYPES.items())
 )
@@ -317,8 +330,17 @@ def _workflow_event_row(record: WorkflowEventRecord) -> dict[str, Any]:
         )
     if record.seq < 0:
         raise ValueError(f"seq of workflow event {record.workflow_uid} is negative: {record.seq}")
+    if record.definition is not None and record.seq != 0:
+        raise ValueError(
+            f"workflow event {record.workflow_uid}#{record.seq} carries a definition: only entry 0 does"
+        )
     row = {c.name: getattr(record, c.name) for c in workflow_events.columns}
-    return {**row, "data": dict(record.data)}
+    definition = dict(record.definition) if record.definition is not None else None
+    return {**row, "data": dict(record.data), "definition": definition}
+
+
+def _workflow_event(row: sa.RowMapping) -> WorkflowEventRecord:
+    return WorkflowEventRecord(**{str(name): value for name, value in row.items()})
 
 
 def _batches(rows: Sequence[dict[str, Any]], size: int) -> Iterator[Sequence[dict[str, Any]]]:
@@ -527,26 +549,52 @@ class SqlHistory:
     def workflow_events(
         self, namespace: str, workflow: str, *, uid: str | None = None
     ) -> list[WorkflowEventRecord]:
-        """A workflow's history entries in order (by seq).
+        """A workflow's whole history in order (by seq), read a page at a time.
 
-        Without `uid`, those of the newest workflow of that name: the uid with the latest
+        Without `uid`, that of the newest workflow of that name: the uid with the latest
         entry (`at`), should the name have been deleted and used again.
         """
-        where = {"namespace": namespace, "workflow": workflow}
-        if uid is None:
+        after = WorkflowCursor(uid, -1) if uid is not None else None
+        found: list[WorkflowEventRecord] = []
+        while True:
+            page = self.workflow_history(namespace, workflow, limit=WORKFLOW_EVENTS_READ, after=after)
+            found += page.entries
+            if page.after is None:
+                return found
+            after = page.after
+
+    def workflow_history(
+        self, namespace: str, workflow: str, *, limit: int, after: WorkflowCursor | None = None
+    ) -> WorkflowHistoryPage:
+        """A page of a workflow's history entries, in seq order; the next page starts `after`
+        the cursor this one returns.
+
+        Without `after`, the first page of the newest workflow of that name (as
+        `workflow_events`); the cursor names its uid, so the pages that follow are of that
+        workflow even if the name is used again meanwhile. An unknown name is an empty page.
+        """
+        if limit < 1:
+            raise ValueError(f"limit must be at least 1, not {limit}")
+        where = {"namespace": namespace, "workflow": workflow, "limit": limit + 1}
+        if after is None:
             query, params = LATEST_WORKFLOW_EVENTS, where
         else:
-            query, params = WORKFLOW_EVENTS_OF_UID, {**where, "workflow_uid": uid}
+            query = WORKFLOW_EVENTS_OF_UID
+            params = {**where, "workflow_uid": after.workflow_uid, "after_seq": after.seq}
         with unavailable_on_outage(), self.engine.connect() as connection:
-            rows = connection.execute(query, params).mappings()
-            return [WorkflowEventRecord(**{str(k): v for k, v in row.items()}) for row in rows]
+            rows = connection.execute(query, params).mappings().all()
+        entries = [_workflow_event(row) for row in rows[:limit]]
+        last = entries[-1] if len(rows) > limit else None
+        return WorkflowHistoryPage(
+            entries=entries, after=WorkflowCursor(last.workflow_uid, last.seq) if last else None
+        )
 
     def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
         """Entry `seq` of the workflow with uid `workflow_uid`, if it was written."""
         params = {"workflow_uid": workflow_uid, "seq": seq}
         with unavailable_on_outage(), self.engine.connect() as connection:
             row = connection.execute(WORKFLOW_EVENT, params).mappings().first()
-            return WorkflowEventRecord(**{str(k): v for k, v in row.items()}) if row is not None else None
+            return _workflow_event(row) if row is not None else None
 
     def _records(self, query: sa.Select[Any]) -> list[AttemptRecord]:
         with unavailable_on_outage(), self.engine.connect() as connection:

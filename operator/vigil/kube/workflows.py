@@ -19,8 +19,9 @@ Everything an action depends on is in the written status, so a crash at any
 point is repaired by the next pass — in this process or a new one.
 
 The status stays within etcd's object size. Entries are mirrored to the history
-database as they are recorded (``historyMirrored`` counts them from the first);
-past a budget the oldest mirrored entries are folded into ``status.checkpoint``
+database as they are recorded (``historyMirrored`` counts them from the first,
+which carries the pinned definition, so the history can be read without the
+Workflow once it is deleted); past a budget the oldest mirrored entries are folded into ``status.checkpoint``
 and leave the status (:mod:`vigil.core.checkpoint`), and so do large step
 outputs, which a dependent's pod then reads back from the database. While the
 database is behind, entries stay, up to a hard cap: a pass that would pass it
@@ -406,7 +407,8 @@ class WorkflowEngine:
             state = resume(definition, recorded.checkpoint, recorded.entries)
             added = record_input(definition, state, record)
             entries = [*recorded.entries, *added]
-            mirrored = self._mirror(obj, recorded.base, recorded.entries, recorded.mirrored)
+            pinned = status["definition"]
+            mirrored = self._mirror(obj, pinned, recorded.base, recorded.entries, recorded.mirrored)
             try:
                 new_status = self._status(obj, definition, state, recorded, entries, mirrored, (), record.at)
             except HistoryFull as full:
@@ -415,7 +417,7 @@ class WorkflowEngine:
                 self._write(obj, new_status)
             except Conflict:
                 continue
-            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
+            self._mirror(obj, pinned, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
             self._announce(obj, added, (), status)
             self._report(obj, added, (), state)
             if self._running:
@@ -442,7 +444,7 @@ class WorkflowEngine:
             now=now,
         )
         stuck = tuple(stuck_steps(definition, state, now=now))
-        mirrored = self._mirror(obj, recorded.base, recorded.entries, recorded.mirrored)
+        mirrored = self._mirror(obj, pinned, recorded.base, recorded.entries, recorded.mirrored)
         entries = [*recorded.entries, *new]
         try:
             new_status = self._status(obj, definition, state, recorded, entries, mirrored, stuck, now)
@@ -453,7 +455,7 @@ class WorkflowEngine:
         if self._write(obj, new_status):
             # Now recorded: mirror them at once, best effort. The counter in status catches up on
             # a later pass (rewriting is idempotent), and after an outage that pass writes them.
-            self._mirror(obj, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
+            self._mirror(obj, pinned, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
         self._act(obj, pinned, definition, state, pods)
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
@@ -536,7 +538,7 @@ class WorkflowEngine:
             now=now,
         )
         self._write(obj, new_status)
-        self._mirror(obj, 0, records, 0)
+        self._mirror(obj, pinned, 0, records, 0)
         self._act(obj, pinned, definition, state, {})
         self._announce(obj, records, (), status)
         self._report(obj, records, (), state)
@@ -555,12 +557,21 @@ class WorkflowEngine:
 
 
     def _mirror(
-        self, obj: Mapping[str, Any], base: int, entries: Sequence[Record], mirrored: int, *, finished: bool = False
+        self,
+        obj: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+        base: int,
+        entries: Sequence[Record],
+        mirrored: int,
+        *,
+        finished: bool = False,
     ) -> int:
         """Write the recorded-but-unmirrored entries to the database; the new mirrored count.
 
         ``entries`` are the history from seq ``base`` on; ``mirrored`` entries from the first
         are in the database already (never fewer than ``base``: only mirrored entries leave).
+        Entry 0 carries the ``pinned`` definition, in the same write: so every history the
+        database holds from its first entry can be folded once the Workflow is gone.
         ``finished``: the workflow has ended, so what was written is not remembered (a later pass
         over it, the rescan's, writes those rows again, idempotently, and brings the count up).
         """
@@ -586,6 +597,7 @@ class WorkflowEngine:
                 attempt=record.attempt,
                 at=record.at,
                 data=record.to_data(),
+                definition=pinned if seq == 0 else None,
             )
             for seq, record in enumerate(entries[max(0, mirrored - base) :], start=max(mirrored, base))
         ]
