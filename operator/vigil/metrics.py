@@ -12,10 +12,11 @@ types satisfy it.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
 
 from vigil.core.executions import Execution
 from vigil.core.trigger import TickReport
@@ -103,56 +104,90 @@ BUCKETS_PENDING = Gauge(
     registry=REGISTRY,
 )
 
+class JobSeries:
+    """A gauge with a series per job (or namespace), published whole by each watchdog pass and
+    turned into samples only when scraped.
+
+    A prometheus_client labelled child is an object with its own lock, about 700 bytes; at
+    10,000 jobs the per-job gauges held that many of each. Here a pass's values are one plain
+    mapping, replaced at once, so a scrape sees one pass or the next, never a mix, and jobs that
+    are gone disappear with the pass that no longer has them.
+    """
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str], *, registry: CollectorRegistry) -> None:
+        self.name = name
+        self.documentation = documentation
+        self._labelnames = tuple(labels)  # the attribute prometheus_client's own collectors carry
+        self._values: Mapping[tuple[str, ...], float] = {}
+        registry.register(self)
+
+    def replace(self, values: Mapping[tuple[str, ...], float]) -> None:
+        """Publish exactly `values`: (label values in order) -> value."""
+        for labels in values:
+            if len(labels) != len(self._labelnames):
+                raise ValueError(f"{self.name}: {labels} does not match the labels {self._labelnames}")
+        self._values = values
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(self.name, self.documentation, labels=self._labelnames)]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self._labelnames)
+        for labels, value in self._values.items():
+            family.add_metric(list(labels), value)
+        yield family
+
+
 # --- the watchdog: what did not happen --------------------------------------------------------
 
-SECONDS_SINCE_SUCCESS = Gauge(
+SECONDS_SINCE_SUCCESS = JobSeries(
     "vigil_job_seconds_since_last_success",
     "Seconds since the job last succeeded, or since it was enabled if never (labels namespace, job).",
     ["namespace", "job"],
     registry=REGISTRY,
 )
-OVERDUE = Gauge(
+OVERDUE = JobSeries(
     "vigil_job_overdue",
     "1 while the job is past its expectedMaxInterval (labels namespace, job, reason: NotFired, NotStarted, "
     "Overran, Failing, StillRunning).",
     ["namespace", "job", "reason"],
     registry=REGISTRY,
 )
-LAUNCH_FAILING = Gauge(
+LAUNCH_FAILING = JobSeries(
     "vigil_job_launch_failing",
     "1 while the job's occurrences cannot be launched (labels namespace, job, reason: LaunchRefused, the "
     "cluster refused one for good; LaunchRetrying, a failed launch is retried with backoff).",
     ["namespace", "job", "reason"],
     registry=REGISTRY,
 )
-CHAIN_BROKEN = Gauge(
+CHAIN_BROKEN = JobSeries(
     "vigil_schedule_chain_broken",
     "1 while an enabled recurring job has no future occurrence scheduled (labels namespace, job).",
     ["namespace", "job"],
     registry=REGISTRY,
 )
-DEAD_LETTER_AGE = Gauge(
+DEAD_LETTER_AGE = JobSeries(
     "vigil_dead_letter_age_seconds",
     "Seconds since the job's oldest dead letter was dead-lettered (labels namespace, job).",
     ["namespace", "job"],
     registry=REGISTRY,
 )
-DEAD_LETTERS = Gauge(
+DEAD_LETTERS = JobSeries(
     "vigil_dead_letters", "Dead-lettered executions (label namespace).", ["namespace"], registry=REGISTRY
 )
-OUTPUT_STALE = Gauge(
+OUTPUT_STALE = JobSeries(
     "vigil_job_output_stale",
     "1 while the job's declared output is older than its freshness maxAge (labels namespace, job).",
     ["namespace", "job"],
     registry=REGISTRY,
 )
-OUTPUT_AGE = Gauge(
+OUTPUT_AGE = JobSeries(
     "vigil_job_output_age_seconds",
     "Age in seconds of the job's declared output (labels namespace, job).",
     ["namespace", "job"],
     registry=REGISTRY,
 )
-SUSPENDED_SECONDS = Gauge(
+SUSPENDED_SECONDS = JobSeries(
     "vigil_job_suspended_seconds",
     "Seconds a job has been suspended (labels namespace, job).",
     ["namespace", "job"],
@@ -169,8 +204,8 @@ def record_dead_letters(ages: Mapping[tuple[str, str], Sequence[float]]) -> None
         if found:
             oldest[(namespace, job)] = max(found)
             counts[(namespace,)] = counts.get((namespace,), 0.0) + len(found)
-    replace_gauge(DEAD_LETTER_AGE, oldest)
-    replace_gauge(DEAD_LETTERS, counts)
+    DEAD_LETTER_AGE.replace(oldest)
+    DEAD_LETTERS.replace(counts)
 
 
 def record_execution(phase: str, *, attempt_outcome: str | None) -> None:
@@ -200,19 +235,6 @@ def record_dispatch(report: DispatchFigures) -> None:
     DUPLICATE_ATTEMPTS.inc(report.duplicates)
     for priority, age in report.oldest_ready_age.items():
         OLDEST_READY_AGE.labels(priority=priority).set(age)
-
-
-_PUBLISHED: dict[int, set[tuple[str, ...]]] = {}  # label sets replace_gauge has set, per gauge
-
-
-def replace_gauge(gauge: Gauge, values: dict[tuple[str, ...], float]) -> None:
-    """Set a labelled gauge to exactly `values`: series of jobs that are gone disappear."""
-    published = _PUBLISHED.setdefault(id(gauge), set())
-    for labels in published - set(values):
-        gauge.remove(*labels)
-    for labels, value in values.items():
-        gauge.labels(*labels).set(value)
-    _PUBLISHED[id(gauge)] = set(values)
 
 
 class Verdict(Protocol):
@@ -261,7 +283,7 @@ def publish_watchdog(assessed: Sequence[Verdict]) -> None:
         (OUTPUT_AGE, output_age),
         (SUSPENDED_SECONDS, suspended),
     ):
-        replace_gauge(gauge, values)
+        gauge.replace(values)
     record_dead_letters(dead_letters)
 
 # --- workflows --------------------------------------------------------------------------------

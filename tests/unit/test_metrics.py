@@ -11,7 +11,9 @@ every metric is listed in docs/metrics.md.
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,25 @@ def test_a_watchdog_pass_sets_each_jobs_gauges_and_a_gone_job_loses_its_series()
 
     assert samples("vigil_job_overdue") == {}
     assert list(samples("vigil_job_seconds_since_last_success")) == [(("job", "fine"), ("namespace", "media"))]
+
+
+def test_a_pass_over_ten_thousand_jobs_is_published_as_values_not_an_object_per_series() -> None:
+    """A labelled child of prometheus_client is ~700 bytes; the per-job gauges held one per job
+    each (about 7 MiB per gauge at 10,000 jobs), on top of the pass's own verdicts."""
+    at = datetime(2026, 5, 1, tzinfo=UTC)
+    one = verdict("j", at, last_success=at + timedelta(hours=1), next_occurrence=at + timedelta(hours=3))
+    passes = [dataclasses.replace(one, facts=dataclasses.replace(one.facts, name=f"j{i:05d}")) for i in range(10_000)]
+    metrics.publish_watchdog([])
+    tracemalloc.start()
+    try:
+        metrics.publish_watchdog(passes)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert len(samples("vigil_job_seconds_since_last_success")) == 10_000
+    assert len(samples("vigil_schedule_chain_broken")) == 10_000
+    assert held < 4 * 2**20, f"{held / 2**20:.1f} MiB held for 10,000 jobs' series"
+    metrics.publish_watchdog([])
 
 
 def test_every_metric_is_listed_in_the_metrics_reference() -> None:
