@@ -44,9 +44,8 @@ from vigil.kube.pods import (
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import parse_spec
-from vigil.model.names import LABEL_PRIORITY
+from vigil.model.names import LABEL_PRIORITY, WORKFLOWS
 from vigil.model.scheduledjob import ScheduledJobSpec
-from vigil.model.workflow import WORKFLOW
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +150,7 @@ class WorkflowCreator:
     def create(self, body: dict[str, Any]) -> bool:
         try:
             self._custom.create_namespaced_custom_object(
-                GROUP, VERSION, body["metadata"]["namespace"], WORKFLOW.plural, body
+                GROUP, VERSION, body["metadata"]["namespace"], WORKFLOWS, body
             )
         except ApiException as err:
             if err.status == 409:
@@ -162,7 +161,7 @@ class WorkflowCreator:
     def of_job(self, namespace: str, job_uid: str) -> dict[ExecutionId, str | None]:
         """The job's workflows (named by their occurrence's execution id) and their phases."""
         listed = self._custom.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, WORKFLOW.plural, label_selector=f"{LABEL_JOB_UID}={job_uid}"
+            GROUP, VERSION, namespace, WORKFLOWS, label_selector=f"{LABEL_JOB_UID}={job_uid}"
         )
         return {
             ExecutionId(obj["metadata"]["name"]): (obj.get("status") or {}).get("phase")
@@ -187,7 +186,7 @@ class WorkflowCreator:
         invalid: tuple[str, ApiException] | None = None  # a 422 and the version it was made at
         for _ in range(REPLACE_TRIES):
             try:
-                obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOW.plural, name)
+                obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
             except ApiException as err:
                 if err.status == 404:
                     return  # gone: nothing left to stop
@@ -206,7 +205,7 @@ class WorkflowCreator:
             )
             try:
                 self._custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, namespace, WORKFLOW.plural, name, [test, add],
+                    GROUP, VERSION, namespace, WORKFLOWS, name, [test, add],
                     _content_type="application/json-patch+json",
                 )  # fmt: skip
             except ApiException as err:

@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.conditions import ConditionType, set_condition
+from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
 from vigil.core.executions import Execution, Phase
 from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
-from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.jobs import KubeCatalogue
 from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULED_JOBS
 
 if TYPE_CHECKING:
     from vigil.kube.jobstatus import JobStatusWriter
@@ -35,10 +35,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECENT_SIZE = 20
-REASON_DEAD_LETTERED = "DeadLettered"
-REASON_RETRYING = "Retrying"
-REASON_SUCCEEDED = "Succeeded"
-REASON_CANCELLED = "Cancelled"
 
 
 class JobResults:
@@ -92,7 +88,7 @@ class JobResults:
             found = self._catalogue.read(namespace, name, uid=uid)
             return found if found is not None and found["metadata"]["uid"] == uid else None
         try:
-            job: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name)
+            job: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, SCHEDULED_JOBS, name)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -108,7 +104,7 @@ class JobResults:
             status.update(patch)
         meta = job["metadata"]
         self._custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": patch}
+            GROUP, VERSION, meta["namespace"], SCHEDULED_JOBS, meta["name"], {"status": patch}
         )
 
     def announce(self, job: Mapping[str, Any], ex: Execution) -> None:
@@ -116,17 +112,17 @@ class JobResults:
         detail = f"{last.reason}: {last.message}" if last and last.message else (last.reason if last else "")
         if ex.phase is Phase.BACKOFF and ex.retry_at is not None:
             self._events.emit(
-                job, type_=WARNING, reason=REASON_RETRYING,
+                job, type_=WARNING, reason=EventReason.RETRYING,
                 message=f"execution {ex.execution_id} attempt {ex.attempt - 1} failed ({detail}); "
                 f"attempt {ex.attempt} at {format_rfc3339(ex.retry_at)}",
             )  # fmt: skip
         elif ex.phase is Phase.DEAD:
             self._events.emit(
-                job, type_=WARNING, reason=REASON_DEAD_LETTERED,
+                job, type_=WARNING, reason=ConditionReason.DEAD_LETTERED,
                 message=f"execution {ex.execution_id} dead-lettered after {ex.attempt} attempts ({detail})",
             )  # fmt: skip
         elif ex.phase is Phase.CANCELLED:
-            self._events.emit(job, type_=NORMAL, reason=REASON_CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
+            self._events.emit(job, type_=NORMAL, reason=EventReason.CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
         log.info("execution %s/%s -> %s (%s)", ex.namespace, ex.execution_id, ex.phase, detail)
 
 
@@ -172,7 +168,7 @@ def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: in
             status.get("conditions") or [],
             type_=ConditionType.DEAD_LETTERED,
             status=True,
-            reason=REASON_DEAD_LETTERED,
+            reason=ConditionReason.DEAD_LETTERED,
             message=f"execution {ex.execution_id} exhausted {ex.attempt} attempts: {ex.reason}",
             generation=generation,
             now=now,

@@ -30,10 +30,10 @@ from vigil.core.watchdog import JobFacts
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.informer import Informer, list_pages, slim
-from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.progress import LeaseProgress
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, parse_spec
+from vigil.model.names import SCHEDULED_JOBS
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class FactGatherer:
             return
 
         def list_fn(**kwargs: Any) -> Any:
-            return self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS, **kwargs)
+            return self._custom.list_cluster_custom_object(GROUP, VERSION, SCHEDULED_JOBS, **kwargs)
 
         for page, _ in list_pages(list_fn):
             yield from (slim(obj) for obj in page)
@@ -135,7 +135,7 @@ class FactGatherer:
         meta, status = job["metadata"], job.get("status") or {}
         uid = meta["uid"]
         created = parse_rfc3339(meta["creationTimestamp"])
-        suspended_condition = _condition(status, "Suspended")
+        suspended_condition = _condition(status, ConditionType.SUSPENDED)
         suspended_since = None
         enabled_since = created
         if suspended_condition is not None and suspended_condition.get("lastTransitionTime"):

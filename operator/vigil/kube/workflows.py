@@ -266,7 +266,7 @@ class WorkflowEngine:
         self._lock = threading.Lock()
         #: Passes, one workflow never on two workers; its delays run on the engine's clock.
         self._queue: WorkQueue[Key] = WorkQueue(
-            "workflows", self._process, workers=workers, ticks=lambda: self._clock.now().timestamp()
+            WORKFLOWS, self._process, workers=workers, ticks=lambda: self._clock.now().timestamp()
         )
         self._running = False
         #: Of each unfinished workflow: the resourceVersion the engine last handled (a pass read it
