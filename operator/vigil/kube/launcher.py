@@ -21,7 +21,7 @@ from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubje
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import Fire
-from vigil.core.executions import ConcurrencyPolicy, Execution, cancel, concurrency
+from vigil.core.executions import ConcurrencyPolicy, Execution, ExecutionReason, cancel, concurrency
 from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
 from vigil.core.ports import Clock, Conflict, Launch
@@ -363,7 +363,7 @@ class ExecutionLauncher:
             if execution.phase.terminal:
                 return
             try:
-                self._results.record(obj, cancel(execution, reason="Replaced", now=self._clock.now()))
+                self._results.record(obj, cancel(execution, reason=ExecutionReason.REPLACED, now=self._clock.now()))
                 break
             except Conflict:
                 fresh = self._store.get(meta["namespace"], meta["name"])

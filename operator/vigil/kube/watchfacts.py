@@ -22,8 +22,9 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from vigil.core.buckets import Outcome
 from vigil.core.conditions import ConditionType
-from vigil.core.executions import Phase
+from vigil.core.executions import AttemptOutcome, Phase
 from vigil.core.progress import TriggerProgress
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.watchdog import JobFacts
@@ -145,8 +146,8 @@ class FactGatherer:
             else:
                 enabled_since = max(created, changed)
         ledger = status.get("occurrences") or []
-        fired = [_time(e.get("at")) for e in ledger if e.get("outcome") == "Fired"]
-        failures = [_time(r.get("finishedAt")) for r in status.get("recent") or [] if r.get("outcome") == "Failed"]
+        fired = [_time(e.get("at")) for e in ledger if e.get("outcome") == Outcome.FIRED]
+        failures = [_time(r.get("finishedAt")) for r in status.get("recent") or [] if r.get("outcome") == AttemptOutcome.FAILED]
         in_flight = list(active.get(uid, ()))
         running = [ex.started_at for ex in in_flight if ex.phase is Phase.RUNNING and ex.started_at]
         waiting = [ex.ready_since for ex in in_flight if ex.phase in (Phase.READY, Phase.BACKOFF)]
