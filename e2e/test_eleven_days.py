@@ -32,9 +32,9 @@ from tests.integration.jobs import (
 )
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
-from vigil.kube.buckets import PLURAL as BUCKETS
 from vigil.kube.buckets import KubeBucketStore
 from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULE_BUCKETS
 
 WATCHDOG = {"intervalSeconds": 1, "suspendedMaxAge": "1h"}
 AUDIT = {"intervalSeconds": 2, "repair": False, "chainGraceSeconds": 2}
@@ -66,7 +66,7 @@ def condition_true(cluster: KubeCluster, namespace: str, name: str, type_: str) 
 
 
 def pending_entries(cluster: KubeCluster, operator_ns: str, uid: str) -> list[tuple[str, str]]:
-    items = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, operator_ns, BUCKETS)["items"]
+    items = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, operator_ns, SCHEDULE_BUCKETS)["items"]
     out = []
     for bucket in items:
         fired = (bucket.get("status") or {}).get("fired") or {}

@@ -43,7 +43,8 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import ExecutionId, execution_id, pod_name
 from vigil.core.ports import Conflict
-from vigil.kube.executions import PLURAL, ExecutionStore, execution_body
+from vigil.kube.executions import ExecutionStore, execution_body
+from vigil.model.names import EXECUTIONS
 
 LONDON = "Europe/London"
 DAILY_0200 = "0 2 * * *"
@@ -62,7 +63,7 @@ def job(cluster: KubeCluster, namespace: str) -> dict[str, Any]:
 
 
 def executions(cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
-    items = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+    items = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS)["items"]
     return list(items)
 
 
@@ -72,7 +73,7 @@ def backfilled(cluster: KubeCluster, namespace: str) -> list[dict[str, Any]]:
 
 
 def spec_of(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
-    obj = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    obj = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS, name)
     return dict(obj["spec"])
 
 

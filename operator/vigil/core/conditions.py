@@ -41,6 +41,8 @@ class ConditionReason(StrEnum):
     ACTIVE = "Active"
     LAUNCH_REFUSED = "LaunchRefused"
     LAUNCHED = "Launched"
+    # a ScheduledJob's DeadLettered condition
+    DEAD_LETTERED = "DeadLettered"  # also the Warning Event's reason
     # a Workflow's Stuck condition
     PAST_EXPECTED_DURATION = "PastExpectedDuration"
     ON_TIME = "OnTime"

@@ -71,7 +71,6 @@ class _Insert:
         self.error: Exception | None = None
 
 
-PLURAL = SCHEDULE_BUCKETS  # what the watchdog's facts import from here
 INSERT_RETRIES = 10
 BY_MINUTE = "minute"  # the bucket cache's index: the minute label
 
@@ -81,11 +80,11 @@ def bucket_cache(api: client.ApiClient, *, namespace: str) -> Informer:
     custom = client.CustomObjectsApi(api)
 
     def list_fn(**kwargs: Any) -> Any:
-        return custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, **kwargs)
+        return custom.list_namespaced_custom_object(GROUP, VERSION, namespace, SCHEDULE_BUCKETS, **kwargs)
 
     return Informer(
         list_fn,
-        what="schedulebuckets",
+        what=SCHEDULE_BUCKETS,
         label_selector=f"{LABEL_PENDING}=true",
         indexes={BY_MINUTE: lambda obj: (obj["metadata"].get("labels") or {}).get(LABEL_MINUTE)},
     )
@@ -189,7 +188,7 @@ class KubeBucketStore:
             items = cache.by_index(BY_MINUTE, minute_label(minute))
         else:
             items = self._api.list_namespaced_custom_object(
-                GROUP, VERSION, self._namespace, PLURAL, label_selector=f"{LABEL_MINUTE}={minute_label(minute)}"
+                GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, label_selector=f"{LABEL_MINUTE}={minute_label(minute)}"
             )["items"]
         return sorted((bucket_from_object(o) for o in items), key=lambda b: b.name)
 
@@ -204,7 +203,7 @@ class KubeBucketStore:
             kwargs: dict[str, Any] = {"label_selector": f"{LABEL_PENDING}=true", "limit": 500}
             if token:
                 kwargs["_continue"] = token
-            page = self._api.list_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, **kwargs)
+            page = self._api.list_namespaced_custom_object(GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, **kwargs)
             found.extend(page["items"])
             token = page["metadata"].get("continue")
             if not token:
@@ -222,7 +221,7 @@ class KubeBucketStore:
     def _get(self, name: str) -> dict[str, Any] | None:
         try:
             obj: dict[str, Any] = self._api.get_namespaced_custom_object(
-                GROUP, VERSION, self._namespace, PLURAL, name
+                GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, name
             )
         except ApiException as err:
             if err.status == 404:
@@ -372,14 +371,14 @@ class KubeBucketStore:
             },
         }
         try:
-            self._observe(self._api.create_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, body))
+            self._observe(self._api.create_namespaced_custom_object(GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, body))
         except ApiException as err:
             conflict_from(err, f"bucket {name} created concurrently")
             raise
 
     def _replace(self, name: str, obj: dict[str, Any]) -> None:
         try:
-            self._observe(self._api.replace_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, name, obj))
+            self._observe(self._api.replace_namespaced_custom_object(GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, name, obj))
         except ApiException as err:
             conflict_from(err, f"bucket {name} changed concurrently")
             raise
@@ -400,7 +399,7 @@ class KubeBucketStore:
         }
         try:
             obj = self._api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, self._namespace, PLURAL, bucket, body
+                GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, bucket, body
             )
         except ApiException as err:
             conflict_from(err, f"bucket {bucket}: version {version} is stale")
@@ -417,7 +416,7 @@ class KubeBucketStore:
 
     def complete(self, bucket: str) -> None:
         body = {"metadata": {"labels": {LABEL_PENDING: "false"}}}
-        self._observe(self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, PLURAL, bucket, body))
+        self._observe(self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, bucket, body))
 
     def remove(self, bucket: str, key: str) -> None:
         def remove_once() -> None:

@@ -62,6 +62,7 @@ from vigil.kube.results import JobResults
 from vigil.kube.workflowpods import workflow_pod_cache
 from vigil.kube.workqueue import WorkQueue
 from vigil.model.jobspec import retry_policy
+from vigil.model.names import EXECUTIONS
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class ExecutionController:
         self._running_after = running_after
         self._pending_limit = pending_limit
         self._image_pull_limit = image_pull_limit
-        self.queue: WorkQueue[Key] = WorkQueue("executions", self.reconcile, workers=workers)
+        self.queue: WorkQueue[Key] = WorkQueue(EXECUTIONS, self.reconcile, workers=workers)
 
     # -- what queues a key ------------------------------------------------------------------------
 

@@ -45,7 +45,6 @@ from vigil.model.names import (
 
 log = logging.getLogger(__name__)
 
-PLURAL = EXECUTIONS
 ACTIVE_PHASES = (Phase.READY, Phase.RUNNING, Phase.BACKOFF)
 #: Status keys `execution_to_dict` leaves out when unset. The status is written as a merge patch,
 #: where an absent key keeps its old value: each must be sent as null to be removed (a retryAt
@@ -99,7 +98,7 @@ class ExecutionStore:
         """Create an Execution; False if it already exists (a repeat of the same occurrence)."""
         namespace = body["metadata"]["namespace"]
         try:
-            created = self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, body)
+            created = self._custom.create_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS, body)
         except ApiException as err:
             if err.status == 409:
                 return False
@@ -111,7 +110,7 @@ class ExecutionStore:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The object as the API server has it now (a conflict's fresh read)."""
         try:
-            obj: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            obj: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS, name)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -134,10 +133,10 @@ class ExecutionStore:
     def select(self, *, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
         if namespace:
             result = self._custom.list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, label_selector=selector
+                GROUP, VERSION, namespace, EXECUTIONS, label_selector=selector
             )
         else:
-            result = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, label_selector=selector)
+            result = self._custom.list_cluster_custom_object(GROUP, VERSION, EXECUTIONS, label_selector=selector)
         return list(result["items"])
 
     def every(self) -> list[dict[str, Any]]:
@@ -176,7 +175,7 @@ class ExecutionStore:
         body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
         try:
             updated: dict[str, Any] = self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"], body
+                GROUP, VERSION, meta["namespace"], EXECUTIONS, meta["name"], body
             )
         except ApiException as err:
             conflict_from(err, f"execution {meta['namespace']}/{meta['name']} changed concurrently")
@@ -191,7 +190,7 @@ class ExecutionStore:
         meta = obj["metadata"]
         try:
             self._custom.delete_namespaced_custom_object(
-                GROUP, VERSION, meta["namespace"], PLURAL, meta["name"],
+                GROUP, VERSION, meta["namespace"], EXECUTIONS, meta["name"],
                 body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=meta["uid"])),
             )  # fmt: skip
         except ApiException as err:
@@ -201,7 +200,7 @@ class ExecutionStore:
             self.cache.forget(meta["namespace"], meta["name"])
 
     def patch_spec(self, namespace: str, name: str, spec: dict[str, Any]) -> None:
-        self._custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
+        self._custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, EXECUTIONS, name, {"spec": spec})
 
 
 def phase_of(obj: Mapping[str, Any]) -> str:
@@ -228,11 +227,11 @@ def execution_cache(api: client.ApiClient) -> Informer:
     custom = client.CustomObjectsApi(api)
 
     def list_fn(**kwargs: Any) -> Any:
-        return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+        return custom.list_cluster_custom_object(GROUP, VERSION, EXECUTIONS, **kwargs)
 
     return Informer(
         list_fn,
-        what="executions",
+        what=EXECUTIONS,
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY}",
         indexes={BY_JOB: job_uid_of, BY_PHASE: phase_of},
         packed=finished,

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from vigil.core.executions import Execution, Phase
+from vigil.core.executions import AttemptOutcome, Execution, Phase
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.ports import HistorySink, HistoryUnavailable
 from vigil.kube.executions import ExecutionStore, readable
@@ -50,8 +50,8 @@ def attempt_records(obj: Mapping[str, Any], ex: Execution) -> list[AttemptRecord
     }
     rows: list[AttemptRecord] = []
     for result in ex.attempts:
-        state = AttemptState.SUCCEEDED if result.outcome == "Succeeded" else AttemptState.FAILED
-        if result.outcome == "Cancelled":
+        state = AttemptState.SUCCEEDED if result.outcome == AttemptOutcome.SUCCEEDED else AttemptState.FAILED
+        if result.outcome == AttemptOutcome.CANCELLED:
             state = AttemptState.CANCELLED
         if result.attempt == ex.attempt and ex.phase is Phase.DEAD:
             state = AttemptState.DEAD

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from vigil.core.chain import JobView, first_entry, resume_entry
-from vigil.core.conditions import ConditionReason, ConditionType, set_condition
+from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
 from vigil.core.ports import Clock
 from vigil.core.schedule import occurrence_at
@@ -34,6 +34,7 @@ from vigil.kube.informer import Informer, Key
 from vigil.kube.jobstatus import Change, JobStatusWriter, Step
 from vigil.kube.workqueue import WorkQueue
 from vigil.model.jobspec import InvalidJob, job_view
+from vigil.model.names import SCHEDULED_JOBS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class JobController:
         self._store = store
         self._events = events
         self._clock = clock
-        self.queue: WorkQueue[Key] = WorkQueue("scheduledjobs", self._reconcile, workers=workers)
+        self.queue: WorkQueue[Key] = WorkQueue(SCHEDULED_JOBS, self._reconcile, workers=workers)
         jobs.add_handler(self.changed)
 
     def changed(self, key: Key, obj: dict[str, Any], deleted: bool) -> None:
@@ -144,11 +145,11 @@ class JobController:
         self._writer.add(key, change)
 
     def _invalid_event(self, job: Mapping[str, Any], message: str) -> None:
-        self._events.emit(job, type_=WARNING, reason="InvalidSpec", message=message)
+        self._events.emit(job, type_=WARNING, reason=ConditionReason.INVALID_SPEC, message=message)
         log.warning("invalid ScheduledJob %s/%s: %s", job["metadata"]["namespace"], job["metadata"]["name"], message)
 
     def _resumed_event(self, job: Mapping[str, Any]) -> None:
-        self._events.emit(job, type_=NORMAL, reason="Resumed", message="resumed; the catch-up policy decides the gap")
+        self._events.emit(job, type_=NORMAL, reason=EventReason.RESUMED, message="resumed; the catch-up policy decides the gap")
 
 
 def _nothing(job: Mapping[str, Any]) -> None:

@@ -25,7 +25,6 @@ from vigil.model.jobspec import InvalidJob, job_view, parse_spec
 from vigil.model.names import SCHEDULED_JOBS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
-PLURAL = SCHEDULED_JOBS  # what the ledger, results and watchdog import from here
 CACHE_SIZE = 4096  # jobs kept between a pass's lookup and its launch/ledger writes
 
 
@@ -35,9 +34,9 @@ def job_cache(api: client.ApiClient) -> Informer:
     custom = client.CustomObjectsApi(api)
 
     def list_fn(**kwargs: Any) -> Any:
-        return custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+        return custom.list_cluster_custom_object(GROUP, VERSION, SCHEDULED_JOBS, **kwargs)
 
-    return Informer(list_fn, what="scheduledjobs", label_selector="", packed=always)
+    return Informer(list_fn, what=SCHEDULED_JOBS, label_selector="", packed=always)
 
 
 class KubeCatalogue:
@@ -53,7 +52,7 @@ class KubeCatalogue:
     def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             obj: dict[str, Any] = self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name
+                GROUP, VERSION, namespace, SCHEDULED_JOBS, name
             )
         except ApiException as err:
             if err.status == 404:

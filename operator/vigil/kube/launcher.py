@@ -21,13 +21,14 @@ from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubje
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import Fire
-from vigil.core.executions import ConcurrencyPolicy, Execution, cancel, concurrency
+from vigil.core.executions import ConcurrencyPolicy, Execution, ExecutionReason, cancel, concurrency
 from vigil.core.ids import ExecutionId
 from vigil.core.payload import occurrence_variables, render_payload, render_template_string
 from vigil.core.ports import Clock, Conflict, Launch
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
 from vigil.core.workflowruns import workflow_concurrency
+from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.executions import ExecutionStore, execution_body, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.pods import (
@@ -44,9 +45,8 @@ from vigil.kube.pods import (
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import parse_spec
-from vigil.model.names import LABEL_PRIORITY
+from vigil.model.names import LABEL_PRIORITY, WORKFLOWS
 from vigil.model.scheduledjob import ScheduledJobSpec
-from vigil.model.workflow import WORKFLOW
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class WorkflowCreator:
     def create(self, body: dict[str, Any]) -> bool:
         try:
             self._custom.create_namespaced_custom_object(
-                GROUP, VERSION, body["metadata"]["namespace"], WORKFLOW.plural, body
+                GROUP, VERSION, body["metadata"]["namespace"], WORKFLOWS, body
             )
         except ApiException as err:
             if err.status == 409:
@@ -162,7 +162,7 @@ class WorkflowCreator:
     def of_job(self, namespace: str, job_uid: str) -> dict[ExecutionId, str | None]:
         """The job's workflows (named by their occurrence's execution id) and their phases."""
         listed = self._custom.list_namespaced_custom_object(
-            GROUP, VERSION, namespace, WORKFLOW.plural, label_selector=f"{LABEL_JOB_UID}={job_uid}"
+            GROUP, VERSION, namespace, WORKFLOWS, label_selector=f"{LABEL_JOB_UID}={job_uid}"
         )
         return {
             ExecutionId(obj["metadata"]["name"]): (obj.get("status") or {}).get("phase")
@@ -185,20 +185,23 @@ class WorkflowCreator:
             "at": format_rfc3339(now),
         }
         invalid: tuple[str, ApiException] | None = None  # a 422 and the version it was made at
-        for _ in range(REPLACE_TRIES):
+
+        def attempt() -> None:
+            nonlocal invalid
             try:
-                obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOW.plural, name)
+                obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS, name)
             except ApiException as err:
                 if err.status == 404:
                     return  # gone: nothing left to stop
                 raise
-            if invalid is not None and invalid[0] == obj["metadata"]["resourceVersion"]:
+            version = obj["metadata"]["resourceVersion"]
+            if invalid is not None and invalid[0] == version:
                 raise invalid[1]  # not a failed test of the version: the append itself is refused
             requests = (obj.get("spec") or {}).get("requests")
             finished = (obj.get("status") or {}).get("phase") in TERMINAL_WORKFLOW_PHASES
             if finished or any(r.get("id") == request_id for r in requests or []):
                 return
-            test = {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]}
+            test = {"op": "test", "path": "/metadata/resourceVersion", "value": version}
             add = (
                 {"op": "add", "path": "/spec/requests/-", "value": item}
                 if requests is not None
@@ -206,19 +209,21 @@ class WorkflowCreator:
             )
             try:
                 self._custom.patch_namespaced_custom_object(
-                    GROUP, VERSION, namespace, WORKFLOW.plural, name, [test, add],
+                    GROUP, VERSION, namespace, WORKFLOWS, name, [test, add],
                     _content_type="application/json-patch+json",
                 )  # fmt: skip
             except ApiException as err:
-                if err.status == 422:  # a failed test of the version, or a refused append
-                    invalid = (obj["metadata"]["resourceVersion"], err)
-                    continue
-                if err.status == 409:
-                    continue
+                if err.status == 422:  # a failed test of the version, or a refused append: read again
+                    invalid = (version, err)
+                    raise Conflict(f"workflow {namespace}/{name}: version {version} is stale") from err
+                conflict_from(err)
                 raise
             log.info("replaced: cancel requested for workflow %s/%s (%s)", namespace, name, item["reason"])
-            return
-        raise Conflict(f"replace: workflow {namespace}/{name} kept changing; the trigger retries")
+
+        try:
+            retry_on_conflict(attempt, tries=REPLACE_TRIES)
+        except Conflict:
+            raise Conflict(f"replace: workflow {namespace}/{name} kept changing; the trigger retries") from None
 
     def _whoami(self) -> str:
         """The operator's user name as the API server knows it (a SelfSubjectReview, asked once)."""
@@ -359,19 +364,28 @@ class ExecutionLauncher:
         trigger repeats it.
         """
         meta = obj["metadata"]
-        for _ in range(REPLACE_TRIES):
+
+        def attempt() -> Execution | None:
+            """Cancel the execution as last read; it, or None when it ended or went meanwhile."""
+            nonlocal obj
             execution = self._as_started(execution_from_object(obj))
             if execution.phase.terminal:
-                return
+                return None
             try:
-                self._results.record(obj, cancel(execution, reason="Replaced", now=self._clock.now()))
-                break
+                self._results.record(obj, cancel(execution, reason=ExecutionReason.REPLACED, now=self._clock.now()))
             except Conflict:
                 fresh = self._store.get(meta["namespace"], meta["name"])
                 if fresh is None:
-                    return
+                    return None
                 obj = fresh
-        else:
-            raise Conflict(f"replace: {meta['namespace']}/{meta['name']} kept changing; the trigger retries")
+                raise
+            return execution
+
+        try:
+            execution = retry_on_conflict(attempt, tries=REPLACE_TRIES)
+        except Conflict:
+            raise Conflict(f"replace: {meta['namespace']}/{meta['name']} kept changing; the trigger retries") from None
+        if execution is None:
+            return
         if execution.pod:
             delete_pod(self._pods, execution.namespace, execution.pod)

@@ -5,7 +5,9 @@ A pod's phase change (or its disappearance) is classified by the pure
 (Succeeded, Backoff with a stored retry time, Dead, Cancelled), and written
 with a version precondition. The job's status follows — active and recent
 executions, LAST SUCCESS (what the watchdog asserts), the DeadLettered
-condition — and Events tell the story: Retrying, DeadLettered, Succeeded.
+condition — through the leader's `JobStatusWriter`, or without one (tools,
+tests) written here with the job's resourceVersion, read again on a conflict.
+Events tell the story: Retrying, DeadLettered, Cancelled.
 Seeing the same pod event twice changes nothing: an attempt is recorded once.
 """
 
@@ -19,15 +21,16 @@ from typing import TYPE_CHECKING, Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.conditions import ConditionType, set_condition
+from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
 from vigil.core.executions import Execution, Phase
-from vigil.core.ports import Clock
+from vigil.core.ports import Clock, Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
-from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.jobs import KubeCatalogue
 from vigil.model import GROUP, VERSION
+from vigil.model.names import SCHEDULED_JOBS
 
 if TYPE_CHECKING:
     from vigil.kube.jobstatus import JobStatusWriter
@@ -35,10 +38,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 RECENT_SIZE = 20
-REASON_DEAD_LETTERED = "DeadLettered"
-REASON_RETRYING = "Retrying"
-REASON_SUCCEEDED = "Succeeded"
-REASON_CANCELLED = "Cancelled"
 
 
 class JobResults:
@@ -87,12 +86,14 @@ class JobResults:
         for ex in transitions:
             self.announce(job, ex)
 
-    def _job(self, namespace: str, name: str, uid: str) -> dict[str, Any] | None:
+    def _job(self, namespace: str, name: str, uid: str, *, fresh: bool = False) -> dict[str, Any] | None:
+        """The job under `uid`, from the catalogue's cache when it has one (unless `fresh`: then
+        from the API server), else None."""
         if self._catalogue is not None:
-            found = self._catalogue.read(namespace, name, uid=uid)
+            found = self._catalogue.fetch(namespace, name) if fresh else self._catalogue.read(namespace, name, uid=uid)
             return found if found is not None and found["metadata"]["uid"] == uid else None
         try:
-            job: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, JOBS, name)
+            job: dict[str, Any] = self._custom.get_namespaced_custom_object(GROUP, VERSION, namespace, SCHEDULED_JOBS, name)
         except ApiException as err:
             if err.status == 404:
                 return None
@@ -100,33 +101,62 @@ class JobResults:
         return job if job["metadata"]["uid"] == uid else None
 
     def _update_job(self, job: Mapping[str, Any], transitions: list[Execution]) -> None:
+        """Fold `transitions` into the job's status and write the fields they change, conditional
+        on the resourceVersion the status was read at: a concurrent writer makes it a Conflict, and
+        the job is read again and the fold done again, so no other writer's change is lost."""
+        meta = job["metadata"]
+        current: Mapping[str, Any] | None = job
+
+        def attempt() -> None:
+            nonlocal current
+            if current is None:
+                current = self._job(meta["namespace"], meta["name"], meta["uid"], fresh=True)
+            if current is None:
+                return  # deleted (or deleted and created again): its status went with it
+            try:
+                self._write_job_status(current, self._job_patch(current, transitions))
+            except Conflict:
+                current = None
+                raise
+
+        retry_on_conflict(attempt)
+
+    def _job_patch(self, job: Mapping[str, Any], transitions: list[Execution]) -> dict[str, Any]:
         status: dict[str, Any] = dict(job.get("status") or {})
         patch: dict[str, Any] = {}
         generation = int(job["metadata"].get("generation", 0))
         for ex in transitions:
             patch.update(transition_patch(status, ex, generation=generation, now=self._clock.now()))
             status.update(patch)
+        return patch
+
+    def _write_job_status(self, job: Mapping[str, Any], patch: dict[str, Any]) -> None:
         meta = job["metadata"]
-        self._custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, meta["namespace"], JOBS, meta["name"], {"status": patch}
-        )
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
+        try:
+            self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, meta["namespace"], SCHEDULED_JOBS, meta["name"], body
+            )
+        except ApiException as err:
+            conflict_from(err, f"job {meta['namespace']}/{meta['name']} changed concurrently")
+            raise
 
     def announce(self, job: Mapping[str, Any], ex: Execution) -> None:
         last = ex.attempts[-1] if ex.attempts else None
         detail = f"{last.reason}: {last.message}" if last and last.message else (last.reason if last else "")
         if ex.phase is Phase.BACKOFF and ex.retry_at is not None:
             self._events.emit(
-                job, type_=WARNING, reason=REASON_RETRYING,
+                job, type_=WARNING, reason=EventReason.RETRYING,
                 message=f"execution {ex.execution_id} attempt {ex.attempt - 1} failed ({detail}); "
                 f"attempt {ex.attempt} at {format_rfc3339(ex.retry_at)}",
             )  # fmt: skip
         elif ex.phase is Phase.DEAD:
             self._events.emit(
-                job, type_=WARNING, reason=REASON_DEAD_LETTERED,
+                job, type_=WARNING, reason=ConditionReason.DEAD_LETTERED,
                 message=f"execution {ex.execution_id} dead-lettered after {ex.attempt} attempts ({detail})",
             )  # fmt: skip
         elif ex.phase is Phase.CANCELLED:
-            self._events.emit(job, type_=NORMAL, reason=REASON_CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
+            self._events.emit(job, type_=NORMAL, reason=EventReason.CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
         log.info("execution %s/%s -> %s (%s)", ex.namespace, ex.execution_id, ex.phase, detail)
 
 
@@ -172,7 +202,7 @@ def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: in
             status.get("conditions") or [],
             type_=ConditionType.DEAD_LETTERED,
             status=True,
-            reason=REASON_DEAD_LETTERED,
+            reason=ConditionReason.DEAD_LETTERED,
             message=f"execution {ex.execution_id} exhausted {ex.attempt} attempts: {ex.reason}",
             generation=generation,
             now=now,

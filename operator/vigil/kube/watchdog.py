@@ -31,7 +31,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.chain import chain_head, resume_entry
-from vigil.core.conditions import set_condition
+from vigil.core.conditions import EventReason, set_condition
 from vigil.core.ports import BucketStore, Clock
 from vigil.core.watchdog import DEFAULT_CHAIN_GRACE, Finding, JobFacts, JobReport, assess_job
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
@@ -40,9 +40,6 @@ from vigil.kube.watchfacts import FactGatherer
 from vigil.model.jobspec import InvalidJob, job_view
 
 log = logging.getLogger(__name__)
-
-REASON_REPAIRED = "ChainRepaired"
-REASON_RECOVERED = "Recovered"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,7 +122,7 @@ class Watchdog:
                     log.warning("%s %s/%s: %s", launch.kind, *key, launch.message)
             elif key in self._launch_failing:
                 self._events.emit(
-                    item.job, type_=NORMAL, reason=REASON_RECOVERED, message=f"{launch.kind} cleared: {launch.message}"
+                    item.job, type_=NORMAL, reason=EventReason.RECOVERED, message=f"{launch.kind} cleared: {launch.message}"
                 )
         self._launch_failing = failing
 
@@ -158,7 +155,7 @@ class Watchdog:
                     log.warning("%s %s/%s: %s", finding.kind, meta["namespace"], meta["name"], finding.message)
                 elif was == "True" and not finding.status:
                     self._events.emit(
-                        job, type_=NORMAL, reason=REASON_RECOVERED, message=f"{finding.kind} cleared: {finding.message}"
+                        job, type_=NORMAL, reason=EventReason.RECOVERED, message=f"{finding.kind} cleared: {finding.message}"
                     )
 
         key = (meta["namespace"], meta["name"])
@@ -182,7 +179,7 @@ class Watchdog:
             return False
         self._store.insert(entry)
         self._events.emit(
-            job, type_=NORMAL, reason=REASON_REPAIRED,
+            job, type_=NORMAL, reason=EventReason.CHAIN_REPAIRED,
             message=f"schedule chain re-entered at {entry.nominal.isoformat()}; the catch-up policy decides the gap",
         )  # fmt: skip
         log.warning("repaired the schedule chain of %s/%s", job["metadata"]["namespace"], job["metadata"]["name"])

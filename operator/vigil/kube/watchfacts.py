@@ -22,18 +22,19 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from vigil.core.buckets import Outcome
 from vigil.core.conditions import ConditionType
-from vigil.core.executions import Phase
+from vigil.core.executions import AttemptOutcome, Phase
 from vigil.core.progress import TriggerProgress
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.watchdog import JobFacts
 from vigil.kube.buckets import KubeBucketStore
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.informer import Informer, list_pages, slim
-from vigil.kube.jobs import PLURAL as JOBS
 from vigil.kube.progress import LeaseProgress
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import InvalidJob, parse_spec
+from vigil.model.names import SCHEDULED_JOBS
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ class FactGatherer:
             return
 
         def list_fn(**kwargs: Any) -> Any:
-            return self._custom.list_cluster_custom_object(GROUP, VERSION, JOBS, **kwargs)
+            return self._custom.list_cluster_custom_object(GROUP, VERSION, SCHEDULED_JOBS, **kwargs)
 
         for page, _ in list_pages(list_fn):
             yield from (slim(obj) for obj in page)
@@ -135,7 +136,7 @@ class FactGatherer:
         meta, status = job["metadata"], job.get("status") or {}
         uid = meta["uid"]
         created = parse_rfc3339(meta["creationTimestamp"])
-        suspended_condition = _condition(status, "Suspended")
+        suspended_condition = _condition(status, ConditionType.SUSPENDED)
         suspended_since = None
         enabled_since = created
         if suspended_condition is not None and suspended_condition.get("lastTransitionTime"):
@@ -145,8 +146,8 @@ class FactGatherer:
             else:
                 enabled_since = max(created, changed)
         ledger = status.get("occurrences") or []
-        fired = [_time(e.get("at")) for e in ledger if e.get("outcome") == "Fired"]
-        failures = [_time(r.get("finishedAt")) for r in status.get("recent") or [] if r.get("outcome") == "Failed"]
+        fired = [_time(e.get("at")) for e in ledger if e.get("outcome") == Outcome.FIRED]
+        failures = [_time(r.get("finishedAt")) for r in status.get("recent") or [] if r.get("outcome") == AttemptOutcome.FAILED]
         in_flight = list(active.get(uid, ()))
         running = [ex.started_at for ex in in_flight if ex.phase is Phase.RUNNING and ex.started_at]
         waiting = [ex.ready_since for ex in in_flight if ex.phase in (Phase.READY, Phase.BACKOFF)]

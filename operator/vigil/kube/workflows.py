@@ -50,7 +50,7 @@ from vigil.core.checkpoint import Budget, output_digest, resume
 from vigil.core.conditions import ConditionReason
 from vigil.core.history import WorkflowEventRecord
 from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
-from vigil.core.ports import Clock, HistoryUnavailable, WorkflowHistorySink
+from vigil.core.ports import Clock, Conflict, HistoryUnavailable, WorkflowHistorySink
 from vigil.core.workflow import (
     TERMINAL_WORKFLOW_PHASES,
     Definition,
@@ -77,9 +77,10 @@ from vigil.core.workflowpass import (
     wanted_pod_name,
 )
 from vigil.core.workflowttl import Verdict
+from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer
-from vigil.kube.jobstatus import Change, JobStatusWriter
+from vigil.kube.jobstatus import Change, JobStatusWriter, Step
 from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR, delete_pod
 from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
@@ -105,7 +106,7 @@ from vigil.model.workflowspec import (
 
 log = logging.getLogger(__name__)
 
-CONFLICT_TRIES = 8  # concurrent status writers tolerated in one pass
+PASS_TRIES = 8  # concurrent status writers tolerated in one pass
 RETRY_AFTER_ERROR = timedelta(seconds=5)
 #: When the oldest mirrored entries leave the status for the checkpoint (and outputs over 256
 #: bytes leave with them): 500 entries or 256 KiB of them, leaving half of each.
@@ -118,10 +119,6 @@ LIMITS = StatusLimits(budget=HISTORY_BUDGET, max_items=HISTORY_MAX_ITEMS, max_by
 OUTPUT_CACHE_ENTRIES = 256
 
 Key = tuple[str, str]
-
-
-class Conflict(Exception):
-    """The workflow changed since it was read; the pass starts again."""
 
 
 class OutputUnavailable(Exception):
@@ -183,7 +180,8 @@ class WorkflowApi:
 
     def write_status(self, obj: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """Replace the whole status (a PUT: keys left out are removed), conditional on the
-        resourceVersion ``obj`` was read at; the workflow as written."""
+        resourceVersion ``obj`` was read at; the workflow as written. Conflict when it changed or
+        went since: the pass starts again from a fresh read."""
         meta = obj["metadata"]
         try:
             written: dict[str, Any] = self.custom.replace_namespaced_custom_object_status(
@@ -198,10 +196,27 @@ class WorkflowApi:
     def job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(SCHEDULED_JOBS, namespace, name)
 
-    def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, SCHEDULED_JOBS, name, {"status": status}
-        )
+    def update_job_status(self, namespace: str, name: str, uid: str, step: Step) -> None:
+        """Merge what `step` makes of the ScheduledJob's status into it, conditional on the
+        resourceVersion it was read at; a conflict reads the job again and asks `step` again.
+        Nothing when the job is gone (or is another of that name), or `step` changes nothing.
+        For where there is no `JobStatusWriter` (tools, tests): the leader writes through it."""
+
+        def attempt() -> None:
+            job = self.job(namespace, name)
+            if job is None or job["metadata"]["uid"] != uid:
+                return
+            patch = step(job.get("status") or {}, int(job["metadata"].get("generation", 0)))
+            if not patch:
+                return
+            body = {"metadata": {"resourceVersion": job["metadata"]["resourceVersion"]}, "status": patch}
+            try:
+                self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, SCHEDULED_JOBS, name, body)
+            except ApiException as err:
+                conflict_from(err, f"job {namespace}/{name} changed concurrently")
+                raise
+
+        retry_on_conflict(attempt)
 
     def pods(self, namespace: str, uid: str) -> dict[str, dict[str, Any]]:
         if self.pod_cache is not None:
@@ -266,7 +281,7 @@ class WorkflowEngine:
         self._lock = threading.Lock()
         #: Passes, one workflow never on two workers; its delays run on the engine's clock.
         self._queue: WorkQueue[Key] = WorkQueue(
-            "workflows", self._process, workers=workers, ticks=lambda: self._clock.now().timestamp()
+            WORKFLOWS, self._process, workers=workers, ticks=lambda: self._clock.now().timestamp()
         )
         self._running = False
         #: Of each unfinished workflow: the resourceVersion the engine last handled (a pass read it
@@ -378,7 +393,9 @@ class WorkflowEngine:
         """One pass; the time the workflow next needs one (a timer), if any."""
         with self._lock:
             obj = self._bodies.pop((namespace, name), None)
-        for _ in range(CONFLICT_TRIES):
+
+        def attempt() -> datetime | None:
+            nonlocal obj
             if obj is None:
                 obj = self.api.get(namespace, name)  # none known, or what was known is stale
             if obj is None:
@@ -387,9 +404,13 @@ class WorkflowEngine:
                 return self._pass(obj)
             except Conflict:
                 obj = None
-                continue
-        log.warning("workflow %s/%s: status kept changing; next pass later", namespace, name)
-        return self._clock.now() + RETRY_AFTER_ERROR
+                raise
+
+        try:
+            return retry_on_conflict(attempt, tries=PASS_TRIES)
+        except Conflict:
+            log.warning("workflow %s/%s: status kept changing; next pass later", namespace, name)
+            return self._clock.now() + RETRY_AFTER_ERROR
 
     def submit(self, namespace: str, name: str, record: Record) -> list[Record]:
         """Record an input that arrived from outside (an approval callback) and what it led to.
@@ -397,7 +418,8 @@ class WorkflowEngine:
         Returns the records appended (the input first), once they are in the API server;
         raises LookupError when the workflow or its definition is not there.
         """
-        for _ in range(CONFLICT_TRIES):
+
+        def attempt() -> list[Record]:
             obj = self.api.get(namespace, name)
             status = (obj or {}).get("status") or {}
             if obj is None or not status.get("definition"):
@@ -413,17 +435,18 @@ class WorkflowEngine:
                 new_status = self._status(obj, definition, state, recorded, entries, mirrored, (), record.at)
             except HistoryFull as full:
                 raise RuntimeError(f"workflow {namespace}/{name}: {full}; try again") from None
-            try:
-                self._write(obj, new_status)
-            except Conflict:
-                continue
+            self._write(obj, new_status)  # Conflict: read again, record again
             self._mirror(obj, pinned, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
             self._announce(obj, added, (), status)
             self._report(obj, added, (), state)
             if self._running:
                 self.notify(namespace, name)  # the pass acts on it; elsewhere the leader's watch does
             return added
-        raise RuntimeError(f"workflow {namespace}/{name} kept changing; try again")
+
+        try:
+            return retry_on_conflict(attempt, tries=PASS_TRIES)
+        except Conflict:
+            raise RuntimeError(f"workflow {namespace}/{name} kept changing; try again") from None
 
     def _pass(self, obj: dict[str, Any]) -> datetime | None:
         status = obj.get("status") or {}
@@ -498,12 +521,11 @@ class WorkflowEngine:
             change = Change(str(owner.get("uid")), ended, lambda job: None)
             self._job_status.add((meta["namespace"], owner["name"]), change)
             return
-        job = self.api.job(meta["namespace"], owner["name"])
-        if job is None or job["metadata"]["uid"] != owner.get("uid"):
-            return
-        patch = ended(job.get("status") or {}, 0)
-        if patch:
-            self.api.patch_job_status(meta["namespace"], owner["name"], patch)
+        try:
+            self.api.update_job_status(meta["namespace"], owner["name"], str(owner.get("uid")), ended)
+        except Conflict:  # not the workflow's: its pass is done, so no new pass tells the job again
+            log.warning("workflow %s/%s: job %s kept changing; its status misses this end", meta["namespace"],
+                        meta["name"], owner["name"])  # fmt: skip
 
     def _report(
         self, obj: Mapping[str, Any], new: Sequence[Record], stuck: Sequence[str], state: WorkflowState

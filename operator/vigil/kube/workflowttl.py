@@ -31,7 +31,7 @@ from vigil.core.timeparse import parse_rfc3339
 from vigil.core.workflowttl import Decision, Verdict, WorkflowEnd, decide, time_to_live
 from vigil.model import GROUP, VERSION
 from vigil.model.durations import parse_duration
-from vigil.model.workflow import WORKFLOW
+from vigil.model.names import WORKFLOWS
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class WorkflowTtl:
         )
         try:
             self._custom.delete_namespaced_custom_object(
-                GROUP, VERSION, meta["namespace"], WORKFLOW.plural, meta["name"], body=options
+                GROUP, VERSION, meta["namespace"], WORKFLOWS, meta["name"], body=options
             )
         except ApiException as err:
             if err.status not in (404, 409):  # gone already, or a new workflow of the same name
