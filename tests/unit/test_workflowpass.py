@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.workflowsim import T0, UID, World, dags, drive, pod
-from vigil.core.checkpoint import Budget, resume
+from vigil.core.checkpoint import resume
 from vigil.core.conditions import ConditionReason, ConditionType
 from vigil.core.orchestrator import WantedPod, timers, wanted_pods
 from vigil.core.timeparse import format_rfc3339
@@ -34,6 +34,7 @@ from vigil.core.workflow import (
     WorkflowState,
 )
 from vigil.core.workflowpass import (
+    STATUS_LIMITS,
     HistoryFull,
     Recorded,
     StatusLimits,
@@ -50,7 +51,7 @@ from vigil.core.workflowpass import (
 )
 from vigil.model.workflow import WorkflowStatus
 
-LIMITS = StatusLimits(budget=Budget(items=500, bytes=256 * 1024, inline_output_bytes=256), max_items=2000, max_bytes=640 * 1024)
+LIMITS = STATUS_LIMITS
 FINISHED = {StepPhase.SUCCEEDED, StepPhase.SKIPPED, StepPhase.FAILED}
 
 
@@ -224,6 +225,15 @@ def test_history_past_what_a_status_holds_is_refused() -> None:
     with pytest.raises(HistoryFull, match="wait for the history database"):
         build_status({}, generation=1, definition=world.definition, state=world.state,
                      recorded=Recorded(None, [], 0), entries=world.history, mirrored=0, stuck=(), limits=tight, now=T0)  # fmt: skip
+
+
+def test_the_budget_compacts_before_a_status_is_refused() -> None:
+    """Past the budget the oldest mirrored entries leave, so a status whose history the database
+    keeps up with never reaches the caps that refuse a write; the CRD's maxItems is the cap."""
+    assert STATUS_LIMITS.budget.items < STATUS_LIMITS.max_items
+    assert STATUS_LIMITS.budget.bytes < STATUS_LIMITS.max_bytes
+    history = WorkflowStatus.model_fields["history"].metadata
+    assert any(getattr(bound, "max_length", None) == STATUS_LIMITS.max_items for bound in history)
 
 
 # --- properties -------------------------------------------------------------------------------

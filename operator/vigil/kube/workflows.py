@@ -46,7 +46,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.checkpoint import Budget, output_digest, resume
+from vigil.core.checkpoint import output_digest, resume
 from vigil.core.conditions import ConditionReason
 from vigil.core.history import WorkflowEventRecord
 from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
@@ -62,9 +62,9 @@ from vigil.core.workflow import (
 from vigil.core.workflowpass import (
     INVALID_RECHECK,
     JOB_OUTCOMES,
+    STATUS_LIMITS,
     HistoryFull,
     Recorded,
-    StatusLimits,
     announcements,
     build_status,
     gather_inputs,
@@ -95,7 +95,6 @@ from vigil.model.names import (
     WORKFLOWS,
 )
 from vigil.model.scheduledjob import SCHEDULED_JOB
-from vigil.model.workflow import HISTORY_MAX_ITEMS
 from vigil.model.workflowspec import (
     InvalidWorkflow,
     definition_of,
@@ -108,13 +107,6 @@ log = logging.getLogger(__name__)
 
 PASS_TRIES = 8  # concurrent status writers tolerated in one pass
 RETRY_AFTER_ERROR = timedelta(seconds=5)
-#: When the oldest mirrored entries leave the status for the checkpoint (and outputs over 256
-#: bytes leave with them): 500 entries or 256 KiB of them, leaving half of each.
-HISTORY_BUDGET = Budget(items=500, bytes=256 * 1024, inline_output_bytes=256)
-#: The most entry bytes a status holds while the database is behind: with the checkpoint (one
-#: summary per step), the pinned definition and the spec, the object stays below etcd's 1.5 MB.
-HISTORY_MAX_BYTES = 640 * 1024
-LIMITS = StatusLimits(budget=HISTORY_BUDGET, max_items=HISTORY_MAX_ITEMS, max_bytes=HISTORY_MAX_BYTES)
 #: Entries kept in a cache of outputs read back from the database.
 OUTPUT_CACHE_ENTRIES = 256
 
@@ -556,7 +548,7 @@ class WorkflowEngine:
             definition=definition,
             state=state,
             records=records,
-            limits=LIMITS,
+            limits=STATUS_LIMITS,
             now=now,
         )
         self._write(obj, new_status)
@@ -654,7 +646,7 @@ class WorkflowEngine:
             entries=entries,
             mirrored=mirrored,
             stuck=stuck,
-            limits=LIMITS,
+            limits=STATUS_LIMITS,
             now=now,
         )
 
