@@ -48,7 +48,6 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.core.checkpoint import output_digest, resume
 from vigil.core.conditions import ConditionReason
-from vigil.core.history import WorkflowEventRecord
 from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
 from vigil.core.ports import Clock, Conflict, HistoryUnavailable, WorkflowHistorySink
 from vigil.core.workflow import (
@@ -59,6 +58,7 @@ from vigil.core.workflow import (
     WorkflowState,
     fold,
 )
+from vigil.core.workflowmirror import history_rows
 from vigil.core.workflowpass import (
     INVALID_RECHECK,
     JOB_OUTCOMES,
@@ -580,12 +580,11 @@ class WorkflowEngine:
         *,
         finished: bool = False,
     ) -> int:
-        """Write the recorded-but-unmirrored entries to the database; the new mirrored count.
+        """Write the recorded-but-unmirrored entries to the database (the rows:
+        :func:`vigil.core.workflowmirror.history_rows`); the new mirrored count.
 
         ``entries`` are the history from seq ``base`` on; ``mirrored`` entries from the first
-        are in the database already (never fewer than ``base``: only mirrored entries leave).
-        Entry 0 carries the ``pinned`` definition, in the same write: so every history the
-        database holds from its first entry can be folded once the Workflow is gone.
+        are in the database already, and so are those this process wrote.
         ``finished``: the workflow has ended, so what was written is not remembered (a later pass
         over it, the rescan's, writes those rows again, idempotently, and brings the count up).
         """
@@ -600,21 +599,7 @@ class WorkflowEngine:
             mirrored = max(mirrored, min(written, end))  # written by this process already
         if mirrored >= end:
             return mirrored
-        rows = [
-            WorkflowEventRecord(
-                namespace=meta["namespace"],
-                workflow=meta["name"],
-                workflow_uid=meta["uid"],
-                seq=seq,
-                event=str(record.event),
-                step=record.step,
-                attempt=record.attempt,
-                at=record.at,
-                data=record.to_data(),
-                definition=pinned if seq == 0 else None,
-            )
-            for seq, record in enumerate(entries[max(0, mirrored - base) :], start=max(mirrored, base))
-        ]
+        rows = history_rows(entries, base=base, mirrored=mirrored, meta=meta, pinned=pinned)
         try:
             self._history.write_workflow_events(rows)
         except HistoryUnavailable:
