@@ -46,7 +46,13 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.checkpoint import output_digest, resume
+from vigil.core.checkpoint import (
+    OutputUnavailable,
+    offloaded_seq,
+    output_source,
+    read_back_output,
+    resume,
+)
 from vigil.core.conditions import ConditionReason
 from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
 from vigil.core.ports import Clock, Conflict, HistoryUnavailable, WorkflowHistorySink
@@ -111,10 +117,6 @@ RETRY_AFTER_ERROR = timedelta(seconds=5)
 OUTPUT_CACHE_ENTRIES = 256
 
 Key = tuple[str, str]
-
-
-class OutputUnavailable(Exception):
-    """A step output that left the status cannot be read back from the history database."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -672,21 +674,19 @@ class WorkflowEngine:
 
     def _output(self, obj: Mapping[str, Any], state: WorkflowState, step_id: str) -> Any:
         """A step's output: from the state, or, when it left the status, from the database entry
-        it came in (checked against the digest kept)."""
+        it came in (checked against the digest kept: :func:`vigil.core.checkpoint.read_back_output`)."""
         step = state.steps[step_id]
-        if step.output_offloaded is None or step.output_seq is None:
+        seq = offloaded_seq(step)
+        if seq is None:
             return step.output
-        key = (str(obj["metadata"]["uid"]), step.output_seq)
+        key = (str(obj["metadata"]["uid"]), seq)
         with self._lock:
             if key in self._outputs:
                 return self._outputs[key]
-        where = f"output of step {step_id} (history entry {step.output_seq})"
         if self._history is None:
-            raise OutputUnavailable(f"{where}: no history database")
+            raise OutputUnavailable(f"{output_source(step_id, step)}: no history database")
         entry = self._history.workflow_event(*key)
-        output = (entry.data or {}).get("output") if entry is not None else None
-        if entry is None or output_digest(output) != step.output_offloaded:
-            raise OutputUnavailable(f"{where}: missing or changed in the history database")
+        output = read_back_output(step_id, step, None if entry is None else entry.data or {})
         with self._lock:
             self._outputs[key] = output
             while len(self._outputs) > OUTPUT_CACHE_ENTRIES:
