@@ -4,6 +4,7 @@ The engine (:mod:`vigil.kube.workflows`) reads a Workflow and its step pods, and
 writes a status, pods and Events; everything it decides in between is here, as
 functions of (definition, folded state, what was read, ``now``):
 
+* :func:`start` — a workflow's first records: its start and the decisions it leads to;
 * :func:`gather_inputs` — which inputs are new this pass (users' requests not yet
   recorded, results of the pods the state wants, timers whose time has come) and
   the decisions each leads to, appended to the state as they are recorded;
@@ -51,6 +52,7 @@ from vigil.core.workflow import (
     StepState,
     WorkflowPhase,
     WorkflowState,
+    fold,
     parse_output,
     records_from_data,
 )
@@ -139,6 +141,13 @@ def request_input(request: Mapping[str, Any], now: datetime) -> Record:
     if event is Event.COMPLETED_MANUALLY:
         detail["output"] = parse_output(request.get("output"))
     return Record(event, now, step=request.get("step"), detail=detail)
+
+
+def start(definition: Definition, now: datetime) -> tuple[WorkflowState, list[Record]]:
+    """A workflow's first pass: the start recorded with the decisions it leads to, and the state
+    they fold into."""
+    state = fold(definition, [])
+    return state, record_input(definition, state, Record(Event.WORKFLOW_STARTED, now))
 
 
 def gather_inputs(

@@ -59,10 +59,8 @@ from vigil.core.ports import Clock, Conflict, HistoryUnavailable, WorkflowHistor
 from vigil.core.workflow import (
     TERMINAL_WORKFLOW_PHASES,
     Definition,
-    Event,
     Record,
     WorkflowState,
-    fold,
 )
 from vigil.core.workflowmirror import history_rows
 from vigil.core.workflowpass import (
@@ -79,10 +77,11 @@ from vigil.core.workflowpass import (
     needs_pass,
     next_pass,
     plan_pods,
+    start,
     started_status,
     wanted_pod_name,
 )
-from vigil.core.workflowttl import Verdict
+from vigil.core.workflowttl import next_look
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer
@@ -480,10 +479,7 @@ class WorkflowEngine:
         wake = next_pass(definition, state, now)
         if self._ttl is None or not state.finished:
             return wake
-        ending = self._ttl.after_pass(obj, new_status, now)  # the status as it now stands
-        if ending.verdict is Verdict.DELETE:
-            return None
-        return min((at for at in (wake, ending.at) if at is not None), default=None)
+        return next_look(wake, self._ttl.after_pass(obj, new_status, now))  # the status as it now stands
 
     def _write(self, obj: Mapping[str, Any], new_status: dict[str, Any]) -> bool:
         """The Workflow's one status writer: the status built from the folded state, compared
@@ -541,8 +537,7 @@ class WorkflowEngine:
             definition = definition_of(pinned, uid=meta["uid"])
         except (InvalidWorkflow, ValueError) as error:
             return self._invalid(obj, status, error, now)
-        state = fold(definition, [])
-        records = record_input(definition, state, Record(Event.WORKFLOW_STARTED, now))
+        state, records = start(definition, now)
         new_status = started_status(
             status,
             generation=meta.get("generation", 0),
