@@ -33,8 +33,9 @@ from tests.integration.conftest import KubeCluster
 from tests.integration.workflows import Outage, create_workflow, get_workflow, pod_step
 from vigil.core.checkpoint import chain, entry_bytes
 from vigil.core.workflow import Event, Record, records_from_data
+from vigil.core.workflowpass import HISTORY_MAX_BYTES
 from vigil.history.store import SqlHistory
-from vigil.kube.workflows import HISTORY_MAX_BYTES, WorkflowApi, WorkflowEngine
+from vigil.kube.workflows import WorkflowApi, WorkflowEngine
 
 ETCD_OBJECT_LIMIT = 1_500_000  # bytes: etcd's --max-request-bytes default (1.5 MiB), rounded down
 STEPS = ("probe", "encode", "package", "publish")

@@ -7,7 +7,8 @@ checks: the checkpoint and the entries left fold into exactly the state of the w
 leave; the entries left fit the budget whenever enough of them are mirrored; checkpointing
 again on top of a checkpoint is the same as once; the state survives its trip through JSON;
 the digest chains. Then named cases: outputs over the inline size leave with their digest and
-the seq of the entry holding them; nothing moves while the budget holds or nothing is mirrored.
+the seq of the entry holding them, and are read back from it only when the digest matches;
+nothing moves while the budget holds or nothing is mirrored.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -25,17 +27,20 @@ from tests.unit.workflowsim import World, pod
 from vigil.core.checkpoint import (
     Budget,
     Checkpoint,
+    OutputUnavailable,
     canonical,
     chain,
     compact,
     entry_bytes,
+    offloaded_seq,
     output_digest,
+    read_back_output,
     resume,
     state_from_data,
     state_to_data,
 )
 from vigil.core.executions import Backoff, RetryPolicy
-from vigil.core.workflow import Definition, WorkflowState, fold
+from vigil.core.workflow import Definition, StepState, WorkflowState, fold
 
 UID = "0b7c6a52-1f0e-4f4e-9b7e-3a1c2d3e4f50"
 
@@ -126,6 +131,42 @@ def test_a_large_output_leaves_with_its_digest_and_where_it_is() -> None:
     step = checkpoint.state.steps["a"]
     assert (step.output, step.output_offloaded, step.output_seq) == (None, output_digest(big), output_seq)
     assert "x" * 1000 not in json.dumps(checkpoint.to_data())
+
+
+def offloaded(big: Any) -> tuple[World, StepState]:
+    """A world whose step a's output ``big`` left the checkpointed state."""
+    world = World(retrying())
+    world.pod_result("a", output=big)
+    for _ in range(5):
+        world.pod_result("b", ok=False)
+        world.run_until_timer()
+    budget = Budget(items=4, bytes=100_000, inline_output_bytes=256)
+    checkpoint, _ = compact(world.definition, None, world.history, mirrored=len(world.history), budget=budget)
+    assert checkpoint is not None
+    return world, checkpoint.state.steps["a"]
+
+
+def test_an_output_that_left_is_read_back_from_its_entry() -> None:
+    big = {"rendition": "x" * 1000}
+    world, step = offloaded(big)
+    seq = offloaded_seq(step)
+    assert seq is not None
+    assert read_back_output("a", step, world.history[seq].to_data()) == big
+    assert offloaded_seq(world.state.steps["a"]) is None  # the whole history's state holds it
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        pytest.param(None, id="no-such-entry"),
+        pytest.param({"event": "PodSucceeded"}, id="entry-without-output"),
+        pytest.param({"output": {"rendition": "y" * 1000}}, id="output-changed"),
+    ],
+)
+def test_an_output_read_back_must_match_its_digest(entry: dict[str, Any] | None) -> None:
+    _, step = offloaded({"rendition": "x" * 1000})
+    with pytest.raises(OutputUnavailable, match=r"output of step a \(history entry \d+\): missing or changed"):
+        read_back_output("a", step, entry)
 
 
 @pytest.mark.parametrize(

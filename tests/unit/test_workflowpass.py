@@ -4,14 +4,17 @@ Named scenarios for gathering inputs (requests once, pod results, due timers), t
 workflow that cannot start, which workflows a rescan queues, the Events a pass posts and how a
 workflow's end reads in its ScheduledJob's `recent` list; then hypothesis properties over random
 DAGs driven by random possible inputs: the next wake-up is the earliest of the timers and of the
-moments a running step passes its expectedDuration; the status's summary is a fold of the step
-states (progress counts the finished ones); a status rebuilt from itself is the same status (a
-pass with nothing new writes nothing); and the built status is what the CRD model accepts.
+moments a running step passes its expectedDuration, so never later than a pending timer; a start
+is recorded first and its state is the fold of its records; the status's summary is a fold of
+the step states, counting each step once (progress counts the finished ones); a status rebuilt
+from itself is the same status (a pass with nothing new writes nothing); the built status is what
+the CRD model accepts; and the history limits compact before they refuse a status.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.workflowsim import T0, UID, World, dags, drive, pod
-from vigil.core.checkpoint import Budget, resume
+from vigil.core.checkpoint import resume
 from vigil.core.conditions import ConditionReason, ConditionType
 from vigil.core.orchestrator import WantedPod, timers, wanted_pods
 from vigil.core.timeparse import format_rfc3339
@@ -32,8 +35,10 @@ from vigil.core.workflow import (
     StepKind,
     StepPhase,
     WorkflowState,
+    fold,
 )
 from vigil.core.workflowpass import (
+    STATUS_LIMITS,
     HistoryFull,
     Recorded,
     StatusLimits,
@@ -45,12 +50,13 @@ from vigil.core.workflowpass import (
     needs_pass,
     next_pass,
     plan_pods,
+    start,
     started_status,
     wanted_pod_name,
 )
 from vigil.model.workflow import WorkflowStatus
 
-LIMITS = StatusLimits(budget=Budget(items=500, bytes=256 * 1024, inline_output_bytes=256), max_items=2000, max_bytes=640 * 1024)
+LIMITS = STATUS_LIMITS
 FINISHED = {StepPhase.SUCCEEDED, StepPhase.SKIPPED, StepPhase.FAILED}
 
 
@@ -226,6 +232,15 @@ def test_history_past_what_a_status_holds_is_refused() -> None:
                      recorded=Recorded(None, [], 0), entries=world.history, mirrored=0, stuck=(), limits=tight, now=T0)  # fmt: skip
 
 
+def test_the_budget_compacts_before_a_status_is_refused() -> None:
+    """Past the budget the oldest mirrored entries leave, so a status whose history the database
+    keeps up with never reaches the caps that refuse a write; the CRD's maxItems is the cap."""
+    assert STATUS_LIMITS.budget.items < STATUS_LIMITS.max_items
+    assert STATUS_LIMITS.budget.bytes < STATUS_LIMITS.max_bytes
+    history = WorkflowStatus.model_fields["history"].metadata
+    assert any(getattr(bound, "max_length", None) == STATUS_LIMITS.max_items for bound in history)
+
+
 # --- properties -------------------------------------------------------------------------------
 
 PROPERTY_SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -291,3 +306,34 @@ def test_after_gathering_no_due_timer_or_finished_wanted_pod_is_left(definition:
     now = world.now + timedelta(seconds=data.draw(st.integers(0, 90)))
     gather_inputs(definition, state, requests=[], result_of=lambda w: None, now=now)
     assert all(t.at > now for t in timers(state)) or state.finished
+
+
+@PROPERTY_SETTINGS
+@given(definition=dags())
+def test_a_start_is_recorded_first_and_its_state_is_the_fold_of_its_records(definition: Definition) -> None:
+    state, records = start(definition, T0)
+    assert records[0] == Record(Event.WORKFLOW_STARTED, T0)
+    assert state == fold(definition, records)
+    assert state.started_at == T0
+
+
+@PROPERTY_SETTINGS
+@given(definition=dags(), data=st.data())
+def test_the_summary_counts_every_step_once(definition: Definition, data: st.DataObject) -> None:
+    world = World(definition)
+    drive(world, data)
+    status = status_of(world)
+    phases = Counter(summary["phase"] for summary in status["steps"].values())
+    assert sorted(status["steps"]) == sorted(step.id for step in definition.steps)
+    assert sum(phases.values()) == len(definition.steps)
+    done, total = (int(n) for n in status["progress"].split("/"))
+    assert total == len(definition.steps) and done == sum(phases[str(p)] for p in FINISHED) <= total
+
+
+@PROPERTY_SETTINGS
+@given(definition=dags(), data=st.data(), later=st.integers(0, 120))
+def test_the_next_wakeup_is_never_later_than_a_pending_timer(definition: Definition, data: st.DataObject, later: int) -> None:
+    world = World(definition)
+    drive(world, data, moves=data.draw(st.integers(0, 30)))
+    wake = next_pass(definition, world.state, world.now + timedelta(seconds=later))
+    assert all(wake is not None and wake <= timer.at for timer in timers(world.state))

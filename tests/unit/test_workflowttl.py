@@ -3,7 +3,9 @@
 `decide`: a finished workflow goes once its ttlAfterFinished has passed and its whole history is
 in the database; a running one never goes, whatever the clock says; zero keeps it forever. Shown
 with a table of named scenarios and as properties over any status and clock. `time_to_live`: the
-workflow's own value wins over the default.
+workflow's own value wins over the default. `next_look`: after a pass over a finished workflow,
+the next wake-up is never later than its own (its pending timers') nor than its time to live's
+end, and there is none once it is deleted.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vigil.core.workflow import WorkflowPhase
-from vigil.core.workflowttl import Verdict, WorkflowEnd, decide, time_to_live
+from vigil.core.workflowttl import Decision, Verdict, WorkflowEnd, decide, next_look, time_to_live
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -116,3 +118,31 @@ def test_a_wait_ends_at_its_time(workflow: WorkflowEnd, ttl: timedelta | None, n
         assert decision.at is not None and decision.at > now
         then = decide(workflow, ttl=ttl, now=decision.at).verdict
         assert then is (Verdict.DELETE if workflow.mirrored == workflow.recorded else Verdict.AWAIT_HISTORY)
+
+
+@given(ends(), ttls, times, st.one_of(st.none(), times))
+def test_the_next_look_is_never_later_than_the_wakeup_or_the_ttl(
+    workflow: WorkflowEnd, ttl: timedelta | None, now: datetime, wake: datetime | None
+) -> None:
+    decision = decide(workflow, ttl=ttl, now=now)
+    look = next_look(wake, decision)
+    if decision.verdict is Verdict.DELETE:
+        assert look is None
+        return
+    pending = [at for at in (wake, decision.at) if at is not None]
+    assert look in pending if pending else look is None
+    assert all(look is not None and look <= at for at in pending)
+
+
+@pytest.mark.parametrize(
+    ("wake", "decision", "look"),
+    [
+        pytest.param(T0, Decision(Verdict.DELETE), None, id="deleted: never again"),
+        pytest.param(T0 + HOUR, Decision(Verdict.WAIT, at=T0), T0, id="ttl first"),
+        pytest.param(T0, Decision(Verdict.WAIT, at=T0 + HOUR), T0, id="timer first"),
+        pytest.param(None, Decision(Verdict.AWAIT_HISTORY), None, id="waiting on history: the rescan brings it"),
+        pytest.param(T0, Decision(Verdict.KEEP), T0, id="kept forever: its own wake-up"),
+    ],
+)
+def test_next_look(wake: datetime | None, decision: Decision, look: datetime | None) -> None:
+    assert next_look(wake, decision) == look

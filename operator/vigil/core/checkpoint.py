@@ -155,6 +155,34 @@ def _offload_outputs(state: WorkflowState, *, before: int, inline_bytes: int) ->
             step.output = None
 
 
+# --- outputs read back -----------------------------------------------------------------------
+
+
+class OutputUnavailable(Exception):
+    """A step output that left the status cannot be read back from the history database."""
+
+
+def offloaded_seq(step: StepState) -> int | None:
+    """The seq of the history entry to read a step's output back from, when it left the state;
+    None when the state holds it (``step.output``)."""
+    return step.output_seq if step.output_offloaded is not None else None
+
+
+def output_source(step_id: str, step: StepState) -> str:
+    """Where a step's output that left the state is, for a message."""
+    return f"output of step {step_id} (history entry {step.output_seq})"
+
+
+def read_back_output(step_id: str, step: StepState, entry: Mapping[str, Any] | None) -> Any:
+    """A step's output that left the state, from the data of the history entry it came in
+    (:func:`offloaded_seq`; None: the database has no such entry). :class:`OutputUnavailable`
+    when it is missing or is not the output whose digest the state kept."""
+    output = (entry or {}).get("output")
+    if entry is None or output_digest(output) != step.output_offloaded:
+        raise OutputUnavailable(f"{output_source(step_id, step)}: missing or changed in the history database")
+    return output
+
+
 # --- the state as data ------------------------------------------------------------------------
 
 

@@ -4,13 +4,14 @@ The engine (:mod:`vigil.kube.workflows`) reads a Workflow and its step pods, and
 writes a status, pods and Events; everything it decides in between is here, as
 functions of (definition, folded state, what was read, ``now``):
 
+* :func:`start` — a workflow's first records: its start and the decisions it leads to;
 * :func:`gather_inputs` — which inputs are new this pass (users' requests not yet
   recorded, results of the pods the state wants, timers whose time has come) and
   the decisions each leads to, appended to the state as they are recorded;
 * :func:`next_pass` — when the workflow next needs a pass: the earliest of its
   timers and of the moments a running step passes its expectedDuration;
 * :func:`build_status` — the whole new status from the folded state: history
-  (compacted into the checkpoint past a budget), the per-step summaries, phase,
+  (compacted into the checkpoint past a budget, :data:`STATUS_LIMITS`), the per-step summaries, phase,
   progress and conditions merged by type; :func:`started_status` and
   :func:`invalid_status` for a workflow's first pass;
 * :func:`plan_pods` — which wanted pods to start, and which running pods to stop;
@@ -51,6 +52,7 @@ from vigil.core.workflow import (
     StepState,
     WorkflowPhase,
     WorkflowState,
+    fold,
     parse_output,
     records_from_data,
 )
@@ -79,6 +81,19 @@ class StatusLimits:
     budget: Budget
     max_items: int
     max_bytes: int
+
+
+#: When the oldest mirrored entries leave the status for the checkpoint (and outputs over 256
+#: bytes leave with them): 500 entries or 256 KiB of them, leaving half of each.
+HISTORY_BUDGET = Budget(items=500, bytes=256 * 1024, inline_output_bytes=256)
+#: Most history entries a Workflow's status holds (the CRD's maxItems, :mod:`vigil.model.workflow`);
+#: older ones are in the history database.
+HISTORY_MAX_ITEMS = 2000
+#: The most entry bytes a status holds while the database is behind: with the checkpoint (one
+#: summary per step), the pinned definition and the spec, the object stays below etcd's 1.5 MB.
+HISTORY_MAX_BYTES = 640 * 1024
+#: The engine's limits: the budget, then the caps while the history database is behind.
+STATUS_LIMITS = StatusLimits(budget=HISTORY_BUDGET, max_items=HISTORY_MAX_ITEMS, max_bytes=HISTORY_MAX_BYTES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +141,13 @@ def request_input(request: Mapping[str, Any], now: datetime) -> Record:
     if event is Event.COMPLETED_MANUALLY:
         detail["output"] = parse_output(request.get("output"))
     return Record(event, now, step=request.get("step"), detail=detail)
+
+
+def start(definition: Definition, now: datetime) -> tuple[WorkflowState, list[Record]]:
+    """A workflow's first pass: the start recorded with the decisions it leads to, and the state
+    they fold into."""
+    state = fold(definition, [])
+    return state, record_input(definition, state, Record(Event.WORKFLOW_STARTED, now))
 
 
 def gather_inputs(

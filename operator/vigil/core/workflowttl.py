@@ -11,7 +11,8 @@ not finished never goes, whatever the clock says.
 The time to live is the workflow's own `spec.ttlAfterFinished`, else the
 operator's default (`workflows.ttlAfterFinished`); zero, on either, keeps the
 workflow forever. Pure: the caller says what the status holds and what time it
-is, and gets a verdict with the time to look again.
+is, and gets a verdict with the time to look again (:func:`next_look` merges it
+with the workflow's own next wake-up).
 """
 
 from __future__ import annotations
@@ -76,3 +77,12 @@ def decide(end: WorkflowEnd, *, ttl: timedelta | None, now: datetime) -> Decisio
     if end.mirrored < end.recorded:
         return Decision(Verdict.AWAIT_HISTORY)
     return Decision(Verdict.DELETE)
+
+
+def next_look(wake: datetime | None, decision: Decision) -> datetime | None:
+    """When a finished workflow next needs a pass, given its own next wake-up (``wake``) and the
+    rule's ``decision`` after the pass: never once it is deleted, else the earlier of the two
+    (a WAIT's time to live passing); None: nothing but a change brings it back."""
+    if decision.verdict is Verdict.DELETE:
+        return None
+    return min((at for at in (wake, decision.at) if at is not None), default=None)

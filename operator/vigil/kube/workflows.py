@@ -46,25 +46,29 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.checkpoint import Budget, output_digest, resume
+from vigil.core.checkpoint import (
+    OutputUnavailable,
+    offloaded_seq,
+    output_source,
+    read_back_output,
+    resume,
+)
 from vigil.core.conditions import ConditionReason
-from vigil.core.history import WorkflowEventRecord
 from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
 from vigil.core.ports import Clock, Conflict, HistoryUnavailable, WorkflowHistorySink
 from vigil.core.workflow import (
     TERMINAL_WORKFLOW_PHASES,
     Definition,
-    Event,
     Record,
     WorkflowState,
-    fold,
 )
+from vigil.core.workflowmirror import history_rows
 from vigil.core.workflowpass import (
     INVALID_RECHECK,
     JOB_OUTCOMES,
+    STATUS_LIMITS,
     HistoryFull,
     Recorded,
-    StatusLimits,
     announcements,
     build_status,
     gather_inputs,
@@ -73,10 +77,11 @@ from vigil.core.workflowpass import (
     needs_pass,
     next_pass,
     plan_pods,
+    start,
     started_status,
     wanted_pod_name,
 )
-from vigil.core.workflowttl import Verdict
+from vigil.core.workflowttl import next_look
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer
@@ -95,7 +100,6 @@ from vigil.model.names import (
     WORKFLOWS,
 )
 from vigil.model.scheduledjob import SCHEDULED_JOB
-from vigil.model.workflow import HISTORY_MAX_ITEMS
 from vigil.model.workflowspec import (
     InvalidWorkflow,
     definition_of,
@@ -108,21 +112,10 @@ log = logging.getLogger(__name__)
 
 PASS_TRIES = 8  # concurrent status writers tolerated in one pass
 RETRY_AFTER_ERROR = timedelta(seconds=5)
-#: When the oldest mirrored entries leave the status for the checkpoint (and outputs over 256
-#: bytes leave with them): 500 entries or 256 KiB of them, leaving half of each.
-HISTORY_BUDGET = Budget(items=500, bytes=256 * 1024, inline_output_bytes=256)
-#: The most entry bytes a status holds while the database is behind: with the checkpoint (one
-#: summary per step), the pinned definition and the spec, the object stays below etcd's 1.5 MB.
-HISTORY_MAX_BYTES = 640 * 1024
-LIMITS = StatusLimits(budget=HISTORY_BUDGET, max_items=HISTORY_MAX_ITEMS, max_bytes=HISTORY_MAX_BYTES)
 #: Entries kept in a cache of outputs read back from the database.
 OUTPUT_CACHE_ENTRIES = 256
 
 Key = tuple[str, str]
-
-
-class OutputUnavailable(Exception):
-    """A step output that left the status cannot be read back from the history database."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -486,10 +479,7 @@ class WorkflowEngine:
         wake = next_pass(definition, state, now)
         if self._ttl is None or not state.finished:
             return wake
-        ending = self._ttl.after_pass(obj, new_status, now)  # the status as it now stands
-        if ending.verdict is Verdict.DELETE:
-            return None
-        return min((at for at in (wake, ending.at) if at is not None), default=None)
+        return next_look(wake, self._ttl.after_pass(obj, new_status, now))  # the status as it now stands
 
     def _write(self, obj: Mapping[str, Any], new_status: dict[str, Any]) -> bool:
         """The Workflow's one status writer: the status built from the folded state, compared
@@ -547,8 +537,7 @@ class WorkflowEngine:
             definition = definition_of(pinned, uid=meta["uid"])
         except (InvalidWorkflow, ValueError) as error:
             return self._invalid(obj, status, error, now)
-        state = fold(definition, [])
-        records = record_input(definition, state, Record(Event.WORKFLOW_STARTED, now))
+        state, records = start(definition, now)
         new_status = started_status(
             status,
             generation=meta.get("generation", 0),
@@ -556,7 +545,7 @@ class WorkflowEngine:
             definition=definition,
             state=state,
             records=records,
-            limits=LIMITS,
+            limits=STATUS_LIMITS,
             now=now,
         )
         self._write(obj, new_status)
@@ -588,12 +577,11 @@ class WorkflowEngine:
         *,
         finished: bool = False,
     ) -> int:
-        """Write the recorded-but-unmirrored entries to the database; the new mirrored count.
+        """Write the recorded-but-unmirrored entries to the database (the rows:
+        :func:`vigil.core.workflowmirror.history_rows`); the new mirrored count.
 
         ``entries`` are the history from seq ``base`` on; ``mirrored`` entries from the first
-        are in the database already (never fewer than ``base``: only mirrored entries leave).
-        Entry 0 carries the ``pinned`` definition, in the same write: so every history the
-        database holds from its first entry can be folded once the Workflow is gone.
+        are in the database already, and so are those this process wrote.
         ``finished``: the workflow has ended, so what was written is not remembered (a later pass
         over it, the rescan's, writes those rows again, idempotently, and brings the count up).
         """
@@ -608,21 +596,7 @@ class WorkflowEngine:
             mirrored = max(mirrored, min(written, end))  # written by this process already
         if mirrored >= end:
             return mirrored
-        rows = [
-            WorkflowEventRecord(
-                namespace=meta["namespace"],
-                workflow=meta["name"],
-                workflow_uid=meta["uid"],
-                seq=seq,
-                event=str(record.event),
-                step=record.step,
-                attempt=record.attempt,
-                at=record.at,
-                data=record.to_data(),
-                definition=pinned if seq == 0 else None,
-            )
-            for seq, record in enumerate(entries[max(0, mirrored - base) :], start=max(mirrored, base))
-        ]
+        rows = history_rows(entries, base=base, mirrored=mirrored, meta=meta, pinned=pinned)
         try:
             self._history.write_workflow_events(rows)
         except HistoryUnavailable:
@@ -654,7 +628,7 @@ class WorkflowEngine:
             entries=entries,
             mirrored=mirrored,
             stuck=stuck,
-            limits=LIMITS,
+            limits=STATUS_LIMITS,
             now=now,
         )
 
@@ -695,21 +669,19 @@ class WorkflowEngine:
 
     def _output(self, obj: Mapping[str, Any], state: WorkflowState, step_id: str) -> Any:
         """A step's output: from the state, or, when it left the status, from the database entry
-        it came in (checked against the digest kept)."""
+        it came in (checked against the digest kept: :func:`vigil.core.checkpoint.read_back_output`)."""
         step = state.steps[step_id]
-        if step.output_offloaded is None or step.output_seq is None:
+        seq = offloaded_seq(step)
+        if seq is None:
             return step.output
-        key = (str(obj["metadata"]["uid"]), step.output_seq)
+        key = (str(obj["metadata"]["uid"]), seq)
         with self._lock:
             if key in self._outputs:
                 return self._outputs[key]
-        where = f"output of step {step_id} (history entry {step.output_seq})"
         if self._history is None:
-            raise OutputUnavailable(f"{where}: no history database")
+            raise OutputUnavailable(f"{output_source(step_id, step)}: no history database")
         entry = self._history.workflow_event(*key)
-        output = (entry.data or {}).get("output") if entry is not None else None
-        if entry is None or output_digest(output) != step.output_offloaded:
-            raise OutputUnavailable(f"{where}: missing or changed in the history database")
+        output = read_back_output(step_id, step, None if entry is None else entry.data or {})
         with self._lock:
             self._outputs[key] = output
             while len(self._outputs) > OUTPUT_CACHE_ENTRIES:

@@ -49,6 +49,7 @@ from vigil.core.workflow import (
     TimeoutAction,
 )
 from vigil.core.workflow import WorkflowPhase as CoreWorkflowPhase
+from vigil.core.workflowpass import HISTORY_MAX_ITEMS
 from vigil.model.common import (
     AGE_COLUMN,
     DNS_LABEL_PATTERN,
@@ -112,8 +113,6 @@ REQUESTS_TEXT_MAX_LENGTH = 128 * 1024
 #: Most parameters of a workflow, and the longest value (they reach each pod's environment).
 PARAMETERS_MAX_ITEMS = 64
 PARAMETER_VALUE_MAX_LENGTH = 4096
-#: Most history entries a Workflow's status holds; older ones are in the history database.
-HISTORY_MAX_ITEMS = 2000
 
 MESSAGE_STEPS_OR_DEFINITION = "exactly one of steps or definitionRef must be set"
 MESSAGE_WAIT_DURATION_OR_UNTIL = "exactly one of duration or until must be set"
