@@ -4,15 +4,51 @@ The operator must start, campaign and fire with the database down (the history
 is off the firing path), so nothing touches the database until a writer or a
 reader needs it; the first use runs the migrations, and a failed first use is
 simply tried again by the next one.
+
+The migrations run in a child process (`python -m vigil.history.migrating`, the DSN on its
+standard input, never on a command line): alembic brings mako and pygments, about 11 MiB the
+operator would otherwise hold for its whole life to use once.
 """
 
 from __future__ import annotations
 
+import logging
+import subprocess
+import sys
 import threading
 
 from vigil.core.history import AttemptRecord, WorkflowEventRecord
-from vigil.core.ports import Clock
+from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.history.store import SqlHistory
+
+log = logging.getLogger(__name__)
+
+#: How long the migrations may take; on PostgreSQL this includes waiting for another replica's.
+MIGRATE_TIMEOUT_SECONDS = 300.0
+EXIT_UNAVAILABLE = 3  # the child's exit code when the database cannot be reached
+STDERR_SHOWN = 2000  # characters of the child's output kept in an error
+
+
+def migrate_apart(dsn: str, *, timeout: float = MIGRATE_TIMEOUT_SECONDS) -> None:
+    """Bring the history database's schema up to date in a child process.
+
+    Raises HistoryUnavailable when the database cannot be reached (tried again on next use),
+    RuntimeError when a migration itself fails.
+    """
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "vigil.history.migrating"],
+            input=dsn, text=True, capture_output=True, timeout=timeout, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as err:
+        raise HistoryUnavailable(f"history migrations did not finish within {timeout:.0f}s") from err
+    output = done.stderr.strip()
+    for line in output.splitlines():
+        log.info("history migrations: %s", line)
+    if done.returncode == EXIT_UNAVAILABLE:
+        raise HistoryUnavailable(output[-STDERR_SHOWN:] or "history database unreachable")
+    if done.returncode != 0:
+        raise RuntimeError(f"history migrations failed (exit {done.returncode}): {output[-STDERR_SHOWN:]}")
 
 
 class MigratingHistory:
@@ -28,13 +64,8 @@ class MigratingHistory:
     def history(self) -> SqlHistory:
         with self._lock:
             if self._history is None:
-                history = SqlHistory(self._dsn, retention_days=self._retention_days)
-                try:
-                    history.migrate()
-                except Exception:
-                    history.close()
-                    raise
-                self._history = history
+                migrate_apart(self._dsn)
+                self._history = SqlHistory(self._dsn, retention_days=self._retention_days)
             return self._history
 
     def expire(self, clock: Clock) -> None:
@@ -49,3 +80,22 @@ class MigratingHistory:
 
     def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
         return self.history.workflow_event(workflow_uid, seq)
+
+
+def main() -> int:
+    """The child: migrate the database whose DSN is on standard input."""
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("alembic.runtime.migration").setLevel(logging.INFO)  # "Running upgrade …" only
+    history = SqlHistory(sys.stdin.read().strip())
+    try:
+        history.migrate()
+    except HistoryUnavailable as err:
+        print(err, file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    finally:
+        history.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

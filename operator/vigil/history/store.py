@@ -52,8 +52,6 @@ from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 
-import alembic.command
-import alembic.config
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
@@ -382,6 +380,11 @@ class SqlHistory:
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration; a no-op when it is there already."""
+        # Imported here: alembic brings mako and pygments (about 11 MiB), and the operator runs
+        # this in a child process (`vigil.history.migrating`) so that it never holds them.
+        import alembic.command
+        import alembic.config
+
         config = alembic.config.Config()
         config.set_main_option("script_location", str(SCRIPT_LOCATION))
         with unavailable_on_outage(), self.engine.begin() as connection:
