@@ -69,7 +69,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from vigil import httpserver
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
@@ -544,18 +544,15 @@ class ApiServer:
     def _job_history(self, guard: Guard, user: User, namespace: str, job: str, query: str) -> Answer:
         """A page of the job's executions from the history: authorised first (``list`` on
         executions there), then the query string read, then the database asked."""
-        access = list_executions_access(namespace)
-        if not guard.authorizer.allowed(user, access):
-            return _forbidden(user, access)
-        try:
-            limit, after = page_request(query, decode_cursor)
-        except ValueError as error:
-            return _error(400, str(error), "BadRequest")
-        assert self._job_executions is not None  # answer() routed here only when it is set
-        try:
-            page = self._job_executions(namespace, job, limit, after)
-        except HistoryUnavailable as error:
-            return _error(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
+        read = self._job_executions
+        assert read is not None  # answer() routed here only when it is set
+        got = _history_page(
+            guard, user, list_executions_access(namespace), query, decode_cursor,
+            lambda limit, after: read(namespace, job, limit, after),
+        )  # fmt: skip
+        if not isinstance(got, _Page):
+            return got
+        page = got.page
         body: dict[str, Any] = {
             "namespace": namespace,
             "job": job,
@@ -568,18 +565,15 @@ class ApiServer:
     def _workflow_entries(self, guard: Guard, user: User, namespace: str, workflow: str, query: str) -> Answer:
         """A page of the workflow's history entries: authorised first (``get`` on that workflow),
         then the query string read, then the database asked; 404 when it holds none."""
-        access = workflow_access(namespace, workflow)
-        if not guard.authorizer.allowed(user, access):
-            return _forbidden(user, access)
-        try:
-            limit, after = page_request(query, decode_workflow_cursor)
-        except ValueError as error:
-            return _error(400, str(error), "BadRequest")
-        assert self._workflow_history is not None  # answer() routed here only when it is set
-        try:
-            page = self._workflow_history(namespace, workflow, limit, after)
-        except HistoryUnavailable as error:
-            return _error(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
+        read = self._workflow_history
+        assert read is not None  # answer() routed here only when it is set
+        got = _history_page(
+            guard, user, workflow_access(namespace, workflow), query, decode_workflow_cursor,
+            lambda limit, after: read(namespace, workflow, limit, after),
+        )  # fmt: skip
+        if not isinstance(got, _Page):
+            return got
+        page, after = got.page, got.after
         if after is None and not page.entries:
             return _error(404, f"no history of workflow {workflow} in namespace {namespace}", "NotFound")
         uid = after.workflow_uid if after is not None else page.entries[0].workflow_uid
@@ -631,6 +625,39 @@ class ApiServer:
             limits=limits or httpserver.Limits(),
             redact=_redacted,
         )
+
+
+Page = TypeVar("Page")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Page(Generic[Page, Cursor]):
+    """What the history answered, and the cursor it was asked from."""
+
+    page: Page
+    after: Cursor | None
+
+
+def _history_page(
+    guard: Guard,
+    user: User,
+    access: Access,
+    query: str,
+    decode: Callable[[str], Cursor],
+    read: Callable[[int, Cursor | None], Page],
+) -> _Page[Page, Cursor] | Answer:
+    """A page read from the history for a caller: authorised first, then the query string read
+    (400 naming the parameter), then the database asked (503 while it is unavailable)."""
+    if not guard.authorizer.allowed(user, access):
+        return _forbidden(user, access)
+    try:
+        limit, after = page_request(query, decode)
+    except ValueError as error:
+        return _error(400, str(error), "BadRequest")
+    try:
+        return _Page(read(limit, after), after)
+    except HistoryUnavailable as error:
+        return _error(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
 
 
 def _named(obj: Mapping[str, Any] | None, execution_id: str, namespace: str | None) -> Mapping[str, Any] | None:
