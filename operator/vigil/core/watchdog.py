@@ -113,7 +113,7 @@ OVERDUE_REASONS = frozenset(
 # --- input ------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class JobFacts:
     """What the watchdog needs to know about one ScheduledJob, filled in by the adapter.
 
@@ -173,7 +173,7 @@ class JobFacts:
 # --- output -----------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Finding:
     """One rule's verdict: a condition (kind, status, reason, message) plus what it measured.
 
@@ -195,7 +195,7 @@ class Finding:
         return None if self.age is None else self.age.total_seconds()
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class Overdue(Finding):
     """The Overdue verdict; `deadline` is when the job is (or became) overdue without a success."""
 
@@ -203,7 +203,7 @@ class Overdue(Finding):
     deadline: datetime | None = None
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class ChainFinding(Finding):
     """The schedule-integrity verdict; `repair_needed` asks for a chain head to be re-entered."""
 
@@ -211,7 +211,7 @@ class ChainFinding(Finding):
     repair_needed: bool = False
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class SuspensionFinding(Finding):
     """The suspended-jobs report; `unowned` when the suspension names no owner or no reason."""
 
@@ -219,13 +219,13 @@ class SuspensionFinding(Finding):
     unowned: bool = False
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class DeadLetterAge:
     execution_id: str
     age_seconds: float
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class JobReport:
     """Every verdict about one job from one watchdog pass."""
 

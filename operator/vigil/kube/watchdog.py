@@ -42,7 +42,7 @@ from vigil.model.jobspec import InvalidJob, job_view
 log = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Assessed:
     job: Mapping[str, Any]
     facts: JobFacts
