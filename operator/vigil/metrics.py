@@ -104,6 +104,7 @@ BUCKETS_PENDING = Gauge(
     registry=REGISTRY,
 )
 
+
 class JobSeries:
     """A gauge with a series per job (or namespace), published whole by each watchdog pass and
     turned into samples only when scraped.

@@ -133,7 +133,7 @@ class HistoryFlusher:
                     return written
                 self._mark_written(batch)
                 written += len(batch)
-                self.pending = len(keys) - start - len(keys[start : start + BATCH])
+                self.pending = max(0, len(keys) - start - BATCH)
                 jobs.update((o["metadata"]["namespace"], o["spec"]["job"]["name"], o["spec"]["job"]["uid"]) for o in batch)
         finally:
             self._after_written(jobs)
