@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import urllib.request
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 
-from vigil.core.access import Access, ReviewUnavailable, User
+from tests.unit.reviews import LEASE, Reviews, body
+from vigil.core.access import Access, User
 from vigil.core.history import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -35,7 +35,6 @@ from vigil.core.ports import HistoryUnavailable
 from vigil.httpapi import ApiServer, Guard, encode_cursor
 
 WHEN = datetime(2026, 8, 1, 1, 0, tzinfo=UTC)
-LEASE = Access(verb="get", group="vigil.dev", resource="leases")
 PATH = "/namespaces/ns/scheduledjobs/reconcile/executions"
 
 
@@ -67,26 +66,18 @@ class History:
         return ExecutionPage(page, HistoryCursor(page[-1].scheduled_for, page[-1].execution_id) if more else None)
 
 
-class Reviews:
+def reviewer() -> Reviews:
     """alice may list executions in ns; bob may only get them there; nobody else anything."""
 
-    def __init__(self) -> None:
-        self.asked: list[Access] = []
-        self.down = False
-
-    def authenticate(self, token: str) -> User | None:
-        if self.down:
-            raise ReviewUnavailable("connection refused")
-        return {"t-alice": User("alice"), "t-bob": User("bob")}.get(token)
-
-    def allowed(self, user: User, access: Access) -> bool:
-        self.asked.append(access)
+    def grants(user: User, access: Access) -> bool:
         verb = {"alice": "list", "bob": "get"}.get(user.name)
         return (access.verb, access.group, access.resource, access.namespace) == (verb, "vigil.dev", "executions", "ns")
 
+    return Reviews(grants)
 
-def api(history: History | None = None, reviews: Reviews | None = None) -> ApiServer:
-    checks = reviews or Reviews()
+
+def api(history: History | None = None, stand_in: Reviews | None = None) -> ApiServer:
+    checks = stand_in or reviewer()
     return ApiServer(
         leader=lambda: "op-1",
         find_execution=lambda _id: None,
@@ -94,10 +85,6 @@ def api(history: History | None = None, reviews: Reviews | None = None) -> ApiSe
         guard=Guard(authenticator=checks, authorizer=checks, leader_lease=LEASE),
         job_executions=history if history is not None else History(3),
     )
-
-
-def body(answer: tuple[int, str, bytes]) -> Any:
-    return json.loads(answer[2])
 
 
 def test_a_page_holds_the_jobs_executions_newest_first_with_their_outcome() -> None:
@@ -176,7 +163,7 @@ ACCESS_TABLE = [
 
 @pytest.mark.parametrize(("token", "path", "status"), ACCESS_TABLE)
 def test_who_may_list_a_jobs_history(token: str | None, path: str, status: int) -> None:
-    history, reviews = History(3), Reviews()
+    history, reviews = History(3), reviewer()
     answer = api(history, reviews).answer(path, token=token)
     assert answer[0] == status, answer
     if status != 200:
@@ -197,13 +184,13 @@ def test_an_unreachable_history_is_503_and_a_review_that_cannot_be_made_too() ->
     history.down = True
     status, _, raw = api(history).answer(PATH, token="t-alice")
     assert status == 503 and json.loads(raw)["reason"] == "HistoryUnavailable"
-    reviews = Reviews()
+    reviews = reviewer()
     reviews.down = True
     assert api(History(3), reviews).answer(PATH, token="t-alice")[0] == 503
 
 
 def test_without_a_history_the_route_does_not_exist() -> None:
-    checks = Reviews()
+    checks = reviewer()
     server = ApiServer(
         leader=lambda: None, find_execution=lambda _id: None, timeline=lambda _id: [],
         guard=Guard(authenticator=checks, authorizer=checks, leader_lease=LEASE),

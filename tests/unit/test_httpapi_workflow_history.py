@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from vigil.core.access import Access, ReviewUnavailable, User
+from tests.unit.reviews import LEASE, Reviews, body
+from vigil.core.access import Access, User
 from vigil.core.history import (
     DEFAULT_PAGE_SIZE,
     WorkflowCursor,
@@ -33,7 +34,6 @@ from vigil.core.ports import HistoryUnavailable
 from vigil.httpapi import ApiServer, Guard, encode_workflow_cursor
 
 WHEN = datetime(2026, 8, 1, 1, 0, tzinfo=UTC)
-LEASE = Access(verb="get", group="vigil.dev", resource="leases")
 PATH = "/namespaces/ns/workflows/etl/history"
 PINNED = {"source": {"inline": True}, "steps": [{"id": "hold", "type": "wait", "wait": {"duration": "1s"}}]}
 
@@ -67,32 +67,23 @@ class History:
         return WorkflowHistoryPage(page, WorkflowCursor(page[-1].workflow_uid, page[-1].seq) if more else None)
 
 
-class Reviews:
+def reviewer() -> Reviews:
     """alice may get workflow etl in ns; bob may get workflow other there, and list executions;
     nobody else anything."""
+    granted = {
+        "alice": {("get", "workflows", "ns", "etl"), ("get", "workflows", "ns", "missing")},
+        "bob": {("get", "workflows", "ns", "other"), ("list", "executions", "ns", "")},
+    }
 
-    def __init__(self) -> None:
-        self.asked: list[Access] = []
-        self.down = False
+    def grants(user: User, access: Access) -> bool:
+        key = (access.verb, access.resource, access.namespace, access.name)
+        return access.group == "vigil.dev" and key in granted.get(user.name, set())
 
-    def authenticate(self, token: str) -> User | None:
-        if self.down:
-            raise ReviewUnavailable("connection refused")
-        return {"t-alice": User("alice"), "t-bob": User("bob")}.get(token)
-
-    def allowed(self, user: User, access: Access) -> bool:
-        self.asked.append(access)
-        grants = {
-            "alice": {("get", "workflows", "ns", "etl"), ("get", "workflows", "ns", "missing")},
-            "bob": {("get", "workflows", "ns", "other"), ("list", "executions", "ns", "")},
-        }
-        return access.group == "vigil.dev" and (access.verb, access.resource, access.namespace, access.name) in grants[
-            user.name
-        ]
+    return Reviews(grants)
 
 
-def api(history: History | None = None, reviews: Reviews | None = None) -> ApiServer:
-    checks = reviews or Reviews()
+def api(history: History | None = None, stand_in: Reviews | None = None) -> ApiServer:
+    checks = stand_in or reviewer()
     return ApiServer(
         leader=lambda: "op-1",
         find_execution=lambda _id: None,
@@ -100,10 +91,6 @@ def api(history: History | None = None, reviews: Reviews | None = None) -> ApiSe
         guard=Guard(authenticator=checks, authorizer=checks, leader_lease=LEASE),
         workflow_history=history if history is not None else History(3),
     )
-
-
-def body(answer: tuple[int, str, bytes]) -> Any:
-    return json.loads(answer[2])
 
 
 def test_the_first_page_holds_the_entries_in_order_and_the_definition() -> None:
@@ -166,7 +153,7 @@ ACCESS_TABLE = [
 
 @pytest.mark.parametrize(("token", "path", "status"), ACCESS_TABLE)
 def test_who_may_read_a_workflows_history(token: str | None, path: str, status: int) -> None:
-    history, reviews = History(3), Reviews()
+    history, reviews = History(3), reviewer()
     answer = api(history, reviews).answer(path, token=token)
     assert answer[0] == status, answer
     if status != 200:
@@ -182,13 +169,13 @@ def test_an_unreachable_history_is_503_and_a_review_that_cannot_be_made_too() ->
     history.down = True
     status, _, raw = api(history).answer(PATH, token="t-alice")
     assert status == 503 and json.loads(raw)["reason"] == "HistoryUnavailable"
-    reviews = Reviews()
+    reviews = reviewer()
     reviews.down = True
     assert api(History(3), reviews).answer(PATH, token="t-alice")[0] == 503
 
 
 def test_without_a_history_the_route_does_not_exist() -> None:
-    checks = Reviews()
+    checks = reviewer()
     server = ApiServer(
         leader=lambda: None, find_execution=lambda _id: None, timeline=lambda _id: [],
         guard=Guard(authenticator=checks, authorizer=checks, leader_lease=LEASE),
