@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client, config
 
 from tests.unit.test_cli_executions import DAY1, DAY2, NOW, as_object, fresh
-from tests.unit.test_httpapi_job_history import History, Reviews, api
+from tests.unit.test_httpapi_job_history import History, api, reviewer
 from vigil.cli.errors import BadInput
 from vigil.cli.executions import execution_table, history_count, older_executions
 from vigil.cli.main import parser
@@ -44,7 +44,7 @@ from vigil.httpserver import BoundedServer
 def served() -> Iterator[tuple[str, History]]:
     """The real HTTP API on a free port, over a history of 7 executions of ns/reconcile."""
     history = History(7)
-    server: BoundedServer = api(history, Reviews()).serve(0)
+    server: BoundedServer = api(history, reviewer()).serve(0)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", history
     finally:
@@ -126,7 +126,7 @@ def test_pages_are_followed_until_enough_older_executions_are_found(served: tupl
 
 def test_more_than_a_page_is_asked_page_after_page() -> None:
     history = History(620)
-    server = api(history, Reviews()).serve(0)
+    server = api(history, reviewer()).serve(0)
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         older = older_executions(OperatorApi(url, "t-alice"), "ns", "reconcile", want=600, live={"ex-619"})

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.unit.test_cli_workflows import UID, VIDEO, encoded, history, object_of, pinned, world_of
-from tests.unit.test_httpapi_workflow_history import History, Reviews, api
+from tests.unit.test_httpapi_workflow_history import History, api, reviewer
 from tests.unit.workflowsim import World
 from vigil.cli.errors import BadInput
 from vigil.cli.operatorapi import (
@@ -189,7 +189,7 @@ def serve() -> Iterator[Any]:
 
 def test_the_whole_history_is_read_page_after_page(serve: Any) -> None:
     rows = History(2 * MAX_PAGE_SIZE + 3)
-    url = serve(api(rows, Reviews()))
+    url = serve(api(rows, reviewer()))
 
     found = OperatorApi(url, "t-alice").workflow_history("ns", "etl")
 
@@ -199,7 +199,7 @@ def test_the_whole_history_is_read_page_after_page(serve: Any) -> None:
 
 
 def test_a_name_without_history_is_none_and_a_refusal_is_one_line(serve: Any) -> None:
-    url = serve(api(History(3), Reviews()))
+    url = serve(api(History(3), reviewer()))
 
     assert OperatorApi(url, "t-alice").workflow_history("ns", "missing") is None
     with pytest.raises(HistoryNotShown) as refused:
@@ -221,7 +221,7 @@ def test_an_api_without_the_route_is_named_so_not_taken_for_no_history(serve: An
 def test_an_entry_missing_from_the_pages_is_one_line(serve: Any) -> None:
     rows = History(4)
     rows.rows = [row for row in rows.rows if row.seq != 2]
-    url = serve(api(rows, Reviews()))
+    url = serve(api(rows, reviewer()))
 
     with pytest.raises(HistoryNotShown, match="cannot read: entry 2 is missing"):
         OperatorApi(url, "t-alice").workflow_history("ns", "etl")
