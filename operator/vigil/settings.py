@@ -221,6 +221,23 @@ class History(_Section):
     retention_days: int = Field(30, ge=1, description="Days of execution history kept.")
 
 
+class Queue(_Section):
+    dsn: str = Field(
+        "",
+        pattern=r"^$|^postgres(ql)?://|=",
+        description="PostgreSQL connection string (libpq `key=value` or `postgresql://` URL) of the "
+        "volume tier's queue store; empty turns the volume tier off. It may be the history "
+        "database: the store keeps to its own schema, `vigil_queue`.",
+    )
+    shards: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description="Shards of the volume tier's trigger, by job id; each is fired by whichever "
+        "replica holds its Lease, so replicas share them and take over a dead one's.",
+    )
+
+
 class Watchdog(_Section):
     enabled: bool = Field(True, description="Assert expected intervals, chains, freshness, suspensions.")
     mode: str = Field(
@@ -285,6 +302,7 @@ class Settings(_Section):
     workflows: Workflows = Workflows()
     approvals: Approvals = Approvals()
     history: History = History()
+    queue: Queue = Queue()
     watchdog: Watchdog = Watchdog()
     audit: Audit = Audit()
     http: Http = Http()
@@ -302,9 +320,10 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         raw = loaded
     if env.get("POD_NAMESPACE") and "namespace" not in raw:
         raw["namespace"] = env["POD_NAMESPACE"]
-    if env.get("VIGIL_HISTORY_DSN"):
-        section = raw.get("history") or {}
-        if not isinstance(section, dict):
-            raise ValueError("config: `history` must be a mapping")
-        raw["history"] = {**section, "dsn": env["VIGIL_HISTORY_DSN"]}
+    for variable, section_name in (("VIGIL_HISTORY_DSN", "history"), ("VIGIL_QUEUE_DSN", "queue")):
+        if env.get(variable):
+            section = raw.get(section_name) or {}
+            if not isinstance(section, dict):
+                raise ValueError(f"config: `{section_name}` must be a mapping")
+            raw[section_name] = {**section, "dsn": env[variable]}
     return Settings.model_validate(raw)

@@ -51,6 +51,8 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("http: {workers: 0}\n", "http.workers", id="no-http-workers"),
         pytest.param("http: {requestTimeoutSeconds: 0}\n", "http.requestTimeoutSeconds", id="no-request-time"),
         pytest.param("http: {authCacheSeconds: -1}\n", "http.authCacheSeconds", id="negative-auth-cache"),
+        pytest.param("queue: {shards: 0}\n", "queue.shards", id="no-shards"),
+        pytest.param("queue: {dsn: 'sqlite:///q.db'}\n", "queue.dsn", id="queue-not-postgresql"),
         pytest.param(
             "leaderElection: {leaseDurationSeconds: 15, renewPeriodSeconds: 10}\n",
             "leaderElection.renewPeriodSeconds",
@@ -68,3 +70,10 @@ def test_a_bad_value_is_refused_naming_its_key(tmp_path: Path, text: str, field:
 def test_the_workflow_ttl_setting_zero_or_empty_keeps_workflows_forever(tmp_path: Path, text: str, ttl: timedelta | None) -> None:
     settings = load_settings(write(tmp_path, f"workflows: {{ttlAfterFinished: '{text}'}}\n"), environ={})
     assert setting_ttl(settings.workflows.ttl_after_finished) == ttl
+
+
+def test_the_volume_tier_is_off_by_default_and_its_dsn_may_come_from_the_environment(tmp_path: Path) -> None:
+    config = write(tmp_path, "queue: {shards: 16}\n")
+    assert load_settings(config, environ={}).queue.dsn == ""
+    from_env = load_settings(config, environ={"VIGIL_QUEUE_DSN": "host=db dbname=vigil"})
+    assert (from_env.queue.dsn, from_env.queue.shards) == ("host=db dbname=vigil", 16)
