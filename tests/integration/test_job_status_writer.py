@@ -1,12 +1,20 @@
-"""The job status writer against the real API server: a refused write loses no waiting change.
+"""The job status writer against the real API server: a refused write loses no waiting change,
+and an execution's beginning waits for its end so both cost one write.
 
 `write_now` takes whatever waits for the job and writes it with its own change. When the API
 server refuses that write (here the CRD schema rejects the caller's change), the changes it took
 must wait again for the next write, not vanish with the refused one.
+
+A change that only says an execution began (a fire, a start) may wait `begin_wait` for the end:
+in a burst each execution is a different job's, and writing the fire and the end apart would cost
+every execution two job status writes.
 """
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -14,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import create_job, get_job
+from tests.waiting import wait_for
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.jobstatus import Change, JobStatusWriter
 
@@ -41,4 +50,57 @@ def test_a_refused_write_now_leaves_what_waited_for_the_next_write(cluster: Kube
     writer.write_now(key, Change(uid, _sets(observedGeneration=1), _ignore))
     status = get_job(cluster, namespace, "j")["status"]
     assert status["schedule"] == "every 1h" and status["observedGeneration"] == 1
+    assert writer.pending() == 0
+
+
+@pytest.fixture
+def stop() -> Iterator[threading.Event]:
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def _running(cluster: KubeCluster, stop: threading.Event, *, begin_wait: float) -> JobStatusWriter:
+    writer = JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api), interval=0.05, begin_wait=begin_wait)
+    threading.Thread(target=writer.queue.run, args=(stop,), daemon=True).start()
+    return writer
+
+
+def test_an_executions_begin_waits_for_its_end_and_both_share_one_write(
+    cluster: KubeCluster, namespace: str, stop: threading.Event
+) -> None:
+    uid = create_job(cluster, namespace, "b", every="1h")["metadata"]["uid"]
+    writer = _running(cluster, stop, begin_wait=600)
+    written: list[str] = []
+
+    def seen(job: Mapping[str, Any]) -> None:
+        written.append(job["metadata"]["resourceVersion"])
+
+    added = time.monotonic()
+    writer.add((namespace, "b"), Change(uid, _sets(schedule="every 1h"), seen, begins=True))
+    wait_for(
+        lambda: time.monotonic() > added + 1.0 and writer.queue.idle(),
+        timeout=10,
+        what="the writer to look at the begin (20 intervals) and put it off",
+    )
+    assert written == [] and "schedule" not in (get_job(cluster, namespace, "b").get("status") or {})
+
+    writer.add((namespace, "b"), Change(uid, _sets(observedGeneration=1), seen))
+    wait_for(lambda: len(written) == 2, timeout=10, what="the begin and the end written")
+    assert written[0] == written[1], "the begin and the end took two writes"
+    status = get_job(cluster, namespace, "b")["status"]
+    assert (status["schedule"], status["observedGeneration"]) == ("every 1h", 1)
+
+
+def test_a_begin_with_no_end_is_written_once_it_has_waited_its_time(
+    cluster: KubeCluster, namespace: str, stop: threading.Event
+) -> None:
+    uid = create_job(cluster, namespace, "long", every="1h")["metadata"]["uid"]
+    writer = _running(cluster, stop, begin_wait=0.5)
+    writer.add((namespace, "long"), Change(uid, _sets(schedule="every 1h"), _ignore, begins=True))
+    wait_for(
+        lambda: (get_job(cluster, namespace, "long").get("status") or {}).get("schedule"),
+        timeout=10,
+        what="the begin written without its end",
+    )
     assert writer.pending() == 0

@@ -12,9 +12,13 @@ interval: the queue takes it, reads it from the cache, folds every waiting chang
 status with the pure `ledger_patch` and `transition_patch`, and writes the changed fields once,
 conditional on the version read (a conflict reads it again from the API server and folds again).
 The first change after a quiet spell waits one interval too, so a short execution's fire and its
-end usually share one write. A plan that must be on the job before its bucket is marked
-(`ledger.urgent`), and a reconcile of the job's spec, are written at once with whatever waits
-for the job.
+end usually share one write. A change that only says an execution began (a plan of fires, a
+transition that is not an end) may wait longer, `BEGIN_WAIT_SECONDS`, for that execution's end
+to share its write: in a burst every execution is another job's, and its fire and its end would
+otherwise cost two writes. LAST SCHEDULED, NEXT RUN and ACTIVE may lag that long; an end, and
+anything else, is written within the interval. A plan that must be on the job before its bucket
+is marked (`ledger.urgent`), and a reconcile of the job's spec, are written at once with
+whatever waits for the job.
 
 A leader stopping gracefully writes whatever waits before it releases its Lease (`flush`);
 what waits here is lost only on a crash. It is only the job's summary and the Fired entries of its
@@ -39,7 +43,7 @@ from vigil.core.executions import Execution
 from vigil.core.ports import Conflict
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.ledger import ledger_patch
+from vigil.kube.ledger import ledger_patch, urgent
 from vigil.kube.results import transition_patch
 from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
@@ -48,6 +52,7 @@ from vigil.model.names import SCHEDULED_JOBS
 log = logging.getLogger(__name__)
 
 WRITE_INTERVAL_SECONDS = 1.0  # at most one status write per job this often
+BEGIN_WAIT_SECONDS = 10.0  # how long a fire or a start may wait for its execution's end
 LOCK_STRIPES = 64
 
 Key = tuple[str, str]
@@ -66,6 +71,7 @@ class Change:
     uid: str
     step: Step
     then: Then
+    begins: bool = False  # only says an execution began: may wait for its end (BEGIN_WAIT_SECONDS)
 
 
 def fold(status: Mapping[str, Any], changes: list[Change], *, generation: int) -> dict[str, Any]:
@@ -91,13 +97,16 @@ class JobStatusWriter:
         *,
         catalogue: KubeCatalogue,
         interval: float = WRITE_INTERVAL_SECONDS,
+        begin_wait: float = BEGIN_WAIT_SECONDS,
         workers: int = 8,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._catalogue = catalogue
         self._interval = interval
+        self._begin_wait = max(begin_wait, interval)
         self._lock = threading.Lock()
         self._waiting: dict[Key, list[Change]] = {}
+        self._due: dict[Key, float] = {}  # when each job with changes waiting is written (monotonic)
         self._last: dict[Key, float] = {}  # when each job was last written (monotonic)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]  # one job's writes in order
         self.queue: WorkQueue[Key] = WorkQueue("job-status", self._flush, workers=workers)
@@ -105,10 +114,12 @@ class JobStatusWriter:
     # -- what changes -------------------------------------------------------------------------
 
     def add_plan(self, plan: EntryPlan, *, now: datetime, uid: str, then: Then) -> None:
-        self.add((plan.namespace, plan.name), Change(uid, _plan_step(plan, now), then))
+        change = Change(uid, _plan_step(plan, now), then, begins=not urgent(plan))
+        self.add((plan.namespace, plan.name), change)
 
     def add_transition(self, namespace: str, name: str, uid: str, ex: Execution, *, now: datetime, then: Then) -> None:
-        self.add((namespace, name), Change(uid, _transition_step(ex, now), then))
+        change = Change(uid, _transition_step(ex, now), then, begins=not ex.phase.terminal)
+        self.add((namespace, name), change)
 
     def write_plan_now(self, plan: EntryPlan, *, now: datetime, uid: str, then: Then) -> None:
         self.write_now((plan.namespace, plan.name), Change(uid, _plan_step(plan, now), then))
@@ -152,13 +163,15 @@ class JobStatusWriter:
         """Queue a change for the job's next write."""
         with self._lock:
             now = time.monotonic()
-            if key not in self._waiting and now - self._last.get(key, float("-inf")) >= self._interval:
-                self._last[key] = now  # the first change after a quiet spell waits one interval too
+            wait = self._begin_wait if change.begins else self._interval
+            due = max(now + wait, self._last.get(key, float("-inf")) + self._interval)
+            self._due[key] = min(self._due.get(key, due), due)
             self._waiting.setdefault(key, []).append(change)
         self.queue.add(key)
 
     def _take(self, key: Key) -> list[Change]:
         with self._lock:
+            self._due.pop(key, None)
             return self._waiting.pop(key, [])
 
     def _stripe(self, key: Key) -> threading.Lock:
@@ -168,9 +181,9 @@ class JobStatusWriter:
 
     def _flush(self, key: Key) -> float | None:
         with self._lock:
-            since = time.monotonic() - self._last.get(key, float("-inf"))
-        if since < self._interval:
-            return self._interval - since
+            left = self._due.get(key, 0.0) - time.monotonic()
+        if left > 0:
+            return left
         with self._stripe(key):
             changes = self._take(key)
             if not changes:
@@ -186,6 +199,7 @@ class JobStatusWriter:
         """Changes a failed write took wait again, ahead of any added since."""
         with self._lock:
             self._waiting[key] = [*changes, *self._waiting.get(key, [])]
+            self._due[key] = time.monotonic()  # they were due: the queue's retry delay paces them
 
     def _write(self, key: Key, changes: list[Change]) -> None:
         """Fold `changes` into the job and write it once (read again on a conflict)."""
