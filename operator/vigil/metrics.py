@@ -247,45 +247,52 @@ class Verdict(Protocol):
     def report(self) -> JobReport: ...
 
 
-def publish_watchdog(assessed: Sequence[Verdict]) -> None:
-    """A watchdog pass's verdicts become the gauges the alerts read; jobs gone lose their series."""
-    Series = dict[tuple[str, ...], float]
-    since: Series = {}
-    overdue: Series = {}
-    launch_failing: Series = {}
-    broken: Series = {}
-    stale: Series = {}
-    output_age: Series = {}
-    suspended: Series = {}
-    dead_letters: dict[tuple[str, str], list[float]] = {}
-    for item in assessed:
+class WatchdogGauges:
+    """One watchdog pass's gauges, gathered a job at a time as the pass goes (so the pass holds
+    no job's verdicts once it has moved on) and published together at its end: a scrape sees
+    one pass or the next, and jobs gone lose their series."""
+
+    def __init__(self) -> None:
+        Series = dict[tuple[str, ...], float]
+        self._since: Series = {}
+        self._overdue: Series = {}
+        self._launch_failing: Series = {}
+        self._broken: Series = {}
+        self._stale: Series = {}
+        self._output_age: Series = {}
+        self._suspended: Series = {}
+        self._dead_letters: dict[tuple[str, str], list[float]] = {}
+
+    def add(self, item: Verdict) -> None:
         key = (item.facts.namespace, item.facts.name)
         report = item.report
-        since[key] = report.seconds_since_success
+        self._since[key] = report.seconds_since_success
         if report.overdue.applicable and report.overdue.status:
-            overdue[(*key, str(report.overdue.reason))] = 1.0
+            self._overdue[(*key, str(report.overdue.reason))] = 1.0
         if report.launch.status:
-            launch_failing[(*key, str(report.launch.reason))] = 1.0
+            self._launch_failing[(*key, str(report.launch.reason))] = 1.0
         if report.chain.applicable:
-            broken[key] = 1.0 if report.chain.status else 0.0
+            self._broken[key] = 1.0 if report.chain.status else 0.0
         if report.freshness.applicable:
-            stale[key] = 1.0 if report.freshness.status else 0.0
+            self._stale[key] = 1.0 if report.freshness.status else 0.0
             if report.freshness.age_seconds is not None:
-                output_age[key] = report.freshness.age_seconds
+                self._output_age[key] = report.freshness.age_seconds
         if item.facts.suspended and report.suspension.age_seconds is not None:
-            suspended[key] = report.suspension.age_seconds
-        dead_letters[key] = [dead.age_seconds for dead in report.dead_letters]
-    for gauge, values in (
-        (SECONDS_SINCE_SUCCESS, since),
-        (OVERDUE, overdue),
-        (LAUNCH_FAILING, launch_failing),
-        (CHAIN_BROKEN, broken),
-        (OUTPUT_STALE, stale),
-        (OUTPUT_AGE, output_age),
-        (SUSPENDED_SECONDS, suspended),
-    ):
-        gauge.replace(values)
-    record_dead_letters(dead_letters)
+            self._suspended[key] = report.suspension.age_seconds
+        self._dead_letters[key] = [dead.age_seconds for dead in report.dead_letters]
+
+    def publish(self) -> None:
+        for gauge, values in (
+            (SECONDS_SINCE_SUCCESS, self._since),
+            (OVERDUE, self._overdue),
+            (LAUNCH_FAILING, self._launch_failing),
+            (CHAIN_BROKEN, self._broken),
+            (OUTPUT_STALE, self._stale),
+            (OUTPUT_AGE, self._output_age),
+            (SUSPENDED_SECONDS, self._suspended),
+        ):
+            gauge.replace(values)
+        record_dead_letters(self._dead_letters)
 
 # --- workflows --------------------------------------------------------------------------------
 

@@ -453,7 +453,7 @@ def run(settings: Settings) -> int:
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
         watchdog = build_watchdog(
             api, settings, executions=executions, events=events, clock=clock, store=store,
-            publish=metrics.publish_watchdog, jobs=jobs, writer=writer,
+            gauges=metrics.WatchdogGauges, jobs=jobs, writer=writer,
         )  # fmt: skip
         threads.append(("watchdog", lambda: watch(watchdog, settings, stop)))
     started = [threading.Thread(target=target, name=name, daemon=True) for name, target in threads]
@@ -521,7 +521,7 @@ def run_watchdog(settings: Settings) -> int:
     store = bucket_store(api, settings)
     events = EventRecorder(api, instance=me, background=True)
     watchdog = build_watchdog(
-        api, settings, executions=executions, events=events, clock=clock, store=store, publish=metrics.publish_watchdog
+        api, settings, executions=executions, events=events, clock=clock, store=store, gauges=metrics.WatchdogGauges
     )
     watch(watchdog, settings, stopping)
     elector.release()

@@ -66,8 +66,8 @@ def test_a_pass_on_a_stale_copy_keeps_the_conditions_written_since(cluster: Kube
             events=EventRecorder(cluster.api, instance="test-watchdog"),
             clock=clock, suspended_max_age=timedelta(days=1),
         )  # fmt: skip
-        [kept_of_pass] = [a for a in watchdog.check(audit=False) if a.facts.namespace == namespace]
-        # What the pass keeps for its metrics is a reference to the job, not the job.
+        [kept_of_pass] = watchdog.check(audit=False, keep=lambda a: a.facts.namespace == namespace)
+        # What the pass keeps when asked is a reference to the job, not the job.
         assert set(kept_of_pass.job) == {"apiVersion", "kind", "metadata"}
         assert kept_of_pass.job["metadata"]["uid"] == job["metadata"]["uid"]
 
@@ -84,7 +84,8 @@ def test_a_pass_on_a_stale_copy_keeps_the_conditions_written_since(cluster: Kube
         )  # fmt: skip
         assert "longer than" in warned[0].message
 
-        watchdog.check(audit=False)  # nothing changed: no second Warning, the conditions stay
+        # Nothing changed: no second Warning, the conditions stay; unasked, the pass keeps nothing.
+        assert watchdog.check(audit=False) == []
         again = get_job(cluster, namespace, "paused")
         assert again["metadata"]["resourceVersion"] == now["metadata"]["resourceVersion"], "an unchanged pass wrote"
     finally:

@@ -68,6 +68,10 @@ class SlowLauncher:
         return self.inner.launch(fire)
 
 
+def everything(item: Assessed) -> bool:
+    return True
+
+
 def broken(assessed: list[Assessed], namespaces: tuple[str, ...]) -> dict[str, str]:
     """The broken chains among this test's jobs (the watchdog sees every namespace's)."""
     return {
@@ -125,7 +129,7 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
         writer=JobStatusWriter(cluster.api, catalogue=catalogue),
         gatherer=FactGatherer(cluster.api, buckets=store, executions=executions, progress=progress),
         events=events, clock=clock, suspended_max_age=timedelta(days=7), store=store,
-        publish=metrics.publish_watchdog,
+        gauges=metrics.WatchdogGauges,
     )  # fmt: skip
     mid_pass: list[list[Assessed]] = []
     launcher = SlowLauncher(
@@ -134,7 +138,7 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
             results=JobResults(cluster.api, store=executions, events=events, clock=clock),
         ),
         clock,
-        {AUDIT_AT_LAUNCH: lambda: mid_pass.append(watchdog.check(audit=True))},
+        {AUDIT_AT_LAUNCH: lambda: mid_pass.append(watchdog.check(audit=True, keep=everything))},
     )  # fmt: skip
     trigger = Trigger(
         store=store, catalogue=catalogue, launcher=launcher, ledger=KubeLedger(cluster.api, catalogue=catalogue, events=events),
@@ -169,7 +173,7 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
     store.insert(dataclasses.replace(head, key=f"{head.key}-stray", nominal=closed, fire_at=closed))
     clock.advance(timedelta(minutes=3))
     trigger.tick()  # the trigger goes on; its cursor is past the stray's minute
-    assessed = watchdog.check(audit=True)
+    assessed = watchdog.check(audit=True, keep=everything)
     assert broken(assessed, ours) == {
         "j00": WatchdogReason.NO_FUTURE_OCCURRENCE,
         "j01": WatchdogReason.STALE_NEXT_OCCURRENCE,

@@ -6,8 +6,8 @@ people look: conditions on the ScheduledJob (`Overdue`, `ScheduleChainBroken`,
 `OutputStale`, `SuspendedTooLong` — written only when they change, through the job's
 status writer, so a condition another writer set since the watchdog's copy stays), a Warning
 Event when one turns true and a Normal one when it clears, and the metrics the
-alerts read (through `publish`, so this adapter never imports the metrics
-module). `LaunchFailing` is reported the same way (Event, metric, audit), but
+alerts read (through `gauges`, so this adapter never imports the metrics
+module: each job's verdicts go there as it is judged, and the pass keeps none of them). `LaunchFailing` is reported the same way (Event, metric, audit), but
 its condition belongs to the trigger's ledger, which sets it when a launch is
 refused: the watchdog does not write it, and remembers which jobs it reported,
 so that each episode gets one Warning and one Recovered Event per watchdog
@@ -26,7 +26,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client.exceptions import ApiException
 
@@ -49,6 +49,28 @@ class Assessed:
     report: JobReport
 
 
+class PassGauges(Protocol):
+    """Where a pass's verdicts go, one job at a time, to be published at its end
+    (`vigil.metrics.WatchdogGauges`)."""
+
+    def add(self, item: Assessed) -> None: ...
+    def publish(self) -> None: ...
+
+
+class NoGauges:
+    """No metrics (the plugin's audit prints its findings instead)."""
+
+    def add(self, item: Assessed) -> None:
+        return None
+
+    def publish(self) -> None:
+        return None
+
+
+def _keep_nothing(item: Assessed) -> bool:
+    return False
+
+
 class Watchdog:
     def __init__(
         self,
@@ -61,7 +83,7 @@ class Watchdog:
         store: BucketStore | None = None,
         repair: bool = False,
         writer: JobStatusWriter,
-        publish: Callable[[list[Assessed]], None] = lambda assessed: None,
+        gauges: Callable[[], PassGauges] = NoGauges,
     ) -> None:
         self._writer = writer
         self._gatherer = gatherer
@@ -71,7 +93,7 @@ class Watchdog:
         self._chain_grace = chain_grace
         self._store = store
         self._repair = repair and store is not None
-        self._publish = publish
+        self._gauges = gauges
         self._launch_failing: set[tuple[str, str]] = set()  # jobs reported LaunchFailing last pass
 
     def assess(self, *, audit: bool = True) -> list[Assessed]:
@@ -86,16 +108,19 @@ class Watchdog:
             )
             yield Assessed(job, facts, report)
 
-    def check(self, *, audit: bool = True) -> list[Assessed]:
+    def check(self, *, audit: bool = True, keep: Callable[[Assessed], bool] = _keep_nothing) -> list[Assessed]:
         """One pass: verdicts → conditions, Events, repairs, metrics.
 
         `audit` includes the schedule-integrity check (it reads every pending
         bucket, so it may run less often than the rest). Jobs are judged and acted on one at
-        a time; what the pass keeps of each for the metrics is its verdicts and a reference to
-        the job, not the job (10,000 jobs held through a pass were a high-water mark).
+        a time, and each job's verdicts go to the metrics as it is judged: the pass holds no
+        job, and no verdicts but those `keep` asks for (with a reference to the job, not the
+        job), so its memory does not grow with the jobs (10,000 jobs' verdicts were 16 MiB).
         """
         now = self._clock.now()
-        assessed = []
+        gauges = self._gauges()
+        failing: set[tuple[str, str]] = set()
+        kept = []
         for item in self._assessed(now, audit=audit):
             try:
                 self._apply(item, now, audit=audit)
@@ -104,27 +129,28 @@ class Watchdog:
             except ApiException as err:
                 if err.status != 404:  # a job deleted meanwhile is simply gone
                     log.warning("watchdog: %s/%s: %s", item.facts.namespace, item.facts.name, err.reason)
-            assessed.append(dataclasses.replace(item, job=reference(item.job)))
-        self._report_launches(assessed)
-        self._publish(assessed)
-        return assessed
-
-    def _report_launches(self, assessed: list[Assessed]) -> None:
-        """A Warning Event when a job starts failing to launch, a Normal one when it stops."""
-        failing: set[tuple[str, str]] = set()
-        for item in assessed:
-            key = (item.facts.namespace, item.facts.name)
-            launch = item.report.launch
-            if launch.status:
-                failing.add(key)
-                if key not in self._launch_failing:
-                    self._events.emit(item.job, type_=WARNING, reason=str(launch.kind), message=launch.message)
-                    log.warning("%s %s/%s: %s", launch.kind, *key, launch.message)
-            elif key in self._launch_failing:
-                self._events.emit(
-                    item.job, type_=NORMAL, reason=EventReason.RECOVERED, message=f"{launch.kind} cleared: {launch.message}"
-                )
+            self._report_launch(item, failing)
+            gauges.add(item)
+            if keep(item):
+                kept.append(dataclasses.replace(item, job=reference(item.job)))
         self._launch_failing = failing
+        gauges.publish()
+        return kept
+
+    def _report_launch(self, item: Assessed, failing: set[tuple[str, str]]) -> None:
+        """A Warning Event when a job starts failing to launch, a Normal one when it stops; the
+        job joins `failing`, this pass's jobs that are."""
+        key = (item.facts.namespace, item.facts.name)
+        launch = item.report.launch
+        if launch.status:
+            failing.add(key)
+            if key not in self._launch_failing:
+                self._events.emit(item.job, type_=WARNING, reason=str(launch.kind), message=launch.message)
+                log.warning("%s %s/%s: %s", launch.kind, *key, launch.message)
+        elif key in self._launch_failing:
+            self._events.emit(
+                item.job, type_=NORMAL, reason=EventReason.RECOVERED, message=f"{launch.kind} cleared: {launch.message}"
+            )
 
     def _apply(self, item: Assessed, now: datetime, *, audit: bool) -> None:
         findings = [

@@ -22,7 +22,7 @@ from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.progress import LeaseProgress, progress_lease_name
-from vigil.kube.watchdog import Assessed, Watchdog
+from vigil.kube.watchdog import NoGauges, PassGauges, Watchdog
 from vigil.kube.watchfacts import FactGatherer
 from vigil.model.durations import parse_duration
 from vigil.settings import Settings
@@ -57,10 +57,6 @@ def trigger_progress(api: client.ApiClient, settings: Settings, *, identity: str
     )
 
 
-def _publish_nothing(assessed: list[Assessed]) -> None:
-    """No metrics (the plugin's audit prints its findings instead)."""
-
-
 def build_watchdog(
     api: client.ApiClient,
     settings: Settings,
@@ -69,7 +65,7 @@ def build_watchdog(
     events: EventRecorder,
     clock: Clock,
     store: KubeBucketStore,
-    publish: Callable[[list[Assessed]], None] = _publish_nothing,
+    gauges: Callable[[], PassGauges] = NoGauges,
     jobs: Informer | None = None,
     writer: JobStatusWriter | None = None,
 ) -> Watchdog:
@@ -89,5 +85,5 @@ def build_watchdog(
         chain_grace=timedelta(seconds=settings.audit.chain_grace_seconds),
         store=store,
         repair=settings.audit.repair,
-        publish=publish,
+        gauges=gauges,
     )
