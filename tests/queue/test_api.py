@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from tests.queue.tasks import DSN_ENV, create_tables
-from tests.queue.workers import in_process, release, runs
+from tests.queue.workers import in_process, runs
 from tests.unit.reviews import Reviews, body
 from tests.waiting import wait_for
 from vigil.core.access import Access, User
@@ -255,26 +255,26 @@ def test_a_deleted_job_is_disabled_its_unfinished_executions_cancelled_and_not_r
     assert get(server, f"/v1/jobs/{made['jobId']}")[1]["enabled"] is False
 
 
-def test_a_running_task_cancelled_finishes_without_counting_as_a_duplicate(
+def test_a_running_task_cancelled_learns_it_at_its_heartbeat_and_is_no_duplicate(
     store: QueueStore, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A real in-process worker: its heartbeat finds the lease gone to a cancel, its late
-    acknowledgement changes nothing, and no duplicate is counted."""
+    """A real in-process worker: its heartbeat finds the lease gone to a cancel (the task sees
+    `lease_lost`), its late acknowledgement changes nothing, and no duplicate is counted."""
     create_tables(dsn)
     monkeypatch.setenv(DSN_ENV, dsn)
     clock = Clock(datetime.now(UTC))
     server = api(store, clock=clock)
-    _, made = submit(server, task="hold")
+    _, made = submit(server, task="until_lease_lost")
     eid = made["executionId"]
     with in_process(dsn, QUEUE) as counts:
         wait_for(lambda: [e for *_, e in runs(dsn, eid) if e == "started"], timeout=30, what="the task started")
         clock.at = datetime.now(UTC)
         assert post(server, f"/v1/executions/{eid}/cancel")[0] == 200
-        release(dsn, eid)
+        wait_for(lambda: [e for *_, e in runs(dsn, eid) if e == "lease lost"], timeout=30, what="the task told")
         wait_for(lambda: store.attempts(eid), timeout=30, what="the attempt's row")
     assert store.execution(eid)["state"] == "cancelled"  # type: ignore[index]
     assert [(a["outcome"], a["duplicate"]) for a in store.attempts(eid)] == [("succeeded", False)]
-    assert counts.duplicates == 0
+    assert counts.duplicates == 0 and counts.succeeded == 1
 
 
 # Who may call ------------------------------------------------------------------------------------
