@@ -30,6 +30,7 @@
                                    not waiting (decided, timed out, or in a later attempt than
                                    the token's), or the approver is no longer one of its
                                    approvers; 503 try again
+    /v1/jobs, /v1/executions/...   the volume tier's API for programs (vigil.queueapi; docs/queue.md)
 
 Who may call. Every endpoint but the health probes and the approval callback (whose signed
 token is its own authority) needs the caller's Kubernetes bearer token
@@ -88,6 +89,7 @@ from vigil.core.history import (
 from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.core.workflow import RULES, Event, Reason, Record, identity_of
 from vigil.model.names import EXECUTIONS, GROUP, WORKFLOWS
+from vigil.queueapi import QueueApi
 
 log = logging.getLogger(__name__)
 
@@ -333,7 +335,8 @@ class ApiServer:
 
     ``find_execution(id)`` is the Execution named `id` in whichever namespace (or None);
     ``get_execution(namespace, id)`` the one in `namespace`. Without a ``guard`` every guarded
-    endpoint answers 401: the API never serves unauthenticated by omission.
+    endpoint answers 401: the API never serves unauthenticated by omission. ``queue_api`` serves
+    the volume tier's /v1/ routes (None: they are not found).
     """
 
     def __init__(
@@ -347,6 +350,7 @@ class ApiServer:
         get_execution: Callable[[str, str], Mapping[str, Any] | None] | None = None,
         job_executions: JobExecutions | None = None,
         workflow_history: WorkflowHistory | None = None,
+        queue_api: QueueApi | None = None,
     ) -> None:
         self._leader = leader
         self._find_execution = find_execution
@@ -356,6 +360,7 @@ class ApiServer:
         self._workflow_history = workflow_history
         self._approvals = approvals
         self._guard = guard
+        self._queue_api = queue_api
 
     def answer(self, target: str, *, token: str | None = None) -> Answer:
         """(status, content type, body) for a GET of `target` (a path, and a query string for
@@ -363,6 +368,8 @@ class ApiServer:
         path, _, query = target.partition("?")
         if path in HEALTH_PATHS:
             return 200, "text/plain", b"ok\n"
+        if self._queue_api is not None and self._queue_api.serves(path):
+            return self._queue_api.answer("GET", path, token=token)
         if APPROVAL_PATH.match(path) and self._approvals is not None:
             return 405, "text/plain", b"POST decides an approval; GET does nothing\n"
         if path != "/leader" and not (
@@ -403,14 +410,22 @@ class ApiServer:
         assert match is not None  # answer() routed only these paths here
         return self._execution(guard, user, match.group(1))
 
-    def answer_post(self, path: str, body: bytes) -> Answer:
-        """(status, content type, body) for a POST of `body` to `path`."""
+    def answer_post(self, path: str, body: bytes, *, token: str | None = None) -> Answer:
+        """(status, content type, body) for a POST of `body` to `path` by the holder of `token`."""
+        if self._queue_api is not None and self._queue_api.serves(path):
+            return self._queue_api.answer("POST", path, token=token, body=body)
         if len(body) > MAX_BODY_BYTES:
             return _error(400, f"the body must be at most {MAX_BODY_BYTES} bytes", "BadBody")
         match = APPROVAL_PATH.match(path)
         if match is None or self._approvals is None:
             return 404, "text/plain", b"not found\n"
         return self._decide(self._approvals, match.group(1), match.group(2), body)
+
+    def answer_delete(self, path: str, token: str | None) -> Answer:
+        """(status, content type, body) for a DELETE of `path` by the holder of `token`."""
+        if self._queue_api is not None and self._queue_api.serves(path):
+            return self._queue_api.answer("DELETE", path, token=token)
+        return 405, "text/plain", b"DELETE is served only under /v1/\n"
 
     def _decide(self, callback: ApprovalCallback, token: str, action: str, raw: bytes) -> Answer:
         try:
@@ -621,7 +636,8 @@ class ApiServer:
         return httpserver.serve(
             port,
             get=lambda target, token: self.answer(target, token=token),
-            post=lambda path, token, body: self.answer_post(path, body),
+            post=lambda path, token, body: self.answer_post(path, body, token=token),
+            delete=self.answer_delete,
             limits=limits or httpserver.Limits(),
             redact=_redacted,
         )

@@ -13,7 +13,8 @@ memory. This server is bounded the way a production server is:
   beyond that it is answered ``413`` and the connection closed;
 * HTTP/1.0 semantics: one request per connection, so an idle keep-alive holds nothing.
 
-It knows nothing of what it serves: ``get(target, token)`` and ``post(path, token, body)`` answer,
+It knows nothing of what it serves: ``get(target, token)``, ``post(path, token, body)`` and
+``delete(path, token)`` (when given; otherwise DELETE is 501, as before) answer,
 where ``token`` is the bearer token of the Authorization header (None without one) and ``target``
 the request's path with its query string (``?…``) when it has one.
 """
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 Answer = tuple[int, str, bytes]
 Get = Callable[[str, "str | None"], Answer]
 Post = Callable[[str, "str | None", bytes], Answer]
+Delete = Callable[[str, "str | None"], Answer]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,10 +167,11 @@ def serve(
     *,
     get: Get,
     post: Post,
+    delete: Delete | None = None,
     limits: Limits = Limits(),
     redact: Callable[[str], str] = lambda path: path,
 ) -> BoundedServer:
-    """Serve `get` and `post` on `port` (0: any free port) from a thread; returns the server."""
+    """Serve `get`, `post` (and `delete`) on `port` (0: any free port) from a thread; returns the server."""
 
     class Handler(BaseHTTPRequestHandler):
         def setup(self) -> None:
@@ -207,6 +210,18 @@ def serve(
                 answer = post(path, bearer_token(self.headers.get("Authorization")), body)
             except Exception:
                 log.exception("POST %s failed", redact(path))
+                answer = 500, "text/plain", b"internal error\n"
+            self._send(answer)
+
+        def do_DELETE(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if delete is None:
+                self._send((501, "text/plain", b"DELETE is not served here\n"))
+                return
+            try:
+                answer = delete(path, bearer_token(self.headers.get("Authorization")))
+            except Exception:
+                log.exception("DELETE %s failed", redact(path))
                 answer = 500, "text/plain", b"internal error\n"
             self._send(answer)
 

@@ -61,6 +61,7 @@ from vigil.kube.workflowpods import workflow_of
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
+from vigil.queueapi import JobStore, QueueApi
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil")
@@ -137,6 +138,8 @@ def _serve(
         start_http_server(settings.http.metrics_port, registry=metrics.REGISTRY)
     if settings.http.api_port:
         http = settings.http
+        guard = build_guard(api, settings, lease_name=lease_name)
+        store = queue_store(settings)
         ApiServer(
             leader=lambda: elector.holder,
             find_execution=executions.find,
@@ -149,7 +152,10 @@ def _serve(
                 namespace, workflow, limit=limit, after=after
             ),
             approvals=approvals,
-            guard=build_guard(api, settings, lease_name=lease_name),
+            guard=guard,
+            queue_api=QueueApi(
+                store, clock=SystemClock(), authenticator=guard.authenticator, authorizer=guard.authorizer
+            ),
         ).serve(
             http.api_port,
             httpserver.Limits(
@@ -159,6 +165,17 @@ def _serve(
                 io_timeout_seconds=http.request_timeout_seconds / 3,
             ),
         )
+
+
+def queue_store(settings: Settings) -> JobStore | None:
+    """The volume tier's store (None: `queue.dsn` is empty, the tier is off). Imported only
+    then: psycopg is the `postgres` extra's. It migrates at its first use, not at start, so
+    the operator starts while the database is down and the routes answer 503 meanwhile."""
+    if not settings.queue.dsn:
+        return None
+    from vigil.queue.store import QueueStore
+
+    return QueueStore(settings.queue.dsn, migrate_first=True)
 
 
 AUTH_CACHE_ENTRIES = 4096  # distinct tokens and decisions remembered; the oldest go first

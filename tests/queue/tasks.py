@@ -79,3 +79,12 @@ def hold(ctx: Context) -> None:
         time.sleep(HOLD_POLL_SECONDS)
     note(ctx, "acted" if ctx.once("act") else "skipped")
     note(ctx, "finished")
+
+
+@task("until_lease_lost")
+def until_lease_lost(ctx: Context) -> None:
+    """Start, then work until a heartbeat finds the lease gone (taken, or cancelled through the API)."""
+    note(ctx, "started")
+    while not ctx.lease_lost:
+        time.sleep(HOLD_POLL_SECONDS)
+    note(ctx, "lease lost")

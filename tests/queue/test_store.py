@@ -240,4 +240,4 @@ def test_the_queue_shares_a_database_with_the_history_and_migrates_idempotently(
         ("vigil_queue", "attempts"),
         ("vigil_queue", "executions"),
     } <= tables
-    assert version == ("q0001",)
+    assert version == ("q0002api",)

@@ -80,7 +80,7 @@ def test_a_poison_task_is_retried_then_dead_lettered_while_the_rest_flows(
     with in_process(tables, "q"):
         [poison] = store.submit("q", [Submission("poison", {"n": 0}, max_attempts=3)], now=now())
         good = store.submit("q", [Submission("record") for _ in range(30)], now=now())
-        wait_for(lambda: store.counts("q") == {"ready": 0, "leased": 0, "succeeded": 30, "dead": 1},
+        wait_for(lambda: store.counts("q") == {"ready": 0, "leased": 0, "succeeded": 30, "dead": 1, "cancelled": 0},
                  timeout=30, what="30 succeeded and 1 dead")  # fmt: skip
     dead = store.execution(poison)
     assert dead is not None and dead["attempt"] == 3 and "poison 0" in dead["last_error"]

@@ -115,11 +115,21 @@ SELECT * FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(work
 ON CONFLICT (execution_id, attempt) DO NOTHING;
 
 -- name: mark_duplicates
--- Attempts whose lease expired while their holder still ran them: two copies ran at once.
+-- Attempts whose lease expired while their holder still ran them: two copies ran at once. An
+-- attempt whose execution was cancelled under it is no duplicate: no other copy took it.
 UPDATE vigil_queue.attempts AS a SET duplicate = true
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS d(execution_id, attempt)
 WHERE a.execution_id = d.execution_id AND a.attempt = d.attempt AND NOT a.duplicate
+  AND NOT EXISTS (SELECT 1 FROM vigil_queue.executions AS e
+                  WHERE e.execution_id = d.execution_id AND e.attempt = d.attempt AND e.state = 'cancelled')
 RETURNING a.execution_id;
+
+-- name: cancelled_among
+-- Which of these attempts lost their lease to a cancel (through the API), not to another copy.
+SELECT e.execution_id FROM vigil_queue.executions AS e
+JOIN unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS c(execution_id, attempt)
+  ON e.execution_id = c.execution_id AND e.attempt = c.attempt
+WHERE e.state = 'cancelled';
 
 -- name: once
 -- The concurrency-safe guard: the first copy of an execution to claim `key` wins, whatever the attempt.
@@ -140,3 +150,65 @@ FROM vigil_queue.attempts WHERE execution_id = %(execution_id)s ORDER BY attempt
 
 -- name: counts
 SELECT state, count(*) FROM vigil_queue.executions WHERE queue = %(queue)s GROUP BY state;
+
+
+-- The HTTP API's statements (vigil/queueapi.py through QueueStore).
+
+-- name: insert_job
+INSERT INTO vigil_queue.jobs (job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at)
+VALUES (%(job_id)s, %(queue)s, %(task)s, %(payload)s, %(priority)s, %(tenant)s, %(max_attempts)s, true, %(now)s);
+
+-- name: insert_job_execution
+-- A one-off job's one execution; a repeated (queue, idempotency key) inserts nothing.
+INSERT INTO vigil_queue.executions
+    (execution_id, job_id, queue, task, payload, priority, tenant, state, attempt, max_attempts,
+     run_after, scheduled_for, idempotency_key, created_at)
+VALUES (%(execution_id)s, %(job_id)s, %(queue)s, %(task)s, %(payload)s, %(priority)s, %(tenant)s, 'ready', 1,
+        %(max_attempts)s, %(run_at)s, %(run_at)s, %(idempotency_key)s, %(now)s)
+ON CONFLICT (queue, idempotency_key) DO NOTHING
+RETURNING execution_id;
+
+-- name: drop_job
+-- The job row of a submit whose idempotency key was known: never committed.
+DELETE FROM vigil_queue.jobs WHERE job_id = %(job_id)s;
+
+-- name: job_of_key
+SELECT job_id, execution_id, scheduled_for FROM vigil_queue.executions
+WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s;
+
+-- name: job
+SELECT job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at
+FROM vigil_queue.jobs WHERE job_id = %(job_id)s;
+
+-- name: job_executions
+SELECT execution_id, state, attempt, scheduled_for FROM vigil_queue.executions
+WHERE job_id = %(job_id)s ORDER BY scheduled_for DESC, execution_id DESC LIMIT %(limit)s;
+
+-- name: disable_job
+UPDATE vigil_queue.jobs SET enabled = false WHERE job_id = %(job_id)s RETURNING job_id;
+
+-- name: cancel
+-- Ready: it is never leased. Leased: the lease is taken away, so the holder's heartbeat and
+-- acknowledgement (conditional on state 'leased' and its owner) match nothing and cannot revive it.
+UPDATE vigil_queue.executions
+SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = %(now)s,
+    cancelled_by = %(by)s
+WHERE (execution_id = %(execution_id)s OR job_id = %(job_id)s) AND state IN ('ready', 'leased')
+RETURNING execution_id;
+
+-- name: retry
+-- A dead or cancelled execution, ready again at once with the same id and one more attempt (the
+-- next number: an attempt's row is never overwritten), unless its job was deleted.
+UPDATE vigil_queue.executions AS e
+SET state = 'ready', attempt = e.attempt + 1, max_attempts = GREATEST(e.max_attempts, e.attempt + 1),
+    run_after = %(now)s, finished_at = NULL, cancelled_by = NULL
+WHERE e.execution_id = %(execution_id)s AND e.state IN ('dead', 'cancelled')
+  AND NOT EXISTS (SELECT 1 FROM vigil_queue.jobs AS j WHERE j.job_id = e.job_id AND NOT j.enabled)
+RETURNING e.queue;
+
+-- name: timeline
+SELECT e.execution_id, e.job_id, e.queue, e.task, e.payload, e.priority, e.tenant, e.state, e.attempt,
+       e.max_attempts, e.lease_owner, e.lease_expires_at, e.run_after, e.scheduled_for,
+       e.idempotency_key, e.finished_at, e.last_error, e.cancelled_by, COALESCE(j.enabled, true) AS job_enabled
+FROM vigil_queue.executions AS e LEFT JOIN vigil_queue.jobs AS j ON j.job_id = e.job_id
+WHERE e.execution_id = %(execution_id)s;

@@ -3,7 +3,9 @@
 Two faces, because the callers differ:
 
 - `QueueStore` (synchronous) migrates, submits and reads back — what a program
-  that enqueues work, a test or the benchmark needs.
+  that enqueues work, a test or the benchmark needs — and serves the HTTP API
+  (vigil.queueapi): one-off jobs, timelines, cancel and retry, in typed rows of
+  vigil.core.queue, a database that cannot be reached raised as QueueUnavailable.
 - `WorkerStore` (asynchronous, on one autocommit connection the worker owns:
   a single statement needs no BEGIN/COMMIT round trips, and a settlement's
   statements go in one pipelined transaction) leases a
@@ -23,9 +25,11 @@ clocks disagree see leases expire by their own clock; keep them synchronised
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -37,13 +41,30 @@ import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
 from vigil.core.ids import execution_id as derive_execution_id
-from vigil.core.queue import AttemptOutcome, QueueState, Settlement, after_expiry, lease_deadline
+from vigil.core.queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    JOB_EXECUTIONS_SHOWN,
+    AttemptOutcome,
+    AttemptRow,
+    Change,
+    ExecutionRecord,
+    ExecutionSummary,
+    JobRecord,
+    OneOffJob,
+    QueueState,
+    QueueUnavailable,
+    Settlement,
+    Submitted,
+    after_expiry,
+    cancel_refusal,
+    lease_deadline,
+    retry_refusal,
+)
 from vigil.core.timeparse import require_aware
 from vigil.queue.migrations import SCRIPT_LOCATION
 
 QUERIES_FILE = Path(__file__).parent / "queries.sql"
 NOTIFY_CHANNEL = "vigil_queue"  # submit notifies it with the queue's name; workers LISTEN
-DEFAULT_MAX_ATTEMPTS = 3
 EXPIRY_BATCH = 500  # expired leases returned to the queue per statement
 
 
@@ -113,7 +134,11 @@ class Finished:
 
 @dataclasses.dataclass(frozen=True)
 class SettleReport:
-    """What a batch of settlements found: the attempts whose lease had been taken meanwhile."""
+    """What a batch of settlements found: the attempts whose lease had been taken meanwhile.
+
+    An attempt whose execution was cancelled under it is neither settled nor stale: its
+    row is recorded and nothing else changes.
+    """
 
     settled: int
     stale: list[Finished]  # ran to the end after their lease expired: duplicates
@@ -126,8 +151,12 @@ def _engine(dsn: str) -> sa.Engine:
 class QueueStore:
     """Migrate, submit and inspect (see the module docstring). `dsn`: libpq string or URL."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, *, migrate_first: bool = False) -> None:
+        """`migrate_first`: the first of the HTTP API's calls brings the schema up to date (the
+        operator's store: it starts whether or not the database is up, and migrates once it is)."""
         self.dsn = dsn
+        self._migrated = not migrate_first
+        self._migrating = threading.Lock()
 
     def migrate(self) -> None:
         """Bring the queue schema to the newest migration; a no-op when it is there already."""
@@ -201,6 +230,136 @@ class QueueStore:
             rows = connection.execute(QUERIES["counts"], {"queue": queue}).fetchall()
         found = {state: int(count) for state, count in rows}
         return {state.value: found.get(state.value, 0) for state in QueueState}
+
+
+    # The HTTP API's operations: typed rows, QueueUnavailable when the database cannot be reached.
+
+    def submit_job(self, job: OneOffJob, *, now: datetime) -> Submitted:
+        """A one-off job: its `jobs` row and its one execution, in one transaction.
+
+        A known (queue, idempotency key) adds nothing and returns the first job
+        (`created` False); two submits of one key at once make one job.
+        """
+        now = require_aware(now, name="now")
+        run_at = require_aware(job.run_at, name="run_at")
+        job_id = str(uuid.uuid4())
+        execution_id = derive_execution_id(job_id, run_at.replace(microsecond=0))
+        params = {
+            "job_id": job_id,
+            "execution_id": execution_id,
+            "queue": job.queue,
+            "task": job.task,
+            "payload": Jsonb(job.payload),
+            "priority": job.priority,
+            "tenant": job.tenant,
+            "max_attempts": job.max_attempts,
+            "run_at": run_at,
+            "idempotency_key": job.idempotency_key,
+            "now": now,
+        }
+        with self._reachable(), self.connect() as connection, connection.transaction():
+            connection.execute(QUERIES["insert_job"], params)
+            if connection.execute(QUERIES["insert_job_execution"], params).fetchone() is not None:
+                connection.execute(QUERIES["notify"], {"queue": job.queue})
+                return Submitted(job_id, execution_id, run_at, created=True)
+            connection.execute(QUERIES["drop_job"], params)
+            first = connection.execute(QUERIES["job_of_key"], params).fetchone()
+        if first is None:  # the first was deleted meanwhile: nothing else removes executions
+            raise QueueUnavailable("the first submission of this idempotency key vanished; try again")
+        return Submitted(first[0], first[1], first[2], created=False)
+
+    def job(self, job_id: str) -> JobRecord | None:
+        """The job and its newest executions (at most JOB_EXECUTIONS_SHOWN); None if unknown."""
+        with self._reachable(), self.connect() as connection:
+            return _job(connection, job_id)
+
+    def delete_job(self, job_id: str, *, now: datetime, by: str) -> JobRecord | None:
+        """Disable the job and cancel its executions that have not finished (ready or leased),
+        in one transaction; None if unknown. Deleting a deleted job changes nothing."""
+        params = {"job_id": job_id, "execution_id": None, "now": require_aware(now, name="now"), "by": by}
+        with self._reachable(), self.connect() as connection, connection.transaction():
+            if connection.execute(QUERIES["disable_job"], params).fetchone() is None:
+                return None
+            connection.execute(QUERIES["cancel"], params)
+            return _job(connection, job_id)
+
+    def timeline(self, execution_id: str) -> ExecutionRecord | None:
+        """The execution and its attempt rows; None if unknown."""
+        with self._reachable(), self.connect() as connection:
+            found = _timeline(connection, execution_id)
+        return found[0] if found is not None else None
+
+    def cancel(self, execution_id: str, *, now: datetime, by: str) -> Change | None:
+        """Cancel a ready or leased execution (see the `cancel` query); None if unknown."""
+        params = {"execution_id": execution_id, "job_id": None, "now": require_aware(now, name="now"), "by": by}
+        with self._reachable(), self.connect() as connection, connection.transaction():
+            done = connection.execute(QUERIES["cancel"], params).fetchone() is not None
+            found = _timeline(connection, execution_id)
+        if found is None:
+            return None
+        record, _ = found
+        return Change(record, None if done else cancel_refusal(record.state))
+
+    def retry(self, execution_id: str, *, now: datetime) -> Change | None:
+        """Make a dead or cancelled execution ready again, same id, next attempt; None if unknown."""
+        params = {"execution_id": execution_id, "now": require_aware(now, name="now")}
+        with self._reachable(), self.connect() as connection, connection.transaction():
+            queue = connection.execute(QUERIES["retry"], params).fetchone()
+            if queue is not None:
+                connection.execute(QUERIES["notify"], {"queue": queue[0]})
+            found = _timeline(connection, execution_id)
+        if found is None:
+            return None
+        record, job_enabled = found
+        return Change(record, None if queue is not None else retry_refusal(record.state, job_enabled=job_enabled))
+
+    @contextlib.contextmanager
+    def _reachable(self) -> Iterator[None]:
+        try:
+            if not self._migrated:
+                with self._migrating:
+                    if not self._migrated:
+                        self.migrate()
+                        self._migrated = True
+            yield
+        except (psycopg.OperationalError, sa.exc.OperationalError) as error:
+            raise QueueUnavailable(str(error).strip().splitlines()[0] or type(error).__name__) from None
+
+
+def _job(connection: psycopg.Connection[Any], job_id: str) -> JobRecord | None:
+    row = connection.execute(QUERIES["job"], {"job_id": job_id}).fetchone()
+    if row is None:
+        return None
+    executions = connection.execute(
+        QUERIES["job_executions"], {"job_id": job_id, "limit": JOB_EXECUTIONS_SHOWN}
+    ).fetchall()
+    return JobRecord(
+        job_id=row[0], queue=row[1], task=row[2], payload=row[3], priority=row[4], tenant=row[5],
+        max_attempts=row[6], enabled=row[7], created_at=row[8],
+        executions=tuple(ExecutionSummary(e[0], QueueState(e[1]), e[2], e[3]) for e in executions),
+    )  # fmt: skip
+
+
+def _timeline(connection: psycopg.Connection[Any], execution_id: str) -> tuple[ExecutionRecord, bool] | None:
+    """The execution with its attempts, and whether its job (if any) is enabled."""
+    cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
+    row = cursor.execute(QUERIES["timeline"], {"execution_id": execution_id}).fetchone()
+    if row is None:
+        return None
+    attempts = cursor.execute(QUERIES["attempts_of"], {"execution_id": execution_id}).fetchall()
+    job_enabled = bool(row.pop("job_enabled"))
+    record = ExecutionRecord(
+        **{**row, "state": QueueState(row["state"])},
+        attempts=tuple(
+            AttemptRow(
+                attempt=a["attempt"], worker=a["worker"], outcome=AttemptOutcome(a["outcome"]),
+                started_at=a["started_at"], finished_at=a["finished_at"], error=a["error"],
+                duplicate=a["duplicate"],
+            )
+            for a in attempts
+        ),
+    )  # fmt: skip
+    return record, job_enabled
 
 
 def _new_id(submission: Submission, now: datetime) -> str:
@@ -336,7 +495,9 @@ class WorkerStore:
                     for f in finished
                 ]
             )
-            stale = [f for f in finished if (f.leased.execution_id, f.leased.attempt) not in settled]
+            unsettled = [f for f in finished if (f.leased.execution_id, f.leased.attempt) not in settled]
+            cancelled = await self._cancelled_among([f.leased for f in unsettled]) if unsettled else set()
+            stale = [f for f in unsettled if f.leased.execution_id not in cancelled]
             if stale:
                 await self.connection.execute(
                     QUERIES["mark_duplicates"],
@@ -346,6 +507,21 @@ class WorkerStore:
                     },
                 )
         return SettleReport(len(settled), stale)
+
+    async def cancelled(self, held: Sequence[Leased]) -> set[str]:
+        """The ids among `held` whose lease was taken by a cancel (the API's), not by another copy."""
+        if not held:
+            return set()
+        async with self._lock:
+            return await self._cancelled_among(held)
+
+    async def _cancelled_among(self, held: Sequence[Leased]) -> set[str]:
+        params = {
+            "execution_ids": [h.execution_id for h in held],
+            "attempts": [h.attempt for h in held],
+        }
+        cursor = await self.connection.execute(QUERIES["cancelled_among"], params)
+        return {row[0] for row in await cursor.fetchall()}
 
     async def mark_duplicates(self, held: Sequence[Leased]) -> None:
         """Mark attempts whose lease was taken while their holder still ran them."""

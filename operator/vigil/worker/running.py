@@ -271,8 +271,10 @@ class Worker:
                     entry = self._held.get((leased.execution_id, leased.attempt))
                     if entry is not None:
                         entry[1].lease_lost = True
-                await self._require_books().mark_duplicates(gone)
-                self._count_duplicates(gone)
+                cancelled = await self._require_books().cancelled(gone)  # through the API: no copy runs
+                copies = [leased for leased in gone if leased.execution_id not in cancelled]
+                await self._require_books().mark_duplicates(copies)
+                self._count_duplicates(copies)
 
     async def _expiries(self, halt: asyncio.Event) -> None:
         while not await _stopped(halt, self.settings.expiry_interval.total_seconds()):

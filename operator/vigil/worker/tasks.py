@@ -24,7 +24,8 @@ class Context:
 
     `execution_id` is the same on every attempt of the execution (deduplicate on
     it); `attempt` counts from 1. `lease_lost` turns true once a heartbeat finds
-    the lease taken by another worker: a second copy may be running now.
+    the lease taken by another worker (a second copy may be running now) or the
+    execution cancelled through the HTTP API (its result will change nothing).
     `once(key)` (from a sync task) and `await once_async(key)` (from an async
     one) return True for exactly one copy of the execution, whichever asks first.
     """

@@ -1,0 +1,281 @@
+"""`vigil.client`: a small synchronous client of the volume tier's HTTP API, for programs.
+
+    from vigil.client import Client
+
+    vigil = Client("http://vigil.vigil-system:8080", token_file=Client.IN_CLUSTER_TOKEN)
+    job = vigil.submit(namespace="shop", queue="orders", task="reconcile_daily",
+                       payload={"date": "2026-12-01"}, idempotency_key="reconcile-2026-12-01")
+    print(vigil.execution(job.execution_id).state)
+
+It speaks the routes of vigil.queueapi (docs/queue.md, "HTTP API") with the caller's
+Kubernetes bearer token: given directly, or read from a file at every request (a pod's
+projected ServiceAccount token is rotated on disk, so it is never cached here). Every request
+has a timeout. Answers are typed (frozen dataclasses, times as aware datetimes); an error answer
+raises ApiError carrying its status, reason, message and (for a bad field) the field.
+
+Only the standard library: a program that submits work needs neither Kubernetes' client nor a
+database driver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import urllib.error
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+DEFAULT_TIMEOUT_SECONDS = 10.0  # one request, connect to last byte: the operator's own cap is 30 s
+
+
+class ApiError(Exception):
+    """An error answer (or no answer): `status` is the HTTP status (0: the request failed before
+    one came), `reason` the API's reason (``Invalid``, ``Forbidden``, ``Conflict``, ...), `field`
+    the request field a 400 names."""
+
+    def __init__(self, status: int, message: str, *, reason: str = "", field: str | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.field = field
+
+
+@dataclasses.dataclass(frozen=True)
+class Submitted:
+    """A submit's answer: `created` is False when the idempotency key named an earlier job."""
+
+    job_id: str | None
+    execution_id: str
+    scheduled_for: datetime
+    created: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecutionSummary:
+    execution_id: str
+    state: str
+    attempt: int
+    scheduled_for: datetime
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    job_id: str
+    namespace: str
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    tenant: str
+    max_attempts: int
+    enabled: bool  # False once deleted
+    created_at: datetime
+    executions: tuple[ExecutionSummary, ...]  # the newest first
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    attempt: int
+    worker: str
+    outcome: str  # succeeded, failed, lease_expired
+    started_at: datetime | None
+    finished_at: datetime
+    error: str | None
+    duplicate: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Execution:
+    """An execution's timeline."""
+
+    execution_id: str
+    job_id: str | None
+    namespace: str
+    queue: str
+    task: str
+    payload: dict[str, Any]
+    priority: int
+    tenant: str
+    idempotency_key: str | None
+    state: str  # ready, leased, succeeded, dead, cancelled
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    run_after: datetime
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    finished_at: datetime | None
+    last_error: str | None
+    cancelled_by: str | None
+    attempts: tuple[Attempt, ...]
+
+
+class Client:
+    """The HTTP API at `base_url` (the operator's API port), as the holder of a token.
+
+    `token` is the bearer token itself; `token_file` a file holding it, read at every request.
+    """
+
+    IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        token: str | None = None,
+        token_file: str | Path | None = None,
+        timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    ) -> None:
+        if (token is None) == (token_file is None):
+            raise ValueError("give exactly one of token and token_file")
+        if timeout <= 0:
+            raise ValueError(f"timeout must be positive, got {timeout}")
+        self.base_url = base_url.rstrip("/")
+        self._token = token
+        self._token_file = Path(token_file) if token_file is not None else None
+        self.timeout = timeout
+
+    def submit(
+        self,
+        *,
+        namespace: str,
+        queue: str,
+        task: str,
+        payload: dict[str, Any] | None = None,
+        run_at: datetime | None = None,
+        priority: int | str | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        tenant: str | None = None,
+    ) -> Submitted:
+        """Submit a one-off job to the TaskQueue `queue` in `namespace` (runs at `run_at`, an
+        aware datetime; None: now). `priority`: a number (lower runs first) or high/normal/low."""
+        body: dict[str, Any] = {"namespace": namespace, "queue": queue, "task": task}
+        optional = {
+            "payload": payload,
+            "runAt": _aware(run_at).isoformat() if run_at is not None else None,
+            "priority": priority,
+            "maxAttempts": max_attempts,
+            "idempotencyKey": idempotency_key,
+            "tenant": tenant,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        status, answer = self._call("POST", "/v1/jobs", body)
+        return Submitted(
+            job_id=answer["jobId"],
+            execution_id=answer["executionId"],
+            scheduled_for=_when(answer["scheduledFor"]),
+            created=status == 201,
+        )
+
+    def job(self, job_id: str) -> Job:
+        return _job(self._call("GET", f"/v1/jobs/{_segment(job_id)}")[1])
+
+    def delete_job(self, job_id: str) -> Job:
+        """Delete (disable) the job: what of it has not finished is cancelled. The job as it is now."""
+        return _job(self._call("DELETE", f"/v1/jobs/{_segment(job_id)}")[1])
+
+    def execution(self, execution_id: str) -> Execution:
+        return _execution(self._call("GET", f"/v1/executions/{_segment(execution_id)}")[1])
+
+    def cancel(self, execution_id: str) -> Execution:
+        """Cancel a ready or leased execution (409 ApiError when it has finished)."""
+        return _execution(self._call("POST", f"/v1/executions/{_segment(execution_id)}/cancel", {})[1])
+
+    def retry(self, execution_id: str) -> Execution:
+        """Run a dead or cancelled execution again, same id (409 ApiError otherwise)."""
+        return _execution(self._call("POST", f"/v1/executions/{_segment(execution_id)}/retry", {})[1])
+
+    def _bearer(self) -> str:
+        if self._token is not None:
+            return self._token
+        assert self._token_file is not None
+        try:
+            return self._token_file.read_text().strip()
+        except OSError as error:
+            raise ApiError(0, f"cannot read the token file {self._token_file}: {error}", reason="NoToken") from None
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base_url + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self._bearer()}")
+        request.add_header("Accept", "application/json")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            with error:
+                raise _api_error(error.code, error.read()) from None
+        except (urllib.error.URLError, OSError) as error:
+            why = getattr(error, "reason", error)
+            raise ApiError(0, f"{method} {self.base_url}{path} failed: {why}", reason="Unreachable") from None
+        except ValueError as error:
+            raise ApiError(0, f"{method} {path}: the answer is not JSON: {error}", reason="BadAnswer") from None
+
+
+def _api_error(status: int, raw: bytes) -> ApiError:
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return ApiError(status, raw.decode(errors="replace").strip())
+    return ApiError(status, str(data.get("error", "")), reason=str(data.get("reason", "")), field=data.get("field"))
+
+
+def _segment(ident: str) -> str:
+    if not ident or not ident.isascii() or not all(ch.isalnum() or ch == "-" for ch in ident):
+        raise ValueError(f"{ident!r} is not a job or execution id")
+    return ident
+
+
+def _aware(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"run_at must be timezone-aware, got naive {value.isoformat()}")
+    return value
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _maybe(text: str | None) -> datetime | None:
+    return _when(text) if text is not None else None
+
+
+def _job(data: dict[str, Any]) -> Job:
+    return Job(
+        job_id=data["jobId"], namespace=data["namespace"], queue=data["queue"], task=data["task"],
+        payload=data["payload"], priority=data["priority"], tenant=data["tenant"],
+        max_attempts=data["maxAttempts"], enabled=data["enabled"], created_at=_when(data["createdAt"]),
+        executions=tuple(
+            ExecutionSummary(e["executionId"], e["state"], e["attempt"], _when(e["scheduledFor"]))
+            for e in data["executions"]
+        ),
+    )  # fmt: skip
+
+
+def _execution(data: dict[str, Any]) -> Execution:
+    return Execution(
+        execution_id=data["executionId"], job_id=data["jobId"], namespace=data["namespace"],
+        queue=data["queue"], task=data["task"], payload=data["payload"], priority=data["priority"],
+        tenant=data["tenant"], idempotency_key=data["idempotencyKey"], state=data["state"],
+        attempt=data["attempt"], max_attempts=data["maxAttempts"],
+        scheduled_for=_when(data["scheduledFor"]), run_after=_when(data["runAfter"]),
+        lease_owner=data["leaseOwner"], lease_expires_at=_maybe(data["leaseExpiresAt"]),
+        finished_at=_maybe(data["finishedAt"]), last_error=data["lastError"],
+        cancelled_by=data["cancelledBy"],
+        attempts=tuple(
+            Attempt(
+                attempt=a["attempt"], worker=a["worker"], outcome=a["outcome"],
+                started_at=_maybe(a["startedAt"]), finished_at=_when(a["finishedAt"]),
+                error=a["error"], duplicate=a["duplicate"],
+            )
+            for a in data["attempts"]
+        ),
+    )  # fmt: skip

@@ -1,0 +1,511 @@
+"""The volume tier's HTTP API for programs: submit one-off jobs, read, delete, cancel and retry.
+
+    POST   /v1/jobs                        submit a one-off job (its execution runs at runAt)
+    GET    /v1/jobs/{id}                   the job and its newest executions
+    DELETE /v1/jobs/{id}                   disable the job; cancel what of it has not finished
+    GET    /v1/executions/{id}             the execution's timeline: state, lease, every attempt
+    POST   /v1/executions/{id}/cancel      a ready or leased execution never runs (again)
+    POST   /v1/executions/{id}/retry       a dead or cancelled execution runs again, same id
+
+A queue is declared by a TaskQueue NAME in namespace NS; its executions live in the queue
+store (vigil.queue) under the key "NS/NAME". Every route authenticates the caller's bearer
+token (a TokenReview) and asks the API server whether they may act on that TaskQueue (a
+SubjectAccessReview on ``taskqueues.vigil.dev`` named NAME in NS), with these verbs:
+
+    create  submit to the queue        get     read its jobs and executions
+    delete  delete its jobs            update  cancel and retry its executions
+
+So RBAC is the one place rights are granted. A Role rule with ``resourceNames: [NAME]`` and
+the verb ``create`` lets a program submit to that queue without letting it create any
+TaskQueue object (Kubernetes cannot restrict a real create by name, so it refuses it).
+
+Answers are JSON; errors are ``{"error": message, "reason": Reason}``, and a bad field also
+carries ``"field"``: 400 a field is wrong (named), 401 no token or one the API server does not
+accept, 403 not allowed (an id that exists nowhere the caller may act is 403 too, like one
+that exists elsewhere: the two must look alike; 404 is for who may act in every namespace),
+404 the volume tier is off (no ``queue.dsn``: these routes do not exist here) or the id is
+unknown, 405 another method, 409 the execution's state does not allow the cancel or retry,
+503 the API server's reviews or the queue store cannot be reached now (try again).
+
+The store's calls block; like the history routes, they run on the HTTP server's worker
+threads (httpserver.Limits bounds how many at once). This module knows the store only
+through the JobStore protocol (the runtime hands it a vigil.queue.QueueStore), so the HTTP
+layer never imports a database driver.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
+from vigil.core.chain import CatchUp
+from vigil.core.ports import Clock
+from vigil.core.queue import (
+    DEFAULT_MAX_ATTEMPTS,
+    AttemptRow,
+    Change,
+    ExecutionRecord,
+    JobRecord,
+    OneOffJob,
+    QueueUnavailable,
+    Submitted,
+    queue_key,
+    split_queue_key,
+)
+from vigil.core.timeparse import parse_rfc3339
+from vigil.model.names import GROUP, TASK_QUEUES
+
+log = logging.getLogger(__name__)
+
+Answer = tuple[int, str, bytes]
+
+ID = r"[a-z0-9][-a-z0-9]{0,62}"
+JOBS_PATH = "/v1/jobs"
+JOB_PATH = re.compile(rf"^/v1/jobs/({ID})/?$")
+EXECUTION_PATH = re.compile(rf"^/v1/executions/({ID})/?$")
+EXECUTION_ACTION_PATH = re.compile(rf"^/v1/executions/({ID})/(cancel|retry)/?$")
+PREFIX = "/v1/"
+
+NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+#: A TaskQueue's name: a DNS subdomain, as every object's name.
+QUEUE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+TEXT_MAX_LENGTH = 253  # task, tenant and idempotency key: as long as an object name
+#: Largest payload, as compact JSON: executions are rows, not blobs (the request itself is
+#: capped by httpserver.Limits.max_request_bytes, 64 KiB by default).
+MAX_PAYLOAD_BYTES = 32 * 1024
+MAX_ATTEMPTS_LIMIT = 1000
+SMALLINT = (-32768, 32767)
+#: Named priorities: lower runs first, and a number may be given instead.
+PRIORITIES = {"high": -10, "normal": 0, "low": 10}
+#: How far in the past a runAt may be: the declarative tier's default catch-up window. Older
+#: is refused, never silently run late (or skipped).
+PAST_RUN_AT = CatchUp().window
+SUBMIT_FIELDS = frozenset(
+    {"namespace", "queue", "task", "payload", "runAt", "priority", "maxAttempts", "idempotencyKey", "tenant"}
+)
+#: The fields of a recurring job: these come through the catalogue, not this route (yet).
+RECURRING_FIELDS = ("cron", "timezone", "payloadTemplate", "expectedMaxInterval")
+
+VOLUME_TIER_OFF = "VolumeTierOff"
+QUEUE_UNAVAILABLE = "QueueUnavailable"
+INVALID = "Invalid"
+NOT_FOUND = "NotFound"
+FORBIDDEN = "Forbidden"
+CONFLICT = "Conflict"
+DONE = {"cancel": "cancelled", "retry": "retried"}
+
+
+class JobStore(Protocol):
+    """What the routes need of the queue store (vigil.queue.store.QueueStore is one).
+
+    Every call raises QueueUnavailable when the store cannot be reached.
+    """
+
+    def submit_job(self, job: OneOffJob, *, now: datetime) -> Submitted: ...
+
+    def job(self, job_id: str) -> JobRecord | None: ...
+
+    def delete_job(self, job_id: str, *, now: datetime, by: str) -> JobRecord | None: ...
+
+    def timeline(self, execution_id: str) -> ExecutionRecord | None: ...
+
+    def cancel(self, execution_id: str, *, now: datetime, by: str) -> Change | None: ...
+
+    def retry(self, execution_id: str, *, now: datetime) -> Change | None: ...
+
+
+class Invalid(ValueError):
+    """A request field that is wrong; the message names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _json(status: int, body: Mapping[str, Any]) -> Answer:
+    return status, "application/json", json.dumps(body, indent=2, default=str).encode()
+
+
+def _error(status: int, message: str, reason: str, **extra: str) -> Answer:
+    return _json(status, {"error": message, "reason": reason, **extra})
+
+
+def taskqueue_access(verb: str, namespace: str, name: str = "") -> Access:
+    """`verb` on ``taskqueues.vigil.dev`` named `name` in `namespace` ("" = every namespace)."""
+    return Access(verb=verb, group=GROUP, resource=TASK_QUEUES, namespace=namespace, name=name)
+
+
+class QueueApi:
+    """Serves the routes above from a store (None: the volume tier is off, every route 404)."""
+
+    def __init__(
+        self,
+        store: JobStore | None,
+        *,
+        clock: Clock,
+        authenticator: Authenticator | None,
+        authorizer: Authorizer | None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._authenticator = authenticator
+        self._authorizer = authorizer
+
+    @staticmethod
+    def serves(path: str) -> bool:
+        return path.startswith(PREFIX)
+
+    def answer(self, method: str, path: str, *, token: str | None, body: bytes = b"") -> Answer:
+        """(status, content type, body) for `method` on `path` by the holder of `token`."""
+        store = self._store
+        if store is None:
+            return _error(
+                404, "the volume tier is off: this operator has no queue store (settings queue.dsn)", VOLUME_TIER_OFF
+            )
+        route = _route(method, path)
+        if isinstance(route, tuple):
+            return route
+        try:
+            user = self._user(token)
+            if user is None:
+                return _error(
+                    401, "a Kubernetes bearer token the API server accepts is required (Authorization: Bearer ...)",
+                    "Unauthorized",
+                )  # fmt: skip
+            return route(self, store, user, path, body)
+        except ReviewUnavailable as error:
+            log.warning("queue API: cannot review a caller: %s", error)
+            return _error(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
+        except QueueUnavailable as error:
+            log.warning("queue API: the queue store is unavailable: %s", error)
+            return _error(503, f"the queue store is unavailable: {error}; try again", QUEUE_UNAVAILABLE)
+
+    def _user(self, token: str | None) -> User | None:
+        if self._authenticator is None or self._authorizer is None or not token:
+            return None
+        return self._authenticator.authenticate(token)
+
+    def _allowed(self, user: User, access: Access) -> bool:
+        assert self._authorizer is not None  # _user() let no one through without it
+        return self._authorizer.allowed(user, access)
+
+    # The routes: each (store, user, path, body) -> Answer.
+
+    def submit(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+        """401 before anything; then the queue named (400), then may they (403), then the rest."""
+        try:
+            data = _object(raw)
+            namespace, name = _queue_of(data)
+        except Invalid as error:
+            return _invalid(error)
+        access = taskqueue_access("create", namespace, name)
+        if not self._allowed(user, access):
+            return _forbidden(user, access)
+        now = self._clock.now()
+        try:
+            job = one_off_job(data, namespace=namespace, name=name, now=now)
+        except Invalid as error:
+            return _invalid(error)
+        submitted = store.submit_job(job, now=now)
+        if submitted.created:
+            log.info("queue API: %s submitted job %s to %s", user.name, submitted.job_id, job.queue)
+        body = {
+            "jobId": submitted.job_id,
+            "executionId": submitted.execution_id,
+            "scheduledFor": _time(submitted.scheduled_for),
+        }
+        return _json(201 if submitted.created else 200, body)
+
+    def get_job(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+        job_id = _id(JOB_PATH, path)
+        job = store.job(job_id)
+        refused = self._hidden(user, "get", "job", job_id, job.queue if job is not None else None)
+        if refused is not None or job is None:
+            return refused or _not_found("job", job_id)
+        return _json(200, job_to_json(job))
+
+    def delete_job(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+        job_id = _id(JOB_PATH, path)
+        job = store.job(job_id)
+        refused = self._hidden(user, "delete", "job", job_id, job.queue if job is not None else None)
+        if refused is not None or job is None:
+            return refused or _not_found("job", job_id)
+        deleted = store.delete_job(job_id, now=self._clock.now(), by=user.name)
+        if deleted is None:
+            return _not_found("job", job_id)
+        log.info("queue API: %s deleted job %s of %s", user.name, job_id, job.queue)
+        return _json(200, job_to_json(deleted))
+
+    def get_execution(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+        execution_id = _id(EXECUTION_PATH, path)
+        record = store.timeline(execution_id)
+        refused = self._hidden(user, "get", "execution", execution_id, record.queue if record is not None else None)
+        if refused is not None or record is None:
+            return refused or _not_found("execution", execution_id)
+        return _json(200, execution_to_json(record))
+
+    def act(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+        match = EXECUTION_ACTION_PATH.match(path)
+        assert match is not None  # _route() sent only these paths here
+        execution_id, action = match.group(1), match.group(2)
+        if raw.strip() not in (b"", b"{}"):
+            return _invalid(Invalid("body", f"{action} takes no body (or an empty JSON object)"))
+        record = store.timeline(execution_id)
+        refused = self._hidden(user, "update", "execution", execution_id, record.queue if record is not None else None)
+        if refused is not None or record is None:
+            return refused or _not_found("execution", execution_id)
+        now = self._clock.now()
+        if action == "cancel":
+            change = store.cancel(execution_id, now=now, by=user.name)
+        else:
+            change = store.retry(execution_id, now=now)
+        if change is None:
+            return _not_found("execution", execution_id)
+        if change.refusal is not None:
+            return _error(409, f"execution {execution_id} cannot be {DONE[action]}: {change.refusal}", CONFLICT)
+        log.info("queue API: %s %s execution %s of %s", user.name, DONE[action], execution_id, record.queue)
+        return _json(200, execution_to_json(change.record))
+
+    def _hidden(self, user: User, verb: str, kind: str, ident: str, queue: str | None) -> Answer | None:
+        """403 unless `user` may `verb` the TaskQueue `queue` (None: no such id); for an unknown
+        id, 403 alike unless they may `verb` taskqueues in every namespace (then None: 404)."""
+        if queue is not None:
+            namespace, name = split_queue_key(queue)
+            if self._allowed(user, taskqueue_access(verb, namespace, name)):
+                return None
+        elif self._allowed(user, taskqueue_access(verb, "")):
+            return None
+        return _error(
+            403,
+            f"{user.name} may not {verb} {kind} {ident}: it does not exist in any queue where they may "
+            f"{verb} {TASK_QUEUES}.{GROUP}",
+            FORBIDDEN,
+        )
+
+
+Route = Callable[[QueueApi, JobStore, User, str, bytes], Answer]
+
+
+def _route(method: str, path: str) -> Route | Answer:
+    """The QueueApi method serving `method` on `path`, or the 404/405 answer."""
+    routes: dict[str, Route]
+    if path.rstrip("/") == JOBS_PATH:
+        routes = {"POST": QueueApi.submit}
+    elif JOB_PATH.match(path):
+        routes = {"GET": QueueApi.get_job, "DELETE": QueueApi.delete_job}
+    elif EXECUTION_PATH.match(path):
+        routes = {"GET": QueueApi.get_execution}
+    elif EXECUTION_ACTION_PATH.match(path):
+        routes = {"POST": QueueApi.act}
+    else:
+        return _error(404, f"no route {path}", NOT_FOUND)
+    if method not in routes:
+        return _error(405, f"{path} answers {', '.join(sorted(routes))}, not {method}", "MethodNotAllowed")
+    return routes[method]
+
+
+def _id(pattern: re.Pattern[str], path: str) -> str:
+    match = pattern.match(path)
+    assert match is not None  # _route() matched it already
+    return match.group(1)
+
+
+def _object(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except ValueError as error:
+        raise Invalid("body", f"not JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise Invalid("body", "must be a JSON object")
+    return data
+
+
+def _queue_of(data: Mapping[str, Any]) -> tuple[str, str]:
+    """(namespace, TaskQueue name) a submission names: what it is authorised against."""
+    namespace = _required_text(data, "namespace")
+    if not NAMESPACE.fullmatch(namespace):
+        raise Invalid("namespace", f"{namespace!r} is not a namespace name (a DNS label)")
+    name = _required_text(data, "queue")
+    if not QUEUE_NAME.fullmatch(name):
+        raise Invalid("queue", f"{name!r} is not a TaskQueue name (a DNS subdomain)")
+    return namespace, name
+
+
+def one_off_job(data: Mapping[str, Any], *, namespace: str, name: str, now: datetime) -> OneOffJob:
+    """The one-off job a submission's body describes; Invalid naming the first wrong field."""
+    for field in RECURRING_FIELDS:
+        if field in data:
+            raise Invalid(
+                field,
+                "recurring jobs come through the catalogue (a TaskQueue's recurring jobs), not this "
+                "route: it takes one-off jobs (runAt)",
+            )
+    unknown = sorted(set(data) - SUBMIT_FIELDS)
+    if unknown:
+        raise Invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(SUBMIT_FIELDS))}")
+    task = _required_text(data, "task")
+    tenant = _optional_text(data, "tenant")
+    return OneOffJob(
+        queue=queue_key(namespace, name),
+        task=task,
+        payload=_payload(data.get("payload", {})),
+        run_at=_run_at(data.get("runAt"), now=now),
+        priority=_priority(data.get("priority", "normal")),
+        tenant=namespace if tenant is None else tenant,
+        max_attempts=_max_attempts(data.get("maxAttempts", DEFAULT_MAX_ATTEMPTS)),
+        idempotency_key=_optional_text(data, "idempotencyKey"),
+    )
+
+
+def _text(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise Invalid(field, "must be a string")
+    if not value or len(value) > TEXT_MAX_LENGTH:
+        raise Invalid(field, f"must be 1 to {TEXT_MAX_LENGTH} characters long")
+    if not value.isprintable() or value != value.strip():
+        raise Invalid(field, "must be printable, without leading or trailing spaces")
+    return value
+
+
+def _required_text(data: Mapping[str, Any], field: str) -> str:
+    if field not in data:
+        raise Invalid(field, "is required")
+    return _text(data[field], field)
+
+
+def _optional_text(data: Mapping[str, Any], field: str) -> str | None:
+    value = data.get(field)
+    return None if value is None else _text(value, field)
+
+
+def _payload(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise Invalid("payload", "must be a JSON object")
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise Invalid("payload", f"is {size} bytes as JSON; at most {MAX_PAYLOAD_BYTES}")
+    return value
+
+
+def _run_at(value: Any, *, now: datetime) -> datetime:
+    if value is None:
+        return now
+    if not isinstance(value, str):
+        raise Invalid("runAt", "must be an RFC 3339 timestamp string, like '2026-08-01T02:00:00Z'")
+    try:
+        run_at = parse_rfc3339(value)
+    except ValueError as error:
+        raise Invalid("runAt", str(error)) from None
+    if now - run_at > PAST_RUN_AT:
+        raise Invalid(
+            "runAt", f"{value} is more than {PAST_RUN_AT} in the past (the catch-up window): it would never run on time"
+        )
+    return run_at
+
+
+def _priority(value: Any) -> int:
+    if isinstance(value, str):
+        if value not in PRIORITIES:
+            raise Invalid("priority", f"{value!r} is not one of {', '.join(PRIORITIES)} (or a whole number)")
+        return PRIORITIES[value]
+    if isinstance(value, bool) or not isinstance(value, int) or not SMALLINT[0] <= value <= SMALLINT[1]:
+        raise Invalid(
+            "priority", f"must be a whole number from {SMALLINT[0]} to {SMALLINT[1]} (lower runs first) or a name"
+        )
+    return value
+
+
+def _max_attempts(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS_LIMIT:
+        raise Invalid("maxAttempts", f"must be a whole number from 1 to {MAX_ATTEMPTS_LIMIT}")
+    return value
+
+
+def _time(value: datetime | None) -> str | None:
+    """An instant as RFC 3339 with its fractions (leases and attempts are sub-second)."""
+    return value.astimezone(UTC).isoformat() if value is not None else None
+
+
+def job_to_json(job: JobRecord) -> dict[str, Any]:
+    namespace, name = split_queue_key(job.queue)
+    return {
+        "jobId": job.job_id,
+        "namespace": namespace,
+        "queue": name,
+        "task": job.task,
+        "payload": job.payload,
+        "priority": job.priority,
+        "tenant": job.tenant,
+        "maxAttempts": job.max_attempts,
+        "enabled": job.enabled,
+        "createdAt": _time(job.created_at),
+        "executions": [
+            {
+                "executionId": e.execution_id,
+                "state": str(e.state),
+                "attempt": e.attempt,
+                "scheduledFor": _time(e.scheduled_for),
+            }
+            for e in job.executions
+        ],
+    }
+
+
+def attempt_to_json(row: AttemptRow) -> dict[str, Any]:
+    return {
+        "attempt": row.attempt,
+        "worker": row.worker,
+        "outcome": str(row.outcome),
+        "startedAt": _time(row.started_at),
+        "finishedAt": _time(row.finished_at),
+        "error": row.error,
+        "duplicate": row.duplicate,
+    }
+
+
+def execution_to_json(record: ExecutionRecord) -> dict[str, Any]:
+    namespace, name = split_queue_key(record.queue)
+    return {
+        "executionId": record.execution_id,
+        "jobId": record.job_id,
+        "namespace": namespace,
+        "queue": name,
+        "task": record.task,
+        "payload": record.payload,
+        "priority": record.priority,
+        "tenant": record.tenant,
+        "idempotencyKey": record.idempotency_key,
+        "state": str(record.state),
+        "attempt": record.attempt,
+        "maxAttempts": record.max_attempts,
+        "scheduledFor": _time(record.scheduled_for),
+        "runAfter": _time(record.run_after),
+        "leaseOwner": record.lease_owner,
+        "leaseExpiresAt": _time(record.lease_expires_at),
+        "finishedAt": _time(record.finished_at),
+        "lastError": record.last_error,
+        "cancelledBy": record.cancelled_by,
+        "attempts": [attempt_to_json(row) for row in record.attempts],
+    }
+
+
+def _invalid(error: Invalid) -> Answer:
+    return _error(400, str(error), INVALID, field=error.field)
+
+
+def _not_found(kind: str, ident: str) -> Answer:
+    return _error(404, f"{kind} {ident} not found", NOT_FOUND)
+
+
+def _forbidden(user: User, access: Access) -> Answer:
+    return _error(
+        403,
+        f"{user.name} may not {access.verb} {access.resource}.{access.group} {access.name} in namespace "
+        f"{access.namespace}",
+        FORBIDDEN,
+    )

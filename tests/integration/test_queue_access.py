@@ -1,0 +1,115 @@
+"""Who may use the volume tier's HTTP API, through a real operator on the real API server and a
+real PostgreSQL queue store.
+
+The operator runs with the chart's own identity (tests/integration/operators.py), its
+`queue.dsn` pointing at a fresh database it has never migrated (its first request migrates it).
+Callers are ServiceAccounts with real tokens; each route's TokenReview and SubjectAccessReview
+(on `taskqueues.vigil.dev` named after the queue, in its namespace) go to the API server:
+
+* no token, or one the API server does not know: 401;
+* `stranger` (granted nothing) and `elsewhere` (who may submit to another queue only, by
+  `resourceNames`): 403 for submitting to `orders`;
+* `submitter` (`create` and `get` on `orders`): 201 through `vigil.client`, a repeated
+  idempotency key 200 with the first job, the job and the timeline readable, a bad field 400
+  naming it; cancelling needs `update`, so 403;
+* `operator` (`get`, `update`, `delete` on `orders`): cancels and retries the execution and
+  deletes the job; may not submit (403).
+
+Nothing here needs the TaskQueue CRD: RBAC and SubjectAccessReviews work on the resource name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from tests.contract.conftest import postgres
+from tests.contract.postgres import PostgresServer
+from tests.integration.conftest import KubeCluster
+from tests.integration.operators import OperatorFleet
+from tests.integration.test_http_access import GROUP, Api, free_port, token_of
+from tests.queue.conftest import conninfo
+from tests.waiting import wait_for
+from vigil.client import ApiError, Client
+
+__all__ = ["postgres"]
+
+pytestmark = pytest.mark.postgres
+
+
+def on_orders(*verbs: str, queue: str = "orders") -> list[client.V1PolicyRule]:
+    return [client.V1PolicyRule(api_groups=[GROUP], resources=["taskqueues"], verbs=list(verbs), resource_names=[queue])]
+
+
+@pytest.fixture
+def served(
+    cluster: KubeCluster, tmp_path: Path, postgres: PostgresServer, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    dsn = conninfo(postgres, postgres.create_database())
+    fleet = OperatorFleet(cluster, tmp_path, queue={"dsn": dsn})
+    port = free_port()
+    fleet.start(http={"apiPort": port})
+    api = Api(port)
+
+    def up() -> bool:
+        try:
+            return api.get("/healthz")[0] == 200
+        except OSError:
+            return False
+
+    wait_for(up, timeout=60, what="the operator serving HTTP")
+    yield f"http://127.0.0.1:{port}"
+    fleet.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(fleet.logs())
+    cluster.clear_namespace(fleet.namespace)
+
+
+def status_of(call: Callable[[], object]) -> int:
+    """The status a call's answer had: 200 for any success, else the ApiError's."""
+    try:
+        call()
+    except ApiError as error:
+        return error.status
+    return 200
+
+
+def test_the_queue_api_authenticates_and_authorises_every_caller_on_the_taskqueue(
+    cluster: KubeCluster, namespace: str, served: str
+) -> None:
+    submitter = Client(served, token=token_of(cluster, namespace, "submitter", on_orders("create", "get")))
+    operator = Client(served, token=token_of(cluster, namespace, "operator", on_orders("get", "update", "delete")))
+    stranger = Client(served, token=token_of(cluster, namespace, "stranger"))
+    elsewhere = Client(served, token=token_of(cluster, namespace, "elsewhere", on_orders("create", queue="other")))
+
+    def submit(caller: Client) -> Callable[[], object]:
+        return lambda: caller.submit(namespace=namespace, queue="orders", task="record")
+
+    assert status_of(submit(Client(served, token="not-a-token"))) == 401
+    assert status_of(submit(stranger)) == 403
+    assert status_of(submit(elsewhere)) == 403
+    assert status_of(submit(operator)) == 403
+
+    made = submitter.submit(namespace=namespace, queue="orders", task="record", idempotency_key="k", payload={"n": 1})
+    assert made.created and made.job_id is not None
+    again = submitter.submit(namespace=namespace, queue="orders", task="record", idempotency_key="k")
+    assert (again.created, again.execution_id) == (False, made.execution_id)
+    assert submitter.job(made.job_id).queue == "orders"
+    assert submitter.execution(made.execution_id).state == "ready"
+    with pytest.raises(ApiError) as bad:
+        submitter.submit(namespace=namespace, queue="orders", task="record", priority="urgent")
+    assert (bad.value.status, bad.value.field) == (400, "priority")
+
+    assert status_of(lambda: stranger.execution(made.execution_id)) == 403
+    assert status_of(lambda: submitter.cancel(made.execution_id)) == 403
+    assert operator.cancel(made.execution_id).state == "cancelled"
+    assert status_of(lambda: operator.cancel(made.execution_id)) == 409
+    retried = operator.retry(made.execution_id)
+    assert (retried.state, retried.attempt, retried.execution_id) == ("ready", 2, made.execution_id)
+    assert status_of(lambda: submitter.delete_job(made.job_id or "")) == 403
+    assert operator.delete_job(made.job_id).enabled is False
+    assert submitter.execution(made.execution_id).cancelled_by == f"system:serviceaccount:{namespace}:operator"
