@@ -10,7 +10,10 @@ are the same as the declarative tier's and testable without a database:
   execution id, so every worker computes the same instant); the last allowed one
   is a dead letter;
 - an expired lease counts as a spent attempt: the execution becomes leasable at
-  once with the same id and attempt + 1, or dead when that was the last.
+  once with the same id and attempt + 1, or dead when that was the last;
+- a queue's declaration (`QueueDeclaration`, from its TaskQueue) sets the lease,
+  retry defaults and caps, and `allowance` decides how many executions of each
+  priority a worker may lease so that reserved capacity stays reserved.
 
 Nothing here reads a clock: `now` is passed in.
 """
@@ -18,10 +21,11 @@ Nothing here reads a clock: `now` is passed in.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from vigil.core.executions import RetryPolicy, backoff_delay
+from vigil.core.executions import Backoff, RetryPolicy, backoff_delay
 from vigil.core.timeparse import require_aware
 
 #: Longest error text kept per attempt (the rest is cut): a traceback can be megabytes.
@@ -82,3 +86,74 @@ def bounded_error(text: str) -> str:
     if len(text) <= ERROR_MAX_CHARS:
         return text
     return "…" + text[-(ERROR_MAX_CHARS - 1) :]
+
+
+# -- a queue's declaration (a TaskQueue, as the store holds it) ---------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDeclaration:
+    """What a TaskQueue declares, in plain values: published by the operator, read by workers.
+
+    `priorities` maps a priority value (the executions' smallint; lower runs first) to the share
+    of each worker's slots reserved for it; `tenant_caps` maps a tenant to its own cap on leased
+    executions, overriding `tenant_max_concurrent` (None: no cap).
+    """
+
+    lease: timedelta = timedelta(seconds=30)
+    heartbeat: timedelta = timedelta(seconds=10)
+    max_attempts: int = 3
+    backoff: Backoff = Backoff(initial=timedelta(seconds=10), factor=2.0, max=timedelta(minutes=10))
+    dead_retention: timedelta | None = None
+    tenant_max_concurrent: int | None = None
+    tenant_caps: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    priorities: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    objective: timedelta | None = None
+
+    @property
+    def capped(self) -> bool:
+        """Whether any tenant has a cap (leasing then takes the queue's tenant lock)."""
+        return self.tenant_max_concurrent is not None or bool(self.tenant_caps)
+
+
+# -- reserved capacity ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowance:
+    """What one lease may take: per reserved priority, its free reserved slots; and the shared ones."""
+
+    reserved_free: Mapping[int, int]
+    shared_free: int
+
+    @property
+    def total(self) -> int:
+        return self.shared_free + sum(self.reserved_free.values())
+
+
+def reserved_slots(concurrency: int, priorities: Mapping[int, float]) -> dict[int, int]:
+    """The slots of a worker of `concurrency` reserved for each priority: its share, rounded down.
+
+    Rounding down keeps the reserved slots within the worker's (shares sum to at most 1), so a
+    worker of concurrency 4 reserves nothing for a share of 0.2: give such queues larger workers.
+    """
+    return {value: int(share * concurrency + 1e-9) for value, share in priorities.items() if share > 0}
+
+
+def allowance(*, concurrency: int, priorities: Mapping[int, float], held: Mapping[int, int]) -> Allowance:
+    """How many executions of each priority a worker may lease now.
+
+    Capacity is the worker's `concurrency` (its slots). A priority's reserved slots are taken only
+    by executions of exactly that priority; the rest of the slots are shared by every priority,
+    most urgent first. A priority's running executions fill its reserved slots first and then the
+    shared ones, so a backfill of low-priority work can fill every shared slot but never a slot
+    reserved for another priority. `held` counts the worker's running executions by priority.
+    """
+    reserved = reserved_slots(concurrency, priorities)
+    shared = concurrency - sum(reserved.values())
+    for value, count in held.items():
+        shared -= max(0, count - reserved.get(value, 0))
+    return Allowance(
+        reserved_free={value: max(0, slots - held.get(value, 0)) for value, slots in reserved.items()},
+        shared_free=max(0, shared),
+    )

@@ -20,6 +20,7 @@ EXECUTIONS = "executions"
 WORKFLOWS = "workflows"
 WORKFLOW_DEFINITIONS = "workflowdefinitions"
 SCHEDULE_BUCKETS = "schedulebuckets"
+TASK_QUEUES = "taskqueues"
 
 # -- labels and annotations on execution pods (and workflow step pods) -------------------------
 LABEL_JOB = "vigil.dev/job"
