@@ -116,6 +116,18 @@ class QueueDeclaration:
         return self.tenant_max_concurrent is not None or bool(self.tenant_caps)
 
 
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    """What a TaskQueue's status shows, as the store counts it."""
+
+    ready: int
+    leased: int
+    dead: int
+    succeeded_last_minute: int
+    dead_last_minute: int
+    oldest_ready_age: timedelta | None  # of the oldest *due* ready execution; None when none is due
+
+
 # -- reserved capacity ---------------------------------------------------------------------------
 
 

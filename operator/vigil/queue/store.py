@@ -43,6 +43,7 @@ from vigil.core.queue import (
     AttemptOutcome,
     QueueDeclaration,
     QueueState,
+    QueueStats,
     Settlement,
     after_expiry,
     lease_deadline,
@@ -127,18 +128,6 @@ class SettleReport:
 
     settled: int
     stale: list[Finished]  # ran to the end after their lease expired: duplicates
-
-
-@dataclasses.dataclass(frozen=True)
-class QueueStats:
-    """What a TaskQueue's status shows, read from the store in one statement for all queues."""
-
-    ready: int
-    leased: int
-    dead: int
-    succeeded_last_minute: int
-    dead_last_minute: int
-    oldest_ready_age: timedelta | None  # of the oldest *due* ready execution; None when none is due
 
 
 def _engine(dsn: str) -> sa.Engine:
