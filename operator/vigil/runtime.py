@@ -493,7 +493,9 @@ def task_queue_threads(
     """The volume tier's TaskQueue pass and its cache, when the tier is on (`queue.dsn`)."""
     if not settings.queue.dsn:
         return []
-    from vigil.queue.store import QueueStore  # psycopg: the `postgres` extra, needed only with a queue
+    from vigil.queue.store import (
+        QueueStore,  # psycopg: the `postgres` extra, needed only with a queue
+    )
 
     cache = taskqueue_cache(api)
     controller = TaskQueueController(

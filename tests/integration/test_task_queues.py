@@ -63,7 +63,7 @@ BAD_FIELDS = [
     pytest.param({"deadLetter": {"retention": "forever"}}, "deadLetter.retention", id="retention"),
     pytest.param(
         {"priorities": [{"name": "high", "value": 0, "reservedShare": 0.7},
-                        {"name": "low", "value": 9, "reservedShare": 0.4}]},  # fmt: skip
+                        {"name": "low", "value": 9, "reservedShare": 0.4}]},
         "reservedShare values must sum to at most 1",
         id="shares-over-one",
     ),
@@ -144,6 +144,7 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
 
 
+@pytest.mark.postgres
 def test_status_shows_ready_leased_dead_and_the_oldest_age(
     cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str
 ) -> None:
@@ -180,7 +181,7 @@ def test_status_shows_ready_leased_dead_and_the_oldest_age(
     assert condition(obj, "Ready")["status"] == "True"  # type: ignore[index]
     assert condition(obj, "Behind")["status"] == "True"  # type: ignore[index]
     assert condition(obj, "Behind")["reason"] == "OldestReadyTooOld"  # type: ignore[index]
-    header, row = cluster.kubectl("get", "tq", "work", "-n", namespace).stdout.splitlines()
+    _, row = cluster.kubectl("get", "tq", "work", "-n", namespace).stdout.splitlines()
     assert row.split()[1:7] == ["3", "1", "1", status["oldestReadyAge"], "1m", "True"]
 
     # A change reaches the store; a deletion removes the declaration (workers fall back to flags).
@@ -191,6 +192,7 @@ def test_status_shows_ready_leased_dead_and_the_oldest_age(
     wait_for(lambda: store.declaration(key) is None, timeout=60, what="the declaration removed")
 
 
+@pytest.mark.postgres
 def test_what_only_the_operator_can_check_makes_the_queue_invalid_with_an_event(
     cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str
 ) -> None:

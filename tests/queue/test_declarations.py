@@ -152,7 +152,7 @@ def test_dead_executions_past_their_retention_are_purged(store: QueueStore, dsn:
 
     async def run() -> None:
         async with workers(dsn, "q", "w1") as [w]:
-            [x] = await w.lease(["poison"], limit=1, lease=LEASE, now=T0)
+            assert len(await w.lease(["poison"], limit=1, lease=LEASE, now=T0)) == 1
             await w.expire(now=T0 + LEASE)  # the lease ran out on its only attempt: dead
 
     asyncio.run(run())

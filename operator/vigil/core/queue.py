@@ -103,7 +103,7 @@ class QueueDeclaration:
     lease: timedelta = timedelta(seconds=30)
     heartbeat: timedelta = timedelta(seconds=10)
     max_attempts: int = 3
-    backoff: Backoff = Backoff(initial=timedelta(seconds=10), factor=2.0, max=timedelta(minutes=10))
+    backoff: Backoff = dataclasses.field(default_factory=Backoff)
     dead_retention: timedelta | None = None
     tenant_max_concurrent: int | None = None
     tenant_caps: Mapping[str, int] = dataclasses.field(default_factory=dict)
@@ -149,7 +149,8 @@ def reserved_slots(concurrency: int, priorities: Mapping[int, float]) -> dict[in
     Rounding down keeps the reserved slots within the worker's (shares sum to at most 1), so a
     worker of concurrency 4 reserves nothing for a share of 0.2: give such queues larger workers.
     """
-    return {value: int(share * concurrency + 1e-9) for value, share in priorities.items() if share > 0}
+    slots = {value: int(share * concurrency + 1e-9) for value, share in priorities.items()}
+    return {value: count for value, count in slots.items() if count > 0}
 
 
 def allowance(*, concurrency: int, priorities: Mapping[int, float], held: Mapping[int, int]) -> Allowance:

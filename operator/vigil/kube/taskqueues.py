@@ -32,7 +32,13 @@ from vigil.core.ports import Clock
 from vigil.core.queue import QueueDeclaration, QueueStats
 from vigil.kube.events import WARNING, EventRecorder
 from vigil.kube.informer import Informer, Key, key_of
-from vigil.model import TaskQueueSpec, TaskQueueStatus, describe_validation_error, format_duration, queue_key
+from vigil.model import (
+    TaskQueueSpec,
+    TaskQueueStatus,
+    describe_validation_error,
+    format_duration,
+    queue_key,
+)
 from vigil.model.names import GROUP, TASK_QUEUES, VERSION
 
 log = logging.getLogger(__name__)

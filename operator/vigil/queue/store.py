@@ -36,8 +36,8 @@ import psycopg
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
-from vigil.core.ids import execution_id as derive_execution_id
 from vigil.core.executions import Backoff
+from vigil.core.ids import execution_id as derive_execution_id
 from vigil.core.queue import (
     Allowance,
     AttemptOutcome,
@@ -249,9 +249,13 @@ class QueueStore:
             rows = connection.execute(QUERIES["queue_stats"], params).fetchall()
         return {
             queue: QueueStats(
-                ready=ready, leased=leased, dead=dead, succeeded_last_minute=succeeded,
-                dead_last_minute=dead_minute, oldest_ready_age=None if oldest is None else max(timedelta(0), now - oldest),
-            )  # fmt: skip
+                ready=ready,
+                leased=leased,
+                dead=dead,
+                succeeded_last_minute=succeeded,
+                dead_last_minute=dead_minute,
+                oldest_ready_age=None if oldest is None else max(timedelta(0), now - oldest),
+            )
             for queue, ready, leased, dead, succeeded, dead_minute, oldest in rows
         }
 
