@@ -33,7 +33,7 @@ DEFAULT_TIMEOUT_SECONDS = 10.0  # one request, connect to last byte: the operato
 class ApiError(Exception):
     """An error answer (or no answer): `status` is the HTTP status (0: the request failed before
     one came), `reason` the API's reason (``Invalid``, ``Forbidden``, ``Conflict``, ...), `field`
-    the request field a 400 names."""
+    the request field a 422 names."""
 
     def __init__(self, status: int, message: str, *, reason: str = "", field: str | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")

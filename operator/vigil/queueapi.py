@@ -20,7 +20,7 @@ the verb ``create`` lets a program submit to that queue without letting it creat
 TaskQueue object (Kubernetes cannot restrict a real create by name, so it refuses it).
 
 Answers are JSON; errors are ``{"error": message, "reason": Reason}``, and a bad field also
-carries ``"field"``: 400 a field is wrong (named), 401 no token or one the API server does not
+carries ``"field"``: 422 a field is wrong (named), 401 no token or one the API server does not
 accept, 403 not allowed (an id that exists nowhere the caller may act is 403 too, like one
 that exists elsewhere: the two must look alike; 404 is for who may act in every namespace),
 404 the volume tier is off (no ``queue.dsn``: these routes do not exist here) or the id is
@@ -46,7 +46,6 @@ from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailab
 from vigil.core.chain import CatchUp
 from vigil.core.ports import Clock
 from vigil.core.queue import (
-    DEFAULT_MAX_ATTEMPTS,
     AttemptRow,
     Change,
     ExecutionRecord,
@@ -197,7 +196,7 @@ class QueueApi:
     # The routes: each (store, user, path, body) -> Answer.
 
     def submit(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
-        """401 before anything; then the queue named (400), then may they (403), then the rest."""
+        """401 before anything; then the queue named (422), then may they (403), then the rest."""
         try:
             data = _object(raw)
             namespace, name = _queue_of(data)
@@ -357,7 +356,7 @@ def one_off_job(data: Mapping[str, Any], *, namespace: str, name: str, now: date
         run_at=_run_at(data.get("runAt"), now=now),
         priority=_priority(data.get("priority", "normal")),
         tenant=namespace if tenant is None else tenant,
-        max_attempts=_max_attempts(data.get("maxAttempts", DEFAULT_MAX_ATTEMPTS)),
+        max_attempts=None if data.get("maxAttempts") is None else _max_attempts(data["maxAttempts"]),
         idempotency_key=_optional_text(data, "idempotencyKey"),
     )
 
@@ -495,7 +494,7 @@ def execution_to_json(record: ExecutionRecord) -> dict[str, Any]:
 
 
 def _invalid(error: Invalid) -> Answer:
-    return _error(400, str(error), INVALID, field=error.field)
+    return _error(422, str(error), INVALID, field=error.field)
 
 
 def _not_found(kind: str, ident: str) -> Answer:

@@ -56,6 +56,7 @@ from vigil.kube.ledger import KubeLedger
 from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
+from vigil.kube.taskqueues import TaskQueueController, TaskQueueStatusWriter, taskqueue_cache
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflowpods import workflow_of
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
@@ -467,6 +468,7 @@ def run(settings: Settings) -> int:
         ("workflows", lambda: caches.when_synced(stop, lambda: engine.run(stop))),
         ("retention", lambda: every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
     ]
+    threads += task_queue_threads(api, settings, events=events, clock=clock, stop=stop)
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
         watchdog = build_watchdog(
             api, settings, executions=executions, events=events, clock=clock, store=store,
@@ -500,6 +502,28 @@ def run(settings: Settings) -> int:
     finally:
         _hand_over(stop, started, elector, flush=writer.flush)
     return 0
+
+
+def task_queue_threads(
+    api: client.ApiClient, settings: Settings, *, events: EventRecorder, clock: Clock, stop: threading.Event
+) -> list[tuple[str, Callable[[], None]]]:
+    """The volume tier's TaskQueue pass and its cache, when the tier is on (`queue.dsn`)."""
+    if not settings.queue.dsn:
+        return []
+    from vigil.queue.store import (
+        QueueStore,  # psycopg: the `postgres` extra, needed only with a queue
+    )
+
+    cache = taskqueue_cache(api)
+    controller = TaskQueueController(
+        cache=cache,
+        store=QueueStore(settings.queue.dsn),
+        writer=TaskQueueStatusWriter(api, cache=cache),
+        events=events,
+        clock=clock,
+        interval_seconds=settings.queue.status_interval_seconds,
+    )
+    return [("taskqueues-cache", lambda: cache.run(stop)), ("taskqueues", lambda: controller.run(stop))]
 
 
 def _hand_over(

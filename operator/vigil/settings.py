@@ -236,6 +236,14 @@ class Queue(_Section):
         description="Shards of the volume tier's trigger, by job id; each is fired by whichever "
         "replica holds its Lease, so replicas share them and take over a dead one's.",
     )
+    status_interval_seconds: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Seconds between the leader's TaskQueue passes: each publishes changed "
+        "declarations to the store and refreshes every TaskQueue's status (counts, oldest ready "
+        "age, rates) from one query, so status lags the store by at most this, never per execution.",
+    )
 
 
 class Watchdog(_Section):

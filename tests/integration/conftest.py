@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 STATE = REPO / ".cluster" / os.environ.get("VIGIL_TEST_CLUSTER", "test")
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 #: Every namespaced kind of Vigil's, which `clear_namespace` empties.
-VIGIL_KINDS = ("scheduledjobs", "executions", "workflows", "workflowdefinitions", "schedulebuckets")
+VIGIL_KINDS = ("scheduledjobs", "executions", "workflows", "workflowdefinitions", "schedulebuckets", "taskqueues")
 PORT_BASE = int(os.environ.get("VIGIL_TEST_PORT_BASE", "26000"))  # apart from the demo's 16000
 #: The real node's cluster: its own state directory and ports (etcd +379/380, API +443, kubelet +248/250).
 KUBELET_STATE = STATE.with_name(f"{STATE.name}-kubelet")

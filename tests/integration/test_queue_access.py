@@ -10,7 +10,7 @@ Callers are ServiceAccounts with real tokens; each route's TokenReview and Subje
 * `stranger` (granted nothing) and `elsewhere` (who may submit to another queue only, by
   `resourceNames`): 403 for submitting to `orders`;
 * `submitter` (`create` and `get` on `orders`): 201 through `vigil.client`, a repeated
-  idempotency key 200 with the first job, the job and the timeline readable, a bad field 400
+  idempotency key 200 with the first job, the job and the timeline readable, a bad field 422
   naming it; cancelling needs `update`, so 403;
 * `operator` (`get`, `update`, `delete` on `orders`): cancels and retries the execution and
   deletes the job; may not submit (403).
@@ -102,7 +102,7 @@ def test_the_queue_api_authenticates_and_authorises_every_caller_on_the_taskqueu
     assert submitter.execution(made.execution_id).state == "ready"
     with pytest.raises(ApiError) as bad:
         submitter.submit(namespace=namespace, queue="orders", task="record", priority="urgent")
-    assert (bad.value.status, bad.value.field) == (400, "priority")
+    assert (bad.value.status, bad.value.field) == (422, "priority")
 
     assert status_of(lambda: stranger.execution(made.execution_id)) == 403
     assert status_of(lambda: submitter.cancel(made.execution_id)) == 403

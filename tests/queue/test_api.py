@@ -365,7 +365,7 @@ def test_other_methods_are_405_and_other_paths_404(store: QueueStore) -> None:
     assert get(server, "/v1/queues")[0] == 404
 
 
-# Bad fields: 400 naming the field ----------------------------------------------------------------
+# Bad fields: 422 naming the field ----------------------------------------------------------------
 
 BAD_FIELDS = [
     pytest.param({"namespace": "Shop"}, "namespace", id="namespace not a DNS label"),
@@ -392,9 +392,9 @@ BAD_FIELDS = [
 
 
 @pytest.mark.parametrize(("fields", "field"), BAD_FIELDS)
-def test_a_bad_field_is_400_naming_it_and_adds_nothing(store: QueueStore, fields: dict[str, Any], field: str) -> None:
+def test_a_bad_field_is_422_naming_it_and_adds_nothing(store: QueueStore, fields: dict[str, Any], field: str) -> None:
     status, answer = submit(api(store), **fields)
-    assert (status, answer["reason"], answer["field"]) == (400, "Invalid", field)
+    assert (status, answer["reason"], answer["field"]) == (422, "Invalid", field)
     assert answer["error"].startswith(f"{field}: ")
     assert store.counts(QUEUE)["ready"] == 0
 
@@ -404,13 +404,13 @@ def test_a_recurring_job_is_pointed_at_the_catalogue(store: QueueStore) -> None:
     assert "catalogue" in answer["error"]
 
 
-def test_a_body_that_is_not_a_json_object_is_400(store: QueueStore) -> None:
+def test_a_body_that_is_not_a_json_object_is_422(store: QueueStore) -> None:
     server = api(store)
     for raw in (b"", b"[]", b"{"):
         answer = server.answer_post("/v1/jobs", raw, token="t-alice")
-        assert (answer[0], body(answer)["field"]) == (400, "body")
+        assert (answer[0], body(answer)["field"]) == (422, "body")
     answer = server.answer_post("/v1/executions/ex-1/cancel", b'{"why": 1}', token="t-alice")
-    assert (answer[0], body(answer)["field"]) == (400, "body")
+    assert (answer[0], body(answer)["field"]) == (422, "body")
 
 
 def test_a_runat_within_the_catch_up_window_runs_at_once_with_its_own_scheduled_time(store: QueueStore) -> None:

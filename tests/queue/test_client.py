@@ -77,7 +77,7 @@ def test_errors_raise_api_error_with_status_reason_and_field(url: str) -> None:
     alice = Client(url, token="t-alice")
     with pytest.raises(ApiError) as bad:
         alice.submit(namespace="shop", queue="orders", task="record", max_attempts=0)
-    assert (bad.value.status, bad.value.reason, bad.value.field) == (400, "Invalid", "maxAttempts")
+    assert (bad.value.status, bad.value.reason, bad.value.field) == (422, "Invalid", "maxAttempts")
 
     bob = Client(url, token="t-bob")
     with pytest.raises(ApiError) as refused:

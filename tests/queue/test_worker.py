@@ -22,6 +22,7 @@ from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import FAST, in_process, release, runs, spawn
 from tests.waiting import wait_for
 from vigil import metrics
+from vigil.core.queue import QueueDeclaration
 from vigil.queue.store import QueueStore, Submission
 
 pytestmark = pytest.mark.postgres
@@ -187,3 +188,21 @@ def test_work_cut_short_by_the_drain_timeout_is_left_to_its_lease(store: QueueSt
         wait_for(lambda: (2, "started") in events(tables, eid), timeout=30, what="attempt 2 after the lease")
         release(tables, eid)
         wait_for(lambda: (store.execution(eid) or {}).get("state") == "succeeded", timeout=30, what="success")
+
+
+def test_a_worker_follows_its_queues_declaration_lease_and_reserved_slots(store: QueueStore, tables: str) -> None:
+    """The declared lease wins over the worker's flag; half of a 4-slot worker stays for priority 0."""
+    declared = QueueDeclaration(lease=timedelta(seconds=40), heartbeat=timedelta(seconds=10), priorities={0: 0.5})
+    store.declare("q", declared, generation=1, now=now())
+    backfill = store.submit("q", [Submission("hold", priority=9) for _ in range(6)], now=now())
+    with in_process(tables, "q"):
+        wait_for(lambda: store.counts("q")["leased"] == 2, timeout=30, what="the backfill in the shared slots")
+        urgent = store.submit("q", [Submission("hold", priority=0) for _ in range(2)], now=now())
+        wait_for(lambda: store.counts("q")["leased"] == 4, timeout=30, what="priority 0 in its reserved slots")
+        held = [store.execution(eid) for eid in urgent]
+        assert all(h is not None and h["state"] == "leased" for h in held)
+        left = held[0]["lease_expires_at"] - now()  # type: ignore[index]
+        assert timedelta(seconds=30) < left <= timedelta(seconds=40)  # the declaration's, not FAST's 2 s
+        for eid in backfill + urgent:
+            release(tables, eid)
+        wait_for(lambda: store.counts("q")["succeeded"] == 8, timeout=60, what="everything to finish")

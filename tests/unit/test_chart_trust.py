@@ -71,6 +71,8 @@ CLUSTER_ALLOWLIST = (
     | grants("vigil.dev", ("scheduledjobs/status", "workflows/status", "workflowdefinitions/status"), ("get", "patch", "update"))
     | grants("vigil.dev", ("executions",), (*VIGIL_READ, "create", "patch", "update", "delete"))
     | grants("vigil.dev", ("executions/status",), ("get", "patch", "update"))
+    | grants("vigil.dev", ("taskqueues",), VIGIL_READ)
+    | grants("vigil.dev", ("taskqueues/status",), ("get", "patch", "update"))
     | grants("", ("pods",), (*VIGIL_READ, "create", "delete", "patch"))
     | grants("", ("events",), ("create", "patch"))
     | grants("authorization.k8s.io", ("subjectaccessreviews",), ("create",))

@@ -31,6 +31,8 @@ class ConditionType(StrEnum):
     LAUNCH_FAILING = "LaunchFailing"  # its last occurrence was refused by the cluster (settled Failed)
     # on a Workflow
     STUCK = "Stuck"  # a step runs past its expectedDuration
+    # on a TaskQueue
+    BEHIND = "Behind"  # its oldest ready execution is older than its objective
 
 
 class ConditionReason(StrEnum):
@@ -46,6 +48,11 @@ class ConditionReason(StrEnum):
     # a Workflow's Stuck condition
     PAST_EXPECTED_DURATION = "PastExpectedDuration"
     ON_TIME = "OnTime"
+    # a TaskQueue's Ready and Behind conditions
+    PUBLISHED = "Published"  # its declaration is in the queue store, where workers read it
+    STORE_UNAVAILABLE = "QueueStoreUnavailable"
+    OLDEST_READY_TOO_OLD = "OldestReadyTooOld"
+    WITHIN_OBJECTIVE = "WithinObjective"
 
 
 class EventReason(StrEnum):

@@ -10,7 +10,10 @@ are the same as the declarative tier's and testable without a database:
   execution id, so every worker computes the same instant); the last allowed one
   is a dead letter;
 - an expired lease counts as a spent attempt: the execution becomes leasable at
-  once with the same id and attempt + 1, or dead when that was the last.
+  once with the same id and attempt + 1, or dead when that was the last;
+- a queue's declaration (`QueueDeclaration`, from its TaskQueue) sets the lease,
+  retry defaults and caps, and `allowance` decides how many executions of each
+  priority a worker may lease so that reserved capacity stays reserved.
 
 It also holds what the HTTP API reads and writes through the store (`JobRecord`,
 `ExecutionRecord`, `AttemptRow`, `OneOffJob`, `Submitted`): typed rows, so the
@@ -22,11 +25,12 @@ Nothing here reads a clock: `now` is passed in.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from vigil.core.executions import RetryPolicy, backoff_delay
+from vigil.core.executions import Backoff, RetryPolicy, backoff_delay
 from vigil.core.timeparse import require_aware
 
 #: Attempts an execution gets when its submission names none.
@@ -126,7 +130,7 @@ class OneOffJob:
     run_at: datetime
     priority: int
     tenant: str
-    max_attempts: int
+    max_attempts: int | None  # None: the queue's retry.maxAttempts, else DEFAULT_MAX_ATTEMPTS
     idempotency_key: str | None
 
 
@@ -226,3 +230,87 @@ def retry_refusal(state: QueueState, *, job_enabled: bool) -> str | None:
     if not job_enabled:
         return "its job was deleted: nothing of it runs again"
     return None
+
+
+# -- a queue's declaration (a TaskQueue, as the store holds it) ---------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueDeclaration:
+    """What a TaskQueue declares, in plain values: published by the operator, read by workers.
+
+    `priorities` maps a priority value (the executions' smallint; lower runs first) to the share
+    of each worker's slots reserved for it; `tenant_caps` maps a tenant to its own cap on leased
+    executions, overriding `tenant_max_concurrent` (None: no cap).
+    """
+
+    lease: timedelta = timedelta(seconds=30)
+    heartbeat: timedelta = timedelta(seconds=10)
+    max_attempts: int = 3
+    backoff: Backoff = dataclasses.field(default_factory=Backoff)
+    dead_retention: timedelta | None = None
+    tenant_max_concurrent: int | None = None
+    tenant_caps: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    priorities: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    objective: timedelta | None = None
+
+    @property
+    def capped(self) -> bool:
+        """Whether any tenant has a cap (leasing then takes the queue's tenant lock)."""
+        return self.tenant_max_concurrent is not None or bool(self.tenant_caps)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStats:
+    """What a TaskQueue's status shows, as the store counts it."""
+
+    ready: int
+    leased: int
+    dead: int
+    succeeded_last_minute: int
+    dead_last_minute: int
+    oldest_ready_age: timedelta | None  # of the oldest *due* ready execution; None when none is due
+
+
+# -- reserved capacity ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Allowance:
+    """What one lease may take: per reserved priority, its free reserved slots; and the shared ones."""
+
+    reserved_free: Mapping[int, int]
+    shared_free: int
+
+    @property
+    def total(self) -> int:
+        return self.shared_free + sum(self.reserved_free.values())
+
+
+def reserved_slots(concurrency: int, priorities: Mapping[int, float]) -> dict[int, int]:
+    """The slots of a worker of `concurrency` reserved for each priority: its share, rounded down.
+
+    Rounding down keeps the reserved slots within the worker's (shares sum to at most 1), so a
+    worker of concurrency 4 reserves nothing for a share of 0.2: give such queues larger workers.
+    """
+    slots = {value: int(share * concurrency + 1e-9) for value, share in priorities.items()}
+    return {value: count for value, count in slots.items() if count > 0}
+
+
+def allowance(*, concurrency: int, priorities: Mapping[int, float], held: Mapping[int, int]) -> Allowance:
+    """How many executions of each priority a worker may lease now.
+
+    Capacity is the worker's `concurrency` (its slots). A priority's reserved slots are taken only
+    by executions of exactly that priority; the rest of the slots are shared by every priority,
+    most urgent first. A priority's running executions fill its reserved slots first and then the
+    shared ones, so a backfill of low-priority work can fill every shared slot but never a slot
+    reserved for another priority. `held` counts the worker's running executions by priority.
+    """
+    reserved = reserved_slots(concurrency, priorities)
+    shared = concurrency - sum(reserved.values())
+    for value, count in held.items():
+        shared -= max(0, count - reserved.get(value, 0))
+    return Allowance(
+        reserved_free={value: max(0, slots - held.get(value, 0)) for value, slots in reserved.items()},
+        shared_free=max(0, shared),
+    )

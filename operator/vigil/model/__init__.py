@@ -9,6 +9,7 @@ Each resource is described by a :class:`ResourceKind` (names, models, printer co
 also where adapters should take plural names and short names from.
 """
 
+from vigil.core.queue import queue_key
 from vigil.model.bucket import (
     BUCKET_MAX_OCCURRENCES,
     SCHEDULE_BUCKET,
@@ -64,6 +65,11 @@ from vigil.model.scheduledjob import (
     check_cron,
     check_timezone,
 )
+from vigil.model.taskqueue import (
+    TASK_QUEUE,
+    TaskQueueSpec,
+    TaskQueueStatus,
+)
 from vigil.model.workflow import (
     APPROVAL_ACTIONS,
     REQUESTS_MAX_ITEMS,
@@ -101,6 +107,7 @@ ALL_KINDS: tuple[ResourceKind, ...] = (
     WORKFLOW,
     WORKFLOW_DEFINITION,
     SCHEDULE_BUCKET,
+    TASK_QUEUE,
 )
 
 __all__ = [
@@ -117,6 +124,7 @@ __all__ = [
     "SCHEDULED_JOB",
     "SCHEDULE_BUCKET",
     "STEPS_MAX_ITEMS",
+    "TASK_QUEUE",
     "VERSION",
     "WORKFLOW",
     "WORKFLOW_DEFINITION",
@@ -165,6 +173,8 @@ __all__ = [
     "ScheduledJobStatus",
     "Step",
     "StepType",
+    "TaskQueueSpec",
+    "TaskQueueStatus",
     "Wait",
     "WorkflowDefinitionSpec",
     "WorkflowDefinitionStatus",
@@ -183,4 +193,5 @@ __all__ = [
     "format_duration",
     "parse_duration",
     "parse_positive_duration",
+    "queue_key",
 ]

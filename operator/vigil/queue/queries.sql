@@ -6,12 +6,16 @@
 SELECT pg_advisory_xact_lock(hashtext('vigil_queue_migrations'));
 
 -- name: submit
--- Many submissions in one statement; a repeated (queue, idempotency key) keeps the first row.
+-- Many submissions in one statement; a repeated (queue, idempotency key) keeps the first row. A
+-- submission without max_attempts takes its queue's declared retry.maxAttempts, else the default.
 INSERT INTO vigil_queue.executions AS e
     (execution_id, queue, task, payload, priority, tenant, state, attempt, max_attempts,
      run_after, scheduled_for, idempotency_key, created_at)
 SELECT s.execution_id, %(queue)s, s.task, s.payload, s.priority, s.tenant, 'ready', 1,
-       s.max_attempts, s.run_after, s.run_after, s.idempotency_key, %(now)s
+       COALESCE(s.max_attempts,
+                (SELECT q.max_attempts FROM vigil_queue.queues AS q WHERE q.queue = %(queue)s),
+                %(default_max_attempts)s),
+       s.run_after, s.run_after, s.idempotency_key, %(now)s
 FROM unnest(%(execution_ids)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[],
             %(priorities)s::smallint[], %(tenants)s::text[], %(max_attempts)s::smallint[],
             %(run_afters)s::timestamptz[], %(idempotency_keys)s::text[])
@@ -27,14 +31,22 @@ WHERE queue = %(queue)s AND idempotency_key = ANY(%(idempotency_keys)s::text[]);
 SELECT pg_notify('vigil_queue', %(queue)s);
 
 -- name: lease
--- A batch of due ready executions, fair between tenants: the tenants with ready work are found by
--- a skip scan of the ready index (one index probe per tenant, however many rows each has), each
--- tenant offers its first `limit` in (priority, run_after) order, and the batch takes them by
--- priority, then turn (every tenant's 1st, then every tenant's 2nd, ...), then due time. So a
--- tenant with a 100,000-execution backlog and one with a single execution each get a turn in the
--- next batch, and a higher priority still goes first. Each tenant's offer is locked as it is read,
--- skipping rows another worker is leasing right now (never waiting for them); what the batch does
--- not take is unlocked when the statement's transaction ends, a few milliseconds later.
+-- A batch of due ready executions, fair between tenants, within the tenants' caps and the capacity
+-- reserved per priority, in one statement:
+-- * tenants: the tenants with ready work, found by a skip scan of the ready index (one index probe
+--   per tenant, however many rows each has);
+-- * capped / heads / offered: each tenant offers its first executions in (priority, run_after)
+--   order, at most `limit`, and for a capped tenant (its own cap in `tenant_caps`, else
+--   `tenant_cap`; none when both are null) at most its cap minus what it holds leased now (an
+--   index-only count); besides, each priority with free reserved slots offers its own first
+--   ones (else a tenant's offer could be all more urgent work and leave those slots idle).
+--   Each offer is locked as it is read, skipping rows another worker is leasing right now;
+-- * ranked / chosen: the batch takes by priority, then turn (every tenant's 1st, then every
+--   tenant's 2nd, ...), then due time. A priority's first `reserved_free` rows (its free reserved
+--   slots of this worker) are taken as reserved; every other row competes, in that order, for the
+--   `shared_free` shared slots. So a tenant's backlog delays another tenant by at most one batch,
+--   a lower priority number goes first, and no priority ever takes the slots reserved for another.
+-- What the batch does not take is unlocked when the statement's transaction ends.
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM vigil_queue.executions
      WHERE queue = %(queue)s AND state = 'ready' ORDER BY tenant LIMIT 1)
@@ -44,28 +56,80 @@ WITH RECURSIVE tenants AS (
             ORDER BY e.tenant LIMIT 1)
     FROM tenants AS t WHERE t.tenant IS NOT NULL
 ),
-offered AS (
-    SELECT head.execution_id, head.priority, head.run_after,
-           row_number() OVER (PARTITION BY t.tenant ORDER BY head.priority, head.run_after) AS turn
+capped AS (
+    SELECT t.tenant, CASE WHEN c.cap IS NULL THEN NULL  -- no cap: no room to keep to
+                          ELSE greatest(0, least(%(limit)s, c.cap - (
+                              SELECT count(*) FROM vigil_queue.executions AS l
+                              WHERE l.queue = %(queue)s AND l.state = 'leased' AND l.tenant = t.tenant)))
+                     END AS room
     FROM tenants AS t
     CROSS JOIN LATERAL (
-        SELECT e.execution_id, e.priority, e.run_after FROM vigil_queue.executions AS e
-        WHERE e.queue = %(queue)s AND e.state = 'ready' AND e.tenant = t.tenant
-          AND e.run_after <= %(now)s AND e.task = ANY(%(tasks)s::text[])
-        ORDER BY e.priority, e.run_after
-        LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
-    ) AS head
+        SELECT COALESCE((%(tenant_caps)s::jsonb ->> t.tenant)::integer, %(tenant_cap)s::integer) AS cap
+    ) AS c
     WHERE t.tenant IS NOT NULL
 ),
+heads AS (
+    SELECT c.tenant, head.* FROM capped AS c
+    CROSS JOIN LATERAL (
+        SELECT e.execution_id, e.priority, e.run_after FROM vigil_queue.executions AS e
+        WHERE e.queue = %(queue)s AND e.state = 'ready' AND e.tenant = c.tenant
+          AND e.run_after <= %(now)s AND e.task = ANY(%(tasks)s::text[])
+        ORDER BY e.priority, e.run_after
+        LIMIT COALESCE(c.room, %(limit)s)
+        FOR UPDATE SKIP LOCKED
+    ) AS head
+    UNION ALL
+    -- a reserved priority's own heads: its slots must not wait behind more urgent work's offer
+    SELECT c.tenant, head.* FROM capped AS c
+    CROSS JOIN unnest(%(reserved_priorities)s::smallint[], %(reserved_free)s::integer[]) AS r(priority, free)
+    CROSS JOIN LATERAL (
+        SELECT e.execution_id, e.priority, e.run_after FROM vigil_queue.executions AS e
+        WHERE e.queue = %(queue)s AND e.state = 'ready' AND e.tenant = c.tenant
+          AND e.priority = r.priority AND e.run_after <= %(now)s AND e.task = ANY(%(tasks)s::text[])
+        ORDER BY e.run_after
+        LIMIT least(r.free, c.room)  -- least() ignores a null room
+        FOR UPDATE SKIP LOCKED
+    ) AS head
+    WHERE r.free > 0
+),
+offered AS (
+    SELECT o.execution_id, o.priority, o.run_after, o.turn FROM (
+        SELECT h.execution_id, h.priority, h.run_after, c.room,
+               row_number() OVER (PARTITION BY h.tenant ORDER BY h.priority, h.run_after, h.execution_id) AS turn
+        FROM (SELECT DISTINCT ON (execution_id) * FROM heads) AS h JOIN capped AS c USING (tenant)
+    ) AS o
+    WHERE o.room IS NULL OR o.turn <= o.room
+),
+ranked AS (
+    SELECT o.execution_id, o.priority, o.turn, o.run_after,
+           row_number() OVER (PARTITION BY o.priority ORDER BY o.turn, o.run_after, o.execution_id)
+               <= COALESCE(r.free, 0) AS reserved
+    FROM offered AS o
+    LEFT JOIN unnest(%(reserved_priorities)s::smallint[], %(reserved_free)s::integer[])
+        AS r(priority, free) ON r.priority = o.priority
+),
 chosen AS (
-    SELECT execution_id FROM offered ORDER BY priority, turn, run_after LIMIT %(limit)s
+    SELECT execution_id FROM (
+        SELECT execution_id, priority, turn, run_after, reserved,
+               count(*) FILTER (WHERE NOT reserved) OVER (
+                   ORDER BY priority, turn, run_after, execution_id ROWS UNBOUNDED PRECEDING
+               ) AS shared_nth
+        FROM ranked
+    ) AS s
+    WHERE reserved OR shared_nth <= %(shared_free)s
+    ORDER BY priority, turn, run_after
+    LIMIT %(limit)s
 )
 UPDATE vigil_queue.executions AS e
 SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s
 FROM chosen WHERE e.execution_id = chosen.execution_id
 RETURNING e.execution_id, e.task, e.payload, e.attempt, e.max_attempts, e.scheduled_for,
           e.idempotency_key, e.priority, e.tenant;
+
+-- name: lock_tenants
+-- Leasing from a queue with tenant caps: one leaser at a time per queue, so each counts the
+-- leases the one before committed (the lock is held to the end of the lease's transaction).
+SELECT pg_advisory_xact_lock(hashtext('vigil_queue_tenants:' || %(queue)s));
 
 -- name: heartbeat
 -- Extend the leases this worker still holds; what does not come back was taken from it.
@@ -155,8 +219,12 @@ SELECT state, count(*) FROM vigil_queue.executions WHERE queue = %(queue)s GROUP
 -- The HTTP API's statements (vigil/queueapi.py through QueueStore).
 
 -- name: insert_job
+-- A job without maxAttempts takes its queue's declared retry.maxAttempts, else the default.
 INSERT INTO vigil_queue.jobs (job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at)
-VALUES (%(job_id)s, %(queue)s, %(task)s, %(payload)s, %(priority)s, %(tenant)s, %(max_attempts)s, true, %(now)s);
+VALUES (%(job_id)s, %(queue)s, %(task)s, %(payload)s, %(priority)s, %(tenant)s,
+        COALESCE(%(max_attempts)s::smallint,
+                 (SELECT q.max_attempts FROM vigil_queue.queues AS q WHERE q.queue = %(queue)s),
+                 %(default_max_attempts)s), true, %(now)s);
 
 -- name: insert_job_execution
 -- A one-off job's one execution; a repeated (queue, idempotency key) inserts nothing.
@@ -164,7 +232,9 @@ INSERT INTO vigil_queue.executions
     (execution_id, job_id, queue, task, payload, priority, tenant, state, attempt, max_attempts,
      run_after, scheduled_for, idempotency_key, created_at)
 VALUES (%(execution_id)s, %(job_id)s, %(queue)s, %(task)s, %(payload)s, %(priority)s, %(tenant)s, 'ready', 1,
-        %(max_attempts)s, %(run_at)s, %(run_at)s, %(idempotency_key)s, %(now)s)
+        COALESCE(%(max_attempts)s::smallint,
+                 (SELECT q.max_attempts FROM vigil_queue.queues AS q WHERE q.queue = %(queue)s),
+                 %(default_max_attempts)s), %(run_at)s, %(run_at)s, %(idempotency_key)s, %(now)s)
 ON CONFLICT (queue, idempotency_key) DO NOTHING
 RETURNING execution_id;
 
@@ -212,3 +282,80 @@ SELECT e.execution_id, e.job_id, e.queue, e.task, e.payload, e.priority, e.tenan
        e.idempotency_key, e.finished_at, e.last_error, e.cancelled_by, COALESCE(j.enabled, true) AS job_enabled
 FROM vigil_queue.executions AS e LEFT JOIN vigil_queue.jobs AS j ON j.job_id = e.job_id
 WHERE e.execution_id = %(execution_id)s;
+
+-- name: declare_queue
+-- Publish a TaskQueue's declaration (the operator's leader); workers read it with `declared_queue`.
+INSERT INTO vigil_queue.queues AS q
+    (queue, lease_seconds, heartbeat_seconds, max_attempts, backoff_initial_seconds,
+     backoff_factor, backoff_max_seconds, dead_retention_seconds, tenant_max_concurrent,
+     tenant_caps, priorities, objective_seconds, generation, updated_at)
+VALUES (%(queue)s, %(lease_seconds)s, %(heartbeat_seconds)s, %(max_attempts)s,
+        %(backoff_initial_seconds)s, %(backoff_factor)s, %(backoff_max_seconds)s,
+        %(dead_retention_seconds)s, %(tenant_max_concurrent)s, %(tenant_caps)s, %(priorities)s,
+        %(objective_seconds)s, %(generation)s, %(now)s)
+ON CONFLICT (queue) DO UPDATE SET
+    lease_seconds = excluded.lease_seconds, heartbeat_seconds = excluded.heartbeat_seconds,
+    max_attempts = excluded.max_attempts, backoff_initial_seconds = excluded.backoff_initial_seconds,
+    backoff_factor = excluded.backoff_factor, backoff_max_seconds = excluded.backoff_max_seconds,
+    dead_retention_seconds = excluded.dead_retention_seconds,
+    tenant_max_concurrent = excluded.tenant_max_concurrent, tenant_caps = excluded.tenant_caps,
+    priorities = excluded.priorities, objective_seconds = excluded.objective_seconds,
+    generation = excluded.generation, updated_at = excluded.updated_at;
+
+-- name: declared_queues
+SELECT queue, generation FROM vigil_queue.queues;
+
+-- name: undeclare_queues
+-- The rows of TaskQueues that no longer exist: their workers fall back to their own flags.
+DELETE FROM vigil_queue.queues WHERE queue = ANY(%(queues)s::text[]);
+
+-- name: declared_queue
+SELECT lease_seconds, heartbeat_seconds, max_attempts, backoff_initial_seconds, backoff_factor,
+       backoff_max_seconds, dead_retention_seconds, tenant_max_concurrent, tenant_caps, priorities,
+       objective_seconds
+FROM vigil_queue.queues WHERE queue = %(queue)s;
+
+-- name: queue_stats
+-- What each queue's status shows, for many queues in one statement: every count and the oldest
+-- age come from a partial index (the ready index's oldest per (tenant, priority), found by a skip
+-- scan, so the oldest costs one probe per tenant and priority, not one per ready row).
+SELECT k.queue,
+       (SELECT count(*) FROM vigil_queue.executions AS e
+        WHERE e.queue = k.queue AND e.state = 'ready') AS ready,
+       (SELECT count(*) FROM vigil_queue.executions AS e
+        WHERE e.queue = k.queue AND e.state = 'leased') AS leased,
+       (SELECT count(*) FROM vigil_queue.executions AS e
+        WHERE e.queue = k.queue AND e.state = 'dead') AS dead,
+       (SELECT count(*) FROM vigil_queue.executions AS e
+        WHERE e.queue = k.queue AND e.state = 'succeeded' AND e.finished_at > %(minute_ago)s) AS succeeded_minute,
+       (SELECT count(*) FROM vigil_queue.executions AS e
+        WHERE e.queue = k.queue AND e.state = 'dead' AND e.finished_at > %(minute_ago)s) AS dead_minute,
+       (WITH RECURSIVE heads AS (
+            (SELECT e.tenant, e.priority FROM vigil_queue.executions AS e
+             WHERE e.queue = k.queue AND e.state = 'ready' ORDER BY e.tenant, e.priority LIMIT 1)
+            UNION ALL
+            SELECT n.tenant, n.priority FROM heads AS h CROSS JOIN LATERAL (
+                SELECT e.tenant, e.priority FROM vigil_queue.executions AS e
+                WHERE e.queue = k.queue AND e.state = 'ready'
+                  AND (e.tenant, e.priority) > (h.tenant, h.priority)
+                ORDER BY e.tenant, e.priority LIMIT 1) AS n
+        )
+        SELECT min(o.run_after) FROM heads AS h CROSS JOIN LATERAL (
+            SELECT e.run_after FROM vigil_queue.executions AS e
+            WHERE e.queue = k.queue AND e.state = 'ready' AND e.tenant = h.tenant
+              AND e.priority = h.priority
+            ORDER BY e.run_after LIMIT 1) AS o
+        WHERE o.run_after <= %(now)s) AS oldest_ready
+FROM unnest(%(queues)s::text[]) AS k(queue);
+
+-- name: purge_dead
+-- Dead executions past their queue's deadLetter.retention leave the store, a bounded batch a pass.
+DELETE FROM vigil_queue.executions AS e
+WHERE e.execution_id IN (
+    SELECT d.execution_id
+    FROM unnest(%(queues)s::text[], %(before)s::timestamptz[]) AS k(queue, before)
+    CROSS JOIN LATERAL (
+        SELECT x.execution_id FROM vigil_queue.executions AS x
+        WHERE x.queue = k.queue AND x.state = 'dead' AND x.finished_at < k.before
+        ORDER BY x.finished_at LIMIT %(limit)s) AS d
+);

@@ -40,10 +40,12 @@ import psycopg
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
+from vigil.core.executions import Backoff
 from vigil.core.ids import execution_id as derive_execution_id
 from vigil.core.queue import (
     DEFAULT_MAX_ATTEMPTS,
     JOB_EXECUTIONS_SHOWN,
+    Allowance,
     AttemptOutcome,
     AttemptRow,
     Change,
@@ -51,7 +53,9 @@ from vigil.core.queue import (
     ExecutionSummary,
     JobRecord,
     OneOffJob,
+    QueueDeclaration,
     QueueState,
+    QueueStats,
     QueueUnavailable,
     Settlement,
     Submitted,
@@ -66,6 +70,7 @@ from vigil.queue.migrations import SCRIPT_LOCATION
 QUERIES_FILE = Path(__file__).parent / "queries.sql"
 NOTIFY_CHANNEL = "vigil_queue"  # submit notifies it with the queue's name; workers LISTEN
 EXPIRY_BATCH = 500  # expired leases returned to the queue per statement
+PURGE_BATCH = 1000  # dead executions past their retention deleted per queue and pass
 
 
 def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
@@ -93,13 +98,13 @@ class Submission:
     run_after: datetime | None = None  # None: at once (the submit's `now`)
     priority: int = 0
     tenant: str = ""
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    max_attempts: int | None = None  # None: the queue's retry.maxAttempts, else DEFAULT_MAX_ATTEMPTS
     idempotency_key: str | None = None
 
     def __post_init__(self) -> None:
         if not self.task:
             raise ValueError("task must not be empty")
-        if not 1 <= self.max_attempts <= 1000:
+        if self.max_attempts is not None and not 1 <= self.max_attempts <= 1000:
             raise ValueError(f"max_attempts must be within 1..1000, got {self.max_attempts}")
         if not -32768 <= self.priority <= 32767:
             raise ValueError(f"priority must fit a smallint, got {self.priority}")
@@ -196,6 +201,7 @@ class QueueStore:
             "priorities": [s.priority for s in submissions],
             "tenants": [s.tenant for s in submissions],
             "max_attempts": [s.max_attempts for s in submissions],
+            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
             "run_afters": [s.run_after or now for s in submissions],
             "idempotency_keys": [s.idempotency_key for s in submissions],
         }
@@ -253,6 +259,7 @@ class QueueStore:
             "priority": job.priority,
             "tenant": job.tenant,
             "max_attempts": job.max_attempts,
+            "default_max_attempts": DEFAULT_MAX_ATTEMPTS,
             "run_at": run_at,
             "idempotency_key": job.idempotency_key,
             "now": now,
@@ -325,6 +332,64 @@ class QueueStore:
         except (psycopg.OperationalError, sa.exc.OperationalError) as error:
             raise QueueUnavailable(str(error).strip().splitlines()[0] or type(error).__name__) from None
 
+    # -- declarations (the operator's leader publishes TaskQueues; workers read them) ---------
+
+    def declare(
+        self, queue: str, declaration: QueueDeclaration, *, generation: int, now: datetime
+    ) -> None:
+        """Publish (insert or replace) the declaration of `queue` ("NS/NAME")."""
+        with self.connect() as connection:
+            connection.execute(QUERIES["declare_queue"], _declaration_params(queue, declaration, generation, now))
+
+    def declared(self) -> dict[str, int]:
+        """Every published queue and the TaskQueue generation it was published from."""
+        with self.connect() as connection:
+            return {queue: int(gen) for queue, gen in connection.execute(QUERIES["declared_queues"]).fetchall()}
+
+    def undeclare(self, queues: Sequence[str]) -> None:
+        """Remove the declarations of `queues` (their TaskQueues were deleted)."""
+        if queues:
+            with self.connect() as connection:
+                connection.execute(QUERIES["undeclare_queues"], {"queues": list(queues)})
+
+    def declaration(self, queue: str) -> QueueDeclaration | None:
+        with self.connect() as connection:
+            row = connection.execute(QUERIES["declared_queue"], {"queue": queue}).fetchone()
+        return None if row is None else declaration_from_row(row)
+
+    def stats(self, queues: Sequence[str], *, now: datetime) -> dict[str, QueueStats]:
+        """Counts, last-minute rates and the oldest due ready age of each of `queues`."""
+        if not queues:
+            return {}
+        params = {"queues": list(queues), "now": now, "minute_ago": now - timedelta(minutes=1)}
+        with self.connect() as connection:
+            rows = connection.execute(QUERIES["queue_stats"], params).fetchall()
+        return {
+            queue: QueueStats(
+                ready=ready,
+                leased=leased,
+                dead=dead,
+                succeeded_last_minute=succeeded,
+                dead_last_minute=dead_minute,
+                oldest_ready_age=None if oldest is None else max(timedelta(0), now - oldest),
+            )
+            for queue, ready, leased, dead, succeeded, dead_minute, oldest in rows
+        }
+
+    def purge_dead(self, retention: dict[str, timedelta], *, now: datetime) -> int:
+        """Delete dead executions older than their queue's retention (a bounded batch per queue)."""
+        if not retention:
+            return 0
+        params = {
+            "queues": list(retention),
+            "before": [now - keep for keep in retention.values()],
+            "limit": PURGE_BATCH,
+        }
+        with self.connect() as connection:
+            return connection.execute(QUERIES["purge_dead"], params).rowcount
+
+
+
 
 def _job(connection: psycopg.Connection[Any], job_id: str) -> JobRecord | None:
     row = connection.execute(QUERIES["job"], {"job_id": job_id}).fetchone()
@@ -362,6 +427,50 @@ def _timeline(connection: psycopg.Connection[Any], execution_id: str) -> tuple[E
     return record, job_enabled
 
 
+
+
+def _declaration_params(
+    queue: str, declaration: QueueDeclaration, generation: int, now: datetime
+) -> dict[str, Any]:
+    d = declaration
+    return {
+        "queue": queue,
+        "lease_seconds": d.lease.total_seconds(),
+        "heartbeat_seconds": d.heartbeat.total_seconds(),
+        "max_attempts": d.max_attempts,
+        "backoff_initial_seconds": d.backoff.initial.total_seconds(),
+        "backoff_factor": d.backoff.factor,
+        "backoff_max_seconds": d.backoff.max.total_seconds(),
+        "dead_retention_seconds": None if d.dead_retention is None else d.dead_retention.total_seconds(),
+        "tenant_max_concurrent": d.tenant_max_concurrent,
+        "tenant_caps": Jsonb(dict(d.tenant_caps)),
+        "priorities": Jsonb({str(value): share for value, share in d.priorities.items()}),
+        "objective_seconds": None if d.objective is None else d.objective.total_seconds(),
+        "generation": generation,
+        "now": now,
+    }
+
+
+def declaration_from_row(row: Sequence[Any]) -> QueueDeclaration:
+    """A `declared_queue` row as the core's declaration."""
+    (lease, heartbeat, max_attempts, initial, factor, longest, dead, cap, caps, priorities, objective) = row
+
+    def seconds(value: float | None) -> timedelta | None:
+        return None if value is None else timedelta(seconds=value)
+
+    return QueueDeclaration(
+        lease=timedelta(seconds=lease),
+        heartbeat=timedelta(seconds=heartbeat),
+        max_attempts=max_attempts,
+        backoff=Backoff(initial=timedelta(seconds=initial), factor=factor, max=timedelta(seconds=longest)),
+        dead_retention=seconds(dead),
+        tenant_max_concurrent=cap,
+        tenant_caps={str(tenant): int(limit) for tenant, limit in caps.items()},
+        priorities={int(value): float(share) for value, share in priorities.items()},
+        objective=seconds(objective),
+    )
+
+
 def _new_id(submission: Submission, now: datetime) -> str:
     """A stable id for a new execution: the core's (occurrence uid, nominal second) derivation.
 
@@ -382,9 +491,24 @@ class WorkerStore:
         self._lock = asyncio.Lock()
 
     async def lease(
-        self, tasks: Sequence[str], *, limit: int, lease: timedelta, now: datetime
+        self,
+        tasks: Sequence[str],
+        *,
+        limit: int,
+        lease: timedelta,
+        now: datetime,
+        declaration: QueueDeclaration | None = None,
+        allowance: Allowance | None = None,
     ) -> list[Leased]:
-        """Up to `limit` due executions of `tasks`, leased to this worker until now + lease."""
+        """Up to `limit` due executions of `tasks`, leased to this worker until now + lease.
+
+        Within the tenants' caps of `declaration` and, when given, the `allowance` of this
+        worker's slots (vigil.core.queue.allowance): reserved slots go only to their priority.
+        One statement, or, when tenants are capped, the queue's tenant lock and the statement in
+        one pipelined transaction (one round trip), so leasers count each other's leases.
+        """
+        caps = declaration or QueueDeclaration()
+        reserved = dict(allowance.reserved_free) if allowance is not None else {}
         params = {
             "queue": self.queue,
             "tasks": list(tasks),
@@ -392,24 +516,29 @@ class WorkerStore:
             "now": now,
             "worker": self.worker,
             "expires": lease_deadline(now, lease),
+            "tenant_cap": caps.tenant_max_concurrent,
+            "tenant_caps": Jsonb(dict(caps.tenant_caps)),
+            "reserved_priorities": list(reserved),
+            "reserved_free": list(reserved.values()),
+            "shared_free": allowance.shared_free if allowance is not None else limit,
         }
+        if caps.capped:
+            async with self._lock, self.connection.pipeline(), self.connection.transaction():
+                await self.connection.execute(QUERIES["lock_tenants"], {"queue": self.queue})
+                cursor = await self.connection.execute(QUERIES["lease"], params)
+                rows = await cursor.fetchall()
+            return [_leased(row) for row in rows]
         async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
             cursor = await self.connection.execute(QUERIES["lease"], params)
             rows = await cursor.fetchall()
-        return [
-            Leased(
-                execution_id=row[0],
-                task=row[1],
-                payload=row[2],
-                attempt=row[3],
-                max_attempts=row[4],
-                scheduled_for=row[5],
-                idempotency_key=row[6],
-                priority=row[7],
-                tenant=row[8],
-            )
-            for row in rows
-        ]
+        return [_leased(row) for row in rows]
+
+    async def declaration(self) -> QueueDeclaration | None:
+        """This queue's published declaration (its TaskQueue), or None when there is none."""
+        async with self._lock:
+            cursor = await self.connection.execute(QUERIES["declared_queue"], {"queue": self.queue})
+            row = await cursor.fetchone()
+        return None if row is None else declaration_from_row(row)
 
     async def heartbeat(
         self, held: Sequence[Leased], *, lease: timedelta, now: datetime
@@ -557,6 +686,20 @@ class WorkerStore:
         await self.connection.execute(
             QUERIES["record_attempts"], dict(zip(names, map(list, columns), strict=True))
         )
+
+
+def _leased(row: Sequence[Any]) -> Leased:
+    return Leased(
+        execution_id=row[0],
+        task=row[1],
+        payload=row[2],
+        attempt=row[3],
+        max_attempts=row[4],
+        scheduled_for=row[5],
+        idempotency_key=row[6],
+        priority=row[7],
+        tenant=row[8],
+    )
 
 
 def _settle_params(

@@ -6,7 +6,9 @@
                  [--metrics-port P] [--migrate]
 
 The DSN (a libpq string or postgresql:// URL) comes from --dsn or the
-environment's VIGIL_QUEUE_DSN. SIGTERM and SIGINT stop leasing and drain: the
+environment's VIGIL_QUEUE_DSN. When the queue has a TaskQueue (its declaration
+in the store), its lease, heartbeat and backoff win over --lease, --heartbeat
+and --backoff-initial, which apply only to a queue without one. SIGTERM and SIGINT stop leasing and drain: the
 in-flight executions finish (up to --drain-timeout), their results are
 acknowledged, and the process exits 0. Bad input exits 2 with one line.
 """
@@ -44,7 +46,7 @@ class SystemClock:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vigil worker", description="Run tasks from a Vigil queue.")
     defaults = WorkerSettings()
-    p.add_argument("--queue", required=True, help="the queue to lease from")
+    p.add_argument("--queue", required=True, help="the queue to lease from: NS/NAME of its TaskQueue")
     p.add_argument("--tasks", action="append", required=True, metavar="MODULE",
                    help="a module whose @task functions to run (repeatable)")  # fmt: skip
     p.add_argument("--dsn", default=os.environ.get(DSN_ENV), help=f"PostgreSQL (default: ${DSN_ENV})")

@@ -20,6 +20,10 @@ LISTENs:
   true, the attempt is marked duplicate and counted.
 - **expire**: every `expiry_interval`, leases past their deadline — any
   worker's — go back to the queue with attempt + 1, or to the dead letters.
+- **declaration**: at start and every `declaration_refresh`, the queue's row in
+  the store (its TaskQueue) is read: its lease, heartbeat and backoff replace the
+  worker's flags, its tenant caps and reserved shares bound what a lease takes
+  (`vigil.core.queue.allowance`). Without a row the flags apply and nothing is capped.
 - **drain**: `stop` (SIGTERM) ends leasing; in-flight executions may finish for
   up to `drain_timeout`, heartbeats continue meanwhile, results are acknowledged,
   then the worker returns.
@@ -37,7 +41,9 @@ import os
 import socket
 import traceback
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -45,7 +51,14 @@ import psycopg
 from vigil import metrics
 from vigil.core.executions import RetryPolicy
 from vigil.core.ports import Clock
-from vigil.core.queue import AttemptOutcome, after_failure, bounded_error
+from vigil.core.queue import (
+    Allowance,
+    AttemptOutcome,
+    QueueDeclaration,
+    after_failure,
+    allowance,
+    bounded_error,
+)
 from vigil.queue.store import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
 from vigil.worker.settings import WorkerSettings
 from vigil.worker.tasks import Context, TaskRegistry
@@ -97,7 +110,7 @@ class Worker:
         self._slot_free = asyncio.Event()
         self._running: set[asyncio.Task[None]] = set()
         self._duplicates: set[tuple[str, int]] = set()
-        self._retry = RetryPolicy(backoff=settings.backoff)
+        self.declared: QueueDeclaration | None = None  # the queue's TaskQueue, from the store
         self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="vigil-task")
         self._store: WorkerStore | None = None  # leasing: its own connection, never behind an ack
         self._books: WorkerStore | None = None  # acknowledgements, heartbeats, expiries, once
@@ -111,8 +124,10 @@ class Worker:
         books = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
         self._store = WorkerStore(connection, queue=self.queue, worker=self.name)
         self._books = WorkerStore(books, queue=self.queue, worker=self.name)
+        await self._read_declaration()
         halt = asyncio.Event()  # ends the helpers once the drain is over
         helpers = [
+            asyncio.create_task(self._declarations(halt)),
             asyncio.create_task(self._listen(halt)),
             asyncio.create_task(self._heartbeats(halt)),
             asyncio.create_task(self._expiries(halt)),
@@ -146,8 +161,9 @@ class Worker:
             self._wake.clear()
             try:
                 leased = await store.lease(
-                    tasks, limit=asked, lease=self.settings.lease, now=self.clock.now()
-                )
+                    tasks, limit=asked, lease=self.lease, now=self.clock.now(),
+                    declaration=self.declared, allowance=self._allowance(),
+                )  # fmt: skip
             except psycopg.OperationalError as error:
                 log.warning("worker %s: leasing failed (%s); retrying after the poll interval", self.name, error)
                 leased = []
@@ -210,7 +226,7 @@ class Worker:
                 execution_id=leased.execution_id,
                 attempt=leased.attempt,
                 max_attempts=leased.max_attempts,
-                backoff=self._retry,
+                backoff=RetryPolicy(backoff=self.declared.backoff if self.declared else self.settings.backoff),
                 now=now,
             )
             finished = Finished(leased, AttemptOutcome.FAILED, started, now, error, settlement)
@@ -234,6 +250,38 @@ class Worker:
         if late:
             log.warning("worker %s: %d executions did not finish within the drain timeout", self.name, len(late))
 
+    # -- the queue's declaration ------------------------------------------------------------------
+
+    @property
+    def lease(self) -> timedelta:
+        """The TaskQueue's leaseDuration when declared, else the worker's --lease."""
+        return self.declared.lease if self.declared else self.settings.lease
+
+    @property
+    def heartbeat(self) -> timedelta:
+        return self.declared.heartbeat if self.declared else self.settings.heartbeat
+
+    def _allowance(self) -> Allowance | None:
+        """This worker's free slots per reserved priority and shared (None: nothing reserved)."""
+        if self.declared is None or not self.declared.priorities:
+            return None
+        held = Counter(leased.priority for leased, _ in self._held.values())
+        return allowance(concurrency=self.settings.concurrency, priorities=self.declared.priorities, held=held)
+
+    async def _read_declaration(self) -> None:
+        try:
+            declared = await self._require_books().declaration()
+        except psycopg.OperationalError as error:
+            log.warning("worker %s: reading the queue's declaration failed (%s)", self.name, error)
+            return
+        if declared != self.declared:
+            log.info("worker %s: queue %s declared as %s", self.name, self.queue, declared or "nothing (flags apply)")
+            self.declared = declared
+
+    async def _declarations(self, halt: asyncio.Event) -> None:
+        while not await _stopped(halt, self.settings.declaration_refresh.total_seconds()):
+            await self._read_declaration()
+
     # -- helpers: acknowledgements, heartbeats, expiries, notifications -----------------------
 
     async def _acknowledge(self, halt: asyncio.Event) -> None:
@@ -256,12 +304,10 @@ class Worker:
         self._count_duplicates([f.leased for f in report.stale])
 
     async def _heartbeats(self, halt: asyncio.Event) -> None:
-        while not await _stopped(halt, self.settings.heartbeat.total_seconds()):
+        while not await _stopped(halt, self.heartbeat.total_seconds()):
             held = [leased for leased, _ in self._held.values()]
             try:
-                lost = await self._require_books().heartbeat(
-                    held, lease=self.settings.lease, now=self.clock.now()
-                )
+                lost = await self._require_books().heartbeat(held, lease=self.lease, now=self.clock.now())
             except psycopg.OperationalError as error:
                 log.warning("worker %s: heartbeat failed (%s)", self.name, error)
                 continue

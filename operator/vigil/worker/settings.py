@@ -1,4 +1,9 @@
-"""A worker's settings: every field with its unit and why its default."""
+"""A worker's settings: every field with its unit and why its default.
+
+`lease`, `heartbeat` and `backoff` are fallbacks: when the queue has a declaration (a TaskQueue,
+published to the store by the operator), the declaration's values win, so every worker of a
+queue leases alike. The rest (concurrency, batch, intervals, drain) are each worker's own.
+"""
 
 from __future__ import annotations
 
@@ -33,6 +38,9 @@ class WorkerSettings:
     drain_timeout: timedelta = timedelta(seconds=30)
     #: The wait before a failed attempt is retried: the core's full-jitter backoff.
     backoff: Backoff = DEFAULT_BACKOFF
+    #: How often the queue's declaration (its TaskQueue, published to the store) is read again:
+    #: how long a changed TaskQueue takes to reach running workers.
+    declaration_refresh: timedelta = timedelta(seconds=10)
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -41,7 +49,7 @@ class WorkerSettings:
             raise ValueError(f"batch must not be negative, got {self.batch}")
         if self.ack_batch < 1:
             raise ValueError(f"ack_batch must be at least 1, got {self.ack_batch}")
-        for name in ("lease", "heartbeat", "poll_interval", "expiry_interval"):
+        for name in ("lease", "heartbeat", "poll_interval", "expiry_interval", "declaration_refresh"):
             if getattr(self, name) <= timedelta(0):
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         if self.heartbeat >= self.lease:

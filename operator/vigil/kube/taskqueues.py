@@ -1,0 +1,262 @@
+"""TaskQueues: publish each declaration to the queue store, and write back whether it keeps up.
+
+The leader alone runs this, and only when the volume tier is on (`queue.dsn`). A TaskQueue NAME
+in namespace NS is the store's queue "NS/NAME". One pass, every `queue.statusIntervalSeconds`
+(and soon after a TaskQueue changes), reads the TaskQueues from a watch-fed cache and:
+
+- parses each spec; what admission could not check and the model refuses makes the queue
+  `Invalid` (condition and Event naming the field), and its last good declaration stays;
+- publishes each valid declaration that differs from what this leader published last (the
+  first pass publishes all), and removes the rows of TaskQueues that are gone, so workers —
+  which read the store, never the API server — see changes within their refresh;
+- counts every queue in one statement (ready, leased, dead, the oldest due ready age, the last
+  minute's rates) and deletes dead executions past their queue's retention;
+- writes each status through `TaskQueueStatusWriter`, which writes only what changed.
+
+Status is refreshed per pass, never per execution: the store's volume never reaches the API server.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from kubernetes import client
+from pydantic import ValidationError
+
+from vigil.core.conditions import ConditionReason, ConditionType, set_condition
+from vigil.core.ports import Clock
+from vigil.core.queue import QueueDeclaration, QueueStats
+from vigil.kube.events import WARNING, EventRecorder
+from vigil.kube.informer import Informer, Key, key_of
+from vigil.model import (
+    TaskQueueSpec,
+    TaskQueueStatus,
+    describe_validation_error,
+    format_duration,
+    queue_key,
+)
+from vigil.model.names import GROUP, TASK_QUEUES, VERSION
+
+log = logging.getLogger(__name__)
+
+STOP_CHECK_SECONDS = 0.5  # how often a waiting pass looks whether the leader is stopping
+
+
+class QueueDeclarations(Protocol):
+    """The queue store as this controller uses it (vigil.queue.store.QueueStore)."""
+
+    def migrate(self) -> None: ...
+    def declare(self, queue: str, declaration: QueueDeclaration, *, generation: int, now: datetime) -> None: ...
+    def declared(self) -> dict[str, int]: ...
+    def undeclare(self, queues: Sequence[str]) -> None: ...
+    def stats(self, queues: Sequence[str], *, now: datetime) -> dict[str, QueueStats]: ...
+    def purge_dead(self, retention: dict[str, timedelta], *, now: datetime) -> int: ...
+
+
+def taskqueue_cache(api: client.ApiClient) -> Informer:
+    """The leader's cache of every TaskQueue (declarations: few, and all of them Vigil's)."""
+    custom = client.CustomObjectsApi(api)
+
+    def list_fn(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(GROUP, VERSION, TASK_QUEUES, **kwargs)
+
+    return Informer(list_fn, what=TASK_QUEUES, label_selector="")
+
+
+def queue_status(
+    old: Mapping[str, Any],
+    *,
+    stats: QueueStats | None,
+    objective: timedelta | None,
+    invalid: str | None,
+    generation: int,
+    now: datetime,
+) -> dict[str, Any]:
+    """The TaskQueue's new status: the store's counts (the old ones when the store did not answer),
+    Ready, Invalid and (with an objective) Behind, each condition merged by type."""
+    if stats is None:
+        counts = {k: old[k] for k in ("ready", "leased", "dead", "oldestReadyAge", "oldestReadySeconds") if k in old}
+        counts |= {k: old[k] for k in ("succeededPerMinute", "deadPerMinute") if k in old}
+    else:
+        age = stats.oldest_ready_age
+        whole = None if age is None else timedelta(seconds=int(age.total_seconds()))
+        counts = {
+            "ready": stats.ready,
+            "leased": stats.leased,
+            "dead": stats.dead,
+            "oldestReadyAge": None if whole is None else format_duration(whole),
+            "oldestReadySeconds": None if whole is None else int(whole.total_seconds()),
+            "succeededPerMinute": stats.succeeded_last_minute,
+            "deadPerMinute": stats.dead_last_minute,
+        }
+    conditions: list[dict[str, Any]] = list(old.get("conditions") or [])
+    if invalid is not None:
+        ready = (False, ConditionReason.INVALID_SPEC, invalid)
+    elif stats is None:
+        ready = (False, ConditionReason.STORE_UNAVAILABLE, "the queue store did not answer; counts are the last known")
+    else:
+        ready = (True, ConditionReason.PUBLISHED, "the declaration is in the queue store")
+    conditions = set_condition(
+        conditions, type_=ConditionType.READY, status=ready[0], reason=ready[1], message=ready[2],
+        generation=generation, now=now,
+    )  # fmt: skip
+    conditions = set_condition(
+        conditions, type_=ConditionType.INVALID, status=invalid is not None,
+        reason=ConditionReason.INVALID_SPEC if invalid else ConditionReason.VALID, message=invalid or "",
+        generation=generation, now=now,
+    )  # fmt: skip
+    if objective is None:
+        conditions = [c for c in conditions if c.get("type") != ConditionType.BEHIND]
+    elif stats is not None:
+        age = stats.oldest_ready_age or timedelta(0)
+        behind = age > objective
+        shown = format_duration(timedelta(seconds=int(age.total_seconds())))
+        conditions = set_condition(
+            conditions, type_=ConditionType.BEHIND, status=behind,
+            reason=ConditionReason.OLDEST_READY_TOO_OLD if behind else ConditionReason.WITHIN_OBJECTIVE,
+            message=f"the oldest ready execution has waited {shown}; the objective is {format_duration(objective)}",
+            generation=generation, now=now,
+        )  # fmt: skip
+    status = {**counts, "observedGeneration": generation, "conditions": conditions}
+    # Through the model: the status written is one the CRD accepts, in its canonical form.
+    return TaskQueueStatus.model_validate(status).model_dump(mode="json", exclude_none=True)
+
+
+class TaskQueueStatusWriter:
+    """The one writer of TaskQueue status: compares the new status with the cached one and writes
+    (a merge patch of the status subresource) only on a difference."""
+
+    def __init__(self, api: client.ApiClient, *, cache: Informer) -> None:
+        self._custom = client.CustomObjectsApi(api)
+        self._cache = cache
+        self.writes = 0
+
+    def write(self, obj: Mapping[str, Any], status: dict[str, Any]) -> bool:
+        """Write `status` onto `obj` if it differs from what `obj` holds; whether it wrote."""
+        old = dict(obj.get("status") or {})
+        if old == status:
+            return False
+        patch = {"status": {**{key: None for key in old if key not in status}, **status}}
+        namespace, name = key_of(dict(obj))
+        try:
+            answer = self._custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, TASK_QUEUES, name, patch
+            )
+        except client.ApiException as error:
+            if error.status == 404:  # deleted meanwhile
+                return False
+            raise
+        self._cache.observe(answer)
+        self.writes += 1
+        return True
+
+
+class TaskQueueController:
+    """The leader's TaskQueue pass (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        cache: Informer,
+        store: QueueDeclarations,
+        writer: TaskQueueStatusWriter,
+        events: EventRecorder,
+        clock: Clock,
+        interval_seconds: float,
+    ) -> None:
+        self.cache = cache
+        self.store = store
+        self.writer = writer
+        self.events = events
+        self.clock = clock
+        self.interval_seconds = interval_seconds
+        self._published: dict[str, QueueDeclaration] = {}  # what this leader published last
+        self._reported: dict[Key, int] = {}  # the generation whose Invalid Event was posted
+        self._migrated = False
+        self._changed = threading.Event()
+        cache.add_handler(self._on_change)
+
+    def _on_change(self, key: Key, obj: dict[str, Any], deleted: bool) -> None:
+        if deleted or _generation(obj) != (obj.get("status") or {}).get("observedGeneration"):
+            self._changed.set()  # a new or changed spec, or a deletion: publish soon
+
+    def run(self, stop: threading.Event) -> None:
+        """Pass every interval, or soon after a TaskQueue changes, until `stop`."""
+        while not stop.is_set():
+            if not self.cache.synced.is_set():  # an empty cache would remove every declaration
+                stop.wait(STOP_CHECK_SECONDS)
+                continue
+            self._changed.clear()
+            try:
+                self.run_pass()
+            except Exception:
+                log.exception("TaskQueue pass failed; retrying")
+            waited = 0.0
+            while waited < self.interval_seconds and not stop.is_set() and not self._changed.is_set():
+                step = min(STOP_CHECK_SECONDS, self.interval_seconds - waited)
+                self._changed.wait(step)
+                waited += step
+
+    def run_pass(self) -> None:
+        now = self.clock.now()
+        queues: dict[str, tuple[dict[str, Any], QueueDeclaration | None, str | None]] = {}
+        for obj in self.cache.iter_items():
+            namespace, name = key_of(obj)
+            try:
+                declaration, invalid = TaskQueueSpec.model_validate(obj.get("spec") or {}).declaration(), None
+            except ValidationError as error:
+                declaration, invalid = None, "; ".join(describe_validation_error(error))
+                self._report_invalid(obj, invalid)
+            queues[queue_key(namespace, name)] = (obj, declaration, invalid)
+        stats: dict[str, QueueStats] | None
+        try:
+            stats = self._sync_store(queues, now=now)
+        except Exception as error:  # the store is down: say so in status, try again next pass
+            log.warning("queue store unavailable for TaskQueues: %s", error)
+            stats = None
+        for key, (obj, declaration, invalid) in queues.items():
+            status = queue_status(
+                obj.get("status") or {},
+                stats=None if stats is None else stats.get(key),
+                objective=declaration.objective if declaration else None,
+                invalid=invalid,
+                generation=_generation(obj),
+                now=now,
+            )
+            self.writer.write(obj, status)
+
+    def _sync_store(
+        self, queues: Mapping[str, tuple[dict[str, Any], QueueDeclaration | None, str | None]], *, now: datetime
+    ) -> dict[str, QueueStats]:
+        if not self._migrated:
+            self.store.migrate()
+            self._migrated = True
+        for key, (obj, declaration, _) in queues.items():
+            if declaration is not None and self._published.get(key) != declaration:
+                self.store.declare(key, declaration, generation=_generation(obj), now=now)
+                self._published[key] = declaration
+        gone = [key for key in self.store.declared() if key not in queues]
+        self.store.undeclare(gone)
+        for key in gone:
+            self._published.pop(key, None)
+        retention = {
+            key: declaration.dead_retention
+            for key, (_, declaration, _) in queues.items()
+            if declaration is not None and declaration.dead_retention is not None
+        }
+        self.store.purge_dead(retention, now=now)
+        return self.store.stats(list(queues), now=now)
+
+    def _report_invalid(self, obj: Mapping[str, Any], message: str) -> None:
+        key, generation = key_of(dict(obj)), _generation(obj)
+        if self._reported.get(key) != generation:
+            self._reported[key] = generation
+            self.events.emit(obj, type_=WARNING, reason=ConditionReason.INVALID_SPEC, message=message)
+
+
+def _generation(obj: Mapping[str, Any]) -> int:
+    return int((obj.get("metadata") or {}).get("generation") or 0)

@@ -1,0 +1,215 @@
+"""TaskQueues against the real API server: defaults, refused fields, printer columns, and — with a
+real operator given a queue DSN on the session's real PostgreSQL — the declaration published to
+the store and a status that shows ready, leased, dead and the oldest ready age.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from kubernetes import client
+
+from tests.contract.conftest import postgres
+from tests.contract.postgres import PostgresServer
+from tests.integration.conftest import GROUP, VERSION, KubeCluster
+from tests.integration.operators import OperatorFleet
+from tests.waiting import wait_for
+from vigil.queue.store import QueueStore, Submission, WorkerStore
+
+__all__ = ["postgres"]
+
+PLURAL = "taskqueues"
+
+
+def task_queue(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TaskQueue", "metadata": {"name": name}, "spec": spec}
+
+
+def create(cluster: KubeCluster, namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    created: dict[str, Any] = cluster.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, task_queue(name, spec)
+    )
+    return created
+
+
+def get(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    found: dict[str, Any] = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+    return found
+
+
+def test_a_task_queue_applied_shows_its_defaults(cluster: KubeCluster, namespace: str) -> None:
+    spec = create(cluster, namespace, "plain", {})["spec"]
+    assert spec == {
+        "leaseDuration": "30s",
+        "heartbeatInterval": "10s",
+        "retry": {"maxAttempts": 3, "backoff": {"initial": "10s", "factor": 2.0, "max": "10m"}},
+        "deadLetter": {"retention": "7d"},
+        "tenants": {},
+    }
+
+
+BAD_FIELDS = [
+    pytest.param({"heartbeatInterval": "30s"}, "heartbeatInterval", id="heartbeat-not-below-lease"),
+    pytest.param({"leaseDuration": "0s"}, "leaseDuration", id="zero-lease"),
+    pytest.param({"leaseDuration": "30x"}, "leaseDuration", id="lease-not-a-duration"),
+    pytest.param({"retry": {"maxAttempts": 0}}, "retry.maxAttempts", id="no-attempts"),
+    pytest.param({"retry": {"backoff": {"factor": 0.5}}}, "retry.backoff.factor", id="shrinking-backoff"),
+    pytest.param({"deadLetter": {"retention": "forever"}}, "deadLetter.retention", id="retention"),
+    pytest.param(
+        {"priorities": [{"name": "high", "value": 0, "reservedShare": 0.7},
+                        {"name": "low", "value": 9, "reservedShare": 0.4}]},
+        "reservedShare values must sum to at most 1",
+        id="shares-over-one",
+    ),
+    pytest.param(
+        {"priorities": [{"name": "a", "value": 1}, {"name": "b", "value": 1}]},
+        "a value of its own",
+        id="same-priority-value",
+    ),
+    pytest.param({"priorities": [{"name": "high", "value": 0, "reservedShare": 1.5}]}, "reservedShare", id="share-over-one"),
+    pytest.param({"priorities": [{"name": "High_One", "value": 0}]}, "priorities[0].name", id="priority-name"),
+    pytest.param({"priorities": [{"name": "x", "value": 40000}]}, "priorities[0].value", id="priority-value-range"),
+    pytest.param({"tenants": {"maxConcurrent": 0}}, "tenants.maxConcurrent", id="tenant-cap-zero"),
+    pytest.param({"tenants": {"overrides": [{"name": "a", "maxConcurrent": -1}]}}, "maxConcurrent", id="override-negative"),
+    pytest.param({"tenants": {"overrides": [{"maxConcurrent": 1}]}}, "name", id="override-without-tenant"),
+    pytest.param({"objective": {"oldestReadyAge": "-5s"}}, "objective.oldestReadyAge", id="negative-objective"),
+    pytest.param({"objective": {}}, "oldestReadyAge", id="objective-without-age"),
+    pytest.param({"leaseDurationSeconds": 30}, "leaseDurationSeconds", id="unknown-field"),
+]
+
+
+@pytest.mark.parametrize(("spec", "named"), BAD_FIELDS)
+def test_bad_fields_are_refused_naming_the_field(
+    cluster: KubeCluster, namespace: str, spec: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(client.ApiException) as refused:
+        cluster.custom.create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, task_queue("bad", spec), field_validation="Strict"
+        )
+    assert refused.value.status in (400, 422)  # 400: an unknown field under strict field validation
+    assert named in str(refused.value.body)
+
+
+def test_kubectl_get_tq_answers_is_it_keeping_up(cluster: KubeCluster, namespace: str) -> None:
+    crd = cluster.apiext.read_custom_resource_definition(f"{PLURAL}.{GROUP}")
+    assert crd.spec.names.short_names == ["tq"]
+    [served] = crd.spec.versions
+    assert [(c.name, c.json_path) for c in served.additional_printer_columns] == [
+        ("Ready", ".status.ready"),
+        ("Leased", ".status.leased"),
+        ("Dead", ".status.dead"),
+        ("Oldest", ".status.oldestReadyAge"),
+        ("Objective", ".spec.objective.oldestReadyAge"),
+        ("Behind", '.status.conditions[?(@.type=="Behind")].status'),
+        ("Age", ".metadata.creationTimestamp"),
+    ]
+    create(cluster, namespace, "shown", {"objective": {"oldestReadyAge": "1m"}})
+    header, row = cluster.kubectl("get", "tq", "-n", namespace).stdout.splitlines()
+    assert header.split() == ["NAME", "READY", "LEASED", "DEAD", "OLDEST", "OBJECTIVE", "BEHIND", "AGE"]
+    assert row.split()[0] == "shown" and "1m" in row.split()
+
+
+# -- with an operator and the queue store -------------------------------------------------------
+
+
+@pytest.fixture
+def queue_dsn(postgres: PostgresServer) -> str:
+    """A database of the test's own on the session's PostgreSQL, with the queue schema."""
+    info = postgres.conninfo(postgres.create_database().rsplit("/", 1)[1])
+    QueueStore(info).migrate()
+    return info
+
+
+@pytest.fixture
+def queue_fleet(cluster: KubeCluster, tmp_path: Path, queue_dsn: str, request: pytest.FixtureRequest) -> Iterator[OperatorFleet]:
+    """A leader with the volume tier on: this test's queue database, a TaskQueue pass a second."""
+    fleet = OperatorFleet(cluster, tmp_path, queue={"dsn": queue_dsn, "statusIntervalSeconds": 1})
+    fleet.start()
+    fleet.leader()
+    yield fleet
+    fleet.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(fleet.logs())
+    cluster.clear_namespace(fleet.namespace)
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
+
+
+@pytest.mark.postgres
+def test_status_shows_ready_leased_dead_and_the_oldest_age(
+    cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str
+) -> None:
+    key = f"{namespace}/work"
+    store = QueueStore(queue_dsn)
+    now = datetime.now(UTC)
+    store.submit(key, [Submission("record", run_after=now - timedelta(minutes=5)) for _ in range(4)], now=now)
+    store.submit(key, [Submission("poison", max_attempts=1)], now=now)
+    create(cluster, namespace, "work", {"leaseDuration": "20s", "heartbeatInterval": "5s",
+                                        "retry": {"maxAttempts": 4}, "objective": {"oldestReadyAge": "1m"}})  # fmt: skip
+
+    published = wait_for(lambda: store.declaration(key), timeout=60, what="the declaration in the store")
+    assert (published.lease, published.heartbeat, published.max_attempts) == (timedelta(seconds=20), timedelta(seconds=5), 4)
+
+    async def lease_and_kill() -> None:
+        async with await psycopg.AsyncConnection.connect(queue_dsn, autocommit=True) as connection:
+            worker = WorkerStore(connection, queue=key, worker="w1")
+            await worker.lease(["record"], limit=1, lease=timedelta(minutes=5), now=datetime.now(UTC))
+            leased_at = datetime.now(UTC)
+            await worker.lease(["poison"], limit=1, lease=timedelta(seconds=1), now=leased_at)
+            await worker.expire(now=leased_at + timedelta(seconds=2))  # its only attempt's lease ran out: dead
+
+    asyncio.run(lease_and_kill())
+
+    def shown() -> dict[str, Any] | None:
+        status = get(cluster, namespace, "work").get("status") or {}
+        return status if (status.get("ready"), status.get("leased"), status.get("dead")) == (3, 1, 1) else None
+
+    status = wait_for(shown, timeout=60, what="status to show 3 ready, 1 leased, 1 dead")
+    assert status["oldestReadySeconds"] >= 300 and status["oldestReadyAge"].startswith("5m")
+    assert status["deadPerMinute"] == 1
+    assert status["observedGeneration"] == 1
+    obj = get(cluster, namespace, "work")
+    assert condition(obj, "Ready")["status"] == "True"  # type: ignore[index]
+    assert condition(obj, "Behind")["status"] == "True"  # type: ignore[index]
+    assert condition(obj, "Behind")["reason"] == "OldestReadyTooOld"  # type: ignore[index]
+    _, row = cluster.kubectl("get", "tq", "work", "-n", namespace).stdout.splitlines()
+    assert row.split()[1:7] == ["3", "1", "1", status["oldestReadyAge"], "1m", "True"]
+
+    # A change reaches the store; a deletion removes the declaration (workers fall back to flags).
+    cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "work", {"spec": {"leaseDuration": "1m"}})
+    wait_for(lambda: (d := store.declaration(key)) is not None and d.lease == timedelta(minutes=1),
+             timeout=60, what="the changed lease in the store")  # fmt: skip
+    cluster.custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "work")
+    wait_for(lambda: store.declaration(key) is None, timeout=60, what="the declaration removed")
+
+
+@pytest.mark.postgres
+def test_what_only_the_operator_can_check_makes_the_queue_invalid_with_an_event(
+    cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str
+) -> None:
+    create(cluster, namespace, "odd", {"retry": {"backoff": {"initial": "5m", "max": "1m"}}})
+
+    def invalid() -> dict[str, Any] | None:
+        found = condition(get(cluster, namespace, "odd"), "Invalid")
+        return found if found is not None and found["status"] == "True" else None
+
+    found = wait_for(invalid, timeout=60, what="the Invalid condition")
+    assert "spec.retry.backoff" in found["message"] and "initial" in found["message"]
+    assert condition(get(cluster, namespace, "odd"), "Ready")["status"] == "False"  # type: ignore[index]
+    events = wait_for(
+        lambda: [e for e in cluster.core.list_namespaced_event(namespace).items
+                 if e.involved_object.name == "odd" and e.reason == "InvalidSpec"] or None,
+        timeout=30, what="the InvalidSpec Event",
+    )  # fmt: skip
+    assert "spec.retry.backoff" in events[0].message
+    assert QueueStore(queue_dsn).declaration(f"{namespace}/odd") is None  # nothing published
+
