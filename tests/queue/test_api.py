@@ -26,7 +26,7 @@ from tests.unit.reviews import Reviews, body
 from tests.waiting import wait_for
 from vigil.core.access import Access, User
 from vigil.core.executions import RetryPolicy
-from vigil.core.queue import AttemptOutcome, after_failure
+from vigil.core.queue import AttemptOutcome, QueueDeclaration, after_failure
 from vigil.httpapi import ApiServer
 from vigil.queue.store import Finished, QueueStore, WorkerStore
 from vigil.queueapi import JobStore, QueueApi
@@ -136,6 +136,16 @@ def test_defaults_run_now_at_normal_priority_for_the_namespace_as_tenant(store: 
     row = store.execution(made["executionId"])
     assert row is not None
     assert (row["priority"], row["tenant"], row["max_attempts"], row["payload"]) == (0, "shop", 3, {})
+
+
+def test_a_job_without_max_attempts_takes_its_taskqueues_and_one_that_says_keeps_its_own(store: QueueStore) -> None:
+    store.declare(QUEUE, QueueDeclaration(max_attempts=7), generation=1, now=T0)
+    server = api(store)
+    _, unsaid = submit(server)
+    _, said = submit(server, maxAttempts=2)
+    assert get(server, f"/v1/jobs/{unsaid['jobId']}")[1]["maxAttempts"] == 7
+    assert get(server, f"/v1/executions/{unsaid['executionId']}")[1]["maxAttempts"] == 7
+    assert get(server, f"/v1/executions/{said['executionId']}")[1]["maxAttempts"] == 2
 
 
 def test_a_repeated_idempotency_key_returns_the_first_job_and_adds_nothing(store: QueueStore) -> None:
