@@ -22,6 +22,7 @@ from jinja2 import StrictUndefined, TemplateError
 from vigil.core.templatelimits import BoundedSandbox, TemplateLimitExceeded, render_bounded
 
 MAX_PAYLOAD_BYTES = 32 * 1024  # rendered JSON; it travels in one environment variable
+_TEMPLATE_MARKS = frozenset("{")  # every Jinja2 construct ({{ }}, {% %}, {# #}) opens with a brace
 
 
 class PayloadError(ValueError):
@@ -70,6 +71,8 @@ def render_template_string(text: str, variables: Mapping[str, Any], *, timezone:
 
 def _render(value: Any, variables: Mapping[str, Any], timezone: str, field: str) -> Any:
     if isinstance(value, str):
+        if not _TEMPLATE_MARKS.intersection(value):  # plain text renders as itself: skip the sandbox
+            return value
         return render_template_string(value, variables, timezone=timezone, field=field)
     if isinstance(value, list):
         return [_render(v, variables, timezone, f"{field}[{i}]") for i, v in enumerate(value)]

@@ -39,6 +39,7 @@ from psycopg.types.json import Jsonb
 from vigil.core.ids import execution_id as derive_execution_id
 from vigil.core.queue import AttemptOutcome, QueueState, Settlement, after_expiry, lease_deadline
 from vigil.core.timeparse import require_aware
+from vigil.queue import partitions
 from vigil.queue.migrations import SCRIPT_LOCATION
 
 QUERIES_FILE = Path(__file__).parent / "queries.sql"
@@ -144,6 +145,16 @@ class QueueStore:
 
     def connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn)
+
+    def maintain_partitions(
+        self, *, now: datetime, ahead: timedelta = partitions.DEFAULT_AHEAD
+    ) -> partitions.Maintenance:
+        """Make schedule_buckets' hourly partitions up to `ahead`, drop fully fired past ones.
+
+        Idempotent, and safe from several replicas at once (vigil.queue.partitions).
+        """
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            return partitions.maintain(connection, now=require_aware(now, name="now"), ahead=ahead)
 
     def submit(
         self, queue: str, submissions: Sequence[Submission], *, now: datetime
