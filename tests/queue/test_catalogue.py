@@ -9,9 +9,10 @@ execution leased by the existing worker store.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -102,12 +103,13 @@ BAD_FIELDS = [
 @pytest.mark.parametrize(("fields", "named"), BAD_FIELDS)
 def test_a_recurring_job_with_a_bad_field_is_refused_naming_the_field(fields: dict[str, Any], named: str) -> None:
     good = {"queue": QUEUE, "task": "report", "cron": "0 * * * *"}
-    with pytest.raises(ValueError, match=rf"^{named.replace('.', '[.]')}: "):
+    with pytest.raises(ValueError) as refused:
         RecurringJob(**(good | fields))
+    assert str(refused.value).startswith(f"{named}: "), str(refused.value)
 
 
 def test_a_cron_that_never_matches_a_date_is_refused_when_added(catalogue: Catalogue) -> None:
-    with pytest.raises(ValueError, match="^cron: "):
+    with pytest.raises(ValueError, match=r"^cron: "):
         catalogue.add(RecurringJob(QUEUE, "report", "0 0 30 2 *"), now=T0)
 
 
@@ -217,8 +219,8 @@ def test_a_london_job_at_half_past_one_fires_once_a_day_across_daylight_saving(
     fired = [nominal.astimezone(LONDON) for _, nominal in executions_of(dsn, added.job_id)]
     days = [local.date() for local in fired]
     assert len(days) == len(set(days)) >= 5  # once a day, no day twice (the fall-back day repeats 01:30)
-    assert all((later - earlier).days == 1 for earlier, later in zip(days, days[1:], strict=False))
-    spring_forward = datetime(2026, 3, 29).date()
+    assert all((later - earlier).days == 1 for earlier, later in itertools.pairwise(days))
+    spring_forward = date(2026, 3, 29)
     for local in fired:  # 01:30, or 02:00 BST on the day the clock jumps over 01:30 (Shift)
         expected = (2, 0) if local.date() == spring_forward else (1, 30)
         assert (local.hour, local.minute) == expected

@@ -20,7 +20,12 @@ from zoneinfo import ZoneInfo
 
 from jinja2 import StrictUndefined, Template, TemplateError
 
-from vigil.core.templatelimits import BoundedSandbox, TemplateLimitExceeded, compile_bounded, render_compiled
+from vigil.core.templatelimits import (
+    BoundedSandbox,
+    TemplateLimitExceeded,
+    compile_bounded,
+    render_compiled,
+)
 
 MAX_PAYLOAD_BYTES = 32 * 1024  # rendered JSON; it travels in one environment variable
 _TEMPLATE_MARKS = frozenset("{")  # every Jinja2 construct ({{ }}, {% %}, {# #}) opens with a brace

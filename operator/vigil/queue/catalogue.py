@@ -34,6 +34,8 @@ from vigil.core.schedule import GapPolicy, OverlapPolicy, Schedule, load_zone
 from vigil.core.timeparse import parse_cron, require_aware
 from vigil.queue.store import DEFAULT_MAX_ATTEMPTS, QUERIES
 
+#: The core's catch-up defaults: All, within 5 minutes, at most 100 late occurrences.
+DEFAULT_CATCH_UP = CatchUp()
 #: A batch of `add_many` is one transaction and one statement; larger lists are cut into batches.
 ADD_BATCH = 5000
 MAX_KEY_LENGTH = 256
@@ -68,7 +70,7 @@ class RecurringJob:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     idempotency_key: str | None = None
     jitter: timedelta | None = None
-    catch_up: CatchUp = CatchUp()
+    catch_up: CatchUp = DEFAULT_CATCH_UP
     gap: GapPolicy = GapPolicy.SHIFT
     overlap: OverlapPolicy = OverlapPolicy.ONCE
 
