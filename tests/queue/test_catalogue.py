@@ -16,8 +16,11 @@ from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import alembic.command
+import alembic.config
 import psycopg
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +29,7 @@ from vigil.core.ids import execution_id
 from vigil.core.jitter import jitter_offset
 from vigil.queue import partitions
 from vigil.queue.catalogue import Catalogue, RecurringJob
+from vigil.queue.migrations import SCRIPT_LOCATION
 from vigil.queue.store import QUERIES, QueueStore, WorkerStore
 from vigil.queue.trigger import ShardTrigger
 
@@ -383,3 +387,20 @@ def test_every_enabled_job_keeps_a_pending_occurrence(dsn: str, catalogue: Catal
     assert broken == []
     assert rows(dsn, "SELECT count(*) FROM vigil_queue.executions")[0][0] == 19 * 4
 
+
+
+def test_the_catalogue_migration_downgrades_to_the_first_revision_and_back(dsn: str, catalogue: Catalogue) -> None:
+    catalogue.add(hourly(), now=T0)
+    config = alembic.config.Config()
+    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
+    try:
+        for target, expected in (("q0001", False), ("head", True)):
+            with engine.begin() as connection:
+                config.attributes["connection"] = connection
+                (alembic.command.downgrade if target == "q0001" else alembic.command.upgrade)(config, target)
+            found = rows(dsn, "SELECT to_regclass('vigil_queue.schedule_buckets') IS NOT NULL")[0][0]
+            assert found is expected
+    finally:
+        engine.dispose()
+    assert catalogue.add(hourly(), now=T0).created  # the upgraded schema takes jobs again
