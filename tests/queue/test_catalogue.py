@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import threading
+import time
 from collections import Counter
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -28,6 +29,7 @@ from vigil.core.chain import CatchUp, CatchUpPolicy
 from vigil.core.ids import execution_id
 from vigil.core.jitter import jitter_offset
 from vigil.queue import partitions
+from vigil.queue import trigger as trigger_module
 from vigil.queue.catalogue import Catalogue, RecurringJob
 from vigil.queue.migrations import SCRIPT_LOCATION
 from vigil.queue.store import QUERIES, QueueStore, WorkerStore
@@ -404,3 +406,56 @@ def test_the_catalogue_migration_downgrades_to_the_first_revision_and_back(dsn: 
     finally:
         engine.dispose()
     assert catalogue.add(hourly(), now=T0).created  # the upgraded schema takes jobs again
+
+
+def test_a_trigger_that_dies_between_reading_and_writing_loses_nothing(
+    dsn: str, catalogue: Catalogue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    added = catalogue.add_many([hourly() for _ in range(30)], now=T0)
+    now = datetime(2026, 12, 1, 12, 2, tzinfo=UTC)
+    doomed = ShardTrigger(dsn, shard=0)
+    planned = trigger_module._plan
+
+    def plan_then_die(due: Any, at: datetime) -> Any:
+        with psycopg.connect(dsn, autocommit=True) as other:  # the process dies mid-transaction
+            other.execute("SELECT pg_terminate_backend(%(pid)s)", {"pid": doomed.connection().info.backend_pid})
+        return planned(due, at)
+
+    monkeypatch.setattr(trigger_module, "_plan", plan_then_die)
+    with pytest.raises(psycopg.OperationalError):
+        doomed.run_pass(now=now)
+    monkeypatch.setattr(trigger_module, "_plan", planned)
+    assert rows(dsn, "SELECT count(*) FROM vigil_queue.executions")[0][0] == 0
+    assert rows(dsn, "SELECT count(*) FROM vigil_queue.schedule_buckets WHERE fired_at IS NOT NULL")[0][0] == 0
+
+    survivor = ShardTrigger(dsn, shard=0)
+    try:
+        assert len(survivor.run_pass(now=now).fired) == 30
+    finally:
+        survivor.close()
+        doomed.close()
+    assert {job_id for job_id, in rows(dsn, "SELECT job_id FROM vigil_queue.executions")} == {a.job_id for a in added}
+
+
+def test_the_trigger_loop_keeps_partitions_and_fires_until_stopped(dsn: str, catalogue: Catalogue) -> None:
+    added = catalogue.add(hourly(), now=T0)
+    clock_at = [datetime(2026, 12, 1, 12, 2, tzinfo=UTC)]
+    stop = threading.Event()
+    passes: list[trigger_module.PassReport] = []
+    loop = threading.Thread(
+        target=trigger_module.run,
+        args=(ShardTrigger(dsn, shard=0),),
+        kwargs={"clock": lambda: clock_at[0], "stop": stop, "interval": timedelta(milliseconds=20), "on_pass": passes.append},
+    )
+    loop.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not executions_of(dsn, added.job_id) and time.monotonic() < deadline:
+            stop.wait(0.02)
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    assert not loop.is_alive()
+    assert [nominal for _, nominal in executions_of(dsn, added.job_id)] == [datetime(2026, 12, 1, 12, 0, tzinfo=UTC)]
+    assert "schedule_buckets_p2026120312" in partitions_now(dsn)  # 48 hours ahead of the clock
+    assert sum(len(p.fired) for p in passes) == 1
