@@ -459,3 +459,26 @@ def test_the_trigger_loop_keeps_partitions_and_fires_until_stopped(dsn: str, cat
     assert [nominal for _, nominal in executions_of(dsn, added.job_id)] == [datetime(2026, 12, 1, 12, 0, tzinfo=UTC)]
     assert "schedule_buckets_p2026120312" in partitions_now(dsn)  # 48 hours ahead of the clock
     assert sum(len(p.fired) for p in passes) == 1
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    return [plan, *(node for child in plan.get("Plans", []) for node in plan_nodes(child))]
+
+
+def test_a_pass_reads_only_the_partitions_whose_minutes_have_come_never_the_catalogue(
+    dsn: str, store: QueueStore, catalogue: Catalogue
+) -> None:
+    store.maintain_partitions(now=T0, ahead=timedelta(hours=6))
+    catalogue.add_many([RecurringJob(QUEUE, "report", "0 15 * * *") for _ in range(3000)], now=T0)  # not due
+    catalogue.add_many([hourly() for _ in range(10)], now=T0)
+    now = datetime(2026, 12, 1, 12, 2, tzinfo=UTC)
+    with psycopg.connect(dsn) as connection:
+        connection.execute("ANALYZE vigil_queue.jobs, vigil_queue.schedule_buckets")
+        cursor = psycopg.ClientCursor(connection)
+        params = {"shard": 0, "now": now, "minute": now, "limit": 2000}
+        [[explained]] = cursor.execute("EXPLAIN (FORMAT JSON) " + QUERIES["trigger_due"], params).fetchall()
+    nodes = plan_nodes(explained[0]["Plan"])
+    scanned = {node["Relation Name"] for node in nodes if "Relation Name" in node}
+    assert scanned == {"schedule_buckets_p2026120111", "schedule_buckets_p2026120112", "schedule_buckets_default", "jobs"}
+    jobs = [node for node in nodes if node.get("Relation Name") == "jobs"]
+    assert [(node["Node Type"], node["Index Name"]) for node in jobs] == [("Index Scan", "jobs_pkey")]  # per due row

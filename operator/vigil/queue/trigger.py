@@ -66,7 +66,7 @@ class PassReport:
     skipped: int = 0  # occurrences of deleted (or unreadable) jobs
     failed: int = 0  # occurrences whose payload could not be rendered
     lost_races: int = 0  # rows another trigger marked first (planned here, applied there)
-    lags: list[float] = dataclasses.field(default_factory=list)  # seconds from fire_at to the mark, per fire
+    lags: list[float] = dataclasses.field(default_factory=list)  # per fire: seconds from its fire_at to the pass's now
 
     def merge(self, other: PassReport) -> None:
         self.fired += other.fired
@@ -116,16 +116,17 @@ class ShardTrigger:
         now = require_aware(now, name="now")
         report = PassReport()
         while True:
-            done, read = self._batch(now)
+            done, read, marked = self._batch(now)
             report.merge(done)
-            if read < self.batch:
+            if read < self.batch or marked == 0:  # all read, or no progress (another trigger has them)
                 return report
 
     def maintain(self, *, now: datetime, ahead: timedelta = partitions.DEFAULT_AHEAD) -> partitions.Maintenance:
         """Create partitions ahead and drop fully fired ones behind (one maintainer at a time)."""
         return partitions.maintain(self.connection(), now=now, ahead=ahead)
 
-    def _batch(self, now: datetime) -> tuple[PassReport, int]:
+    def _batch(self, now: datetime) -> tuple[PassReport, int, int]:
+        """One transaction: read, plan and apply a batch; the report, the rows read and the rows marked."""
         connection = self.connection()
         with connection.transaction():
             cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
@@ -134,10 +135,10 @@ class ShardTrigger:
                 {"shard": self.shard, "now": now, "minute": minute_of(now), "limit": self.batch},
             ).fetchall()
             if not rows:
-                return PassReport(), 0
+                return PassReport(), 0, 0
             planned = [_plan(_Due(row), now) for row in rows]
             marked = connection.execute(QUERIES["trigger_apply"], _apply_params(planned, now)).fetchall()
-        return _report(planned, {(job_id, nominal) for job_id, nominal, _ in marked}, now), len(rows)
+        return _report(planned, {(job_id, nominal) for job_id, nominal, _ in marked}, now), len(rows), len(marked)
 
 
 @dataclasses.dataclass(frozen=True)
