@@ -56,11 +56,14 @@ from vigil.kube.ledger import KubeLedger
 from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
+from vigil.kube.shardleases import ShardLeases
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflowpods import workflow_of
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
+from vigil.queue import trigger as queue_trigger
+from vigil.queue.store import QueueStore
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil")
@@ -300,6 +303,47 @@ def _campaign(
     return elector, executions, history
 
 
+def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> ShardLeases | None:
+    """The volume tier's trigger: this replica's share of the shards, standbys included (every
+    replica runs some); None when the volume tier is off (no `queue.dsn`)."""
+    if not settings.queue.dsn:
+        return None
+    dsn = settings.queue.dsn
+    QueueStore(dsn).migrate()
+    clock = SystemClock()
+
+    def on_acquired(shard: int) -> Callable[[], None]:
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=queue_trigger.run,
+            args=(queue_trigger.ShardTrigger(dsn, shard=shard),),
+            kwargs={"clock": clock.now, "stop": stop},
+            name=f"trigger-shard-{shard}",
+            daemon=True,
+        )
+        thread.start()
+
+        def stopper() -> None:  # the pass in flight finishes; one that outlasts the join is harmless
+            stop.set()
+            thread.join(timeout=HANDOVER_JOIN_SECONDS)
+
+        return stopper
+
+    shards = ShardLeases(
+        client.CoordinationV1Api(election_client(lease)),
+        namespace=settings.namespace,
+        identity=me,
+        shards=settings.queue.shards,
+        on_acquired=on_acquired,
+        lease_duration=lease.lease_duration,
+        renew_period=lease.renew_period,
+        on_lost=_lost,
+    )
+    shards.start()
+    log.info("%s sharing %d trigger shards of the queue store", me, settings.queue.shards)
+    return shards
+
+
 def stop_on_sigterm() -> threading.Event:
     """An Event that SIGTERM (a pod being deleted, `docker stop`) sets, from the process's start.
 
@@ -353,8 +397,11 @@ def run(settings: Settings) -> int:
         api, settings, lease_name=settings.leader_election.lease_name, me=me, approvals=callback
     )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
+    shards = start_trigger_shards(settings, lease, me=me)
     if not wait_until_leader(elector, stopping):
         log.info("%s stopping (SIGTERM) as a standby", me)
+        if shards is not None:
+            shards.release()
         elector.release()
         return 0
     metrics.IS_LEADER.set(1)
@@ -481,6 +528,8 @@ def run(settings: Settings) -> int:
             )
         )
     finally:
+        if shards is not None:
+            shards.release()
         _hand_over(stop, started, elector, flush=writer.flush)
     return 0
 

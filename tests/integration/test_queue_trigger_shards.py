@@ -1,0 +1,79 @@
+"""The operator's wiring of the volume tier's trigger: replicas share the shards and fire each due job once.
+
+Two replicas (`vigil.runtime.start_trigger_shards`, as `vigil operator` starts it,
+in threads here) share 4 shards through real Leases and fire 200 due recurring jobs
+from real PostgreSQL with the system clock: every job exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from kubernetes.config import kube_config
+
+from tests.contract.conftest import postgres
+from tests.contract.postgres import PostgresServer
+from tests.integration.conftest import KubeCluster
+from tests.queue.conftest import conninfo
+from tests.waiting import wait_for
+from vigil.kube.shardleases import ShardLeases
+from vigil.queue.catalogue import Catalogue, RecurringJob
+from vigil.runtime import lease_config, start_trigger_shards
+from vigil.settings import Settings
+
+__all__ = ["postgres"]
+
+pytestmark = pytest.mark.postgres
+
+SHARDS = 4
+JOBS = 200
+
+
+@pytest.fixture
+def queue_dsn(postgres: PostgresServer) -> str:
+    return conninfo(postgres, postgres.create_database())
+
+
+@pytest.fixture
+def replicas(
+    cluster: KubeCluster, namespace: str, queue_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[ShardLeases]]:
+    # The runtime finds its cluster as `vigil operator` does outside a pod: the kubeconfig.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
+    settings = Settings.model_validate(
+        {
+            "namespace": namespace,
+            "queue": {"dsn": queue_dsn, "shards": SHARDS},
+            "leader_election": {"lease_duration_seconds": 4, "renew_period_seconds": 1},
+        }
+    )
+    started: list[ShardLeases] = []
+    for me in ("replica-a", "replica-b"):
+        made = start_trigger_shards(settings, lease_config(settings, lease_name="vigil-leader", me=me), me=me)
+        assert made is not None
+        started.append(made)
+    yield started
+    for made in started:
+        made.release()
+
+
+def test_two_replicas_share_the_shards_and_fire_every_due_job_once(queue_dsn: str, replicas: list[ShardLeases]) -> None:
+    # A yearly job catalogued before its 1 January: due once by the system clock, next due a year on.
+    new_year = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+    jobs = [RecurringJob("team-a/q", "report", "0 0 1 1 *") for _ in range(JOBS)]
+    added = Catalogue(queue_dsn, shards=SHARDS).add_many(jobs, now=new_year - timedelta(hours=1))
+
+    def fired() -> list[tuple[str, int]]:
+        with psycopg.connect(queue_dsn) as connection:
+            return connection.execute(
+                "SELECT job_id, count(*) FROM vigil_queue.executions GROUP BY job_id"
+            ).fetchall()
+
+    wait_for(lambda: len(fired()) == JOBS, timeout=60, what=f"{JOBS} jobs fired")
+    assert {job_id for job_id, _ in fired()} == {a.job_id for a in added}
+    assert {count for _, count in fired()} == {1}
+    wait_for(lambda: sorted(len(r.running) for r in replicas) == [2, 2], timeout=30, what="shards shared 2/2")
+    assert replicas[0].running.isdisjoint(replicas[1].running)
