@@ -25,6 +25,7 @@ thread for each shard it leads; it also keeps the partitions made (vigil.queue.p
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -51,6 +52,8 @@ from vigil.core.timeparse import require_aware
 from vigil.queue import partitions
 from vigil.queue.catalogue import cron_schedule
 from vigil.queue.store import QUERIES
+
+log = logging.getLogger(__name__)
 
 #: Due rows planned and applied per transaction: large enough that the round trips amortise,
 #: small enough that a transaction holds its row locks for tens of milliseconds.
@@ -329,8 +332,8 @@ def run(
     """Run `trigger` until `stop` is set: a pass every `interval`, partition upkeep every `maintain_every`.
 
     For a thread of an operator replica that leads the shard. A failed pass (the database
-    restarting) is retried on the next tick on a fresh connection: its transaction rolled back,
-    so nothing was half done.
+    restarting, or anything else) is logged and retried on the next tick on a fresh connection:
+    its transaction rolled back, so nothing was half done.
     """
     maintained: datetime | None = None
     try:
@@ -343,7 +346,11 @@ def run(
                 report = trigger.run_pass(now=now)
                 if on_pass is not None:
                     on_pass(report)
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as err:  # the database restarting, a cut connection
+                log.warning("trigger shard %d: %s; retrying on a fresh connection", trigger.shard, err)
+                trigger.close()
+            except Exception:  # never let the shard's thread die while its Lease is held
+                log.exception("trigger shard %d: pass failed; retrying next tick", trigger.shard)
                 trigger.close()
             stop.wait(interval.total_seconds())
     finally:
