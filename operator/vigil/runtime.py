@@ -56,6 +56,7 @@ from vigil.kube.ledger import KubeLedger
 from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
+from vigil.kube.shardleases import ShardLeases
 from vigil.kube.taskqueues import TaskQueueController, TaskQueueStatusWriter, taskqueue_cache
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflowpods import workflow_of
@@ -318,6 +319,69 @@ def _campaign(
     return elector, executions, history
 
 
+def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> ShardLeases | None:
+    """The volume tier's trigger: this replica's share of the shards, standbys included (every
+    replica runs some); None when the volume tier is off (no `queue.dsn`). The shards start once
+    the queue store's schema is migrated, in the background: a store that is down holds back only
+    them."""
+    if not settings.queue.dsn:
+        return None
+    from vigil.queue import (
+        trigger as queue_trigger,  # psycopg: the `postgres` extra, needed only with a queue
+    )
+    from vigil.queue.store import QueueStore
+
+    dsn = settings.queue.dsn
+    clock = SystemClock()
+
+    def on_acquired(shard: int) -> Callable[[], None]:
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=queue_trigger.run,
+            args=(queue_trigger.ShardTrigger(dsn, shard=shard),),
+            kwargs={"clock": clock.now, "stop": stop},
+            name=f"trigger-shard-{shard}",
+            daemon=True,
+        )
+        thread.start()
+
+        def stopper() -> None:  # the pass in flight finishes; one that outlasts the join is harmless
+            stop.set()
+            thread.join(timeout=HANDOVER_JOIN_SECONDS)
+
+        return stopper
+
+    shards = ShardLeases(
+        client.CoordinationV1Api(election_client(lease)),
+        namespace=settings.namespace,
+        identity=me,
+        shards=settings.queue.shards,
+        on_acquired=on_acquired,
+        lease_duration=lease.lease_duration,
+        renew_period=lease.renew_period,
+        on_lost=_lost,
+    )
+
+    def migrate_then_start() -> None:
+        """The schema first, waiting for the store as long as it takes: a queue store that is
+        down stops the volume tier's trigger, never the operator (nor the declarative tier)."""
+        delay = 1.0
+        while not shards.stopped:
+            try:
+                QueueStore(dsn).migrate()
+            except Exception as err:
+                log.warning("queue store not ready (%s): its trigger shards wait, again in %.0fs", err, delay)
+                shards.wait_stopped(delay)
+                delay = min(delay * 2, 30.0)
+                continue
+            shards.start()
+            log.info("%s sharing %d trigger shards of the queue store", me, settings.queue.shards)
+            return
+
+    threading.Thread(target=migrate_then_start, name="queue-migrate", daemon=True).start()
+    return shards
+
+
 def stop_on_sigterm() -> threading.Event:
     """An Event that SIGTERM (a pod being deleted, `docker stop`) sets, from the process's start.
 
@@ -371,8 +435,11 @@ def run(settings: Settings) -> int:
         api, settings, lease_name=settings.leader_election.lease_name, me=me, approvals=callback
     )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
+    shards = start_trigger_shards(settings, lease, me=me)
     if not wait_until_leader(elector, stopping):
         log.info("%s stopping (SIGTERM) as a standby", me)
+        if shards is not None:
+            shards.release()
         elector.release()
         return 0
     metrics.IS_LEADER.set(1)
@@ -500,6 +567,8 @@ def run(settings: Settings) -> int:
             )
         )
     finally:
+        if shards is not None:
+            shards.release()
         _hand_over(stop, started, elector, flush=writer.flush)
     return 0
 

@@ -250,5 +250,6 @@ def test_the_queue_shares_a_database_with_the_history_and_migrates_idempotently(
         ("public", "attempts"),
         ("vigil_queue", "attempts"),
         ("vigil_queue", "executions"),
+        ("vigil_queue", "schedule_buckets"),
     } <= tables
     assert version == (migrations_head(),)

@@ -17,6 +17,7 @@ this module must never do.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -24,7 +25,14 @@ from enum import StrEnum
 from vigil.core.buckets import BucketEntry, Mark, Outcome, entry_key
 from vigil.core.ids import ExecutionId, execution_id
 from vigil.core.jitter import jitter_offset
-from vigil.core.schedule import Occurrence, Schedule, ScheduleKind, next_occurrences, occurrence_at
+from vigil.core.schedule import (
+    Occurrence,
+    Schedule,
+    ScheduleKind,
+    next_occurrence,
+    occurrence_at,
+    occurrences_between,
+)
 
 EXPANSION_CAP = 10_000  # occurrences enumerated for one late entry; catchUpLimit tops out here too
 
@@ -146,10 +154,10 @@ def _entry(job: JobView, nominal: datetime, fire_at: datetime, *, resume: bool =
 
 def chain_head(job: JobView, *, after: datetime) -> BucketEntry | None:
     """The job's first occurrence strictly after `after`, as a bucket entry (None if none)."""
-    upcoming = next_occurrences(job.schedule, after, count=1)
-    if not upcoming:
+    upcoming = next_occurrence(job.schedule, after)
+    if upcoming is None:
         return None
-    return _entry(job, upcoming[0], upcoming[0] + job.offset)
+    return _entry(job, upcoming, upcoming + job.offset)
 
 
 def first_entry(job: JobView, *, now: datetime) -> BucketEntry | None:
@@ -226,18 +234,15 @@ def _due_nominals(entry: BucketEntry, job: JobView, now: datetime) -> tuple[list
     horizon = now - job.offset
     if entry.nominal > horizon:
         return [], False
-    nominals = [entry.nominal]
-    while True:
-        room = EXPANSION_CAP - len(nominals)
-        upcoming = next_occurrences(job.schedule, nominals[-1], count=min(256, room + 1))
-        due = [n for n in upcoming if n <= horizon]
-        nominals.extend(due[:room])
-        if len(due) > room:
-            truncated = True
-            break
-        if len(due) < len(upcoming) or not upcoming:
-            truncated = False
-            break
+    following = next_occurrence(job.schedule, entry.nominal)  # memoised: one walk for many jobs
+    if following is None or following > horizon:  # the usual case: on time, nothing more due
+        nominals = [entry.nominal]
+        truncated = False
+    else:  # late: enumerate lazily, one past the cap to know whether it was reached
+        later = occurrences_between(job.schedule, entry.nominal, horizon)
+        nominals = [entry.nominal, *itertools.islice(later, EXPANSION_CAP)]
+        truncated = len(nominals) > EXPANSION_CAP
+        nominals = nominals[:EXPANSION_CAP]
     if job.last_nominal is not None:
         nominals = [n for n in nominals if n > job.last_nominal]
     return nominals, truncated

@@ -11,23 +11,34 @@ template that would take the operator's memory or time is invalid input.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from jinja2 import StrictUndefined, TemplateError
+from jinja2 import StrictUndefined, Template, TemplateError
 
-from vigil.core.templatelimits import BoundedSandbox, TemplateLimitExceeded, render_bounded
+from vigil.core.templatelimits import (
+    BoundedSandbox,
+    TemplateLimitExceeded,
+    compile_bounded,
+    render_compiled,
+)
 
 MAX_PAYLOAD_BYTES = 32 * 1024  # rendered JSON; it travels in one environment variable
+_TEMPLATE_MARKS = frozenset("{")  # every Jinja2 construct ({{ }}, {% %}, {# #}) opens with a brace
+#: Compiled templates kept (per zone and text): a trigger renders one template for many occurrences,
+#: and compiling costs far more than rendering.
+COMPILED_CACHE_SIZE = 1024
 
 
 class PayloadError(ValueError):
     """A payload or template that cannot be rendered; the message names the field."""
 
 
+@functools.lru_cache(maxsize=64)
 def _environment(timezone: str) -> BoundedSandbox:
     zone = ZoneInfo(timezone)
     env = BoundedSandbox(undefined=StrictUndefined, autoescape=False)
@@ -61,15 +72,22 @@ def occurrence_variables(
     }
 
 
+@functools.lru_cache(maxsize=COMPILED_CACHE_SIZE)
+def _compiled(timezone: str, text: str) -> Template:
+    return compile_bounded(_environment(timezone), text)
+
+
 def render_template_string(text: str, variables: Mapping[str, Any], *, timezone: str, field: str) -> str:
     try:
-        return render_bounded(_environment(timezone), text, dict(variables))
+        return render_compiled(_compiled(timezone, text), dict(variables))
     except (TemplateError, TemplateLimitExceeded, RecursionError) as err:
         raise PayloadError(f"{field}: {err}") from err
 
 
 def _render(value: Any, variables: Mapping[str, Any], timezone: str, field: str) -> Any:
     if isinstance(value, str):
+        if not _TEMPLATE_MARKS.intersection(value):  # plain text renders as itself: skip the sandbox
+            return value
         return render_template_string(value, variables, timezone=timezone, field=field)
     if isinstance(value, list):
         return [_render(v, variables, timezone, f"{field}[{i}]") for i, v in enumerate(value)]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
@@ -86,6 +87,11 @@ _OFFSET_SAMPLE_COUNT = 49
 _FIRST_LOOKBACK = timedelta(hours=1)
 _LOOKBACK_GROWTH = 4
 _MAX_LOOKBACK = timedelta(days=MAX_SCAN_DAYS)
+
+#: Step results remembered (next and previous occurrence per schedule and instant). The trigger
+#: plans many jobs that share a schedule and a nominal time (everyone's "0 * * * *" at 12:00):
+#: one walk serves them all. Bounded, so memory follows the schedules in use, not the catalogue.
+STEP_CACHE_SIZE = 4096
 
 _ONE_SECOND = timedelta(seconds=1)
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -198,6 +204,11 @@ def next_occurrences(schedule: Schedule, after: datetime, *, count: int) -> list
 
 def next_occurrence(schedule: Schedule, after: datetime) -> datetime | None:
     """The first nominal time strictly after `after`, or None when the schedule has ended."""
+    return _next_step(schedule, _instant(after, "after"))
+
+
+@functools.lru_cache(maxsize=STEP_CACHE_SIZE)
+def _next_step(schedule: Schedule, after: datetime) -> datetime | None:
     return next(occurrences_after(schedule, after), None)
 
 
@@ -378,6 +389,7 @@ def _cron_occurrences(schedule: Schedule, after: datetime, until: datetime | Non
     yield from pending.release()
 
 
+@functools.lru_cache(maxsize=STEP_CACHE_SIZE)
 def _previous_cron(schedule: Schedule, before: datetime) -> datetime:
     window = _FIRST_LOOKBACK
     while True:

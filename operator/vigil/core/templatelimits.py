@@ -214,8 +214,20 @@ class _StepBudget:
 
 def render_bounded(environment: BoundedSandbox, text: str, variables: dict[str, Any]) -> str:
     """Compile and render `text` within every bound; raises TemplateLimitExceeded past one."""
+    return render_compiled(compile_bounded(environment, text), variables)
+
+
+def compile_bounded(environment: BoundedSandbox, text: str) -> Template:
+    """Compile `text` (at most MAX_TEXT long). Compiling is linear in the source: untraced.
+
+    A compiled template holds no render state, so callers may keep it and render it many times.
+    """
     _check_length(len(text), "the template")
-    template: Template = environment.from_string(text)  # linear in the (bounded) source: untraced
+    return environment.from_string(text)
+
+
+def render_compiled(template: Template, variables: dict[str, Any]) -> str:
+    """Render a template from `compile_bounded` within every bound."""
     previous = sys.gettrace()
     sys.settrace(_StepBudget(MAX_STEPS))
     try:

@@ -359,3 +359,145 @@ WHERE e.execution_id IN (
         WHERE x.queue = k.queue AND x.state = 'dead' AND x.finished_at < k.before
         ORDER BY x.finished_at LIMIT %(limit)s) AS d
 );
+
+-- The recurring-job catalogue (vigil/queue/catalogue.py) and its sharded trigger (vigil/queue/trigger.py).
+
+-- name: catalogue_add
+-- Many jobs in one statement, each with its first occurrence's bucket row. A (queue, idempotency key)
+-- already catalogued, or repeated earlier in the batch, adds nothing: its bucket row joins no job.
+WITH added AS (
+    INSERT INTO vigil_queue.jobs AS j
+        (job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at,
+         cron, timezone, dst_gap, dst_overlap, payload_template, expected_max_interval, jitter,
+         catch_up_policy, catch_up_window, catch_up_limit, idempotency_key, shard, next_run)
+    SELECT a.job_id, a.queue, a.task, '{}'::jsonb, a.priority, a.tenant, a.max_attempts, true, %(now)s,
+           a.cron, a.timezone, a.dst_gap, a.dst_overlap, a.payload_template, a.expected_max_interval,
+           a.jitter, a.catch_up_policy, a.catch_up_window, a.catch_up_limit, a.idempotency_key, a.shard,
+           a.next_run
+    FROM unnest(%(job_ids)s::text[], %(queues)s::text[], %(tasks)s::text[], %(priorities)s::smallint[],
+                %(tenants)s::text[], %(max_attempts)s::smallint[], %(crons)s::text[],
+                %(timezones)s::text[], %(dst_gaps)s::text[], %(dst_overlaps)s::text[],
+                %(payload_templates)s::jsonb[], %(expected_max_intervals)s::interval[],
+                %(jitters)s::interval[], %(catch_up_policies)s::text[], %(catch_up_windows)s::interval[],
+                %(catch_up_limits)s::integer[], %(idempotency_keys)s::text[], %(shards)s::smallint[],
+                %(next_runs)s::timestamptz[])
+         AS a(job_id, queue, task, priority, tenant, max_attempts, cron, timezone, dst_gap, dst_overlap,
+              payload_template, expected_max_interval, jitter, catch_up_policy, catch_up_window,
+              catch_up_limit, idempotency_key, shard, next_run)
+    ON CONFLICT (queue, idempotency_key) DO NOTHING
+    RETURNING j.job_id, j.shard
+)
+INSERT INTO vigil_queue.schedule_buckets (minute, shard, job_id, nominal, fire_at)
+SELECT f.minute, added.shard, added.job_id, f.nominal, f.fire_at
+FROM added
+JOIN unnest(%(job_ids)s::text[], %(minutes)s::timestamptz[], %(next_runs)s::timestamptz[],
+            %(fire_ats)s::timestamptz[]) AS f(job_id, minute, nominal, fire_at)
+  ON f.job_id = added.job_id
+RETURNING job_id;
+
+-- name: catalogue_by_key
+SELECT idempotency_key, job_id, next_run FROM vigil_queue.jobs
+WHERE queue = %(queue)s AND idempotency_key = ANY(%(idempotency_keys)s::text[]);
+
+-- name: catalogue_job
+SELECT job_id, queue, task, payload_template, priority, tenant, max_attempts, enabled, created_at,
+       cron, timezone, dst_gap, dst_overlap, expected_max_interval, jitter, catch_up_policy,
+       catch_up_window, catch_up_limit, idempotency_key, shard, next_run, deleted_at
+FROM vigil_queue.jobs WHERE job_id = %(job_id)s;
+
+-- name: catalogue_next
+-- The job's pending occurrence, as the delete needs it to find the bucket row (no lock yet: the
+-- bucket row is locked first, then the job, the order the trigger takes them in).
+SELECT next_run, jitter FROM vigil_queue.jobs WHERE job_id = %(job_id)s AND deleted_at IS NULL;
+
+-- name: catalogue_skip_pending
+UPDATE vigil_queue.schedule_buckets SET fired_at = %(now)s, outcome = 'Skipped'
+WHERE job_id = %(job_id)s AND nominal = %(nominal)s AND minute = %(minute)s AND fired_at IS NULL;
+
+-- name: catalogue_delete
+UPDATE vigil_queue.jobs SET enabled = false, deleted_at = %(now)s, next_run = NULL
+WHERE job_id = %(job_id)s AND deleted_at IS NULL
+RETURNING job_id;
+
+-- name: trigger_due
+-- One shard's due, unfired bucket rows with their jobs, oldest fire time first: only partitions whose
+-- minutes have come (pruned on `minute`) and, in each, only unfired rows (schedule_buckets_due).
+-- Rows another trigger of the same shard holds are skipped, never waited for: it is firing them.
+SELECT b.job_id, b.nominal, b.minute, b.fire_at, b.shard,
+       j.queue, j.task, j.payload, j.payload_template, j.priority, j.tenant, j.max_attempts, j.enabled,
+       j.cron, j.timezone, j.dst_gap, j.dst_overlap, j.jitter, j.catch_up_policy, j.catch_up_window,
+       j.catch_up_limit
+FROM vigil_queue.schedule_buckets AS b
+LEFT JOIN vigil_queue.jobs AS j ON j.job_id = b.job_id
+WHERE b.shard = %(shard)s AND b.fired_at IS NULL AND b.fire_at <= %(now)s AND b.minute <= %(minute)s
+ORDER BY b.fire_at
+LIMIT %(limit)s
+FOR UPDATE OF b SKIP LOCKED;
+
+-- name: trigger_apply
+-- One statement, so one transaction: mark the due rows (conditionally: a row already marked is not
+-- marked again, and nothing keyed to it happens), then, for the rows this statement marked only,
+-- insert their executions (ids derived from the occurrence: a second insert does nothing), their
+-- next occurrences and Missed/Failed records, advance the jobs' next_run and wake the workers.
+WITH head AS (
+    SELECT * FROM unnest(%(job_ids)s::text[], %(nominals)s::timestamptz[], %(minutes)s::timestamptz[],
+                         %(outcomes)s::text[], %(mark_ids)s::text[], %(next_runs)s::timestamptz[])
+         AS h(job_id, nominal, minute, outcome, execution_id, next_run)
+),
+marked AS (
+    UPDATE vigil_queue.schedule_buckets AS b
+    SET fired_at = %(now)s, outcome = h.outcome, execution_id = h.execution_id
+    FROM head AS h
+    WHERE b.job_id = h.job_id AND b.nominal = h.nominal AND b.minute = h.minute
+      AND b.minute >= %(low)s AND b.minute <= %(high)s AND b.fired_at IS NULL
+    RETURNING b.job_id, b.nominal
+),
+fired AS (
+    INSERT INTO vigil_queue.executions AS e
+        (execution_id, job_id, queue, task, payload, priority, tenant, state, attempt, max_attempts,
+         run_after, scheduled_for, created_at)
+    SELECT f.execution_id, f.job_id, f.queue, f.task, f.payload, f.priority, f.tenant, 'ready', 1,
+           f.max_attempts, f.run_after, f.scheduled_for, %(now)s
+    FROM unnest(%(fire_job_ids)s::text[], %(fire_heads)s::timestamptz[], %(fire_ids)s::text[],
+                %(fire_queues)s::text[], %(fire_tasks)s::text[], %(fire_payloads)s::jsonb[],
+                %(fire_priorities)s::smallint[], %(fire_tenants)s::text[],
+                %(fire_max_attempts)s::smallint[], %(fire_run_afters)s::timestamptz[],
+                %(fire_scheduled)s::timestamptz[])
+         AS f(job_id, head, execution_id, queue, task, payload, priority, tenant, max_attempts,
+              run_after, scheduled_for)
+    JOIN marked AS m ON m.job_id = f.job_id AND m.nominal = f.head
+    ON CONFLICT (execution_id) DO NOTHING
+    RETURNING e.execution_id, e.queue
+),
+chained AS (
+    INSERT INTO vigil_queue.schedule_buckets
+        (minute, shard, job_id, nominal, fire_at, fired_at, outcome, execution_id)
+    SELECT r.minute, r.shard, r.job_id, r.nominal, r.fire_at, r.fired_at, r.outcome, r.execution_id
+    FROM unnest(%(row_job_ids)s::text[], %(row_heads)s::timestamptz[], %(row_minutes)s::timestamptz[],
+                %(row_shards)s::smallint[], %(row_nominals)s::timestamptz[],
+                %(row_fire_ats)s::timestamptz[], %(row_fired_ats)s::timestamptz[], %(row_outcomes)s::text[],
+                %(row_execution_ids)s::text[])
+         AS r(job_id, head, minute, shard, nominal, fire_at, fired_at, outcome, execution_id)
+    JOIN marked AS m ON m.job_id = r.job_id AND m.nominal = r.head
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+),
+advanced AS (
+    UPDATE vigil_queue.jobs AS j SET next_run = h.next_run
+    FROM head AS h
+    JOIN marked AS m ON m.job_id = h.job_id AND m.nominal = h.nominal
+    WHERE j.job_id = h.job_id AND j.enabled
+    RETURNING 1
+),
+woken AS (
+    SELECT pg_notify('vigil_queue', d.queue) FROM (SELECT DISTINCT queue FROM fired) AS d
+)
+SELECT m.job_id, m.nominal, (SELECT count(*) FROM woken) FROM marked AS m;
+
+-- name: integrity_broken_chains
+-- The integrity audit: enabled recurring jobs with no unfired bucket row (a broken chain).
+SELECT j.job_id FROM vigil_queue.jobs AS j
+WHERE j.enabled AND j.cron IS NOT NULL AND NOT EXISTS (
+    SELECT 1 FROM vigil_queue.schedule_buckets AS b WHERE b.job_id = j.job_id AND b.fired_at IS NULL
+)
+ORDER BY j.job_id LIMIT %(limit)s;

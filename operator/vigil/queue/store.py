@@ -65,6 +65,7 @@ from vigil.core.queue import (
     retry_refusal,
 )
 from vigil.core.timeparse import require_aware
+from vigil.queue import partitions
 from vigil.queue.migrations import SCRIPT_LOCATION
 
 QUERIES_FILE = Path(__file__).parent / "queries.sql"
@@ -178,6 +179,16 @@ class QueueStore:
 
     def connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn)
+
+    def maintain_partitions(
+        self, *, now: datetime, ahead: timedelta = partitions.DEFAULT_AHEAD
+    ) -> partitions.Maintenance:
+        """Make schedule_buckets' hourly partitions up to `ahead`, drop fully fired past ones.
+
+        Idempotent, and safe from several replicas at once (vigil.queue.partitions).
+        """
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            return partitions.maintain(connection, now=require_aware(now, name="now"), ahead=ahead)
 
     def submit(
         self, queue: str, submissions: Sequence[Submission], *, now: datetime

@@ -1,0 +1,324 @@
+"""The volume tier's recurring-job catalogue: jobs with a cron, each with its next occurrence waiting.
+
+A recurring job lives as one row of `jobs` and one unfired row of
+`schedule_buckets` (its next occurrence, in the partition of the minute it fires
+in). Adding a job writes both in one statement, so a job is never catalogued
+without its chain head; from then on the trigger (vigil.queue.trigger) inserts
+each next occurrence in the transaction that fires the current one.
+
+Validation happens on construction of `RecurringJob`, with the core's own
+parsers (cron, IANA zones, jitter, payload templates), and every error names
+the field. The schedule maths, jitter and catch-up are the declarative tier's
+(vigil.core.schedule, jitter, chain): one job, one answer, whichever tier runs it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from vigil.core.buckets import base_shard, minute_of
+from vigil.core.chain import EXPANSION_CAP, CatchUp, CatchUpPolicy, JobView, first_entry
+from vigil.core.jitter import default_jitter_window, jitter_offset, shortest_cron_interval
+from vigil.core.payload import PayloadError, occurrence_variables, render_payload
+from vigil.core.queue import DEFAULT_MAX_ATTEMPTS
+from vigil.core.schedule import GapPolicy, OverlapPolicy, Schedule, load_zone
+from vigil.core.timeparse import parse_cron, require_aware
+from vigil.queue.store import QUERIES
+
+#: The core's catch-up defaults: All, within 5 minutes, at most 100 late occurrences.
+DEFAULT_CATCH_UP = CatchUp()
+#: A batch of `add_many` is one transaction and one statement; larger lists are cut into batches.
+ADD_BATCH = 5000
+MAX_KEY_LENGTH = 256
+#: The validation render's instant: any fixed time works, the template only needs real datetimes.
+_SAMPLE_NOMINAL = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _fail(field: str, message: str) -> ValueError:
+    return ValueError(f"{field}: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class RecurringJob:
+    """A recurring job of the volume tier, validated on construction (errors name the field).
+
+    `queue` is the store's queue key, "<namespace>/<name>" of a TaskQueue. `cron` is a
+    five-field expression evaluated in `timezone`; `gap` and `overlap` say what a wall time
+    the clock springs forward over or falls back over does. `jitter` is the window the
+    job's fixed offset is drawn from (None: the core's default for the cron, at most 60 s).
+    `payload_template` is rendered per occurrence with its period (periodStart, periodEnd,
+    scheduledFor, executionId, job). Lower `priority` runs first.
+    """
+
+    queue: str
+    task: str
+    cron: str
+    timezone: str = "UTC"
+    payload_template: dict[str, Any] = dataclasses.field(default_factory=dict)
+    expected_max_interval: timedelta | None = None
+    priority: int = 0
+    tenant: str = ""
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    idempotency_key: str | None = None
+    jitter: timedelta | None = None
+    catch_up: CatchUp = DEFAULT_CATCH_UP
+    gap: GapPolicy = GapPolicy.SHIFT
+    overlap: OverlapPolicy = OverlapPolicy.ONCE
+
+    def __post_init__(self) -> None:
+        namespace, _, name = self.queue.partition("/")
+        if not namespace or not name or "/" in name:
+            raise _fail("queue", f"must be '<namespace>/<name>' of a TaskQueue, got {self.queue!r}")
+        if not self.task:
+            raise _fail("task", "must not be empty")
+        self._check_schedule()
+        self._check_numbers()
+        self._check_catch_up()
+        if self.idempotency_key is not None and not 1 <= len(self.idempotency_key) <= MAX_KEY_LENGTH:
+            raise _fail("idempotency_key", f"must be 1..{MAX_KEY_LENGTH} characters when given")
+        self._check_template()
+
+    @property
+    def schedule(self) -> Schedule:
+        return cron_schedule(self.cron, self.timezone, GapPolicy(self.gap), OverlapPolicy(self.overlap))
+
+    @property
+    def jitter_window(self) -> timedelta:
+        """The window the job's offset comes from: its own, or the core's default for the cron."""
+        return self.jitter if self.jitter is not None else _default_jitter(self.schedule)
+
+    def _check_schedule(self) -> None:
+        try:
+            load_zone(self.timezone)
+        except ValueError as err:
+            raise _fail("timezone", str(err)) from None
+        try:
+            parse_cron(self.cron)
+        except ValueError as err:
+            raise _fail("cron", str(err)) from None
+        try:
+            GapPolicy(self.gap)
+            OverlapPolicy(self.overlap)
+        except ValueError as err:
+            raise _fail("gap/overlap", str(err)) from None
+        if self.jitter is not None:
+            shortest = shortest_cron_interval((self.cron,))
+            if not timedelta(0) <= self.jitter < shortest:
+                raise _fail("jitter", f"must be within [0, {shortest}) (the cron's shortest interval), got {self.jitter}")
+
+    def _check_numbers(self) -> None:
+        if not 1 <= self.max_attempts <= 1000:
+            raise _fail("max_attempts", f"must be within 1..1000, got {self.max_attempts}")
+        if not -32768 <= self.priority <= 32767:
+            raise _fail("priority", f"must fit a smallint, got {self.priority}")
+        if self.expected_max_interval is not None and self.expected_max_interval <= timedelta(0):
+            raise _fail("expected_max_interval", f"must be positive, got {self.expected_max_interval}")
+
+    def _check_catch_up(self) -> None:
+        try:
+            CatchUpPolicy(self.catch_up.policy)
+        except ValueError:
+            raise _fail("catch_up.policy", f"must be one of All, Latest, None; got {self.catch_up.policy!r}") from None
+        if self.catch_up.window < timedelta(0):
+            raise _fail("catch_up.window", f"must not be negative, got {self.catch_up.window}")
+        if not 0 <= self.catch_up.limit <= EXPANSION_CAP:
+            raise _fail("catch_up.limit", f"must be within 0..{EXPANSION_CAP}, got {self.catch_up.limit}")
+
+    def _check_template(self) -> None:
+        if not isinstance(self.payload_template, dict):
+            raise _fail("payload_template", f"must be a JSON object, got {type(self.payload_template).__name__}")
+        try:
+            text = json.dumps(self.payload_template, sort_keys=True)
+        except (TypeError, ValueError) as err:  # not JSON-serialisable
+            raise _fail("payload_template", str(err)) from None
+        problem = _template_problem(text, self.timezone)
+        if problem is not None:
+            raise ValueError(problem)
+
+
+@functools.lru_cache(maxsize=1024)
+def cron_schedule(cron: str, timezone: str, gap: GapPolicy, overlap: OverlapPolicy) -> Schedule:
+    """The core's Schedule of a catalogued cron (shared: a million jobs use a few schedules)."""
+    return Schedule.from_cron(cron, timezone=timezone, gap=gap, overlap=overlap)
+
+
+@functools.lru_cache(maxsize=1024)
+def _default_jitter(schedule: Schedule) -> timedelta:
+    return default_jitter_window(schedule)
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_problem(text: str, timezone: str) -> str | None:
+    """Why a template (as sorted JSON) cannot render with a sample period, naming the field; or None.
+
+    Bulk onboarding catalogues many jobs with one template: each is compiled in the sandbox once.
+    """
+    variables = occurrence_variables(
+        period_start=_SAMPLE_NOMINAL - timedelta(days=1),
+        period_end=_SAMPLE_NOMINAL,
+        scheduled_for=_SAMPLE_NOMINAL,
+        execution_id="ex-validation",
+        job_name="validation",
+        job_namespace="validation",
+    )
+    try:
+        render_payload(payload=None, template=json.loads(text), variables=variables, timezone=timezone)
+    except PayloadError as err:
+        return "payload_template" + str(err).removeprefix("spec.payloadTemplate")
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class AddedJob:
+    """What `add` answers: the job's id, its first nominal time, and whether this call created it."""
+
+    job_id: str
+    next_run: datetime | None
+    created: bool
+
+
+def job_view(job_id: str, job: RecurringJob) -> JobView:
+    """The core's view of a catalogued job (what plan_entry and first_entry take)."""
+    namespace, _, _ = job.queue.partition("/")
+    return JobView(
+        namespace=namespace,
+        name=job_id,
+        uid=job_id,
+        generation=1,
+        schedule=job.schedule,
+        schedule_hash="",  # a catalogued job's schedule never changes: delete it and add another
+        jitter=job.jitter_window,
+        catch_up=job.catch_up,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    job_id: str
+    job: RecurringJob
+    shard: int
+    nominal: datetime
+    fire_at: datetime
+
+
+class Catalogue:
+    """Add, read and delete recurring jobs (see the module docstring). `dsn`: libpq string or URL.
+
+    `shards` is the trigger's shard count: each job's shard is its id's hash modulo it,
+    fixed when the job is added.
+    """
+
+    def __init__(self, dsn: str, *, shards: int) -> None:
+        if shards < 1:
+            raise ValueError(f"shards must be at least 1, got {shards}")
+        self.dsn = dsn
+        self.shards = shards
+
+    def add(self, job: RecurringJob, *, now: datetime) -> AddedJob:
+        """Catalogue `job` with its first occurrence, in one transaction.
+
+        A repeated (queue, idempotency key) returns the first job, created False.
+        """
+        return self.add_many([job], now=now)[0]
+
+    def add_many(self, jobs: Sequence[RecurringJob], *, now: datetime) -> list[AddedJob]:
+        """Catalogue many jobs, one transaction per batch of ADD_BATCH; answers in order."""
+        now = require_aware(now, name="now")
+        answers: list[AddedJob] = []
+        with psycopg.connect(self.dsn) as connection:
+            for start in range(0, len(jobs), ADD_BATCH):
+                with connection.transaction():
+                    answers.extend(self._add_batch(connection, jobs[start : start + ADD_BATCH], now))
+        return answers
+
+    def get(self, job_id: str) -> dict[str, Any] | None:
+        """The job's row (its schedule, next_run, shard, enabled and deleted_at), or None."""
+        with psycopg.connect(self.dsn) as connection:
+            cursor = connection.cursor(row_factory=dict_row)
+            return cursor.execute(QUERIES["catalogue_job"], {"job_id": job_id}).fetchone()
+
+    def delete(self, job_id: str, *, now: datetime) -> bool:
+        """Disable the job and skip its pending occurrence; False if it was unknown or deleted already.
+
+        The pending bucket row is marked Skipped here; should the trigger be firing it at this
+        moment, the occurrence fires (it was due) and the trigger skips the next one it finds
+        for a disabled job: either way nothing fires after the delete.
+        """
+        now = require_aware(now, name="now")
+        with psycopg.connect(self.dsn) as connection, connection.transaction():
+            pending = connection.execute(QUERIES["catalogue_next"], {"job_id": job_id}).fetchone()
+            if pending is None:
+                return False
+            next_run, jitter = pending
+            if next_run is not None:
+                fire_at = next_run + jitter_offset(job_id, jitter)
+                connection.execute(
+                    QUERIES["catalogue_skip_pending"],
+                    {"job_id": job_id, "nominal": next_run, "minute": minute_of(fire_at), "now": now},
+                )
+            return connection.execute(QUERIES["catalogue_delete"], {"job_id": job_id, "now": now}).fetchone() is not None
+
+    def _add_batch(self, connection: psycopg.Connection[Any], jobs: Sequence[RecurringJob], now: datetime) -> list[AddedJob]:
+        rows = [self._plan(job, now) for job in jobs]
+        inserted = {row[0] for row in connection.execute(QUERIES["catalogue_add"], _add_params(rows, now)).fetchall()}
+        existing: dict[tuple[str, str], tuple[str, datetime | None]] = {}
+        for queue in {row.job.queue for row in rows if row.job_id not in inserted}:
+            keys = [row.job.idempotency_key for row in rows if row.job.queue == queue and row.job_id not in inserted]
+            found = connection.execute(QUERIES["catalogue_by_key"], {"queue": queue, "idempotency_keys": keys})
+            existing.update({(queue, key): (job_id, next_run) for key, job_id, next_run in found.fetchall()})
+        answers = []
+        for row in rows:
+            if row.job_id in inserted:
+                answers.append(AddedJob(row.job_id, row.nominal, created=True))
+            else:
+                job_id, next_run = existing[(row.job.queue, row.job.idempotency_key or "")]
+                answers.append(AddedJob(job_id, next_run, created=False))
+        return answers
+
+    def _plan(self, job: RecurringJob, now: datetime) -> _Row:
+        job_id = str(uuid.uuid4())
+        try:
+            head = first_entry(job_view(job_id, job), now=now)
+        except ValueError as err:  # a cron that never matches a real date ("0 0 30 2 *")
+            raise _fail("cron", str(err)) from None
+        if head is None:
+            raise _fail("cron", f"{job.cron!r} has no occurrence after {now}")
+        return _Row(job_id, job, base_shard(job_id, self.shards), head.nominal, head.fire_at)
+
+
+def _add_params(rows: Sequence[_Row], now: datetime) -> dict[str, Any]:
+    jobs = [row.job for row in rows]
+    return {
+        "now": now,
+        "job_ids": [row.job_id for row in rows],
+        "queues": [job.queue for job in jobs],
+        "tasks": [job.task for job in jobs],
+        "priorities": [job.priority for job in jobs],
+        "tenants": [job.tenant for job in jobs],
+        "max_attempts": [job.max_attempts for job in jobs],
+        "crons": [job.cron for job in jobs],
+        "timezones": [job.timezone for job in jobs],
+        "dst_gaps": [str(job.gap) for job in jobs],
+        "dst_overlaps": [str(job.overlap) for job in jobs],
+        "payload_templates": [Jsonb(job.payload_template) for job in jobs],
+        "expected_max_intervals": [job.expected_max_interval for job in jobs],
+        "jitters": [job.jitter_window for job in jobs],
+        "catch_up_policies": [str(job.catch_up.policy) for job in jobs],
+        "catch_up_windows": [job.catch_up.window for job in jobs],
+        "catch_up_limits": [job.catch_up.limit for job in jobs],
+        "idempotency_keys": [job.idempotency_key for job in jobs],
+        "shards": [row.shard for row in rows],
+        "next_runs": [row.nominal for row in rows],
+        "minutes": [minute_of(row.fire_at) for row in rows],
+        "fire_ats": [row.fire_at for row in rows],
+    }

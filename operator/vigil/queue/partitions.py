@@ -1,0 +1,195 @@
+"""The hourly partitions of schedule_buckets: created ahead, dropped behind once fully fired.
+
+Why hourly. The table is partitioned by range on `minute`; a partition holds 60
+minutes. A trigger pass reads only partitions whose minutes have come (plan-time
+pruning on `minute <= now`), and within them only unfired rows (a partial index),
+so its cost follows the due work whatever the width. What the width sets is the
+number of tables: one per minute would be 1,440 a day, each statement that cannot
+prune (the unnest-driven marks, catch-up reads over past partitions) would plan
+and lock all of them, and maintenance would run DDL every minute. An hour keeps
+about 50 partitions alive (48 ahead, a few behind) and DDL to once an hour.
+
+Ahead and DEFAULT. Partitions exist for the next `ahead` (48 h by default), so every
+job that runs at least daily (its next occurrence at most ~25 h ahead, with a
+daylight-saving day) lands in an hourly partition. A rarer job's next occurrence
+(weekly, monthly) lands in the DEFAULT partition, so an insert never fails. When
+the hour's partition is made, its rows move out of DEFAULT in the same
+transaction: CREATE the table alone, move the rows, ATTACH it. Inserts into
+DEFAULT wait on a lock for that moment (otherwise a row could arrive between the
+move and the ATTACH, which would then refuse); PostgreSQL scans DEFAULT during
+ATTACH, so its size — the rare jobs only — bounds the pause.
+
+Dropping. A partition whose hour has passed is dropped only when none of its rows
+is unfired, checked under the parent's lock in the transaction that drops it
+(DROP takes ACCESS EXCLUSIVE on the parent: every statement waits for it, so
+maintenance sets a short lock_timeout and tries again next round rather than
+queue behind a long transaction and stall the trigger). Marked rows that land in
+DEFAULT for a past minute (Missed records after an outage) are deleted with it.
+
+Several replicas. A session advisory lock makes one maintainer at a time; the
+others return at once with nothing done. Every step is idempotent (a partition
+that exists is not made again, one already gone is not dropped again).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from vigil.core.timeparse import require_aware
+
+SCHEMA = "vigil_queue"
+PARENT = "schedule_buckets"
+DEFAULT_PARTITION = "schedule_buckets_default"
+PARTITION_PREFIX = "schedule_buckets_p"
+PARTITION_WIDTH = timedelta(hours=1)
+NAME_FORMAT = "%Y%m%d%H"
+#: Partitions made ahead of now: more than a day, so daily jobs never wait in DEFAULT.
+DEFAULT_AHEAD = timedelta(hours=48)
+#: How long maintenance waits for a table lock before giving up until the next round:
+#: a waiting ACCESS EXCLUSIVE request blocks every statement queued behind it.
+LOCK_TIMEOUT = "2s"
+ADVISORY_KEY = "vigil_queue_partitions"
+
+
+@dataclasses.dataclass(frozen=True)
+class Maintenance:
+    """What one round did: partitions made (with rows moved out of DEFAULT) and dropped."""
+
+    created: list[str]
+    dropped: list[str]
+    moved: int = 0
+    purged: int = 0
+    skipped: bool = False  # another replica held the lock
+
+
+def partition_name(start: datetime) -> str:
+    return PARTITION_PREFIX + start.astimezone(UTC).strftime(NAME_FORMAT)
+
+
+def partition_start(at: datetime) -> datetime:
+    """The start of the hour partition holding instant `at`."""
+    return require_aware(at, name="at").astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def maintain(connection: psycopg.Connection[Any], *, now: datetime, ahead: timedelta = DEFAULT_AHEAD) -> Maintenance:
+    """Create the partitions of [hour of now, now + ahead] and drop the fully fired past ones.
+
+    `connection` must be in autocommit mode: each partition is its own transaction.
+    """
+    if not connection.autocommit:
+        raise ValueError("maintain() needs an autocommit connection: each partition is its own transaction")
+    key = {"key": ADVISORY_KEY}
+    if not connection.execute("SELECT pg_try_advisory_lock(hashtext(%(key)s))", key).fetchone()[0]:  # type: ignore[index]
+        return Maintenance(created=[], dropped=[], skipped=True)
+    try:
+        existing = _partitions(connection)
+        created, moved = [], 0
+        for start in _hours(partition_start(now), partition_start(now + ahead)):
+            name = partition_name(start)
+            if name in existing:
+                continue
+            try:
+                moved += _create(connection, name, start)
+            except psycopg.errors.LockNotAvailable:
+                break  # a long transaction holds DEFAULT: the next round makes the rest
+            created.append(name)
+        current = partition_start(now)
+        dropped = [name for name in sorted(existing) if name < partition_name(current) and _drop(connection, name)]
+        purged = _purge_default(connection, before=current)
+        return Maintenance(created=created, dropped=dropped, moved=moved, purged=purged)
+    finally:
+        connection.execute("SELECT pg_advisory_unlock(hashtext(%(key)s))", key)
+
+
+def partitions(connection: psycopg.Connection[Any]) -> list[str]:
+    """The names of the hourly partitions that exist now, oldest first (DEFAULT excluded)."""
+    return sorted(_partitions(connection))
+
+
+def _hours(first: datetime, last: datetime) -> list[datetime]:
+    count = int((last - first) / PARTITION_WIDTH) + 1
+    return [first + k * PARTITION_WIDTH for k in range(count)]
+
+
+def _partitions(connection: psycopg.Connection[Any]) -> set[str]:
+    rows = connection.execute(
+        """
+        SELECT child.relname FROM pg_inherits
+        JOIN pg_class AS parent ON parent.oid = pg_inherits.inhparent
+        JOIN pg_class AS child ON child.oid = pg_inherits.inhrelid
+        JOIN pg_namespace AS ns ON ns.oid = parent.relnamespace
+        WHERE ns.nspname = %(schema)s AND parent.relname = %(parent)s AND child.relname LIKE %(prefix)s
+        """,
+        {"schema": SCHEMA, "parent": PARENT, "prefix": PARTITION_PREFIX + "%"},
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _table(name: str) -> sql.Identifier:
+    return sql.Identifier(SCHEMA, name)
+
+
+def _create(connection: psycopg.Connection[Any], name: str, start: datetime) -> int:
+    """Make one hour's partition, moving its rows out of DEFAULT first; returns the rows moved."""
+    bounds = {"low": start, "high": start + PARTITION_WIDTH}
+    with connection.transaction():
+        connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+        # Parent first, then DEFAULT: the order every statement through the parent takes them in.
+        connection.execute(sql.SQL("LOCK TABLE ONLY {} IN SHARE UPDATE EXCLUSIVE MODE").format(_table(PARENT)))
+        connection.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(_table(DEFAULT_PARTITION)))
+        connection.execute(
+            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+                _table(name), _table(PARENT)
+            )
+        )
+        moved = connection.execute(
+            sql.SQL(
+                "WITH moved AS (DELETE FROM {default} WHERE minute >= %(low)s AND minute < %(high)s RETURNING *) "
+                "INSERT INTO {part} SELECT * FROM moved"
+            ).format(default=_table(DEFAULT_PARTITION), part=_table(name)),
+            bounds,
+        ).rowcount
+        connection.execute(
+            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
+                _table(PARENT), _table(name), sql.Literal(bounds["low"]), sql.Literal(bounds["high"])
+            )
+        )
+    return max(moved, 0)
+
+
+def _drop(connection: psycopg.Connection[Any], name: str) -> bool:
+    """Drop a past partition if no row in it is unfired; False when it must stay (or a lock timed out)."""
+    try:
+        with connection.transaction():
+            connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+            connection.execute(sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(_table(PARENT)))
+            unfired = connection.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE fired_at IS NULL)").format(_table(name))
+            ).fetchone()
+            if unfired is None or unfired[0]:
+                return False
+            connection.execute(sql.SQL("DROP TABLE {}").format(_table(name)))
+            return True
+    except psycopg.errors.LockNotAvailable:
+        return False
+
+
+def _purge_default(connection: psycopg.Connection[Any], *, before: datetime) -> int:
+    """Delete marked rows DEFAULT holds for minutes before `before` (records of a dropped past hour)."""
+    try:
+        with connection.transaction():
+            connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+            cursor = connection.execute(
+                sql.SQL("DELETE FROM {} WHERE minute < %(before)s AND fired_at IS NOT NULL").format(
+                    _table(DEFAULT_PARTITION)
+                ),
+                {"before": before},
+            )
+            return max(cursor.rowcount, 0)
+    except psycopg.errors.LockNotAvailable:
+        return 0

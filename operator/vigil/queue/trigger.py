@@ -1,0 +1,358 @@
+"""The volume tier's trigger for one shard: fire the due occurrences, insert each job's next one.
+
+A pass, in one transaction per batch:
+
+1. reads its shard's due bucket rows (fire_at <= now, fired_at IS NULL) with their
+   jobs — only partitions whose minutes have come, through a partial index of the
+   unfired rows, so the cost follows the due work and never the catalogue — and
+   locks them with SKIP LOCKED (a second trigger of the same shard, in a failover
+   overlap, takes other rows instead of waiting);
+2. plans each with the pure core, exactly as the declarative tier does
+   (`vigil.core.chain.plan_entry`: catch-up after an outage, jitter, daylight
+   saving, the next occurrence) and renders the payloads with their periods;
+3. applies the plans in one statement (queries.sql `trigger_apply`): the rows are
+   marked only where still unfired, and the executions, next occurrences,
+   Missed records and next_run updates are joined to the rows that statement
+   marked. An occurrence fires only with its mark, its mark is set once, and its
+   execution id (the core's, from job id and nominal time) is the executions
+   table's primary key: two triggers cannot both fire it, and a crash between any
+   two steps rolls all of them back.
+
+`now` is a parameter everywhere. `run` is the loop an operator replica calls from a
+thread for each shard it leads; it also keeps the partitions made (vigil.queue.partitions).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from vigil.core.buckets import BucketEntry, Outcome, minute_of
+from vigil.core.chain import (
+    CatchUp,
+    CatchUpPolicy,
+    EntryPlan,
+    Fire,
+    JobView,
+    Reason,
+    Unlaunched,
+    plan_entry,
+    settle_unlaunched,
+)
+from vigil.core.payload import PayloadError, occurrence_variables, render_payload
+from vigil.core.schedule import GapPolicy, OverlapPolicy
+from vigil.core.timeparse import require_aware
+from vigil.queue import partitions
+from vigil.queue.catalogue import cron_schedule
+from vigil.queue.store import QUERIES
+
+log = logging.getLogger(__name__)
+
+#: Due rows planned and applied per transaction: large enough that the round trips amortise,
+#: small enough that a transaction holds its row locks for tens of milliseconds.
+DEFAULT_BATCH = 2000
+
+
+@dataclasses.dataclass
+class PassReport:
+    """What one pass did: executions inserted and occurrences ended otherwise, and the lateness."""
+
+    fired: list[str] = dataclasses.field(default_factory=list)  # execution ids, in fire order
+    missed: int = 0  # occurrences recorded Missed by the catch-up policy
+    skipped: int = 0  # occurrences of deleted (or unreadable) jobs
+    failed: int = 0  # occurrences whose payload could not be rendered
+    lost_races: int = 0  # rows another trigger marked first (planned here, applied there)
+    lags: list[float] = dataclasses.field(default_factory=list)  # per fire: seconds from its fire_at to the pass's now
+
+    def merge(self, other: PassReport) -> None:
+        self.fired += other.fired
+        self.missed += other.missed
+        self.skipped += other.skipped
+        self.failed += other.failed
+        self.lost_races += other.lost_races
+        self.lags += other.lags
+
+
+@dataclasses.dataclass(frozen=True)
+class _Due:
+    """A due bucket row and its job as read (job fields None when the job row is gone)."""
+
+    row: dict[str, Any]
+
+    @property
+    def job_id(self) -> str:
+        return str(self.row["job_id"])
+
+
+class ShardTrigger:
+    """The trigger of one shard on its own connection (see the module docstring)."""
+
+    def __init__(self, dsn: str, *, shard: int, batch: int = DEFAULT_BATCH) -> None:
+        if shard < 0:
+            raise ValueError(f"shard must not be negative, got {shard}")
+        if batch < 1:
+            raise ValueError(f"batch must be at least 1, got {batch}")
+        self.dsn = dsn
+        self.shard = shard
+        self.batch = batch
+        self._connection: psycopg.Connection[Any] | None = None
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def connection(self) -> psycopg.Connection[Any]:
+        if self._connection is None or self._connection.closed:
+            self._connection = psycopg.connect(self.dsn, autocommit=True)
+        return self._connection
+
+    def run_pass(self, *, now: datetime) -> PassReport:
+        """Fire everything of this shard due at `now`, batch by batch, until a batch comes back short."""
+        now = require_aware(now, name="now")
+        report = PassReport()
+        while True:
+            done, read, marked = self._batch(now)
+            report.merge(done)
+            if read < self.batch or marked == 0:  # all read, or no progress (another trigger has them)
+                return report
+
+    def maintain(self, *, now: datetime, ahead: timedelta = partitions.DEFAULT_AHEAD) -> partitions.Maintenance:
+        """Create partitions ahead and drop fully fired ones behind (one maintainer at a time)."""
+        return partitions.maintain(self.connection(), now=now, ahead=ahead)
+
+    def _batch(self, now: datetime) -> tuple[PassReport, int, int]:
+        """One transaction: read, plan and apply a batch; the report, the rows read and the rows marked."""
+        connection = self.connection()
+        with connection.transaction():
+            cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
+            rows = cursor.execute(
+                QUERIES["trigger_due"],
+                {"shard": self.shard, "now": now, "minute": minute_of(now), "limit": self.batch},
+            ).fetchall()
+            if not rows:
+                return PassReport(), 0, 0
+            planned = [_plan(_Due(row), now) for row in rows]
+            marked = connection.execute(QUERIES["trigger_apply"], _apply_params(planned, now)).fetchall()
+        return _report(planned, {(job_id, nominal) for job_id, nominal, _ in marked}, now), len(rows), len(marked)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Planned:
+    """One due row's decisions, with the payloads of its fires rendered."""
+
+    due: _Due
+    plan: EntryPlan
+    payloads: dict[str, str]  # execution id → payload JSON
+
+
+def _job_view(due: _Due) -> JobView | None:
+    row = due.row
+    if row["queue"] is None or not row["enabled"]:
+        return None
+    return JobView(
+        namespace=str(row["queue"]).partition("/")[0],
+        name=due.job_id,
+        uid=due.job_id,
+        generation=1,
+        schedule=cron_schedule(row["cron"], row["timezone"], GapPolicy(row["dst_gap"]), OverlapPolicy(row["dst_overlap"])),
+        schedule_hash="",
+        jitter=row["jitter"],
+        catch_up=CatchUp(
+            policy=CatchUpPolicy(row["catch_up_policy"]), window=row["catch_up_window"], limit=row["catch_up_limit"]
+        ),
+    )
+
+
+def _plan(due: _Due, now: datetime) -> _Planned:
+    row = due.row
+    entry = BucketEntry(
+        key="",
+        namespace="",
+        name=due.job_id,
+        uid=due.job_id,
+        generation=1,
+        schedule_hash="",
+        nominal=row["nominal"],
+        fire_at=row["fire_at"],
+    )
+    try:
+        job = _job_view(due)
+    except ValueError:  # a row no validation would have let in (a zone tzdata no longer has)
+        return _Planned(due, plan_entry(entry, None, now=now, invalid=True), {})
+    plan = plan_entry(entry, job, now=now)
+    payloads: dict[str, str] = {}
+    refused: dict[str, Unlaunched] = {}
+    for fire in plan.fires:
+        try:
+            payloads[fire.execution_id] = _payload(row, fire)
+        except PayloadError as err:
+            refused[fire.execution_id] = Unlaunched(Outcome.FAILED, Reason.LAUNCH_REFUSED, str(err))
+    return _Planned(due, settle_unlaunched(plan, refused, now=now), payloads)
+
+
+def _payload(row: dict[str, Any], fire: Fire) -> str:
+    occurrence = fire.occurrence
+    variables = occurrence_variables(
+        period_start=occurrence.period_start,
+        period_end=occurrence.period_end,
+        scheduled_for=occurrence.nominal,
+        execution_id=fire.execution_id,
+        job_name=fire.job.name,
+        job_namespace=fire.job.namespace,
+    )
+    return render_payload(
+        payload=row["payload"], template=row["payload_template"], variables=variables, timezone=row["timezone"]
+    )
+
+
+_OUTCOMES = {Outcome.FIRED, Outcome.MISSED, Outcome.SKIPPED, Outcome.FAILED}
+
+
+def _apply_params(planned: Sequence[_Planned], now: datetime) -> dict[str, Any]:
+    heads: dict[str, list[Any]] = {key: [] for key in ("job_ids", "nominals", "minutes", "outcomes", "mark_ids", "next_runs")}
+    fires: dict[str, list[Any]] = {
+        key: []
+        for key in (
+            "fire_job_ids", "fire_heads", "fire_ids", "fire_queues", "fire_tasks", "fire_payloads",
+            "fire_priorities", "fire_tenants", "fire_max_attempts", "fire_run_afters", "fire_scheduled",
+        )
+    }
+    rows: dict[str, list[Any]] = {
+        key: []
+        for key in (
+            "row_job_ids", "row_heads", "row_minutes", "row_shards", "row_nominals", "row_fire_ats",
+            "row_fired_ats", "row_outcomes", "row_execution_ids",
+        )
+    }
+    for item in planned:
+        _add_head(heads, item)
+        _add_fires(fires, item)
+        _add_rows(rows, item, now)
+    minutes = heads["minutes"]
+    return {"now": now, "low": min(minutes), "high": max(minutes), **heads, **fires, **rows}
+
+
+def _add_head(heads: dict[str, list[Any]], item: _Planned) -> None:
+    row, plan = item.due.row, item.plan
+    outcome = plan.mark.outcome if plan.mark.outcome in _OUTCOMES else Outcome.SKIPPED
+    heads["job_ids"].append(item.due.job_id)
+    heads["nominals"].append(row["nominal"])
+    heads["minutes"].append(row["minute"])
+    heads["outcomes"].append(str(outcome))
+    heads["mark_ids"].append(plan.mark.execution_id)
+    heads["next_runs"].append(plan.insert.nominal if plan.insert is not None else None)
+
+
+def _add_fires(fires: dict[str, list[Any]], item: _Planned) -> None:
+    row = item.due.row
+    for fire in item.plan.fires:
+        fires["fire_job_ids"].append(item.due.job_id)
+        fires["fire_heads"].append(row["nominal"])
+        fires["fire_ids"].append(fire.execution_id)
+        fires["fire_queues"].append(row["queue"])
+        fires["fire_tasks"].append(row["task"])
+        fires["fire_payloads"].append(Jsonb(item.payloads[fire.execution_id], dumps=_as_is))
+        fires["fire_priorities"].append(row["priority"])
+        fires["fire_tenants"].append(row["tenant"])
+        fires["fire_max_attempts"].append(row["max_attempts"])
+        fires["fire_run_afters"].append(fire.occurrence.fire_at)
+        fires["fire_scheduled"].append(fire.occurrence.nominal)
+
+
+def _add_rows(rows: dict[str, list[Any]], item: _Planned, now: datetime) -> None:
+    """The next occurrence (unfired) and the records of occurrences ended without firing."""
+    head, plan = item.due.row, item.plan
+
+    def add(
+        nominal: datetime, fire_at: datetime, fired_at: datetime | None, outcome: str | None, execution: str | None
+    ) -> None:
+        rows["row_job_ids"].append(item.due.job_id)
+        rows["row_heads"].append(head["nominal"])
+        rows["row_minutes"].append(minute_of(fire_at))
+        rows["row_shards"].append(head["shard"])
+        rows["row_nominals"].append(nominal)
+        rows["row_fire_ats"].append(fire_at)
+        rows["row_fired_ats"].append(fired_at)
+        rows["row_outcomes"].append(outcome)
+        rows["row_execution_ids"].append(execution)
+
+    if plan.insert is not None:
+        add(plan.insert.nominal, plan.insert.fire_at, None, None, None)
+    seen = {head["nominal"]}
+    for fire in plan.fires:  # a catch-up batch fires occurrences that had no row: record them
+        if fire.occurrence.nominal not in seen:
+            seen.add(fire.occurrence.nominal)
+            add(fire.occurrence.nominal, fire.occurrence.fire_at, now, str(Outcome.FIRED), fire.execution_id)
+    for record in plan.records:
+        outcome = record.outcome if record.outcome in _OUTCOMES else Outcome.SKIPPED
+        if record.occurrence.nominal not in seen:
+            seen.add(record.occurrence.nominal)
+            add(record.occurrence.nominal, record.occurrence.fire_at, now, str(outcome), None)
+
+
+def _as_is(text: Any) -> str:
+    return str(text)
+
+
+def _report(planned: Sequence[_Planned], marked: set[tuple[str, datetime]], now: datetime) -> PassReport:
+    report = PassReport()
+    for item in planned:
+        if (item.due.job_id, item.due.row["nominal"]) not in marked:
+            report.lost_races += 1
+            continue
+        report.fired += [fire.execution_id for fire in item.plan.fires]
+        report.lags += [(now - fire.occurrence.fire_at).total_seconds() for fire in item.plan.fires]
+        for record in item.plan.records:
+            if record.outcome is Outcome.MISSED:
+                report.missed += 1
+            elif record.outcome is Outcome.FAILED:
+                report.failed += 1
+            else:
+                report.skipped += 1
+    return report
+
+
+def run(
+    trigger: ShardTrigger,
+    *,
+    clock: Callable[[], datetime],
+    stop: threading.Event,
+    interval: timedelta = timedelta(milliseconds=250),
+    maintain_every: timedelta = timedelta(minutes=1),
+    on_pass: Callable[[PassReport], None] | None = None,
+) -> None:
+    """Run `trigger` until `stop` is set: a pass every `interval`, partition upkeep every `maintain_every`.
+
+    For a thread of an operator replica that leads the shard. A failed pass (the database
+    restarting, or anything else) is logged and retried on the next tick on a fresh connection:
+    its transaction rolled back, so nothing was half done.
+    """
+    maintained: datetime | None = None
+    try:
+        while not stop.is_set():
+            now = clock()
+            try:
+                if maintained is None or now - maintained >= maintain_every:
+                    trigger.maintain(now=now)
+                    maintained = now
+                report = trigger.run_pass(now=now)
+                if on_pass is not None:
+                    on_pass(report)
+            except psycopg.OperationalError as err:  # the database restarting, a cut connection
+                log.warning("trigger shard %d: %s; retrying on a fresh connection", trigger.shard, err)
+                trigger.close()
+            except Exception:  # never let the shard's thread die while its Lease is held
+                log.exception("trigger shard %d: pass failed; retrying next tick", trigger.shard)
+                trigger.close()
+            stop.wait(interval.total_seconds())
+    finally:
+        trigger.close()
+

@@ -1,0 +1,103 @@
+"""The operator's wiring of the volume tier's trigger: replicas share the shards and fire each due job once.
+
+Two replicas (`vigil.runtime.start_trigger_shards`, as `vigil operator` starts it,
+in threads here) share 4 shards through real Leases and fire 200 due recurring jobs
+from real PostgreSQL with the system clock: every job exactly once. A queue store that
+does not answer yet holds back only the shards, which start once it does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import psycopg
+import pytest
+from kubernetes.config import kube_config
+
+from tests.contract.conftest import postgres
+from tests.contract.postgres import PostgresServer
+from tests.integration.conftest import KubeCluster
+from tests.queue.conftest import conninfo
+from tests.waiting import wait_for
+from vigil.kube.shardleases import ShardLeases
+from vigil.queue.catalogue import Catalogue, RecurringJob
+from vigil.queue.store import QueueStore
+from vigil.runtime import lease_config, start_trigger_shards
+from vigil.settings import Settings
+
+__all__ = ["postgres"]
+
+pytestmark = pytest.mark.postgres
+
+SHARDS = 4
+JOBS = 200
+
+
+@pytest.fixture
+def queue_dsn(postgres: PostgresServer) -> str:
+    dsn = conninfo(postgres, postgres.create_database())
+    QueueStore(dsn).migrate()  # the replicas migrate too, in the background: the jobs go in first
+    return dsn
+
+
+def _settings(namespace: str, dsn: str) -> Settings:
+    return Settings.model_validate(
+        {
+            "namespace": namespace,
+            "queue": {"dsn": dsn, "shards": SHARDS},
+            "leader_election": {"lease_duration_seconds": 4, "renew_period_seconds": 1},
+        }
+    )
+
+
+@pytest.fixture
+def replicas(
+    cluster: KubeCluster, namespace: str, queue_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[list[ShardLeases]]:
+    # The runtime finds its cluster as `vigil operator` does outside a pod: the kubeconfig.
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
+    settings = _settings(namespace, queue_dsn)
+    started: list[ShardLeases] = []
+    for me in ("replica-a", "replica-b"):
+        made = start_trigger_shards(settings, lease_config(settings, lease_name="vigil-leader", me=me), me=me)
+        assert made is not None
+        started.append(made)
+    yield started
+    for made in started:
+        made.release()
+
+
+def test_two_replicas_share_the_shards_and_fire_every_due_job_once(queue_dsn: str, replicas: list[ShardLeases]) -> None:
+    # A yearly job catalogued before its 1 January: due once by the system clock, next due a year on.
+    new_year = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+    jobs = [RecurringJob("team-a/q", "report", "0 0 1 1 *") for _ in range(JOBS)]
+    added = Catalogue(queue_dsn, shards=SHARDS).add_many(jobs, now=new_year - timedelta(hours=1))
+
+    def fired() -> list[tuple[str, int]]:
+        with psycopg.connect(queue_dsn) as connection:
+            return connection.execute(
+                "SELECT job_id, count(*) FROM vigil_queue.executions GROUP BY job_id"
+            ).fetchall()
+
+    wait_for(lambda: len(fired()) == JOBS, timeout=60, what=f"{JOBS} jobs fired")
+    assert {job_id for job_id, _ in fired()} == {a.job_id for a in added}
+    assert {count for _, count in fired()} == {1}
+    wait_for(lambda: sorted(len(r.running) for r in replicas) == [2, 2], timeout=30, what="shards shared 2/2")
+    assert replicas[0].running.isdisjoint(replicas[1].running)
+
+
+def test_a_queue_store_not_there_yet_holds_back_only_the_shards_until_it_answers(
+    cluster: KubeCluster, namespace: str, postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(cluster.kubeconfig))
+    name = f"later_{namespace.replace('-', '_')}"
+    settings = _settings(namespace, conninfo(postgres, postgres.database_dsn(name)))
+    shards = start_trigger_shards(settings, lease_config(settings, lease_name="vigil-leader", me="early"), me="early")
+    assert shards is not None, "start_trigger_shards waited for the store instead of returning"
+    try:
+        assert shards.running == set()
+        postgres.create_database(name)
+        wait_for(lambda: len(shards.running) == SHARDS, timeout=60, what="the shards started once the store answered")
+    finally:
+        shards.release()
