@@ -1,6 +1,7 @@
 """The volume tier's HTTP API for programs: submit one-off jobs, read, delete, cancel and retry.
 
-    POST   /v1/jobs                        submit a one-off job (its execution runs at runAt)
+    POST   /v1/jobs                        submit a one-off job (its execution runs at runAt), or a
+                                           recurring one (cron: catalogued with its next occurrence)
     GET    /v1/jobs/{id}                   the job and its newest executions
     DELETE /v1/jobs/{id}                   disable the job; cancel what of it has not finished
     GET    /v1/executions/{id}             the execution's timeline: state, lease, every attempt
@@ -39,7 +40,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
@@ -52,11 +53,14 @@ from vigil.core.queue import (
     JobRecord,
     OneOffJob,
     QueueUnavailable,
+    Recurrence,
     Submitted,
     queue_key,
     split_queue_key,
 )
+from vigil.core.recurring import AddedJob, RecurringJob
 from vigil.core.timeparse import parse_rfc3339
+from vigil.model.durations import format_duration, parse_duration
 from vigil.model.names import GROUP, TASK_QUEUES
 
 log = logging.getLogger(__name__)
@@ -87,8 +91,19 @@ PAST_RUN_AT = CatchUp().window
 SUBMIT_FIELDS = frozenset(
     {"namespace", "queue", "task", "payload", "runAt", "priority", "maxAttempts", "idempotencyKey", "tenant"}
 )
-#: The fields of a recurring job: these come through the catalogue, not this route (yet).
-RECURRING_FIELDS = ("cron", "timezone", "payloadTemplate", "expectedMaxInterval")
+#: A body with `cron` is a recurring job, with these fields (its payload is a template, rendered
+#: per occurrence with its period; it has no runAt).
+RECURRING_SUBMIT_FIELDS = frozenset(
+    {"namespace", "queue", "task", "cron", "timezone", "payloadTemplate", "expectedMaxInterval", "priority",
+     "maxAttempts", "idempotencyKey", "tenant"}
+)  # fmt: skip
+#: The recurring job's own field names (vigil.core.recurring) as the request spells them.
+RECURRING_NAMES = {
+    "payload_template": "payloadTemplate",
+    "expected_max_interval": "expectedMaxInterval",
+    "max_attempts": "maxAttempts",
+    "idempotency_key": "idempotencyKey",
+}
 
 VOLUME_TIER_OFF = "VolumeTierOff"
 QUEUE_UNAVAILABLE = "QueueUnavailable"
@@ -106,6 +121,8 @@ class JobStore(Protocol):
     """
 
     def submit_job(self, job: OneOffJob, *, now: datetime) -> Submitted: ...
+
+    def add_recurring(self, job: RecurringJob, *, now: datetime) -> AddedJob: ...
 
     def job(self, job_id: str) -> JobRecord | None: ...
 
@@ -206,6 +223,8 @@ class QueueApi:
         if not self._allowed(user, access):
             return _forbidden(user, access)
         now = self._clock.now()
+        if "cron" in data:
+            return self._submit_recurring(store, user, data, namespace=namespace, name=name, now=now)
         try:
             job = one_off_job(data, namespace=namespace, name=name, now=now)
         except Invalid as error:
@@ -219,6 +238,20 @@ class QueueApi:
             "scheduledFor": _time(submitted.scheduled_for),
         }
         return _json(201 if submitted.created else 200, body)
+
+    def _submit_recurring(
+        self, store: JobStore, user: User, data: Mapping[str, Any], *, namespace: str, name: str, now: datetime
+    ) -> Answer:
+        try:
+            job = recurring_job(data, namespace=namespace, name=name)
+            added = store.add_recurring(job, now=now)
+        except Invalid as error:
+            return _invalid(error)
+        except ValueError as error:  # the catalogue's own last check: a cron with no occurrence ahead
+            return _invalid(_recurring_invalid(error))
+        if added.created:
+            log.info("queue API: %s catalogued recurring job %s on %s", user.name, added.job_id, job.queue)
+        return _json(201 if added.created else 200, {"jobId": added.job_id, "nextRun": _time(added.next_run)})
 
     def get_job(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
         job_id = _id(JOB_PATH, path)
@@ -335,15 +368,58 @@ def _queue_of(data: Mapping[str, Any]) -> tuple[str, str]:
     return namespace, name
 
 
+def recurring_job(data: Mapping[str, Any], *, namespace: str, name: str) -> RecurringJob:
+    """The recurring job a submission with `cron` describes; Invalid naming the first wrong field."""
+    for field in ("runAt", "payload"):
+        if field in data:
+            raise Invalid(field, "a recurring job (cron) has no runAt or payload: its payloadTemplate is "
+                          "rendered for each occurrence")  # fmt: skip
+    unknown = sorted(set(data) - RECURRING_SUBMIT_FIELDS)
+    if unknown:
+        raise Invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(RECURRING_SUBMIT_FIELDS))}")
+    template = data.get("payloadTemplate", {})
+    _payload(template, field="payloadTemplate")
+    tenant = _optional_text(data, "tenant")
+    max_attempts = data.get("maxAttempts")
+    try:
+        return RecurringJob(
+            queue=queue_key(namespace, name),
+            task=_required_text(data, "task"),
+            cron=_text(data["cron"], "cron"),
+            timezone=_text(data.get("timezone", "UTC"), "timezone"),
+            payload_template=template,
+            expected_max_interval=_interval(data.get("expectedMaxInterval")),
+            priority=_priority(data.get("priority", "normal")),
+            tenant=namespace if tenant is None else tenant,
+            max_attempts=None if max_attempts is None else _max_attempts(max_attempts),
+            idempotency_key=_optional_text(data, "idempotencyKey"),
+        )
+    except ValueError as error:
+        if isinstance(error, Invalid):
+            raise
+        raise _recurring_invalid(error) from None
+
+
+def _recurring_invalid(error: ValueError) -> Invalid:
+    """A recurring job's "field: why" as the request names the field."""
+    field, _, why = str(error).partition(": ")
+    head, dot, rest = field.partition(".")
+    return Invalid(RECURRING_NAMES.get(head, head) + dot + rest, why)
+
+
+def _interval(value: Any) -> timedelta | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise Invalid("expectedMaxInterval", "must be a duration string, like '26h'")
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise Invalid("expectedMaxInterval", str(error)) from None
+
+
 def one_off_job(data: Mapping[str, Any], *, namespace: str, name: str, now: datetime) -> OneOffJob:
     """The one-off job a submission's body describes; Invalid naming the first wrong field."""
-    for field in RECURRING_FIELDS:
-        if field in data:
-            raise Invalid(
-                field,
-                "recurring jobs come through the catalogue (a TaskQueue's recurring jobs), not this "
-                "route: it takes one-off jobs (runAt)",
-            )
     unknown = sorted(set(data) - SUBMIT_FIELDS)
     if unknown:
         raise Invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(SUBMIT_FIELDS))}")
@@ -382,12 +458,12 @@ def _optional_text(data: Mapping[str, Any], field: str) -> str | None:
     return None if value is None else _text(value, field)
 
 
-def _payload(value: Any) -> dict[str, Any]:
+def _payload(value: Any, *, field: str = "payload") -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise Invalid("payload", "must be a JSON object")
+        raise Invalid(field, "must be a JSON object")
     size = len(json.dumps(value, separators=(",", ":")).encode())
     if size > MAX_PAYLOAD_BYTES:
-        raise Invalid("payload", f"is {size} bytes as JSON; at most {MAX_PAYLOAD_BYTES}")
+        raise Invalid(field, f"is {size} bytes as JSON; at most {MAX_PAYLOAD_BYTES}")
     return value
 
 
@@ -443,6 +519,7 @@ def job_to_json(job: JobRecord) -> dict[str, Any]:
         "maxAttempts": job.max_attempts,
         "enabled": job.enabled,
         "createdAt": _time(job.created_at),
+        **_recurrence_to_json(job.schedule),
         "executions": [
             {
                 "executionId": e.execution_id,
@@ -452,6 +529,19 @@ def job_to_json(job: JobRecord) -> dict[str, Any]:
             }
             for e in job.executions
         ],
+    }
+
+
+def _recurrence_to_json(recurrence: Recurrence | None) -> dict[str, Any]:
+    if recurrence is None:
+        return {}
+    expected = recurrence.expected_max_interval
+    return {
+        "cron": recurrence.cron,
+        "timezone": recurrence.timezone,
+        "payloadTemplate": recurrence.payload_template,
+        "expectedMaxInterval": format_duration(expected) if expected is not None else None,
+        "nextRun": _time(recurrence.next_run),
     }
 
 

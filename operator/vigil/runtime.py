@@ -177,7 +177,7 @@ def queue_store(settings: Settings) -> JobStore | None:
         return None
     from vigil.queue.store import QueueStore
 
-    return QueueStore(settings.queue.dsn, migrate_first=True)
+    return QueueStore(settings.queue.dsn, migrate_first=True, shards=settings.queue.shards)
 
 
 AUTH_CACHE_ENTRIES = 4096  # distinct tokens and decisions remembered; the oldest go first

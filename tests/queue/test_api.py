@@ -29,6 +29,7 @@ from vigil.core.executions import RetryPolicy
 from vigil.core.queue import AttemptOutcome, QueueDeclaration, after_failure
 from vigil.httpapi import ApiServer
 from vigil.queue.store import Finished, QueueStore, WorkerStore
+from vigil.queue.trigger import ShardTrigger
 from vigil.queueapi import JobStore, QueueApi
 
 pytestmark = pytest.mark.postgres
@@ -138,7 +139,7 @@ def test_defaults_run_now_at_normal_priority_for_the_namespace_as_tenant(store: 
     assert (row["priority"], row["tenant"], row["max_attempts"], row["payload"]) == (0, "shop", 3, {})
 
 
-def test_a_job_without_max_attempts_takes_its_taskqueues_and_one_that_says_keeps_its_own(store: QueueStore) -> None:
+def test_a_job_without_max_attempts_takes_its_taskqueues_one_off_or_recurring_and_one_that_says_keeps_its_own(store: QueueStore) -> None:
     store.declare(QUEUE, QueueDeclaration(max_attempts=7), generation=1, now=T0)
     server = api(store)
     _, unsaid = submit(server)
@@ -146,6 +147,8 @@ def test_a_job_without_max_attempts_takes_its_taskqueues_and_one_that_says_keeps
     assert get(server, f"/v1/jobs/{unsaid['jobId']}")[1]["maxAttempts"] == 7
     assert get(server, f"/v1/executions/{unsaid['executionId']}")[1]["maxAttempts"] == 7
     assert get(server, f"/v1/executions/{said['executionId']}")[1]["maxAttempts"] == 2
+    _, recurring = submit(server, cron="0 2 * * *")
+    assert get(server, f"/v1/jobs/{recurring['jobId']}")[1]["maxAttempts"] == 7
 
 
 def test_a_repeated_idempotency_key_returns_the_first_job_and_adds_nothing(store: QueueStore) -> None:
@@ -395,9 +398,18 @@ BAD_FIELDS = [
     pytest.param({"maxAttempts": True}, "maxAttempts", id="maxAttempts a boolean"),
     pytest.param({"idempotencyKey": ""}, "idempotencyKey", id="empty idempotency key"),
     pytest.param({"tenant": " a"}, "tenant", id="tenant with a leading space"),
-    pytest.param({"cron": "0 3 * * *"}, "cron", id="a recurring job"),
-    pytest.param({"timezone": "Europe/Paris"}, "timezone", id="a recurring job's timezone"),
+    pytest.param({"timezone": "Europe/Paris"}, "timezone", id="a one-off job's timezone"),
     pytest.param({"colour": "blue"}, "colour", id="an unknown field"),
+    # A recurring job (cron): the issue's own examples first.
+    pytest.param({"cron": "0 3 * * *", "timezone": "Mars/Olympus"}, "timezone", id="unknown timezone"),
+    pytest.param({"cron": "0 0 3 * * *"}, "cron", id="cron of 6 fields"),
+    pytest.param({"cron": "0 3 * * *", "payloadTemplate": {"x": "y" * 40_000}}, "payloadTemplate", id="template too big"),
+    pytest.param({"cron": "0 3 * * *", "payloadTemplate": {"d": "{{ nope("}}, "payloadTemplate.d", id="broken template"),
+    pytest.param({"cron": "0 3 * * *", "runAt": "2026-12-01T13:00:00Z"}, "runAt", id="recurring with a runAt"),
+    pytest.param({"cron": "0 3 * * *", "payload": {}}, "payload", id="recurring with a payload"),
+    pytest.param({"cron": "0 3 * * *", "expectedMaxInterval": "a day"}, "expectedMaxInterval", id="bad interval"),
+    pytest.param({"cron": "0 3 * * *", "maxAttempts": 0}, "maxAttempts", id="recurring no attempts"),
+    pytest.param({"cron": "0 0 30 2 *"}, "cron", id="a cron that never comes"),
 ]
 
 
@@ -409,9 +421,43 @@ def test_a_bad_field_is_422_naming_it_and_adds_nothing(store: QueueStore, fields
     assert store.counts(QUEUE)["ready"] == 0
 
 
-def test_a_recurring_job_is_pointed_at_the_catalogue(store: QueueStore) -> None:
-    _, answer = submit(api(store), cron="0 3 * * *")
-    assert "catalogue" in answer["error"]
+def test_a_recurring_job_is_catalogued_with_its_next_run_and_fired_by_the_trigger(store: QueueStore, dsn: str) -> None:
+    server = api(store)
+    status, made = submit(
+        server, cron="0 2 * * *", timezone="Europe/London", expectedMaxInterval="26h",
+        payloadTemplate={"date": "{{ periodStart | date }}"}, idempotencyKey="nightly",
+    )  # fmt: skip
+    assert status == 201 and set(made) == {"jobId", "nextRun"}
+    assert datetime.fromisoformat(made["nextRun"]) == datetime(2026, 12, 2, 2, 0, tzinfo=UTC)  # GMT in December
+    assert submit(server, cron="0 2 * * *", idempotencyKey="nightly") == (200, made)
+    status, job = get(server, f"/v1/jobs/{made['jobId']}")
+    assert status == 200
+    assert (job["cron"], job["timezone"], job["expectedMaxInterval"]) == ("0 2 * * *", "Europe/London", "1d2h")
+    assert (job["nextRun"], job["tenant"], job["executions"]) == (made["nextRun"], "shop", [])
+
+    trigger = ShardTrigger(dsn, shard=0)  # the store spreads over one shard: the default
+    try:
+        fired = trigger.run_pass(now=datetime(2026, 12, 2, 2, 1, tzinfo=UTC)).fired
+    finally:
+        trigger.close()
+    assert len(fired) == 1
+    [execution] = get(server, f"/v1/jobs/{made['jobId']}")[1]["executions"]
+    timeline = get(server, f"/v1/executions/{execution['executionId']}")[1]
+    assert (timeline["state"], timeline["payload"]) == ("ready", {"date": "2026-12-01"})
+
+
+def test_a_deleted_recurring_job_fires_no_more(store: QueueStore, dsn: str) -> None:
+    server = api(store)
+    _, made = submit(server, cron="0 2 * * *")
+    assert delete(server, f"/v1/jobs/{made['jobId']}")[0] == 200
+    job = get(server, f"/v1/jobs/{made['jobId']}")[1]
+    assert (job["enabled"], job["nextRun"]) == (False, None)
+    trigger = ShardTrigger(dsn, shard=0)
+    try:
+        assert trigger.run_pass(now=datetime(2026, 12, 2, 2, 1, tzinfo=UTC)).fired == []
+    finally:
+        trigger.close()
+    assert store.counts(QUEUE)["ready"] == 0
 
 
 def test_a_body_that_is_not_a_json_object_is_422(store: QueueStore) -> None:

@@ -165,6 +165,18 @@ class JobRecord:
     enabled: bool
     created_at: datetime
     executions: tuple[ExecutionSummary, ...]  # the newest first, at most JOB_EXECUTIONS_SHOWN
+    schedule: Recurrence | None = None  # a recurring job's; None for a one-off
+
+
+@dataclasses.dataclass(frozen=True)
+class Recurrence:
+    """What a recurring job's record adds: its schedule and its next occurrence."""
+
+    cron: str
+    timezone: str
+    payload_template: dict[str, Any]
+    expected_max_interval: timedelta | None
+    next_run: datetime | None  # None once deleted
 
 
 #: Executions listed with a job (the newest): a one-off job has one.

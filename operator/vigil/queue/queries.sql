@@ -247,7 +247,8 @@ SELECT job_id, execution_id, scheduled_for FROM vigil_queue.executions
 WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s;
 
 -- name: job
-SELECT job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at
+SELECT job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at,
+       cron, timezone, payload_template, expected_max_interval, next_run
 FROM vigil_queue.jobs WHERE job_id = %(job_id)s;
 
 -- name: job_executions
@@ -255,7 +256,9 @@ SELECT execution_id, state, attempt, scheduled_for FROM vigil_queue.executions
 WHERE job_id = %(job_id)s ORDER BY scheduled_for DESC, execution_id DESC LIMIT %(limit)s;
 
 -- name: disable_job
-UPDATE vigil_queue.jobs SET enabled = false WHERE job_id = %(job_id)s RETURNING job_id;
+-- A recurring job's unfired occurrence is then skipped by the trigger (it reads `enabled`).
+UPDATE vigil_queue.jobs SET enabled = false, deleted_at = COALESCE(deleted_at, %(now)s), next_run = NULL
+WHERE job_id = %(job_id)s RETURNING job_id;
 
 -- name: cancel
 -- Ready: it is never leased. Leased: the lease is taken away, so the holder's heartbeat and
@@ -370,7 +373,10 @@ WITH added AS (
         (job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at,
          cron, timezone, dst_gap, dst_overlap, payload_template, expected_max_interval, jitter,
          catch_up_policy, catch_up_window, catch_up_limit, idempotency_key, shard, next_run)
-    SELECT a.job_id, a.queue, a.task, '{}'::jsonb, a.priority, a.tenant, a.max_attempts, true, %(now)s,
+    SELECT a.job_id, a.queue, a.task, '{}'::jsonb, a.priority, a.tenant,
+           COALESCE(a.max_attempts, (SELECT q.max_attempts FROM vigil_queue.queues AS q WHERE q.queue = a.queue),
+                    %(default_max_attempts)s),
+           true, %(now)s,
            a.cron, a.timezone, a.dst_gap, a.dst_overlap, a.payload_template, a.expected_max_interval,
            a.jitter, a.catch_up_policy, a.catch_up_window, a.catch_up_limit, a.idempotency_key, a.shard,
            a.next_run

@@ -57,6 +57,7 @@ from vigil.core.queue import (
     QueueState,
     QueueStats,
     QueueUnavailable,
+    Recurrence,
     Settlement,
     Submitted,
     after_expiry,
@@ -64,6 +65,7 @@ from vigil.core.queue import (
     lease_deadline,
     retry_refusal,
 )
+from vigil.core.recurring import AddedJob, RecurringJob
 from vigil.core.timeparse import require_aware
 from vigil.queue import partitions
 from vigil.queue.migrations import SCRIPT_LOCATION
@@ -157,10 +159,12 @@ def _engine(dsn: str) -> sa.Engine:
 class QueueStore:
     """Migrate, submit and inspect (see the module docstring). `dsn`: libpq string or URL."""
 
-    def __init__(self, dsn: str, *, migrate_first: bool = False) -> None:
+    def __init__(self, dsn: str, *, migrate_first: bool = False, shards: int = 1) -> None:
         """`migrate_first`: the first of the HTTP API's calls brings the schema up to date (the
-        operator's store: it starts whether or not the database is up, and migrates once it is)."""
+        operator's store: it starts whether or not the database is up, and migrates once it is).
+        `shards`: the trigger's (`queue.shards`), which a recurring job added here is spread over."""
         self.dsn = dsn
+        self.shards = shards
         self._migrated = not migrate_first
         self._migrating = threading.Lock()
 
@@ -286,6 +290,14 @@ class QueueStore:
             raise QueueUnavailable("the first submission of this idempotency key vanished; try again")
         return Submitted(first[0], first[1], first[2], created=False)
 
+    def add_recurring(self, job: RecurringJob, *, now: datetime) -> AddedJob:
+        """Catalogue a recurring job with its first occurrence (`vigil.queue.catalogue`); a
+        known (queue, idempotency key) returns the first job, created False."""
+        from vigil.queue.catalogue import Catalogue  # it reads this module's queries
+
+        with self._reachable():
+            return Catalogue(self.dsn, shards=self.shards).add(job, now=now)
+
     def job(self, job_id: str) -> JobRecord | None:
         """The job and its newest executions (at most JOB_EXECUTIONS_SHOWN); None if unknown."""
         with self._reachable(), self.connect() as connection:
@@ -409,10 +421,12 @@ def _job(connection: psycopg.Connection[Any], job_id: str) -> JobRecord | None:
     executions = connection.execute(
         QUERIES["job_executions"], {"job_id": job_id, "limit": JOB_EXECUTIONS_SHOWN}
     ).fetchall()
+    cron, timezone, template, expected, next_run = row[9:14]
     return JobRecord(
         job_id=row[0], queue=row[1], task=row[2], payload=row[3], priority=row[4], tenant=row[5],
         max_attempts=row[6], enabled=row[7], created_at=row[8],
         executions=tuple(ExecutionSummary(e[0], QueueState(e[1]), e[2], e[3]) for e in executions),
+        schedule=None if cron is None else Recurrence(cron, timezone, template or {}, expected, next_run),
     )  # fmt: skip
 
 

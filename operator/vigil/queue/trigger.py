@@ -47,10 +47,10 @@ from vigil.core.chain import (
     settle_unlaunched,
 )
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
+from vigil.core.recurring import cron_schedule
 from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
 from vigil.queue import partitions
-from vigil.queue.catalogue import cron_schedule
 from vigil.queue.store import QUERIES
 
 log = logging.getLogger(__name__)
