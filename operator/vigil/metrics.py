@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
+from datetime import timedelta
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from vigil.core.executions import Execution
+from vigil.core.queue import QueueStats
 from vigil.core.trigger import TickReport
 from vigil.core.watchdog import JobFacts, JobReport
 
@@ -354,3 +356,36 @@ def record_queue_lease_expiries(queue: str, count: int) -> None:
 
 def record_queue_duplicate(queue: str) -> None:
     QUEUE_DUPLICATES.labels(queue=queue).inc()
+
+
+# --- the volume tier's queues (the leader's TaskQueue pass) -------------------------------------
+
+QUEUE_OLDEST_READY_AGE = JobSeries(
+    "vigil_queue_oldest_ready_age_seconds",
+    "Seconds the oldest due ready execution of a TaskQueue has waited, 0 when none waits (labels "
+    "namespace, queue: the TaskQueue's name): the figure to autoscale its workers on.",
+    ["namespace", "queue"],
+    registry=REGISTRY,
+)
+QUEUE_READY = JobSeries(
+    "vigil_queue_ready",
+    "Executions of a TaskQueue in state ready, due or waiting for a retry's backoff (labels namespace, queue).",
+    ["namespace", "queue"],
+    registry=REGISTRY,
+)
+QUEUE_LEASED = JobSeries(
+    "vigil_queue_leased",
+    "Executions of a TaskQueue leased by a worker now (labels namespace, queue).",
+    ["namespace", "queue"],
+    registry=REGISTRY,
+)
+
+
+def record_queue_stats(stats: Mapping[tuple[str, str], QueueStats]) -> None:
+    """Publish one TaskQueue pass's counts, (namespace, TaskQueue name) -> what the store counted:
+    exactly these queues, so a deleted TaskQueue loses its series."""
+    QUEUE_OLDEST_READY_AGE.replace(
+        {key: (s.oldest_ready_age or timedelta(0)).total_seconds() for key, s in stats.items()}
+    )
+    QUEUE_READY.replace({key: float(s.ready) for key, s in stats.items()})
+    QUEUE_LEASED.replace({key: float(s.leased) for key, s in stats.items()})

@@ -591,6 +591,7 @@ def task_queue_threads(
         events=events,
         clock=clock,
         interval_seconds=settings.queue.status_interval_seconds,
+        publish=metrics.record_queue_stats,
     )
     return [("taskqueues-cache", lambda: cache.run(stop)), ("taskqueues", lambda: controller.run(stop))]
 

@@ -1,11 +1,13 @@
 """TaskQueues against the real API server: defaults, refused fields, printer columns, and — with a
 real operator given a queue DSN on the session's real PostgreSQL — the declaration published to
-the store and a status that shows ready, leased, dead and the oldest ready age.
+the store, a status that shows ready, leased, dead and the oldest ready age, and the same counts
+as the leader's per-queue gauges (what workers are autoscaled on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,9 +16,10 @@ from typing import Any
 import psycopg
 import pytest
 from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.contract.conftest import postgres
-from tests.contract.postgres import PostgresServer
+from tests.contract.postgres import PostgresServer, free_port
 from tests.integration.conftest import GROUP, VERSION, KubeCluster
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
@@ -127,10 +130,18 @@ def queue_dsn(postgres: PostgresServer) -> str:
 
 
 @pytest.fixture
-def queue_fleet(cluster: KubeCluster, tmp_path: Path, queue_dsn: str, request: pytest.FixtureRequest) -> Iterator[OperatorFleet]:
-    """A leader with the volume tier on: this test's queue database, a TaskQueue pass a second."""
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def queue_fleet(
+    cluster: KubeCluster, tmp_path: Path, queue_dsn: str, metrics_port: int, request: pytest.FixtureRequest
+) -> Iterator[OperatorFleet]:
+    """A leader with the volume tier on: this test's queue database, a TaskQueue pass a second,
+    metrics on `metrics_port`."""
     fleet = OperatorFleet(cluster, tmp_path, queue={"dsn": queue_dsn, "statusIntervalSeconds": 1})
-    fleet.start()
+    fleet.start(http={"metricsPort": metrics_port, "apiPort": 0})
     fleet.leader()
     yield fleet
     fleet.stop()
@@ -140,13 +151,25 @@ def queue_fleet(cluster: KubeCluster, tmp_path: Path, queue_dsn: str, request: p
     cluster.clear_namespace(fleet.namespace)
 
 
+def queue_gauges(port: int, namespace: str, queue: str) -> dict[str, float]:
+    """The leader's vigil_queue_* gauges of one TaskQueue, by metric name."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("vigil_queue_") and sample.labels == {"namespace": namespace, "queue": queue}
+    }
+
+
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
 
 
 @pytest.mark.postgres
 def test_status_shows_ready_leased_dead_and_the_oldest_age(
-    cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str
+    cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str, metrics_port: int
 ) -> None:
     key = f"{namespace}/work"
     store = QueueStore(queue_dsn)
@@ -183,6 +206,14 @@ def test_status_shows_ready_leased_dead_and_the_oldest_age(
     assert condition(obj, "Behind")["reason"] == "OldestReadyTooOld"  # type: ignore[index]
     _, row = cluster.kubectl("get", "tq", "work", "-n", namespace).stdout.splitlines()
     assert row.split()[1:7] == ["3", "1", "1", status["oldestReadyAge"], "1m", "True"]
+
+    def published() -> dict[str, float] | None:  # by the same pass, just after the status writes
+        gauges = queue_gauges(metrics_port, namespace, "work")
+        return gauges if gauges.get("vigil_queue_ready") == 3 else None
+
+    gauges = wait_for(published, timeout=30, what="the leader's gauges for the queue")
+    assert gauges["vigil_queue_leased"] == 1
+    assert gauges["vigil_queue_oldest_ready_age_seconds"] >= 300
 
     # A change reaches the store; a deletion removes the declaration (workers fall back to flags).
     cluster.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "work", {"spec": {"leaseDuration": "1m"}})

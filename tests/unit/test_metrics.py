@@ -6,7 +6,8 @@ Covers: every label of every exported metric is one of a small bounded set (name
 workflows, priorities, outcomes, reasons, events, API clients); dead letters are published per
 job (the oldest's age) and per namespace (how many), and vanish with the jobs that had them; a
 watchdog pass's verdicts become the per-job gauges, and a job that is gone loses its series;
-every metric is listed in docs/metrics.md.
+a TaskQueue pass's counts become the per-queue gauges (0 s when nothing waits), and a deleted
+TaskQueue loses its series; every metric is listed in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vigil import metrics
+from vigil.core.queue import QueueStats
 from vigil.core.watchdog import JobFacts, assess_job
 from vigil.kube.watchdog import Assessed
 
@@ -60,6 +62,25 @@ def test_dead_letters_are_the_oldest_per_job_and_a_count_per_namespace() -> None
     assert samples("vigil_dead_letters") == {(("namespace", "media"),): 1.0}
     metrics.record_dead_letters({})
     assert samples("vigil_dead_letter_age_seconds") == {} and samples("vigil_dead_letters") == {}
+
+
+def counted(ready: int, leased: int, oldest: timedelta | None) -> QueueStats:
+    return QueueStats(ready=ready, leased=leased, dead=0, succeeded_last_minute=0, dead_last_minute=0, oldest_ready_age=oldest)
+
+
+def test_a_task_queue_pass_publishes_each_queues_counts_and_a_gone_queue_loses_its_series() -> None:
+    metrics.record_queue_stats({
+        ("payments", "billing"): counted(1200, 40, timedelta(minutes=2, seconds=5)),
+        ("shop", "orders"): counted(0, 3, None),  # nothing waits: 0, not absent (an autoscaler reads it)
+    })  # fmt: skip
+    billing, orders = (("namespace", "payments"), ("queue", "billing")), (("namespace", "shop"), ("queue", "orders"))
+    assert samples("vigil_queue_oldest_ready_age_seconds") == {billing: 125.0, orders: 0.0}
+    assert samples("vigil_queue_ready") == {billing: 1200.0, orders: 0.0}
+    assert samples("vigil_queue_leased") == {billing: 40.0, orders: 3.0}
+    metrics.record_queue_stats({("shop", "orders"): counted(7, 0, timedelta(seconds=9))})  # billing deleted
+    assert samples("vigil_queue_oldest_ready_age_seconds") == {orders: 9.0}
+    assert samples("vigil_queue_ready") == {orders: 7.0} and samples("vigil_queue_leased") == {orders: 0.0}
+    metrics.record_queue_stats({})
 
 
 def verdict(name: str, facts_at: datetime, **facts: Any) -> Assessed:

@@ -99,7 +99,11 @@ EXAMPLE_OBJECTS = {
     "reconcile-daily.yaml": ("ScheduledJob", "reconcile-daily"),
     "video-publish.yaml": ("Workflow", "video-publish"),
     "every-minute.yaml": ("ScheduledJob", "heartbeat"),
+    "task-queue.yaml": ("TaskQueue", "billing"),
 }
+
+#: The examples that run pods (a TaskQueue declares a queue; its workers are not in it).
+POD_EXAMPLES = sorted(name for name, (kind, _) in EXAMPLE_OBJECTS.items() if kind != "TaskQueue")
 
 KEEP_ANNOTATION = "helm.sh/resource-policy"
 
@@ -274,7 +278,7 @@ def test_the_examples_directory_holds_exactly_the_known_examples() -> None:
     assert sorted(path.name for path in EXAMPLES.glob("*.yaml")) == sorted(EXAMPLE_OBJECTS)
 
 
-@pytest.mark.parametrize("filename", sorted(EXAMPLE_OBJECTS))
+@pytest.mark.parametrize("filename", POD_EXAMPLES)
 def test_example_shell_commands_parse(filename: str) -> None:
     document = load_yaml(EXAMPLES / filename)
     commands = list(example_commands(document))
@@ -415,6 +419,15 @@ def test_a_misspelt_nested_value_fails_on_the_schema(helm: tuple[Path, dict[str,
         pytest.param("uninstall.stopOperatorFirst=later", "/uninstall/stopOperatorFirst", id="uninstall-hook-not-a-boolean"),
         pytest.param("config.approvals.notifier.url=chat-bridge", "/config/approvals/notifier/url", id="notifier-without-scheme"),
         pytest.param("config.workflows.ttlAfterFinished=1 day", "/config/workflows/ttlAfterFinished", id="workflow-ttl-not-a-duration"),
+        pytest.param("queue.shards=0", "/queue/shards", id="no-queue-shards"),
+        pytest.param("queue.shards=257", "/queue/shards", id="too-many-queue-shards"),
+        pytest.param("queue.statusIntervalSeconds=0", "/queue/statusIntervalSeconds", id="queue-status-interval-zero"),
+        pytest.param("queue.dsn=postgresql+psycopg://u@db/q", "/queue/dsn", id="queue-dsn-a-sqlalchemy-url"),
+        pytest.param("queue.useHistoryDatabase=yes", "/queue/useHistoryDatabase", id="use-history-not-a-boolean"),
+        pytest.param("workers.example.queue=orders", "/workers/example/queue", id="worker-queue-without-namespace"),
+        pytest.param("workers.example.tasks={my-app.tasks}", "/workers/example/tasks/0", id="worker-tasks-not-a-module"),
+        pytest.param("workers.example.concurrency=0", "/workers/example/concurrency", id="worker-concurrency-zero"),
+        pytest.param("workers.example.drainTimeoutSeconds=0", "/workers/example/drainTimeoutSeconds", id="worker-no-drain"),
     ],
 )
 def test_a_value_of_the_wrong_kind_fails_on_the_schema_naming_it(
@@ -731,3 +744,149 @@ def test_the_watchdog_can_be_its_own_deployment(helm: tuple[Path, dict[str, str]
     assert selector != operator["spec"]["selector"]["matchLabels"], "each Deployment selects only its own pods"
     assert the_one(objects, "Service", f"{RELEASE}-watchdog")["spec"]["selector"] == selector
     assert not [o for o in render(helm) if o["metadata"]["name"] == f"{RELEASE}-watchdog"]
+
+
+# --------------------------------------------------------------------------------------------
+# The volume tier: the queue store's DSN and the example worker
+
+QUEUE_ON = ("--set", "queue.enabled=true")
+WORKER_ON = (
+    "--set", "workers.example.enabled=true", "--set", "workers.example.queue=shop/orders",
+    "--set", "workers.example.tasks={myapp.tasks,myapp.more}",
+)  # fmt: skip
+
+
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {variable["name"]: variable for variable in container.get("env", [])}
+
+
+def secret_ref(container: dict[str, Any], name: str) -> dict[str, str]:
+    ref: dict[str, str] = env_of(container)[name]["valueFrom"]["secretKeyRef"]
+    return ref
+
+
+def worker_pod(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    pod: dict[str, Any] = the_one(objects, "Deployment", f"{RELEASE}-worker")["spec"]["template"]["spec"]
+    return pod
+
+
+def test_the_volume_tier_is_off_by_default(helm: tuple[Path, dict[str, str]]) -> None:
+    objects = render(helm, "--set", "config.watchdog.mode=separate")
+    containers = [c for d in find(objects, "Deployment") for c in d["spec"]["template"]["spec"]["containers"]]
+    assert containers and not [c["name"] for c in containers if "VIGIL_QUEUE_DSN" in env_of(c)]
+    assert "queue" not in yaml.safe_load(the_one(objects, "ConfigMap", f"{RELEASE}-config")["data"]["config.yaml"])
+    assert "queueDsn" not in the_one(objects, "Secret", f"{RELEASE}-postgresql")["stringData"]
+    assert not find(objects, "Deployment", f"{RELEASE}-worker") and not find(objects, "Secret", f"{RELEASE}-queue")
+
+
+def test_the_queue_dsn_comes_from_an_existing_secret_and_the_settings_from_the_config_file(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    objects = render(
+        helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db", "--set", "queue.existingSecretKey=url",
+        "--set", "queue.shards=16", "--set-json", "queue.statusIntervalSeconds=2.5", "--set", "config.watchdog.mode=separate",
+    )  # fmt: skip
+    assert secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN") == {"name": "queue-db", "key": "url"}
+    # The separate watchdog does not read the queue store (yet): it gets no DSN.
+    watchdog = the_one(objects, "Deployment", f"{RELEASE}-watchdog")["spec"]["template"]["spec"]["containers"][0]
+    assert "VIGIL_QUEUE_DSN" not in env_of(watchdog)
+    config = yaml.safe_load(the_one(objects, "ConfigMap", f"{RELEASE}-config")["data"]["config.yaml"])
+    assert config["queue"] == {"shards": 16, "statusIntervalSeconds": 2.5}  # no dsn: it is in the Secret
+    settings = Settings.model_validate({**config, "queue": {**config["queue"], "dsn": "postgresql://q@db/q"}})
+    assert (settings.queue.shards, settings.queue.status_interval_seconds) == (16, 2.5)
+    assert not find(objects, "Secret", f"{RELEASE}-queue")
+
+
+def test_a_queue_dsn_in_the_values_goes_into_a_secret_never_the_config_map(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    dsn = "postgresql://vigil:s3cret-pw@queue-db:5432/queue"
+    objects = render(helm, *QUEUE_ON, "--set", f"queue.dsn={dsn}")
+    assert the_one(objects, "Secret", f"{RELEASE}-queue")["stringData"] == {"dsn": dsn}
+    assert secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN") == {"name": f"{RELEASE}-queue", "key": "dsn"}
+    assert "s3cret-pw" not in json.dumps(find(objects, "ConfigMap"))
+    assert "s3cret-pw" not in json.dumps(operator_container(objects))
+
+
+def test_the_queue_can_share_the_bundled_postgresql(helm: tuple[Path, dict[str, str]]) -> None:
+    objects = render(helm, *QUEUE_ON, "--set", "queue.useHistoryDatabase=true")
+    name = f"{RELEASE}-postgresql"
+    secret = the_one(objects, "Secret", name)["stringData"]
+    queue_dsn = f"postgresql://vigil:{secret['password']}@{name}:5432/vigil"
+    assert secret["queueDsn"] == queue_dsn  # a URL libpq reads; `dsn` stays the history's SQLAlchemy URL
+    assert secret["dsn"] == f"postgresql+psycopg://vigil:{secret['password']}@{name}:5432/vigil"
+    assert secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN") == {"name": name, "key": "queueDsn"}
+    assert secret_ref(operator_container(objects), "VIGIL_HISTORY_DSN") == {"name": name, "key": "dsn"}
+    Settings.model_validate({"queue": {"dsn": queue_dsn}})  # the operator accepts what the chart hands it
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        pytest.param(QUEUE_ON, "queue.enabled needs a DSN source for the queue store", id="no-dsn-source"),
+        pytest.param(
+            (*QUEUE_ON, "--set", "queue.existingSecret=q", "--set", "queue.dsn=host=db"),
+            "queue.existingSecret, queue.dsn and queue.useHistoryDatabase are mutually exclusive",
+            id="two-dsn-sources",
+        ),
+        pytest.param(
+            (*QUEUE_ON, "--set", "queue.useHistoryDatabase=true", "--set", "replicaCount=1"),
+            "queue.useHistoryDatabase needs the bundled PostgreSQL", id="history-in-sqlite",
+        ),
+        pytest.param(
+            (*QUEUE_ON, "--set", "queue.useHistoryDatabase=true", "--set", "history.existingSecret=h"),
+            "queue.useHistoryDatabase needs the bundled PostgreSQL", id="history-in-an-external-database",
+        ),
+        pytest.param(WORKER_ON, "workers.example.enabled needs queue.enabled", id="worker-without-the-queue"),
+        pytest.param(
+            (*QUEUE_ON, "--set", "queue.existingSecret=q", "--set", "workers.example.enabled=true", "--set", "workers.example.tasks={myapp.tasks}"),
+            "workers.example.queue is required", id="worker-without-its-queue",
+        ),
+        pytest.param(
+            (*QUEUE_ON, "--set", "queue.existingSecret=q", "--set", "workers.example.enabled=true", "--set", "workers.example.queue=shop/orders"),
+            "workers.example.tasks is required", id="worker-without-tasks",
+        ),
+        pytest.param(
+            (*QUEUE_ON, "--set", "queue.existingSecret=q", *WORKER_ON, "--set", "workers.example.drainTimeoutSeconds=45"),
+            "workers.example.terminationGracePeriodSeconds (45) must exceed workers.example.drainTimeoutSeconds (45)",
+            id="grace-period-not-past-the-drain",
+        ),
+    ],
+)
+def test_invalid_volume_tier_values_are_refused_saying_why(
+    helm: tuple[Path, dict[str, str]], values: tuple[str, ...], message: str
+) -> None:
+    result = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, *values)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_the_example_worker_drains_within_its_grace_period_with_no_api_access(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    objects = render(helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db", *WORKER_ON,
+                     "--set", "workers.example.concurrency=25", "--set", "workers.example.env.LEDGER_URL=http://ledger")  # fmt: skip
+    pod = worker_pod(objects)
+    container = pod["containers"][0]
+    assert pod["automountServiceAccountToken"] is False
+    assert [container["command"], container["args"]] == [["vigil"], [
+        "worker", "--queue", "shop/orders", "--tasks", "myapp.tasks", "--tasks", "myapp.more",
+        "--concurrency", "25", "--drain-timeout", "30", "--metrics-port", "9090",
+    ]]  # fmt: skip
+    assert pod["terminationGracePeriodSeconds"] == 45 > 30
+    assert secret_ref(container, "VIGIL_QUEUE_DSN") == secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN")
+    assert env_of(container)["LEDGER_URL"]["value"] == "http://ledger"
+    assert container["image"] == operator_container(objects)["image"]
+    assert container["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True and pod["securityContext"]["runAsNonRoot"] is True
+    assert {port["name"]: port["containerPort"] for port in container["ports"]} == {"metrics": 9090}
+    # Not an operator pod: the operator's Service, PodDisruptionBudget and NetworkPolicy leave it alone.
+    labels = the_one(objects, "Deployment", f"{RELEASE}-worker")["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/component"] == "worker"
+    # The worker's module list must parse as `vigil worker` reads it.
+    from vigil.worker.command import parser
+
+    parsed = parser().parse_args(container["args"][1:])
+    assert (parsed.queue, parsed.tasks, parsed.concurrency, parsed.drain_timeout) == (
+        "shop/orders", ["myapp.tasks", "myapp.more"], 25, 30.0,
+    )  # fmt: skip

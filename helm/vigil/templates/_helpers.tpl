@@ -120,3 +120,61 @@ per-pod SQLite file would split the history between replicas and lose a dead lea
 {{- else if eq $setting "true" }}true
 {{- end }}
 {{- end }}
+
+{{/*
+Where VIGIL_QUEUE_DSN comes from, as a dict {name, key}, or an empty dict when the volume tier is
+off (queue.enabled false). Exactly one source: queue.existingSecret; queue.dsn, kept in the chart's
+own Secret <fullname>-queue; or queue.useHistoryDatabase, the bundled PostgreSQL's Secret (key
+queueDsn, a libpq URL: the history's `dsn` key is a SQLAlchemy URL the queue store cannot read).
+*/}}
+{{- define "vigil.queueSecretRef" -}}
+{{- $queue := .Values.queue }}
+{{- if not $queue.enabled }}
+{{- dict | toJson }}
+{{- else }}
+{{- $sources := 0 }}
+{{- if $queue.existingSecret }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $queue.dsn }}{{ $sources = add1 $sources }}{{ end }}
+{{- if $queue.useHistoryDatabase }}{{ $sources = add1 $sources }}{{ end }}
+{{- if eq $sources 0 }}
+{{- fail "queue.enabled needs a DSN source for the queue store: set queue.existingSecret (a Secret holding a libpq or postgresql:// DSN), queue.useHistoryDatabase (the bundled PostgreSQL), or queue.dsn" }}
+{{- else if gt $sources 1 }}
+{{- fail "queue.existingSecret, queue.dsn and queue.useHistoryDatabase are mutually exclusive: choose one source for the queue DSN" }}
+{{- end }}
+{{- if $queue.existingSecret }}
+{{- dict "name" $queue.existingSecret "key" $queue.existingSecretKey | toJson }}
+{{- else if $queue.dsn }}
+{{- dict "name" (include "vigil.queue.secretName" .) "key" "dsn" | toJson }}
+{{- else if include "vigil.postgresql.enabled" . }}
+{{- dict "name" (include "vigil.postgresql.fullname" .) "key" "queueDsn" | toJson }}
+{{- else }}
+{{- fail "queue.useHistoryDatabase needs the bundled PostgreSQL (postgresql.enabled true, or auto with replicaCount > 1 and no history.existingSecret): the history's SQLite cannot hold a queue, and for an external history database put a libpq or postgresql:// DSN in a Secret and set queue.existingSecret" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the chart's own Secret holding queue.dsn. */}}
+{{- define "vigil.queue.secretName" -}}
+{{- printf "%s-queue" (include "vigil.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Name of the example worker Deployment. */}}
+{{- define "vigil.worker.fullname" -}}
+{{- printf "%s-worker" (include "vigil.fullname" . | trunc 56 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Selector labels of the example worker pods. */}}
+{{- define "vigil.worker.selectorLabels" -}}
+{{ include "vigil.selectorLabels" . }}
+app.kubernetes.io/component: worker
+{{- end }}
+
+{{/* The example worker's image: workers.example.image, or the operator's when its repository is empty. */}}
+{{- define "vigil.worker.image" -}}
+{{- $image := .Values.workers.example.image }}
+{{- if $image.repository }}
+{{- printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) }}
+{{- else }}
+{{- include "vigil.image" . }}
+{{- end }}
+{{- end }}

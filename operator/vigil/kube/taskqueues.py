@@ -11,7 +11,9 @@ in namespace NS is the store's queue "NS/NAME". One pass, every `queue.statusInt
   which read the store, never the API server — see changes within their refresh;
 - counts every queue in one statement (ready, leased, dead, the oldest due ready age, the last
   minute's rates) and deletes dead executions past their queue's retention;
-- writes each status through `TaskQueueStatusWriter`, which writes only what changed.
+- writes each status through `TaskQueueStatusWriter`, which writes only what changed, and hands
+  the counts to `publish` (the runtime's `metrics.record_queue_stats`: the per-queue gauges that
+  workers are autoscaled on; this module does not import the metrics).
 
 Status is refreshed per pass, never per execution: the store's volume never reaches the API server.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -44,6 +46,9 @@ from vigil.model.names import GROUP, TASK_QUEUES, VERSION
 log = logging.getLogger(__name__)
 
 STOP_CHECK_SECONDS = 0.5  # how often a waiting pass looks whether the leader is stopping
+
+#: Receives one pass's counts, (namespace, TaskQueue name) -> the store's stats, every queue at once.
+PublishStats = Callable[[Mapping[tuple[str, str], QueueStats]], None]
 
 
 class QueueDeclarations(Protocol):
@@ -167,8 +172,12 @@ class TaskQueueController:
         events: EventRecorder,
         clock: Clock,
         interval_seconds: float,
+        publish: PublishStats | None = None,
     ) -> None:
+        """`publish`: called after each pass that the store answered (a pass that it did not
+        leaves the last counts published)."""
         self.cache = cache
+        self.publish = publish
         self.store = store
         self.writer = writer
         self.events = events
@@ -204,8 +213,10 @@ class TaskQueueController:
     def run_pass(self) -> None:
         now = self.clock.now()
         queues: dict[str, tuple[dict[str, Any], QueueDeclaration | None, str | None]] = {}
+        names: dict[str, tuple[str, str]] = {}
         for obj in self.cache.iter_items():
             namespace, name = key_of(obj)
+            names[queue_key(namespace, name)] = (namespace, name)
             try:
                 declaration, invalid = TaskQueueSpec.model_validate(obj.get("spec") or {}).declaration(), None
             except ValidationError as error:
@@ -228,6 +239,8 @@ class TaskQueueController:
                 now=now,
             )
             self.writer.write(obj, status)
+        if stats is not None and self.publish is not None:
+            self.publish({names[key]: counted for key, counted in stats.items() if key in names})
 
     def _sync_store(
         self, queues: Mapping[str, tuple[dict[str, Any], QueueDeclaration | None, str | None]], *, now: datetime
