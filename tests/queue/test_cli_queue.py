@@ -131,6 +131,21 @@ def test_a_limit_outside_1_to_500_is_refused_by_the_plugin(given: str, capsys: p
     assert exit_.value.code == 2 and "--limit: must be a whole number from 1 to 500" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("verb", ["stats", "jobs", "dead-letters", "retry"])
+@pytest.mark.parametrize("name", ["Orders", "a/b", "-x", "orders_"])
+def test_a_queue_name_that_is_none_is_refused_by_the_plugin(
+    verb: str, name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parser().parse_args(["queue", verb, "--", name])
+    assert exit_.value.code == 2 and "is not a TaskQueue name" in capsys.readouterr().err
+
+
+def test_a_namespace_that_is_none_is_bad_input(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["queue", "jobs", "orders", "-n", "Shop"])
+    assert (code, capsys.readouterr().err) == (EXIT_BAD_INPUT, "kubectl vigil: 'Shop' is not a namespace name (a DNS label)\n")
+
+
 def test_a_token_the_api_did_not_write_is_its_422_in_one_line(served: Served, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = plugin(capsys, "dead-letters", "orders", "--continue", "bogus")
     assert (code, out) == (EXIT_API_FAILURE, "")

@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
@@ -49,6 +50,9 @@ BREAKDOWN_COLUMNS = ["PRIORITY", "TENANT", "READY", "LEASED", "DEAD", "OLDEST"]
 JOB_COLUMNS = ["JOB", "TASK", "PRIORITY", "TENANT", "ENABLED", "LAST", "AGE"]
 DEAD_COLUMNS = ["EXECUTION", "TASK", "TENANT", "PRIORITY", "ATTEMPT", "DEAD FOR", "ERROR"]
 VOLUME_TIER_OFF = "VolumeTierOff"
+#: A TaskQueue's name (a DNS subdomain, as every object's) and a namespace's (a DNS label).
+QUEUE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+NAMESPACE_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class Session:
@@ -69,7 +73,10 @@ class Session:
     @property
     def namespace(self) -> str:
         given: str | None = self._args.namespace
-        return given or self.cluster.namespace(None)
+        namespace = given or self.cluster.namespace(None)
+        if not NAMESPACE_NAME.fullmatch(namespace):
+            raise BadInput(f"{namespace!r} is not a namespace name (a DNS label)")
+        return namespace
 
     def client(self) -> Client:
         """The operator's API as the caller; HistoryNotShown when there is no address or token."""
@@ -325,6 +332,13 @@ def cmd_retry(args: argparse.Namespace) -> int:
 # -- the parsers -----------------------------------------------------------------------------------
 
 
+def queue_name(text: str) -> str:
+    """NAME: a TaskQueue's name."""
+    if not QUEUE_NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TaskQueue name (lowercase letters, digits, '-' and '.')")
+    return text
+
+
 def page_limit(text: str) -> int:
     """`--limit`: a page's rows, 1 to QUEUE_PAGE_MAX."""
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= QUEUE_PAGE_MAX:
@@ -356,7 +370,7 @@ def add_parsers(sub: Any) -> None:
     verbs = queue.add_subparsers(dest="queue_command", required=True)
 
     st = verbs.add_parser("stats", help="each TaskQueue's status, and per priority and tenant from the operator")
-    st.add_argument("name", nargs="?", help="one TaskQueue (default: every one of the namespace)")
+    st.add_argument("name", nargs="?", type=queue_name, help="one TaskQueue (default: every one of the namespace)")
     _common(st)
     st.set_defaults(func=cmd_stats)
 
@@ -365,7 +379,7 @@ def add_parsers(sub: Any) -> None:
         ("dead-letters", cmd_dead_letters, "the queue's dead executions, the longest dead first"),
     ):
         listing = verbs.add_parser(verb, help=text)
-        listing.add_argument("name", help="a TaskQueue")
+        listing.add_argument("name", type=queue_name, help="a TaskQueue")
         listing.add_argument(
             "--limit", type=page_limit, default=QUEUE_PAGE_DEFAULT, metavar="N",
             help=f"rows in the page (1 to {QUEUE_PAGE_MAX}; default {QUEUE_PAGE_DEFAULT})",
@@ -375,7 +389,7 @@ def add_parsers(sub: Any) -> None:
         listing.set_defaults(func=func)
 
     rt = verbs.add_parser("retry", help="run dead (or cancelled) executions of the queue again, same ids")
-    rt.add_argument("name", help="a TaskQueue")
+    rt.add_argument("name", type=queue_name, help="a TaskQueue")
     rt.add_argument("executions", nargs="*", metavar="EXECUTION", help="execution ids")
     rt.add_argument("--all-dead", action="store_true", help="every dead execution of the queue")
     _common(rt, output=False)
