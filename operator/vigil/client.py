@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import urllib.error
+import urllib.parse
 import urllib.request
 from datetime import datetime
 from pathlib import Path
@@ -113,6 +114,60 @@ class Execution:
     attempts: tuple[Attempt, ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class QueueJob:
+    """A job of a queue's listing, with its newest execution's id and state (None: none)."""
+
+    job_id: str
+    task: str
+    enabled: bool
+    priority: int
+    tenant: str
+    created_at: datetime
+    last_execution_id: str | None
+    last_state: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """A dead execution of a queue's listing; `error` is its last line, cut."""
+
+    execution_id: str
+    task: str
+    tenant: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    died_at: datetime
+    age_seconds: int
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueJobs:
+    jobs: tuple[QueueJob, ...]  # the newest first
+    continue_token: str | None  # the next page's (None: this is the last)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetters:
+    dead_letters: tuple[DeadLetter, ...]  # the longest dead first
+    continue_token: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Breakdown:
+    """A queue's executions of one (priority, tenant) now."""
+
+    priority: int
+    tenant: str
+    ready: int
+    leased: int
+    dead: int
+    oldest_ready_seconds: int | None  # the oldest due ready one's wait (None: none is due)
+
+
 class Client:
     """The HTTP API at `base_url` (the operator's API port), as the holder of a token.
 
@@ -189,6 +244,28 @@ class Client:
         """Run a dead or cancelled execution again, same id (409 ApiError otherwise)."""
         return _execution(self._call("POST", f"/v1/executions/{_segment(execution_id)}/retry", {})[1])
 
+    def queue_jobs(self, namespace: str, queue: str, *, limit: int = 50, cont: str | None = None) -> QueueJobs:
+        """A page of the TaskQueue's jobs, newest first (`limit` 1 to 500); `cont` the token of
+        the page to read (a QueueJobs' `continue_token`)."""
+        answer = self._call("GET", _listing(namespace, queue, "jobs", limit=limit, cont=cont))[1]
+        return QueueJobs(tuple(_queue_job(item) for item in answer["jobs"]), answer.get("continue"))
+
+    def dead_letters(self, namespace: str, queue: str, *, limit: int = 50, cont: str | None = None) -> DeadLetters:
+        """A page of the TaskQueue's dead executions, the longest dead first."""
+        answer = self._call("GET", _listing(namespace, queue, "dead-letters", limit=limit, cont=cont))[1]
+        return DeadLetters(tuple(_dead_letter(item) for item in answer["deadLetters"]), answer.get("continue"))
+
+    def queue_stats(self, namespace: str, queue: str) -> tuple[Breakdown, ...]:
+        """The TaskQueue's ready, leased and dead executions per (priority, tenant), most urgent first."""
+        answer = self._call("GET", _listing(namespace, queue, "stats"))[1]
+        return tuple(
+            Breakdown(
+                priority=b["priority"], tenant=b["tenant"], ready=b["ready"], leased=b["leased"],
+                dead=b["dead"], oldest_ready_seconds=b["oldestReadySeconds"],
+            )
+            for b in answer["breakdown"]
+        )  # fmt: skip
+
     def _bearer(self) -> str:
         if self._token is not None:
             return self._token
@@ -234,6 +311,16 @@ def _segment(ident: str) -> str:
     return ident
 
 
+def _listing(namespace: str, queue: str, kind: str, *, limit: int | None = None, cont: str | None = None) -> str:
+    for name, value in (("namespace", namespace), ("queue", queue)):
+        if not value or not value.isascii() or not all(ch.isalnum() or ch in "-." for ch in value):
+            raise ValueError(f"{value!r} is not a {name} name")
+    query = {"limit": str(limit)} if limit is not None else {}
+    query |= {"continue": cont} if cont else {}
+    path = f"/v1/namespaces/{namespace}/taskqueues/{queue}/{kind}"
+    return f"{path}?{urllib.parse.urlencode(query)}" if query else path
+
+
 def _aware(value: datetime) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"run_at must be timezone-aware, got naive {value.isoformat()}")
@@ -257,6 +344,22 @@ def _job(data: dict[str, Any]) -> Job:
             ExecutionSummary(e["executionId"], e["state"], e["attempt"], _when(e["scheduledFor"]))
             for e in data["executions"]
         ),
+    )  # fmt: skip
+
+
+def _queue_job(data: dict[str, Any]) -> QueueJob:
+    return QueueJob(
+        job_id=data["jobId"], task=data["task"], enabled=data["enabled"], priority=data["priority"],
+        tenant=data["tenant"], created_at=_when(data["createdAt"]), last_execution_id=data["lastExecutionId"],
+        last_state=data["lastState"],
+    )  # fmt: skip
+
+
+def _dead_letter(data: dict[str, Any]) -> DeadLetter:
+    return DeadLetter(
+        execution_id=data["executionId"], task=data["task"], tenant=data["tenant"], priority=data["priority"],
+        attempt=data["attempt"], max_attempts=data["maxAttempts"], scheduled_for=_when(data["scheduledFor"]),
+        died_at=_when(data["diedAt"]), age_seconds=data["ageSeconds"], error=data["error"],
     )  # fmt: skip
 
 

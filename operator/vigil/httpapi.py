@@ -30,7 +30,8 @@
                                    not waiting (decided, timed out, or in a later attempt than
                                    the token's), or the approver is no longer one of its
                                    approvers; 503 try again
-    /v1/jobs, /v1/executions/...   the volume tier's API for programs (vigil.queueapi; docs/queue.md)
+    /v1/jobs, /v1/executions/..., /v1/namespaces/{ns}/taskqueues/{q}/...
+                                   the volume tier's API for programs (vigil.queueapi; docs/queue.md)
 
 Who may call. Every endpoint but the health probes and the approval callback (whose signed
 token is its own authority) needs the caller's Kubernetes bearer token
@@ -369,7 +370,7 @@ class ApiServer:
         if path in HEALTH_PATHS:
             return 200, "text/plain", b"ok\n"
         if self._queue_api is not None and self._queue_api.serves(path):
-            return self._queue_api.answer("GET", path, token=token)
+            return self._queue_api.answer("GET", path, token=token, query=query)
         if APPROVAL_PATH.match(path) and self._approvals is not None:
             return 405, "text/plain", b"POST decides an approval; GET does nothing\n"
         if path != "/leader" and not (

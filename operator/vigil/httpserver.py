@@ -84,6 +84,14 @@ class _Capped(io.BufferedIOBase):
     def readline(self, size: int | None = -1) -> bytes:
         return self._spent(self._inner.readline(self._size(size)))
 
+    def close(self) -> None:
+        """Close the socket's file too: left open, it keeps the socket's descriptor open until the
+        garbage collector finds it (a ResourceWarning, and a descriptor held meanwhile)."""
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
 
 def bearer_token(header: str | None) -> str | None:
     """The token of an ``Authorization: Bearer <token>`` header; None for anything else."""

@@ -7,6 +7,16 @@
     GET    /v1/executions/{id}             the execution's timeline: state, lease, every attempt
     POST   /v1/executions/{id}/cancel      a ready or leased execution never runs (again)
     POST   /v1/executions/{id}/retry       a dead or cancelled execution runs again, same id
+    GET    /v1/namespaces/{ns}/taskqueues/{q}/jobs?limit=N&continue=TOKEN
+                                           the queue's jobs, newest first, a page at a time
+    GET    /v1/namespaces/{ns}/taskqueues/{q}/dead-letters?limit=N&continue=TOKEN
+                                           its dead executions, the longest dead first
+    GET    /v1/namespaces/{ns}/taskqueues/{q}/stats
+                                           ready, leased, dead and the oldest ready age per
+                                           (priority, tenant)
+
+Pages hold `limit` rows (1 to 500, default 50); an answer with more after it carries
+`continue`, the token of the next page (opaque, bound to its listing).
 
 A queue is declared by a TaskQueue NAME in namespace NS; its executions live in the queue
 store (vigil.queue) under the key "NS/NAME". Every route authenticates the caller's bearer
@@ -36,9 +46,12 @@ layer never imports a database driver.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -47,11 +60,19 @@ from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailab
 from vigil.core.chain import CatchUp
 from vigil.core.ports import Clock
 from vigil.core.queue import (
+    QUEUE_PAGE_DEFAULT,
+    QUEUE_PAGE_MAX,
     AttemptRow,
     Change,
+    DeadLetter,
+    DeadLettersPage,
     ExecutionRecord,
     JobRecord,
+    JobsPage,
+    ListCursor,
     OneOffJob,
+    QueueBreakdown,
+    QueueJob,
     QueueUnavailable,
     Recurrence,
     Submitted,
@@ -72,7 +93,13 @@ JOBS_PATH = "/v1/jobs"
 JOB_PATH = re.compile(rf"^/v1/jobs/({ID})/?$")
 EXECUTION_PATH = re.compile(rf"^/v1/executions/({ID})/?$")
 EXECUTION_ACTION_PATH = re.compile(rf"^/v1/executions/({ID})/(cancel|retry)/?$")
+QUEUE_LISTING_PATH = re.compile(
+    r"^/v1/namespaces/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/taskqueues/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)"
+    r"/(jobs|dead-letters|stats)/?$"
+)
 PREFIX = "/v1/"
+#: The query parameters of a listing.
+PAGE_PARAMETERS = frozenset({"limit", "continue"})
 
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 #: A TaskQueue's name: a DNS subdomain, as every object's name.
@@ -134,6 +161,12 @@ class JobStore(Protocol):
 
     def retry(self, execution_id: str, *, now: datetime) -> Change | None: ...
 
+    def queue_jobs(self, queue: str, *, limit: int, after: ListCursor | None = None) -> JobsPage: ...
+
+    def dead_letters(self, queue: str, *, limit: int, after: ListCursor | None = None) -> DeadLettersPage: ...
+
+    def queue_breakdown(self, queue: str, *, now: datetime, limit: int = QUEUE_PAGE_MAX) -> list[QueueBreakdown]: ...
+
 
 class Invalid(ValueError):
     """A request field that is wrong; the message names it."""
@@ -176,8 +209,9 @@ class QueueApi:
     def serves(path: str) -> bool:
         return path.startswith(PREFIX)
 
-    def answer(self, method: str, path: str, *, token: str | None, body: bytes = b"") -> Answer:
-        """(status, content type, body) for `method` on `path` by the holder of `token`."""
+    def answer(self, method: str, path: str, *, token: str | None, body: bytes = b"", query: str = "") -> Answer:
+        """(status, content type, body) for `method` on `path` (with its `query` string) by the
+        holder of `token`."""
         store = self._store
         if store is None:
             return _error(
@@ -193,7 +227,7 @@ class QueueApi:
                     401, "a Kubernetes bearer token the API server accepts is required (Authorization: Bearer ...)",
                     "Unauthorized",
                 )  # fmt: skip
-            return route(self, store, user, path, body)
+            return route(self, store, user, path, body, query)
         except ReviewUnavailable as error:
             log.warning("queue API: cannot review a caller: %s", error)
             return _error(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
@@ -212,7 +246,7 @@ class QueueApi:
 
     # The routes: each (store, user, path, body) -> Answer.
 
-    def submit(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+    def submit(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         """401 before anything; then the queue named (422), then may they (403), then the rest."""
         try:
             data = _object(raw)
@@ -253,7 +287,7 @@ class QueueApi:
             log.info("queue API: %s catalogued recurring job %s on %s", user.name, added.job_id, job.queue)
         return _json(201 if added.created else 200, {"jobId": added.job_id, "nextRun": _time(added.next_run)})
 
-    def get_job(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+    def get_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
         job = store.job(job_id)
         refused = self._hidden(user, "get", "job", job_id, job.queue if job is not None else None)
@@ -261,7 +295,7 @@ class QueueApi:
             return refused or _not_found("job", job_id)
         return _json(200, job_to_json(job))
 
-    def delete_job(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+    def delete_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
         job = store.job(job_id)
         refused = self._hidden(user, "delete", "job", job_id, job.queue if job is not None else None)
@@ -273,7 +307,7 @@ class QueueApi:
         log.info("queue API: %s deleted job %s of %s", user.name, job_id, job.queue)
         return _json(200, job_to_json(deleted))
 
-    def get_execution(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+    def get_execution(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         execution_id = _id(EXECUTION_PATH, path)
         record = store.timeline(execution_id)
         refused = self._hidden(user, "get", "execution", execution_id, record.queue if record is not None else None)
@@ -281,7 +315,7 @@ class QueueApi:
             return refused or _not_found("execution", execution_id)
         return _json(200, execution_to_json(record))
 
-    def act(self, store: JobStore, user: User, path: str, raw: bytes) -> Answer:
+    def act(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         match = EXECUTION_ACTION_PATH.match(path)
         assert match is not None  # _route() sent only these paths here
         execution_id, action = match.group(1), match.group(2)
@@ -303,6 +337,33 @@ class QueueApi:
         log.info("queue API: %s %s execution %s of %s", user.name, DONE[action], execution_id, record.queue)
         return _json(200, execution_to_json(change.record))
 
+    def listing(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
+        """A queue's jobs, dead letters or stats: `get` on its TaskQueue (403) first, then the
+        query string (422 naming the parameter), then the store."""
+        match = QUEUE_LISTING_PATH.match(path)
+        assert match is not None  # _route() sent only these paths here
+        namespace, name, kind = match.group(1), match.group(3), match.group(5)
+        access = taskqueue_access("get", namespace, name)
+        if not self._allowed(user, access):
+            return _forbidden(user, access)
+        key = queue_key(namespace, name)
+        head = {"namespace": namespace, "queue": name}
+        try:
+            if kind == "stats":
+                _page_request(query, kind, allowed=frozenset())
+                rows = store.queue_breakdown(key, now=self._clock.now(), limit=QUEUE_PAGE_MAX)
+                return _json(200, head | {"breakdown": [breakdown_to_json(row) for row in rows]})
+            limit, after = _page_request(query, kind, allowed=PAGE_PARAMETERS)
+        except Invalid as error:
+            return _invalid(error)
+        if kind == "jobs":
+            jobs = store.queue_jobs(key, limit=limit, after=after)
+            return _json(200, _paged(head | {"jobs": [queue_job_to_json(j) for j in jobs.jobs]}, kind, jobs.after))
+        dead = store.dead_letters(key, limit=limit, after=after)
+        now = self._clock.now()
+        body = head | {"deadLetters": [dead_letter_to_json(d, now=now) for d in dead.dead]}
+        return _json(200, _paged(body, kind, dead.after))
+
     def _hidden(self, user: User, verb: str, kind: str, ident: str, queue: str | None) -> Answer | None:
         """403 unless `user` may `verb` the TaskQueue `queue` (None: no such id); for an unknown
         id, 403 alike unless they may `verb` taskqueues in every namespace (then None: 404)."""
@@ -320,7 +381,7 @@ class QueueApi:
         )
 
 
-Route = Callable[[QueueApi, JobStore, User, str, bytes], Answer]
+Route = Callable[[QueueApi, JobStore, User, str, bytes, str], Answer]
 
 
 def _route(method: str, path: str) -> Route | Answer:
@@ -334,6 +395,8 @@ def _route(method: str, path: str) -> Route | Answer:
         routes = {"GET": QueueApi.get_execution}
     elif EXECUTION_ACTION_PATH.match(path):
         routes = {"POST": QueueApi.act}
+    elif QUEUE_LISTING_PATH.match(path):
+        routes = {"GET": QueueApi.listing}
     else:
         return _error(404, f"no route {path}", NOT_FOUND)
     if method not in routes:
@@ -355,6 +418,49 @@ def _object(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise Invalid("body", "must be a JSON object")
     return data
+
+
+def _page_request(query: str, kind: str, *, allowed: frozenset[str]) -> tuple[int, ListCursor | None]:
+    """(limit, cursor) of a listing's query string; Invalid naming the parameter that is wrong."""
+    try:
+        params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise Invalid("query", "the query string cannot be read") from None
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        takes = f"only {' and '.join(sorted(allowed))} are accepted" if allowed else "it takes no parameters"
+        raise Invalid(unknown[0], f"unknown parameter: {takes}")
+    for field, values in params.items():
+        if len(values) > 1:
+            raise Invalid(field, "may be given once")
+    limit = params.get("limit", [str(QUEUE_PAGE_DEFAULT)])[0]
+    if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= QUEUE_PAGE_MAX:
+        raise Invalid("limit", f"must be a whole number from 1 to {QUEUE_PAGE_MAX}, not {limit!r}")
+    token = params.get("continue", [""])[0]
+    return int(limit), decode_cursor(token, kind) if token else None
+
+
+def encode_cursor(cursor: ListCursor, kind: str) -> str:
+    """The `continue` token of the page of listing `kind` after `cursor`: opaque, no secret in it."""
+    raw = f"{kind}|{cursor.at.isoformat()}|{cursor.ident}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(token: str, kind: str) -> ListCursor:
+    """The cursor a `continue` token of listing `kind` names; Invalid("continue") otherwise."""
+    wrong = Invalid("continue", f"is not a token from an earlier page of this queue's {kind}")
+    try:
+        written, stamp, ident = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode().split("|", 2)
+        at = datetime.fromisoformat(stamp)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise wrong from None
+    if written != kind or at.tzinfo is None or not re.fullmatch(r"[-a-z0-9]{1,64}", ident):
+        raise wrong
+    return ListCursor(at, ident)
+
+
+def _paged(body: dict[str, Any], kind: str, after: ListCursor | None) -> dict[str, Any]:
+    return body if after is None else body | {"continue": encode_cursor(after, kind)}
 
 
 def _queue_of(data: Mapping[str, Any]) -> tuple[str, str]:
@@ -580,6 +686,46 @@ def execution_to_json(record: ExecutionRecord) -> dict[str, Any]:
         "lastError": record.last_error,
         "cancelledBy": record.cancelled_by,
         "attempts": [attempt_to_json(row) for row in record.attempts],
+    }
+
+
+def queue_job_to_json(job: QueueJob) -> dict[str, Any]:
+    return {
+        "jobId": job.job_id,
+        "task": job.task,
+        "enabled": job.enabled,
+        "priority": job.priority,
+        "tenant": job.tenant,
+        "createdAt": _time(job.created_at),
+        "lastExecutionId": job.last_execution_id,
+        "lastState": None if job.last_state is None else str(job.last_state),
+    }
+
+
+def dead_letter_to_json(dead: DeadLetter, *, now: datetime) -> dict[str, Any]:
+    return {
+        "executionId": dead.execution_id,
+        "task": dead.task,
+        "tenant": dead.tenant,
+        "priority": dead.priority,
+        "attempt": dead.attempt,
+        "maxAttempts": dead.max_attempts,
+        "scheduledFor": _time(dead.scheduled_for),
+        "diedAt": _time(dead.died_at),
+        "ageSeconds": max(0, int((now - dead.died_at).total_seconds())),
+        "error": dead.error,
+    }
+
+
+def breakdown_to_json(row: QueueBreakdown) -> dict[str, Any]:
+    age = row.oldest_ready_age
+    return {
+        "priority": row.priority,
+        "tenant": row.tenant,
+        "ready": row.ready,
+        "leased": row.leased,
+        "dead": row.dead,
+        "oldestReadySeconds": None if age is None else int(age.total_seconds()),
     }
 
 

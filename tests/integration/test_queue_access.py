@@ -13,13 +13,16 @@ Callers are ServiceAccounts with real tokens; each route's TokenReview and Subje
   idempotency key 200 with the first job, the job and the timeline readable, a bad field 422
   naming it; cancelling needs `update`, so 403;
 * `operator` (`get`, `update`, `delete` on `orders`): cancels and retries the execution and
-  deletes the job; may not submit (403).
+  deletes the job; may not submit (403);
+* the queue's listings (jobs, dead letters, stats) need `get` on it: the submitter reads them,
+  `stranger` and `elsewhere` get 403.
 
 Nothing here needs the TaskQueue CRD: RBAC and SubjectAccessReviews work on the resource name.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -113,3 +116,12 @@ def test_the_queue_api_authenticates_and_authorises_every_caller_on_the_taskqueu
     assert status_of(lambda: submitter.delete_job(made.job_id or "")) == 403
     assert operator.delete_job(made.job_id).enabled is False
     assert submitter.execution(made.execution_id).cancelled_by == f"system:serviceaccount:{namespace}:operator"
+
+    # The queue's listings need `get` on it: the submitter reads them, the others do not.
+    [job] = submitter.queue_jobs(namespace, "orders").jobs
+    assert (job.job_id, job.enabled, job.last_state) == (made.job_id, False, "cancelled")
+    assert submitter.dead_letters(namespace, "orders").dead_letters == ()
+    assert submitter.queue_stats(namespace, "orders") == ()
+    for caller in (stranger, elsewhere):
+        for listing in (caller.queue_jobs, caller.dead_letters, caller.queue_stats):
+            assert status_of(functools.partial(listing, namespace, "orders")) == 403, listing

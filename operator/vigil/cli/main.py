@@ -24,6 +24,12 @@
                                           cancel a workflow
     kubectl vigil timeline WF [--events]  a workflow's steps (or its whole history); a deleted
                                           one's from the history database (VIGIL_API_URL)
+    kubectl vigil queue stats [NAME]      TaskQueues' statuses, and per priority and tenant
+    kubectl vigil queue jobs|dead-letters NAME [--limit N] [--continue TOKEN] [-o json]
+                                          a TaskQueue's jobs or dead executions, a page at a time
+    kubectl vigil queue retry NAME EXECUTION...|--all-dead
+                                          run a TaskQueue's dead executions again (the queue
+                                          verbs ask the operator's API: VIGIL_API_URL)
 
 Installed as `kubectl-vigil`, kubectl finds it as a plugin. Verbs that read the
 cluster take -n/--namespace (default: the kubeconfig context's namespace).
@@ -50,7 +56,7 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from vigil.cli import backfill, executions, interventions, timeline, watch, workflows
+from vigil.cli import backfill, executions, interventions, queues, timeline, watch, workflows
 from vigil.cli.cluster import (
     REQUEST_TIMEOUT_SECONDS,
     Cluster,
@@ -167,6 +173,7 @@ def parser() -> argparse.ArgumentParser:
     timeline.add_parsers(sub)
     backfill.add_parsers(sub)
     watch.add_parsers(sub)
+    queues.add_parsers(sub)
     return p
 
 

@@ -16,8 +16,9 @@ are the same as the declarative tier's and testable without a database:
   priority a worker may lease so that reserved capacity stays reserved.
 
 It also holds what the HTTP API reads and writes through the store (`JobRecord`,
-`ExecutionRecord`, `AttemptRow`, `OneOffJob`, `Submitted`): typed rows, so the
-routes (vigil.queueapi) never see a database driver.
+`ExecutionRecord`, `AttemptRow`, `OneOffJob`, `Submitted`, and a queue's listings: `JobsPage`,
+`DeadLettersPage`, `QueueBreakdown`): typed rows, so the routes (vigil.queueapi) never see a
+database driver.
 
 Nothing here reads a clock: `now` is passed in.
 """
@@ -242,6 +243,85 @@ def retry_refusal(state: QueueState, *, job_enabled: bool) -> str | None:
     if not job_enabled:
         return "its job was deleted: nothing of it runs again"
     return None
+
+
+# -- a queue's listings (kubectl vigil queue jobs|dead-letters|stats, through the HTTP API) --------
+
+#: The longest page of a queue's jobs or dead letters (and of its stats' rows): one indexed query.
+QUEUE_PAGE_MAX = 500
+QUEUE_PAGE_DEFAULT = 50
+#: A dead letter's error as listed: its last line, at most this many characters (the timeline
+#: route answers the whole of it).
+ERROR_SHOWN_CHARS = 200
+
+
+@dataclasses.dataclass(frozen=True)
+class ListCursor:
+    """Where a page of a listing ended: the last row's sort time and id (the next page starts
+    strictly after it, so rows added meanwhile are neither repeated nor skipped before it)."""
+
+    at: datetime
+    ident: str
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueJob:
+    """One job of a queue's listing, with the state of its newest execution (None: it has none)."""
+
+    job_id: str
+    task: str
+    enabled: bool
+    priority: int
+    tenant: str
+    created_at: datetime
+    last_execution_id: str | None
+    last_state: QueueState | None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLetter:
+    """A dead execution as the dead-letter listing shows it (`error`: its last line, cut)."""
+
+    execution_id: str
+    task: str
+    tenant: str
+    priority: int
+    attempt: int
+    max_attempts: int
+    scheduled_for: datetime
+    died_at: datetime
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class JobsPage:
+    jobs: tuple[QueueJob, ...]
+    after: ListCursor | None  # None: the last page
+
+
+@dataclasses.dataclass(frozen=True)
+class DeadLettersPage:
+    dead: tuple[DeadLetter, ...]
+    after: ListCursor | None  # None: the last page
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueBreakdown:
+    """A queue's executions of one (priority, tenant): what a TaskQueue's status sums up."""
+
+    priority: int
+    tenant: str
+    ready: int
+    leased: int
+    dead: int
+    oldest_ready_age: timedelta | None  # of the oldest *due* ready one; None when none is due
+
+
+def error_shown(text: str | None) -> str:
+    """A dead letter's error as listed: the last non-empty line (a traceback's exception), cut."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return last if len(last) <= ERROR_SHOWN_CHARS else last[: ERROR_SHOWN_CHARS - 1] + "…"
 
 
 # -- a queue's declaration (a TaskQueue, as the store holds it) ---------------------------------

@@ -507,3 +507,66 @@ WHERE j.enabled AND j.cron IS NOT NULL AND NOT EXISTS (
     SELECT 1 FROM vigil_queue.schedule_buckets AS b WHERE b.job_id = j.job_id AND b.fired_at IS NULL
 )
 ORDER BY j.job_id LIMIT %(limit)s;
+
+-- A queue's listings (`kubectl vigil queue …` through the HTTP API), a bounded page each.
+
+-- name: queue_jobs
+-- A queue's jobs, newest first, strictly after the cursor (created_at, job_id) when one is given
+-- (the index jobs_queue), each with its newest execution (one probe of executions_job).
+SELECT j.job_id, j.task, j.enabled, j.priority, j.tenant, j.created_at, x.execution_id, x.state
+FROM vigil_queue.jobs AS j
+LEFT JOIN LATERAL (
+    SELECT e.execution_id, e.state FROM vigil_queue.executions AS e
+    WHERE e.job_id = j.job_id ORDER BY e.scheduled_for DESC, e.execution_id DESC LIMIT 1) AS x ON true
+WHERE j.queue = %(queue)s
+  AND (%(after_at)s::timestamptz IS NULL OR (j.created_at, j.job_id) < (%(after_at)s, %(after_id)s))
+ORDER BY j.created_at DESC, j.job_id DESC
+LIMIT %(limit)s;
+
+-- name: dead_letters
+-- A queue's dead executions, oldest death first, strictly after the cursor (finished_at,
+-- execution_id) when one is given: a walk of the partial index executions_dead.
+SELECT e.execution_id, e.task, e.tenant, e.priority, e.attempt, e.max_attempts, e.scheduled_for,
+       e.finished_at, e.last_error
+FROM vigil_queue.executions AS e
+WHERE e.queue = %(queue)s AND e.state = 'dead'
+  AND (%(after_at)s::timestamptz IS NULL OR (e.finished_at, e.execution_id) > (%(after_at)s, %(after_id)s))
+ORDER BY e.finished_at, e.execution_id
+LIMIT %(limit)s;
+
+-- name: queue_breakdown
+-- A queue's ready, leased and dead executions per (priority, tenant), with the oldest due ready
+-- one's run_after of each: the counts read the three partial indexes; the oldest is the skip scan
+-- of queue_stats (one probe per (tenant, priority) with ready work), not a read of every ready row.
+WITH RECURSIVE heads AS (
+    (SELECT e.tenant, e.priority FROM vigil_queue.executions AS e
+     WHERE e.queue = %(queue)s AND e.state = 'ready' ORDER BY e.tenant, e.priority LIMIT 1)
+    UNION ALL
+    SELECT n.tenant, n.priority FROM heads AS h CROSS JOIN LATERAL (
+        SELECT e.tenant, e.priority FROM vigil_queue.executions AS e
+        WHERE e.queue = %(queue)s AND e.state = 'ready' AND (e.tenant, e.priority) > (h.tenant, h.priority)
+        ORDER BY e.tenant, e.priority LIMIT 1) AS n
+), oldest AS (
+    SELECT h.tenant, h.priority, o.run_after FROM heads AS h CROSS JOIN LATERAL (
+        SELECT e.run_after FROM vigil_queue.executions AS e
+        WHERE e.queue = %(queue)s AND e.state = 'ready' AND e.tenant = h.tenant AND e.priority = h.priority
+        ORDER BY e.run_after LIMIT 1) AS o
+), counted AS (
+    SELECT e.priority, e.tenant, e.state, count(*) AS n FROM vigil_queue.executions AS e
+    WHERE e.queue = %(queue)s AND e.state = 'ready' GROUP BY e.priority, e.tenant, e.state
+    UNION ALL
+    SELECT e.priority, e.tenant, e.state, count(*) FROM vigil_queue.executions AS e
+    WHERE e.queue = %(queue)s AND e.state = 'leased' GROUP BY e.priority, e.tenant, e.state
+    UNION ALL
+    SELECT e.priority, e.tenant, e.state, count(*) FROM vigil_queue.executions AS e
+    WHERE e.queue = %(queue)s AND e.state = 'dead' GROUP BY e.priority, e.tenant, e.state
+)
+SELECT c.priority, c.tenant,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'ready'), 0) AS ready,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'leased'), 0) AS leased,
+       COALESCE(sum(c.n) FILTER (WHERE c.state = 'dead'), 0) AS dead,
+       min(o.run_after) FILTER (WHERE o.run_after <= %(now)s) AS oldest_ready
+FROM counted AS c LEFT JOIN oldest AS o ON o.tenant = c.tenant AND o.priority = c.priority
+GROUP BY c.priority, c.tenant
+ORDER BY c.priority, c.tenant
+LIMIT %(limit)s;

@@ -45,15 +45,22 @@ from vigil.core.ids import execution_id as derive_execution_id
 from vigil.core.queue import (
     DEFAULT_MAX_ATTEMPTS,
     JOB_EXECUTIONS_SHOWN,
+    QUEUE_PAGE_MAX,
     Allowance,
     AttemptOutcome,
     AttemptRow,
     Change,
+    DeadLetter,
+    DeadLettersPage,
     ExecutionRecord,
     ExecutionSummary,
     JobRecord,
+    JobsPage,
+    ListCursor,
     OneOffJob,
+    QueueBreakdown,
     QueueDeclaration,
+    QueueJob,
     QueueState,
     QueueStats,
     QueueUnavailable,
@@ -62,6 +69,7 @@ from vigil.core.queue import (
     Submitted,
     after_expiry,
     cancel_refusal,
+    error_shown,
     lease_deadline,
     retry_refusal,
 )
@@ -343,6 +351,50 @@ class QueueStore:
         record, job_enabled = found
         return Change(record, None if queue is not None else retry_refusal(record.state, job_enabled=job_enabled))
 
+    def queue_jobs(self, queue: str, *, limit: int, after: ListCursor | None = None) -> JobsPage:
+        """A page of `queue`'s jobs, newest first, after `after` (None: from the newest)."""
+        params = {"queue": queue, "limit": limit + 1, **_after_params(after)}
+        with self._reachable(), self.connect() as connection:
+            rows = connection.execute(QUERIES["queue_jobs"], params).fetchall()
+        jobs = tuple(
+            QueueJob(
+                job_id=r[0], task=r[1], enabled=r[2], priority=r[3], tenant=r[4], created_at=r[5],
+                last_execution_id=r[6], last_state=None if r[7] is None else QueueState(r[7]),
+            )
+            for r in rows[:limit]
+        )  # fmt: skip
+        more = len(rows) > limit
+        return JobsPage(jobs, ListCursor(jobs[-1].created_at, jobs[-1].job_id) if more else None)
+
+    def dead_letters(self, queue: str, *, limit: int, after: ListCursor | None = None) -> DeadLettersPage:
+        """A page of `queue`'s dead executions, the longest dead first, after `after`."""
+        params = {"queue": queue, "limit": limit + 1, **_after_params(after)}
+        with self._reachable(), self.connect() as connection:
+            rows = connection.execute(QUERIES["dead_letters"], params).fetchall()
+        dead = tuple(
+            DeadLetter(
+                execution_id=r[0], task=r[1], tenant=r[2], priority=r[3], attempt=r[4], max_attempts=r[5],
+                scheduled_for=r[6], died_at=r[7], error=error_shown(r[8]),
+            )
+            for r in rows[:limit]
+        )  # fmt: skip
+        more = len(rows) > limit
+        return DeadLettersPage(dead, ListCursor(dead[-1].died_at, dead[-1].execution_id) if more else None)
+
+    def queue_breakdown(self, queue: str, *, now: datetime, limit: int = QUEUE_PAGE_MAX) -> list[QueueBreakdown]:
+        """`queue`'s ready, leased and dead executions per (priority, tenant), the most urgent
+        first, at most `limit` rows, with each one's oldest due ready age."""
+        now = require_aware(now, name="now")
+        with self._reachable(), self.connect() as connection:
+            rows = connection.execute(QUERIES["queue_breakdown"], {"queue": queue, "now": now, "limit": limit}).fetchall()
+        return [
+            QueueBreakdown(
+                priority=priority, tenant=tenant, ready=int(ready), leased=int(leased), dead=int(dead),
+                oldest_ready_age=None if oldest is None else max(timedelta(0), now - oldest),
+            )
+            for priority, tenant, ready, leased, dead, oldest in rows
+        ]  # fmt: skip
+
     @contextlib.contextmanager
     def _reachable(self) -> Iterator[None]:
         try:
@@ -412,6 +464,10 @@ class QueueStore:
             return connection.execute(QUERIES["purge_dead"], params).rowcount
 
 
+
+
+def _after_params(after: ListCursor | None) -> dict[str, Any]:
+    return {"after_at": None if after is None else after.at, "after_id": None if after is None else after.ident}
 
 
 def _job(connection: psycopg.Connection[Any], job_id: str) -> JobRecord | None:
