@@ -20,7 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 from vigil.core.executions import Execution
-from vigil.core.queue import QueueStats
+from vigil.core.queue import QueueStats, split_queue_key
+from vigil.core.queuewatch import QueueWatchReport
 from vigil.core.trigger import TickReport
 from vigil.core.watchdog import JobFacts, JobReport
 
@@ -389,3 +390,70 @@ def record_queue_stats(stats: Mapping[tuple[str, str], QueueStats]) -> None:
     )
     QUEUE_READY.replace({key: float(s.ready) for key, s in stats.items()})
     QUEUE_LEASED.replace({key: float(s.leased) for key, s in stats.items()})
+
+
+# --- the volume tier's watchdog (vigil.queue.watchdog) -----------------------------------------
+
+QUEUE_JOB_OVERDUE = JobSeries(
+    "vigil_queue_job_overdue",
+    "1 while a catalogued recurring job is past its expected interval without a success (labels "
+    "namespace, queue, job: its id, reason); at most the watchdog's cap of jobs a pass.",
+    ["namespace", "queue", "job", "reason"],
+    registry=REGISTRY,
+)
+QUEUE_JOBS_OVERDUE = JobSeries(
+    "vigil_queue_jobs_overdue",
+    "Catalogued recurring jobs of a queue past their expected interval, all of them (labels namespace, queue).",
+    ["namespace", "queue"],
+    registry=REGISTRY,
+)
+QUEUE_CHAIN_BROKEN = JobSeries(
+    "vigil_queue_chain_broken",
+    "1 while an enabled catalogued recurring job has no pending occurrence (labels namespace, queue, "
+    "job); at most the watchdog's cap of jobs a pass.",
+    ["namespace", "queue", "job"],
+    registry=REGISTRY,
+)
+QUEUE_CHAINS_BROKEN = JobSeries(
+    "vigil_queue_chains_broken",
+    "Enabled catalogued recurring jobs of a queue with no pending occurrence, all of them (labels namespace, queue).",
+    ["namespace", "queue"],
+    registry=REGISTRY,
+)
+QUEUE_DEAD_LETTERS = JobSeries(
+    "vigil_queue_dead_letters",
+    "Dead executions of a queue still kept (labels namespace, queue).",
+    ["namespace", "queue"],
+    registry=REGISTRY,
+)
+QUEUE_DEAD_LETTER_AGE = JobSeries(
+    "vigil_queue_dead_letter_oldest_age_seconds",
+    "Seconds since a queue's oldest dead execution still kept died (labels namespace, queue).",
+    ["namespace", "queue"],
+    registry=REGISTRY,
+)
+QUEUE_OLDEST_READY_BY = JobSeries(
+    "vigil_queue_oldest_ready_age_seconds_by",
+    "Seconds the oldest due ready execution of a queue's priority and tenant has waited, 0 while its "
+    "ready work waits out a retry's backoff (labels namespace, queue, priority, tenant); at most the "
+    "watchdog's cap of groups, the oldest first.",
+    ["namespace", "queue", "priority", "tenant"],
+    registry=REGISTRY,
+)
+
+
+def record_queue_watchdog(report: QueueWatchReport) -> None:
+    """Publish one volume-tier watchdog pass: exactly what it found, so a job that recovers or is
+    deleted loses its series. A pass without the audit leaves the broken-chain series as they were."""
+    QUEUE_JOB_OVERDUE.replace(
+        {(*split_queue_key(v.queue), v.job_id, str(v.finding.reason)): 1.0 for v in report.overdue}
+    )
+    QUEUE_JOBS_OVERDUE.replace({split_queue_key(q): float(n) for q, n in report.overdue_counts.items()})
+    if report.broken is not None and report.broken_counts is not None:
+        QUEUE_CHAIN_BROKEN.replace({(*split_queue_key(v.queue), v.job_id): 1.0 for v in report.broken})
+        QUEUE_CHAINS_BROKEN.replace({split_queue_key(q): float(n) for q, n in report.broken_counts.items()})
+    QUEUE_DEAD_LETTERS.replace({split_queue_key(q): float(d.count) for q, d in report.dead_letters.items()})
+    QUEUE_DEAD_LETTER_AGE.replace({split_queue_key(q): d.oldest_age_seconds for q, d in report.dead_letters.items()})
+    QUEUE_OLDEST_READY_BY.replace(
+        {(*split_queue_key(q), str(priority), tenant): age for (q, priority, tenant), age in report.oldest_ready.items()}
+    )

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kubernetes import client, config
@@ -65,6 +65,9 @@ from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
 from vigil.queueapi import JobStore, QueueApi
 from vigil.settings import Settings
+
+if TYPE_CHECKING:
+    from vigil.queue.watchdog import QueueWatchdog
 
 log = logging.getLogger("vigil")
 
@@ -541,7 +544,8 @@ def run(settings: Settings) -> int:
             api, settings, executions=executions, events=events, clock=clock, store=store,
             gauges=metrics.WatchdogGauges, jobs=jobs, writer=writer,
         )  # fmt: skip
-        threads.append(("watchdog", lambda: watch(watchdog, settings, stop)))
+        volume = queue_watchdog(settings, clock)
+        threads.append(("watchdog", lambda: watch(watchdog, settings, stop, volume=volume)))
     started = [threading.Thread(target=target, name=name, daemon=True) for name, target in threads]
     for thread in started:
         thread.start()
@@ -596,6 +600,15 @@ def task_queue_threads(
     return [("taskqueues-cache", lambda: cache.run(stop)), ("taskqueues", lambda: controller.run(stop))]
 
 
+def queue_watchdog(settings: Settings, clock: Clock) -> QueueWatchdog | None:
+    """The volume tier's watchdog when the tier is on (`queue.dsn`), publishing to the metrics."""
+    if not settings.queue.dsn:
+        return None
+    from vigil.queue.watchdog import QueueWatchdog  # psycopg: the `postgres` extra
+
+    return QueueWatchdog(settings.queue.dsn, clock=clock, publish=metrics.record_queue_watchdog)
+
+
 def _hand_over(
     stop: threading.Event,
     threads: list[threading.Thread],
@@ -634,7 +647,7 @@ def run_watchdog(settings: Settings) -> int:
     watchdog = build_watchdog(
         api, settings, executions=executions, events=events, clock=clock, store=store, gauges=metrics.WatchdogGauges
     )
-    watch(watchdog, settings, stopping)
+    watch(watchdog, settings, stopping, volume=queue_watchdog(settings, clock))
     elector.release()
     return 0
 

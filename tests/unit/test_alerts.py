@@ -61,6 +61,9 @@ EXPECTED_ALERTS = frozenset(
         "NoTriggerLeader",
         "OutputStale",
         "JobLaunchFailing",
+        "QueueJobOverdue",
+        "QueueChainBroken",
+        "QueueDeadLetterAging",
     }
 )
 
@@ -88,6 +91,13 @@ DOCUMENTED_METRICS = frozenset(
         "vigil_job_output_stale",
         "vigil_job_output_age_seconds",
         "vigil_job_suspended_seconds",
+        "vigil_queue_jobs_overdue",
+        "vigil_queue_job_overdue",
+        "vigil_queue_chains_broken",
+        "vigil_queue_chain_broken",
+        "vigil_queue_dead_letters",
+        "vigil_queue_dead_letter_oldest_age_seconds",
+        "vigil_queue_oldest_ready_age_seconds_by",
     }
     | {f"{name}{suffix}" for name in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
 )

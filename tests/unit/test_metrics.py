@@ -21,7 +21,8 @@ from typing import Any
 
 from vigil import metrics
 from vigil.core.queue import QueueStats
-from vigil.core.watchdog import JobFacts, assess_job
+from vigil.core.queuewatch import DeadLetters, JobVerdict, QueueWatchReport
+from vigil.core.watchdog import ChainFinding, JobFacts, Overdue, WatchdogReason, assess_job
 from vigil.kube.watchdog import Assessed
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -29,8 +30,9 @@ METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 #: Every label a Vigil metric may carry: each bounded by what is live (namespaces, jobs,
 #: workflows, the one queue a worker process serves) or by a closed set of values (priority,
 #: outcome, reason, event, client).
+# `tenant` is the callers' free text: bounded by the volume-tier watchdog's cap (1,000 series).
 BOUNDED_LABELS = frozenset(
-    {"namespace", "job", "workflow", "queue", "priority", "outcome", "reason", "event", "client"}
+    {"namespace", "job", "workflow", "queue", "priority", "outcome", "reason", "event", "client", "tenant"}
 )
 
 
@@ -142,3 +144,31 @@ def test_every_metric_is_listed_in_the_metrics_reference() -> None:
     }
     assert exported - listed == set(), f"add these to {METRICS_DOC.name}"
     assert listed - exported == set(), f"{METRICS_DOC.name} lists metrics that no longer exist"
+
+
+def test_a_volume_watchdog_pass_publishes_what_it_found_and_an_unaudited_pass_keeps_the_chains() -> None:
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    overdue = Overdue(status=True, reason=WatchdogReason.NOT_FIRED, message="m")
+    broken = ChainFinding(status=True, reason=WatchdogReason.NO_FUTURE_OCCURRENCE, message="m")
+    report = QueueWatchReport(
+        now=now, overdue=[JobVerdict("j1", "shop/orders", overdue)], overdue_counts={"shop/orders": 7},
+        broken=[JobVerdict("j2", "shop/orders", broken)], broken_counts={"shop/orders": 1},
+        dead_letters={"shop/orders": DeadLetters(3, 120.0)}, oldest_ready={("shop/orders", -10, "acme"): 4.5},
+    )  # fmt: skip
+    metrics.record_queue_watchdog(report)
+    shop = (("namespace", "shop"), ("queue", "orders"))
+    assert samples("vigil_queue_job_overdue") == {(("job", "j1"), *shop, ("reason", "NotFired")): 1.0}
+    assert samples("vigil_queue_jobs_overdue") == {shop: 7.0}
+    assert samples("vigil_queue_chain_broken") == {(("job", "j2"), *shop): 1.0}
+    assert samples("vigil_queue_chains_broken") == {shop: 1.0}
+    assert samples("vigil_queue_dead_letters") == {shop: 3.0}
+    assert samples("vigil_queue_dead_letter_oldest_age_seconds") == {shop: 120.0}
+    assert samples("vigil_queue_oldest_ready_age_seconds_by") == {
+        (("namespace", "shop"), ("priority", "-10"), ("queue", "orders"), ("tenant", "acme")): 4.5
+    }
+    metrics.record_queue_watchdog(
+        dataclasses.replace(report, overdue=[], overdue_counts={}, broken=None, broken_counts=None, dead_letters={})
+    )
+    assert samples("vigil_queue_job_overdue") == {} and samples("vigil_queue_jobs_overdue") == {}
+    assert samples("vigil_queue_chain_broken") == {(("job", "j2"), *shop): 1.0}  # not audited: kept
+    assert samples("vigil_queue_dead_letters") == {}

@@ -787,9 +787,9 @@ def test_the_queue_dsn_comes_from_an_existing_secret_and_the_settings_from_the_c
         "--set", "queue.shards=16", "--set-json", "queue.statusIntervalSeconds=2.5", "--set", "config.watchdog.mode=separate",
     )  # fmt: skip
     assert secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN") == {"name": "queue-db", "key": "url"}
-    # The separate watchdog does not read the queue store (yet): it gets no DSN.
+    # The separate watchdog watches the volume tier too: the same DSN from the same Secret.
     watchdog = the_one(objects, "Deployment", f"{RELEASE}-watchdog")["spec"]["template"]["spec"]["containers"][0]
-    assert "VIGIL_QUEUE_DSN" not in env_of(watchdog)
+    assert secret_ref(watchdog, "VIGIL_QUEUE_DSN") == {"name": "queue-db", "key": "url"}
     config = yaml.safe_load(the_one(objects, "ConfigMap", f"{RELEASE}-config")["data"]["config.yaml"])
     assert config["queue"] == {"shards": 16, "statusIntervalSeconds": 2.5}  # no dsn: it is in the Secret
     settings = Settings.model_validate({**config, "queue": {**config["queue"], "dsn": "postgresql://q@db/q"}})

@@ -533,11 +533,15 @@ def dead_letter_ages(facts: JobFacts, now: datetime) -> tuple[DeadLetterAge, ...
     now = require_aware(now, name="now")
     ordered = sorted(facts.dead_letters, key=lambda letter: (letter[1], letter[0]))
     return tuple(
-        DeadLetterAge(
-            execution_id=execution_id, age_seconds=max(0.0, (now - since).total_seconds())
-        )
+        DeadLetterAge(execution_id=execution_id, age_seconds=age_seconds(since, now))
         for execution_id, since in ordered
     )
+
+
+def age_seconds(since: datetime, now: datetime) -> float:
+    """Seconds from `since` to `now`, never negative (clock skew reads as 0): every age the
+    watchdog publishes, in both tiers."""
+    return max(0.0, (require_aware(now, name="now") - require_aware(since, name="since")).total_seconds())
 
 
 # --- 4. suspended jobs: an owner, a reason, and an end ------------------------------------------

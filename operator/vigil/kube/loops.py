@@ -63,8 +63,16 @@ def every(stop: threading.Event, interval: float, what: str, step: Callable[[], 
         stop.wait(interval)
 
 
-def watch(watchdog: Watchdog, settings: Settings, stop: threading.Event) -> None:
-    """Watchdog passes every interval; the schedule-integrity audit every audit interval."""
+class AuditedPass(Protocol):
+    def check(self, *, audit: bool = True) -> object: ...
+
+
+def watch(
+    watchdog: Watchdog, settings: Settings, stop: threading.Event, *, volume: AuditedPass | None = None
+) -> None:
+    """Watchdog passes every interval; the schedule-integrity audit every audit interval. With
+    `volume` (the volume tier's watchdog, `vigil.queue.watchdog`), its pass follows each one: a
+    store that does not answer fails that pass alone."""
     last_audit = float("-inf")
     while not stop.is_set():
         audit = time.monotonic() - last_audit >= settings.audit.interval_seconds
@@ -74,4 +82,9 @@ def watch(watchdog: Watchdog, settings: Settings, stop: threading.Event) -> None
                 last_audit = time.monotonic()
         except Exception:
             log.exception("watchdog pass failed; retrying")
+        if volume is not None:
+            try:
+                volume.check(audit=audit)
+            except Exception:
+                log.exception("volume-tier watchdog pass failed; retrying")
         stop.wait(settings.watchdog.interval_seconds)

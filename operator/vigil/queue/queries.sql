@@ -501,10 +501,47 @@ woken AS (
 SELECT m.job_id, m.nominal, (SELECT count(*) FROM woken) FROM marked AS m;
 
 -- name: integrity_broken_chains
--- The integrity audit: enabled recurring jobs with no unfired bucket row (a broken chain).
-SELECT j.job_id FROM vigil_queue.jobs AS j
-WHERE j.enabled AND j.cron IS NOT NULL AND NOT EXISTS (
-    SELECT 1 FROM vigil_queue.schedule_buckets AS b WHERE b.job_id = j.job_id AND b.fired_at IS NULL
+-- The integrity audit: enabled recurring jobs with no unfired bucket row (a broken chain), each with
+-- its queue's count of them; at most `limit` rows, each queue's first before any queue's second, so
+-- every queue in trouble shows (the watchdog's cap on label cardinality).
+SELECT b.job_id, b.queue, b.created_at, count(*) OVER (PARTITION BY b.queue) AS in_queue
+FROM (
+    SELECT j.job_id, j.queue, j.created_at FROM vigil_queue.jobs AS j
+    WHERE j.enabled AND j.cron IS NOT NULL AND NOT EXISTS (
+        SELECT 1 FROM vigil_queue.schedule_buckets AS b WHERE b.job_id = j.job_id AND b.fired_at IS NULL
+    )
+) AS b
+ORDER BY row_number() OVER (PARTITION BY b.queue ORDER BY b.job_id), b.queue, b.job_id
+LIMIT %(limit)s;
+
+-- The volume tier's watchdog (vigil/queue/watchdog.py): a fixed number of statements a pass,
+-- whatever the catalogue's size; rows come back only for what is in trouble.
+
+-- name: watchdog_overdue
+-- Enabled recurring jobs with an expected interval and no success within it since their last success
+-- (or their creation): the necessary condition only; vigil.core.watchdog.assess_overdue decides the
+-- verdict and its reason from the facts read here. A job's last success is one probe of
+-- executions_job_succeeded. At most `limit` jobs come back, each queue's most overdue first (with
+-- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions.
+WITH watched AS MATERIALIZED (
+    SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval,
+           (SELECT max(s.finished_at) FROM vigil_queue.executions AS s
+            WHERE s.job_id = j.job_id AND s.state = 'succeeded') AS last_success
+    FROM vigil_queue.jobs AS j
+    WHERE j.enabled AND j.cron IS NOT NULL AND j.expected_max_interval IS NOT NULL
+      AND j.created_at + j.expected_max_interval < %(now)s
+),
+overdue AS MATERIALIZED (
+    SELECT w.*, d.deadline, count(*) OVER (PARTITION BY w.queue) AS in_queue,
+           row_number() OVER (PARTITION BY w.queue ORDER BY d.deadline, w.job_id) AS turn
+    FROM watched AS w
+    CROSS JOIN LATERAL (
+        SELECT GREATEST(COALESCE(w.last_success, w.created_at), w.created_at) + w.expected_max_interval AS deadline
+    ) AS d
+    WHERE d.deadline < %(now)s
+),
+shown AS (
+    SELECT * FROM overdue ORDER BY turn, deadline, job_id LIMIT %(limit)s
 )
 ORDER BY j.job_id LIMIT %(limit)s;
 
@@ -569,4 +606,47 @@ SELECT c.priority, c.tenant,
 FROM counted AS c LEFT JOIN oldest AS o ON o.tenant = c.tenant AND o.priority = c.priority
 GROUP BY c.priority, c.tenant
 ORDER BY c.priority, c.tenant
+
+SELECT sh.job_id, sh.queue, sh.created_at, sh.expected_max_interval, sh.last_success, sh.in_queue,
+       r.last_fired, r.ready_since, r.running_since, r.last_failure
+FROM shown AS sh
+CROSS JOIN LATERAL (
+    SELECT max(e.created_at) AS last_fired,
+           min(e.run_after) FILTER (WHERE e.state = 'ready') AS ready_since,
+           min(e.run_after) FILTER (WHERE e.state = 'leased') AS running_since,
+           GREATEST(max(e.finished_at) FILTER (WHERE e.state = 'dead'), max(f.finished_at)) AS last_failure
+    FROM (SELECT x.execution_id, x.created_at, x.run_after, x.state, x.finished_at
+          FROM vigil_queue.executions AS x WHERE x.job_id = sh.job_id
+          ORDER BY x.scheduled_for DESC LIMIT %(recent)s) AS e
+    LEFT JOIN LATERAL (
+        SELECT max(a.finished_at) AS finished_at FROM vigil_queue.attempts AS a
+        WHERE a.execution_id = e.execution_id AND a.outcome <> 'succeeded'
+    ) AS f ON true
+) AS r
+ORDER BY sh.queue, sh.deadline, sh.job_id;
+
+-- name: watchdog_dead_letters
+-- Each queue's dead letters still kept: how many, and since when the oldest died (executions_dead).
+SELECT queue, count(*) AS dead, min(finished_at) AS oldest
+FROM vigil_queue.executions WHERE state = 'dead'
+GROUP BY queue;
+
+-- name: watchdog_oldest_ready
+-- The oldest ready execution of each (queue, tenant, priority) with ready work: a skip scan of the
+-- ready index (one probe per group, however many rows each holds), the oldest groups first, at most
+-- `limit` of them.
+WITH RECURSIVE heads AS (
+    (SELECT e.queue, e.tenant, e.priority FROM vigil_queue.executions AS e
+     WHERE e.state = 'ready' ORDER BY e.queue, e.tenant, e.priority LIMIT 1)
+    UNION ALL
+    SELECT n.queue, n.tenant, n.priority FROM heads AS h CROSS JOIN LATERAL (
+        SELECT e.queue, e.tenant, e.priority FROM vigil_queue.executions AS e
+        WHERE e.state = 'ready' AND (e.queue, e.tenant, e.priority) > (h.queue, h.tenant, h.priority)
+        ORDER BY e.queue, e.tenant, e.priority LIMIT 1) AS n
+)
+SELECT h.queue, h.tenant, h.priority, o.run_after FROM heads AS h CROSS JOIN LATERAL (
+    SELECT e.run_after FROM vigil_queue.executions AS e
+    WHERE e.state = 'ready' AND e.queue = h.queue AND e.tenant = h.tenant AND e.priority = h.priority
+    ORDER BY e.run_after LIMIT 1) AS o
+ORDER BY o.run_after, h.queue, h.tenant, h.priority
 LIMIT %(limit)s;

@@ -1,0 +1,155 @@
+"""The watchdog's rules for the volume tier: the same rules, fed from the queue store.
+
+A recurring job of the catalogue (`vigil.queue.catalogue`) is judged by the
+declarative tier's own rules (`vigil.core.watchdog`): its facts go into a
+`JobFacts` (its queue's namespace, its job id as the name, its creation as the
+enable, since the catalogue has no suspension) and `assess_overdue` /
+`assess_chain` give the verdicts and their reasons. What is new here is only the
+volume tier's shape: facts arrive for the jobs in trouble only (the store's
+statements select them), a pass reports a bounded number of them plus each
+queue's count, and `Episodes` says which verdicts are new since the last pass,
+so a job in trouble is logged once per episode, not once per pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+
+from vigil.core.queue import split_queue_key
+from vigil.core.timeparse import require_aware
+from vigil.core.watchdog import (
+    DEFAULT_CHAIN_GRACE,
+    ChainFinding,
+    JobFacts,
+    Overdue,
+    age_seconds,
+    assess_chain,
+    assess_overdue,
+)
+
+#: At most this many jobs a pass get a series (and a log line) of their own per verdict; each
+#: queue's count of them is published whatever their number.
+DEFAULT_SERIES_CAP = 1000
+
+#: The newest executions of an overdue job whose facts explain why (fired, failing, waiting, ...).
+RECENT_EXECUTIONS = 100
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class QueueJobFacts:
+    """What the store knows of one catalogued recurring job the watchdog looks at."""
+
+    job_id: str
+    queue: str  # the store's key, "NS/NAME"
+    created_at: datetime
+    expected_max_interval: timedelta | None = None
+    last_success: datetime | None = None
+    last_fired: datetime | None = None
+    last_failure: datetime | None = None
+    ready_since: datetime | None = None  # the oldest ready execution's due time
+    #: The oldest leased execution's due time: the store records an attempt's start only when
+    #: it settles, so a running execution is known to have run since it became due, at most.
+    running_since: datetime | None = None
+
+    def job_facts(self) -> JobFacts:
+        """The declarative rules' input. No next occurrence: the store asks for the facts of a
+        job's chain only when it holds none (`assess_chain` never sees an intact one)."""
+        namespace, _ = split_queue_key(self.queue)
+        return JobFacts(
+            namespace=namespace,
+            name=self.job_id,
+            recurring=True,
+            enabled_since=self.created_at,
+            expected_max_interval=self.expected_max_interval,
+            last_success=self.last_success,
+            last_fired=self.last_fired,
+            last_failure=self.last_failure,
+            running_since=self.running_since,
+            ready_since=self.ready_since,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JobVerdict:
+    job_id: str
+    queue: str
+    finding: Overdue | ChainFinding
+
+
+def overdue_verdicts(facts: Iterable[QueueJobFacts], now: datetime) -> list[JobVerdict]:
+    """The overdue ones among `facts` (the store's candidates), each with its reason."""
+    verdicts = []
+    for job in facts:
+        finding = assess_overdue(job.job_facts(), now)
+        if finding.applicable and finding.status:
+            verdicts.append(JobVerdict(job.job_id, job.queue, finding))
+    return verdicts
+
+
+def broken_chain_verdicts(
+    facts: Iterable[QueueJobFacts], now: datetime, *, grace: timedelta = DEFAULT_CHAIN_GRACE
+) -> list[JobVerdict]:
+    """The broken ones among jobs the audit found without an unfired occurrence."""
+    verdicts = []
+    for job in facts:
+        finding = assess_chain(job.job_facts(), now, grace=grace)
+        if finding.applicable and finding.status:
+            verdicts.append(JobVerdict(job.job_id, job.queue, finding))
+    return verdicts
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeadLetters:
+    count: int
+    oldest_age_seconds: float
+
+
+def dead_letters(rows: Iterable[tuple[str, int, datetime]], now: datetime) -> dict[str, DeadLetters]:
+    """queue -> its dead letters' count and oldest age, from (queue, count, oldest death)."""
+    now = require_aware(now, name="now")
+    return {queue: DeadLetters(count, age_seconds(oldest, now)) for queue, count, oldest in rows}
+
+
+def oldest_ready_ages(
+    rows: Iterable[tuple[str, str, int, datetime]], now: datetime
+) -> dict[tuple[str, int, str], float]:
+    """(queue, priority, tenant) -> seconds its oldest *due* ready execution has waited (0 when
+    its ready work waits out a retry's backoff), from (queue, tenant, priority, oldest run_after)."""
+    now = require_aware(now, name="now")
+    return {(queue, priority, tenant): age_seconds(since, now) for queue, tenant, priority, since in rows}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QueueWatchReport:
+    """One pass's verdicts. `overdue` and `broken` hold at most the cap's jobs; the counts,
+    per queue key, are complete. `broken` is None in a pass that did not run the audit."""
+
+    now: datetime
+    overdue: list[JobVerdict]
+    overdue_counts: dict[str, int]
+    broken: list[JobVerdict] | None
+    broken_counts: dict[str, int] | None
+    dead_letters: dict[str, DeadLetters]
+    oldest_ready: dict[tuple[str, int, str], float]  # (queue, priority, tenant) -> seconds
+
+
+@dataclasses.dataclass
+class Episodes:
+    """Which verdicts are new since the last pass: one log line when a job's trouble starts and
+    one when it ends, not one per pass (the declarative watchdog's LaunchFailing episodes)."""
+
+    current: dict[tuple[str, str], str] = dataclasses.field(default_factory=dict)  # (kind, job) -> reason
+
+    def advance(
+        self, verdicts: Mapping[tuple[str, str], str], *, judged: Iterable[str]
+    ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """(started, ended) keys. Only kinds in `judged` can end: a pass that did not run
+        the audit keeps the audit's episodes open."""
+        kinds = set(judged)
+        started = [key for key in verdicts if key not in self.current]
+        ended = [key for key in self.current if key[0] in kinds and key not in verdicts]
+        kept = {key: reason for key, reason in self.current.items() if key[0] not in kinds}
+        self.current = {**kept, **verdicts}
+        return started, ended

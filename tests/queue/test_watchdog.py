@@ -1,0 +1,195 @@
+"""The volume tier's watchdog on real PostgreSQL: overdue jobs with their reasons, broken chains,
+dead letters and oldest ready ages, a bounded number of statements a pass, and the metrics.
+
+Jobs are catalogued and fired by the real catalogue and trigger; what workers would do to the
+fired executions (succeed, die, stay waiting) is written straight into `executions`, at
+explicit times. The watchdog's clock is a plain object the test moves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+
+from vigil import metrics
+from vigil.core.watchdog import WatchdogReason
+from vigil.queue.catalogue import Catalogue, RecurringJob
+from vigil.queue.store import QueueStore, Submission
+from vigil.queue.trigger import ShardTrigger
+from vigil.queue.watchdog import QueueWatchdog
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime(2026, 12, 1, 11, 50, tzinfo=UTC)
+QUEUE = "team-a/reports"
+
+
+@dataclasses.dataclass
+class Clock:
+    at: datetime
+
+    def now(self) -> datetime:
+        return self.at
+
+
+class CountingConnection(psycopg.Connection[Any]):
+    """A connection that counts the statements it runs (every one goes through `execute`)."""
+
+    statements = 0
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        CountingConnection.statements += 1
+        return super().execute(*args, **kwargs)
+
+
+def run(dsn: str, query: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        cursor = connection.execute(query, params or {})
+        return cursor.fetchall() if cursor.description else []
+
+
+def fired_execution(dsn: str, job_id: str) -> str:
+    [(execution_id,)] = run(dsn, "SELECT execution_id FROM vigil_queue.executions WHERE job_id = %(j)s", {"j": job_id})
+    return str(execution_id)
+
+
+def finish(dsn: str, execution_id: str, state: str, at: datetime) -> None:
+    run(
+        dsn,
+        "UPDATE vigil_queue.executions SET state = %(s)s, finished_at = %(at)s WHERE execution_id = %(e)s",
+        {"s": state, "at": at, "e": execution_id},
+    )
+
+
+def job(cron: str = "0 * * * *", interval: timedelta | None = timedelta(hours=2), **fields: Any) -> RecurringJob:
+    return RecurringJob(QUEUE, "report", cron, expected_max_interval=interval, **fields)
+
+
+@pytest.fixture
+def catalogue(dsn: str) -> Catalogue:
+    return Catalogue(dsn, shards=1)
+
+
+@pytest.fixture
+def trigger(dsn: str) -> Any:
+    made = ShardTrigger(dsn, shard=0)
+    yield made
+    made.close()
+
+
+def test_overdue_jobs_are_reported_with_their_reason_and_healthy_or_disabled_ones_are_not(
+    dsn: str, catalogue: Catalogue, trigger: ShardTrigger, caplog: pytest.LogCaptureFixture
+) -> None:
+    healthy, failing, waiting = catalogue.add_many([job(), job(), job()], now=T0)
+    not_fired = catalogue.add(job("0 3 * * *", timedelta(hours=1)), now=T0)  # daily at 03:00
+    no_interval = catalogue.add(job("0 3 * * *", None), now=T0)
+    disabled = catalogue.add(job("0 3 * * *", timedelta(hours=1)), now=T0)
+    catalogue.delete(disabled.job_id, now=T0)
+    trigger.run_pass(now=datetime(2026, 12, 1, 12, 2, tzinfo=UTC))
+    finish(dsn, fired_execution(dsn, healthy.job_id), "succeeded", datetime(2026, 12, 1, 12, 5, tzinfo=UTC))
+    finish(dsn, fired_execution(dsn, failing.job_id), "dead", datetime(2026, 12, 1, 12, 10, tzinfo=UTC))
+    clock = Clock(datetime(2026, 12, 1, 14, 0, tzinfo=UTC))  # 2h10m after the adds; 1h55m after the success
+    watchdog = QueueWatchdog(dsn, clock=clock)
+
+    with caplog.at_level(logging.INFO, logger="vigil.queue.watchdog"):
+        report = watchdog.check()
+        again = watchdog.check()
+
+    reasons = {v.job_id: v.finding.reason for v in report.overdue}
+    assert reasons == {
+        failing.job_id: WatchdogReason.FAILING,
+        waiting.job_id: WatchdogReason.NOT_STARTED,
+        not_fired.job_id: WatchdogReason.NOT_FIRED,
+    }
+    assert healthy.job_id not in reasons and no_interval.job_id not in reasons and disabled.job_id not in reasons
+    assert report.overdue_counts == {QUEUE: 3}
+    assert report.broken == [] and report.broken_counts == {}
+    # one WARNING per episode, not one per pass
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 3 and {v.job_id for v in again.overdue} == set(reasons)
+
+    # a success ends the episode: logged once, and the job is no longer reported
+    finish(dsn, fired_execution(dsn, waiting.job_id), "succeeded", clock.at)
+    with caplog.at_level(logging.INFO, logger="vigil.queue.watchdog"):
+        caplog.clear()
+        after = watchdog.check()
+    assert waiting.job_id not in {v.job_id for v in after.overdue}
+    assert [r.getMessage() for r in caplog.records] == [f"Overdue cleared: job {waiting.job_id}"]
+
+
+def test_a_job_whose_pending_occurrence_vanished_is_a_broken_chain_and_a_disabled_one_is_not(
+    dsn: str, catalogue: Catalogue
+) -> None:
+    kept, lost, disabled = catalogue.add_many([job(), job(), job()], now=T0)
+    catalogue.delete(disabled.job_id, now=T0)
+    run(dsn, "DELETE FROM vigil_queue.schedule_buckets WHERE job_id = ANY(%(j)s)", {"j": [lost.job_id, disabled.job_id]})
+    watchdog = QueueWatchdog(dsn, clock=Clock(T0 + timedelta(minutes=10)))
+
+    report = watchdog.check()
+
+    assert report.broken is not None
+    assert [(v.job_id, v.finding.reason) for v in report.broken] == [(lost.job_id, WatchdogReason.NO_FUTURE_OCCURRENCE)]
+    assert report.broken_counts == {QUEUE: 1}
+    assert kept.job_id not in {v.job_id for v in report.overdue}
+    # a pass without the audit does not judge chains
+    assert watchdog.check(audit=False).broken is None
+
+
+def test_dead_letter_and_oldest_ready_ages_per_queue_priority_and_tenant(dsn: str, store: QueueStore) -> None:
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    store.submit(QUEUE, [
+        Submission("t", priority=0, tenant="a", run_after=now - timedelta(seconds=30)),
+        Submission("t", priority=0, tenant="a", run_after=now - timedelta(seconds=90)),
+        Submission("t", priority=5, tenant="a", run_after=now - timedelta(seconds=10)),
+        Submission("t", priority=0, tenant="b", run_after=now + timedelta(minutes=5)),  # backoff: not due
+    ], now=now - timedelta(minutes=2))  # fmt: skip
+    dead = store.submit("team-b/mail", [Submission("t"), Submission("t"), Submission("t")], now=now)
+    for execution_id, died in zip(dead, (now - timedelta(hours=3), now - timedelta(hours=1)), strict=False):
+        finish(dsn, execution_id, "dead", died)
+
+    report = QueueWatchdog(dsn, clock=Clock(now)).check(audit=False)
+
+    assert report.oldest_ready == {
+        (QUEUE, 0, "a"): 90.0, (QUEUE, 5, "a"): 10.0, (QUEUE, 0, "b"): 0.0, ("team-b/mail", 0, ""): 0.0,
+    }  # fmt: skip
+    assert {q: (d.count, d.oldest_age_seconds) for q, d in report.dead_letters.items()} == {"team-b/mail": (2, 10800.0)}
+
+
+@pytest.mark.parametrize("jobs", [10, 2000])
+def test_a_pass_runs_four_statements_whatever_the_catalogue_size(dsn: str, catalogue: Catalogue, jobs: int) -> None:
+    catalogue.add_many([job("0 3 * * *", timedelta(hours=1)) for _ in range(jobs)], now=T0)
+    CountingConnection.statements = 0
+    watchdog = QueueWatchdog(
+        dsn, clock=Clock(T0 + timedelta(hours=2)), cap=50,
+        connect=lambda: CountingConnection.connect(dsn, autocommit=True),
+    )  # fmt: skip
+
+    report = watchdog.check()
+
+    assert CountingConnection.statements == 4
+    assert len(report.overdue) == min(jobs, 50)  # the cap: series for at most 50 jobs
+    assert report.overdue_counts == {QUEUE: jobs}  # the count covers them all
+
+
+def test_the_pass_publishes_its_metrics_and_a_deleted_job_loses_its_series(dsn: str, catalogue: Catalogue) -> None:
+    overdue = catalogue.add(job("0 3 * * *", timedelta(hours=1)), now=T0)
+    clock = Clock(T0 + timedelta(hours=2))
+    watchdog = QueueWatchdog(dsn, clock=clock, publish=metrics.record_queue_watchdog)
+
+    def sample(name: str, **labels: str) -> float | None:
+        return metrics.REGISTRY.get_sample_value(name, labels)
+
+    watchdog.check()
+    series = {"namespace": "team-a", "queue": "reports", "job": overdue.job_id, "reason": "NotFired"}
+    assert sample("vigil_queue_job_overdue", **series) == 1.0
+    assert sample("vigil_queue_jobs_overdue", namespace="team-a", queue="reports") == 1.0
+
+    catalogue.delete(overdue.job_id, now=clock.at)
+    watchdog.check()
+    assert sample("vigil_queue_job_overdue", **series) is None
+    assert sample("vigil_queue_jobs_overdue", namespace="team-a", queue="reports") is None

@@ -1,0 +1,52 @@
+"""The volume tier's pure watchdog part: the declarative rules fed from catalogue facts, episodes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from vigil.core.queuewatch import (
+    Episodes,
+    QueueJobFacts,
+    broken_chain_verdicts,
+    oldest_ready_ages,
+    overdue_verdicts,
+)
+from vigil.core.watchdog import WatchdogReason, age_seconds
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def facts(**fields: object) -> QueueJobFacts:
+    given: dict[str, object] = {"expected_max_interval": timedelta(hours=1), **fields}
+    return QueueJobFacts(job_id="j", queue="shop/orders", created_at=T0, **given)  # type: ignore[arg-type]
+
+
+def test_the_declarative_rules_judge_catalogue_jobs() -> None:
+    later = T0 + timedelta(hours=2)
+    [never] = overdue_verdicts([facts()], later)
+    assert never.finding.reason is WatchdogReason.NOT_FIRED
+    assert overdue_verdicts([facts(last_success=T0 + timedelta(minutes=90))], later) == []
+    [failing] = overdue_verdicts([facts(last_fired=T0 + timedelta(minutes=5), last_failure=T0 + timedelta(minutes=9))], later)
+    assert failing.finding.reason is WatchdogReason.FAILING
+    assert overdue_verdicts([facts(expected_max_interval=None)], later) == []  # nothing to keep
+
+
+def test_a_chain_is_broken_only_past_the_grace_of_a_new_job() -> None:
+    assert broken_chain_verdicts([facts()], T0 + timedelta(minutes=1)) == []
+    [broken] = broken_chain_verdicts([facts()], T0 + timedelta(minutes=5))
+    assert broken.finding.reason is WatchdogReason.NO_FUTURE_OCCURRENCE
+
+
+def test_ages_are_never_negative() -> None:
+    assert age_seconds(T0 + timedelta(seconds=5), T0) == 0.0
+    assert oldest_ready_ages([("shop/orders", "", 0, T0 - timedelta(seconds=3))], T0) == {("shop/orders", 0, ""): 3.0}
+
+
+def test_episodes_start_and_end_once_and_an_unjudged_kind_stays_open() -> None:
+    episodes = Episodes()
+    assert episodes.advance({("Overdue", "a"): "NotFired", ("Broken", "b"): "x"}, judged=["Overdue", "Broken"]) == (
+        [("Overdue", "a"), ("Broken", "b")], [],
+    )  # fmt: skip
+    assert episodes.advance({("Overdue", "a"): "NotFired"}, judged=["Overdue"]) == ([], [])  # no audit: b stays
+    started, ended = episodes.advance({}, judged=["Overdue", "Broken"])
+    assert started == [] and sorted(ended) == [("Broken", "b"), ("Overdue", "a")]
