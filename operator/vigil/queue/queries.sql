@@ -514,37 +514,6 @@ FROM (
 ORDER BY row_number() OVER (PARTITION BY b.queue ORDER BY b.job_id), b.queue, b.job_id
 LIMIT %(limit)s;
 
--- The volume tier's watchdog (vigil/queue/watchdog.py): a fixed number of statements a pass,
--- whatever the catalogue's size; rows come back only for what is in trouble.
-
--- name: watchdog_overdue
--- Enabled recurring jobs with an expected interval and no success within it since their last success
--- (or their creation): the necessary condition only; vigil.core.watchdog.assess_overdue decides the
--- verdict and its reason from the facts read here. A job's last success is one probe of
--- executions_job_succeeded. At most `limit` jobs come back, each queue's most overdue first (with
--- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions.
-WITH watched AS MATERIALIZED (
-    SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval,
-           (SELECT max(s.finished_at) FROM vigil_queue.executions AS s
-            WHERE s.job_id = j.job_id AND s.state = 'succeeded') AS last_success
-    FROM vigil_queue.jobs AS j
-    WHERE j.enabled AND j.cron IS NOT NULL AND j.expected_max_interval IS NOT NULL
-      AND j.created_at + j.expected_max_interval < %(now)s
-),
-overdue AS MATERIALIZED (
-    SELECT w.*, d.deadline, count(*) OVER (PARTITION BY w.queue) AS in_queue,
-           row_number() OVER (PARTITION BY w.queue ORDER BY d.deadline, w.job_id) AS turn
-    FROM watched AS w
-    CROSS JOIN LATERAL (
-        SELECT GREATEST(COALESCE(w.last_success, w.created_at), w.created_at) + w.expected_max_interval AS deadline
-    ) AS d
-    WHERE d.deadline < %(now)s
-),
-shown AS (
-    SELECT * FROM overdue ORDER BY turn, deadline, job_id LIMIT %(limit)s
-)
-ORDER BY j.job_id LIMIT %(limit)s;
-
 -- A queue's listings (`kubectl vigil queue …` through the HTTP API), a bounded page each.
 
 -- name: queue_jobs
@@ -606,7 +575,37 @@ SELECT c.priority, c.tenant,
 FROM counted AS c LEFT JOIN oldest AS o ON o.tenant = c.tenant AND o.priority = c.priority
 GROUP BY c.priority, c.tenant
 ORDER BY c.priority, c.tenant
+LIMIT %(limit)s;
 
+-- The volume tier's watchdog (vigil/queue/watchdog.py): a fixed number of statements a pass,
+-- whatever the catalogue's size; rows come back only for what is in trouble.
+
+-- name: watchdog_overdue
+-- Enabled recurring jobs with an expected interval and no success within it since their last success
+-- (or their creation): the necessary condition only; vigil.core.watchdog.assess_overdue decides the
+-- verdict and its reason from the facts read here. A job's last success is one probe of
+-- executions_job_succeeded. At most `limit` jobs come back, each queue's most overdue first (with
+-- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions.
+WITH watched AS MATERIALIZED (
+    SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval,
+           (SELECT max(s.finished_at) FROM vigil_queue.executions AS s
+            WHERE s.job_id = j.job_id AND s.state = 'succeeded') AS last_success
+    FROM vigil_queue.jobs AS j
+    WHERE j.enabled AND j.cron IS NOT NULL AND j.expected_max_interval IS NOT NULL
+      AND j.created_at + j.expected_max_interval < %(now)s
+),
+overdue AS MATERIALIZED (
+    SELECT w.*, d.deadline, count(*) OVER (PARTITION BY w.queue) AS in_queue,
+           row_number() OVER (PARTITION BY w.queue ORDER BY d.deadline, w.job_id) AS turn
+    FROM watched AS w
+    CROSS JOIN LATERAL (
+        SELECT GREATEST(COALESCE(w.last_success, w.created_at), w.created_at) + w.expected_max_interval AS deadline
+    ) AS d
+    WHERE d.deadline < %(now)s
+),
+shown AS (
+    SELECT * FROM overdue ORDER BY turn, deadline, job_id LIMIT %(limit)s
+)
 SELECT sh.job_id, sh.queue, sh.created_at, sh.expected_max_interval, sh.last_success, sh.in_queue,
        r.last_fired, r.ready_since, r.running_since, r.last_failure
 FROM shown AS sh
