@@ -2,7 +2,7 @@
 
 A ScheduledJob fires once (``runAt``), on a cron schedule in an IANA time zone (``cron``), or at a
 fixed interval (``every``). Each occurrence runs a pod (``template``) or a workflow
-(``workflowTemplate``). The fields that are easy to forget are the ones that make failures
+(``workflowTemplate``), or is submitted to a TaskQueue of the volume tier (``task``). The fields that are easy to forget are the ones that make failures
 visible: ``expectedMaxInterval`` is what the watchdog asserts, and a suspended job must say why.
 
 Admission (CEL) checks the combinations; the pydantic validators here check them again and
