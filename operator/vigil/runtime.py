@@ -50,7 +50,7 @@ from vigil.kube.historyflush import HistoryFlusher
 from vigil.kube.jobcontroller import JobController
 from vigil.kube.jobs import KubeCatalogue, job_cache
 from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.launcher import ExecutionLauncher
+from vigil.kube.launcher import ExecutionLauncher, TaskSubmitter
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
 from vigil.kube.loops import every, trigger_loop, watch
@@ -450,7 +450,7 @@ def run(settings: Settings) -> int:
     buckets = bucket_cache(api, namespace=settings.namespace)
     store = bucket_store(api, settings, cache=buckets)
     jobs = job_cache(api)
-    catalogue = KubeCatalogue(api, cache=jobs)
+    catalogue = KubeCatalogue(api, cache=jobs, queue_enabled=bool(settings.queue.dsn))
     events = EventRecorder(api, instance=me, background=True)
     caches = ExecutionCaches.build(api, executions)
     writer = JobStatusWriter(api, catalogue=catalogue)
@@ -495,6 +495,7 @@ def run(settings: Settings) -> int:
             pods=client.CoreV1Api(api),
             on_ready=dispatcher.notify,
             as_started=dispatcher.as_started,
+            tasks=task_submitter(settings, clock),
         ),
         ledger=KubeLedger(api, catalogue=catalogue, events=events, writer=writer),
         clock=clock,
@@ -520,7 +521,9 @@ def run(settings: Settings) -> int:
     )
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
     caches.workflow_pods.add_handler(lambda key, pod, deleted: _notify_workflow(engine, pod))
-    job_controller = JobController(jobs=jobs, writer=writer, store=store, events=events, clock=clock)
+    job_controller = JobController(
+        jobs=jobs, writer=writer, store=store, events=events, clock=clock, queue_enabled=bool(settings.queue.dsn)
+    )
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
         ("jobs-cache", lambda: jobs.run(stop)),
@@ -575,6 +578,19 @@ def run(settings: Settings) -> int:
             shards.release()
         _hand_over(stop, started, elector, flush=writer.flush)
     return 0
+
+
+def task_submitter(settings: Settings, clock: Clock) -> TaskSubmitter | None:
+    """Where `task:` jobs' occurrences go when the volume tier is on (`queue.dsn`); None when off
+    (such jobs are Invalid). The store migrates at its first use, so a database down at start
+    delays those jobs (the trigger retries them) and nothing else."""
+    if not settings.queue.dsn:
+        return None
+    from vigil.queue.store import (
+        QueueStore,  # psycopg: the `postgres` extra, needed only with a queue
+    )
+
+    return TaskSubmitter(QueueStore(settings.queue.dsn, migrate_first=True, shards=settings.queue.shards), clock=clock)
 
 
 def task_queue_threads(

@@ -1,7 +1,9 @@
 """TaskQueues against the real API server: defaults, refused fields, printer columns, and — with a
 real operator given a queue DSN on the session's real PostgreSQL — the declaration published to
 the store, a status that shows ready, leased, dead and the oldest ready age, and the same counts
-as the leader's per-queue gauges (what workers are autoscaled on).
+as the leader's per-queue gauges (what workers are autoscaled on). A ScheduledJob with `task:`
+feeds its queue one ready execution per Fired occurrence (no Execution object, no pod), and is
+Invalid, naming spec.task, with an operator whose volume tier is off.
 """
 
 from __future__ import annotations
@@ -244,3 +246,84 @@ def test_what_only_the_operator_can_check_makes_the_queue_invalid_with_an_event(
     assert "spec.retry.backoff" in events[0].message
     assert QueueStore(queue_dsn).declaration(f"{namespace}/odd") is None  # nothing published
 
+
+
+# -- ScheduledJobs with `task:` ----------------------------------------------------------------
+
+
+def task_job(name: str, queue: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ScheduledJob",
+        "metadata": {"name": name},
+        "spec": {
+            "every": "2s",
+            "jitter": "0s",
+            "payloadTemplate": {"at": "{{ scheduledFor }}", "job": "{{ job.name }}"},
+            "task": {"queue": queue, "name": "record"},
+            **spec,
+        },
+    }
+
+
+def job_status(cluster: KubeCluster, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", name)
+    return obj.get("status") or {}
+
+
+@pytest.mark.postgres
+def test_a_scheduled_job_with_a_task_feeds_its_queue_one_execution_per_occurrence(
+    cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str
+) -> None:
+    create(cluster, namespace, "reports", {})
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", task_job("feed", "reports"))
+
+    def fired() -> list[dict[str, Any]] | None:
+        entries = [e for e in job_status(cluster, namespace, "feed").get("occurrences") or [] if e.get("outcome") == "Fired"]
+        return entries if len(entries) >= 3 else None
+
+    entries = wait_for(fired, timeout=60, what="three Fired occurrences in the job's ledger")
+    with psycopg.connect(queue_dsn) as connection:
+        rows = connection.execute(
+            "SELECT execution_id, idempotency_key, task, state, payload, run_after FROM vigil_queue.executions "
+            "WHERE queue = %s",
+            (f"{namespace}/reports",),
+        ).fetchall()
+    by_id = {row[0]: row for row in rows}
+    for entry in entries:  # each Fired occurrence is one ready execution under its own id
+        execution_id, key, task, state, payload, run_after = by_id[entry["executionId"]]
+        assert (key, task, state) == (execution_id, "record", "ready")
+        assert payload["job"] == "feed"
+        assert datetime.fromisoformat(payload["at"]) == datetime.fromisoformat(entry["nominal"].replace("Z", "+00:00"))
+        assert run_after == datetime.fromisoformat(entry["fireAt"].replace("Z", "+00:00"))
+    later = [e for e in job_status(cluster, namespace, "feed").get("occurrences") or [] if e.get("outcome") == "Fired"]
+    assert len(rows) <= len(later) + 1, "more executions than occurrences (one may be between submit and ledger)"
+    assert cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "executions")["items"] == []
+    assert cluster.core.list_namespaced_pod(namespace).items == []
+
+
+@pytest.mark.postgres
+def test_a_task_job_is_invalid_while_the_volume_tier_is_off(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    fleet.start()
+    fleet.leader()
+    cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", task_job("feed", "reports"))
+
+    def invalid() -> dict[str, Any] | None:
+        found = condition({"status": job_status(cluster, namespace, "feed")}, "Invalid")
+        return found if found and found["status"] == "True" else None
+
+    found = wait_for(invalid, timeout=30, what="the task job to be Invalid")
+    assert "spec.task: the volume tier is off: set queue.dsn" in found["message"]
+
+    def warned() -> list[Any] | None:
+        events = cluster.core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=feed,reason=InvalidSpec"
+        ).items
+        return events or None
+
+    [event] = wait_for(warned, timeout=10, what="the InvalidSpec Event")
+    assert "spec.task" in event.message
+    status = job_status(cluster, namespace, "feed")
+    assert not status.get("occurrences") and not status.get("nextRun")

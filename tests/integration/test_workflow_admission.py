@@ -13,7 +13,8 @@ admin kubeconfig:
   request can be neither changed nor removed, nor the list emptied or dropped (each refusal
   names spec.requests); the checks hold on create and at the largest list the CRD allows;
 * a WorkflowDefinition version keeps its steps (adding steps and versions is fine);
-* a ScheduledJob runs exactly one of template and workflowTemplate.
+* a ScheduledJob runs exactly one of template, workflowTemplate and task, and a task names its
+  queue and task.
 """
 
 from __future__ import annotations
@@ -501,6 +502,11 @@ def scheduled_job(**spec: Any) -> dict[str, Any]:
     [
         pytest.param({"template": POD_TEMPLATE, "workflowTemplate": {"steps": STEPS}}, id="both"),
         pytest.param({}, id="neither"),
+        pytest.param({"template": POD_TEMPLATE, "task": {"queue": "reports", "name": "build"}}, id="template-and-task"),
+        pytest.param(
+            {"workflowTemplate": {"steps": STEPS}, "task": {"queue": "reports", "name": "build"}},
+            id="workflow-and-task",
+        ),
     ],
 )
 def test_a_scheduled_job_runs_exactly_one_of_template_and_workflow_template(
@@ -510,7 +516,33 @@ def test_a_scheduled_job_runs_exactly_one_of_template_and_workflow_template(
         lambda: cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", scheduled_job(**spec)),
         422,
     )
-    assert "exactly one of template or workflowTemplate must be set" in message
+    assert "exactly one of template, workflowTemplate or task must be set" in message
+
+
+@pytest.mark.parametrize(
+    ("task", "field"),
+    [
+        pytest.param({"name": "build"}, "spec.task.queue", id="without-queue"),
+        pytest.param({"queue": "reports"}, "spec.task.name", id="without-name"),
+        pytest.param({"queue": "Reports!", "name": "build"}, "spec.task.queue", id="bad-queue-name"),
+        pytest.param({"queue": "reports", "name": "build", "priority": 40000}, "spec.task.priority", id="priority"),
+    ],
+)
+def test_a_scheduled_job_task_needs_a_queue_and_a_name(
+    cluster: KubeCluster, namespace: str, task: dict[str, Any], field: str
+) -> None:
+    message = refusal(
+        lambda: cluster.custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", scheduled_job(task=task)),
+        422,
+    )
+    assert field in message
+
+
+def test_a_scheduled_job_with_a_task_alone_is_admitted(cluster: KubeCluster, namespace: str) -> None:
+    created = cluster.custom.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "scheduledjobs", scheduled_job(task={"queue": "reports", "name": "build"})
+    )
+    assert created["spec"]["task"] == {"queue": "reports", "name": "build", "priority": 0}
 
 
 @pytest.mark.parametrize(

@@ -250,7 +250,7 @@ def test_scheduled_job_rules_are_attached() -> None:
     spec = openapi_schema(SCHEDULED_JOB)["properties"]["spec"]
     messages = [rule["message"] for rule in spec["x-kubernetes-validations"]]
     assert "exactly one of runAt, cron or every must be set" in messages
-    assert "exactly one of template or workflowTemplate must be set" in messages
+    assert "exactly one of template, workflowTemplate or task must be set" in messages
     assert spec["properties"]["every"]["x-kubernetes-validations"][0]["message"] == (
         "must be greater than zero"
     )

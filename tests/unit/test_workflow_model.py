@@ -320,7 +320,7 @@ def test_a_scheduled_job_workflow_template_is_the_template_without_requests() ->
     assert set(template["properties"]) == {"steps", "onFailure", "parameters", "definitionRef", "ttlAfterFinished"}
     assert template["x-kubernetes-validations"][0]["message"] == "exactly one of steps or definitionRef must be set"
     messages = [rule["message"] for rule in spec["x-kubernetes-validations"]]
-    assert "exactly one of template or workflowTemplate must be set" in messages
+    assert "exactly one of template, workflowTemplate or task must be set" in messages
 
 
 def test_an_unknown_on_exhausted_outcome_is_rejected_naming_the_field() -> None:

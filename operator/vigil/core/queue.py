@@ -122,6 +122,30 @@ def split_queue_key(key: str) -> tuple[str, str]:
 
 
 @dataclasses.dataclass(frozen=True)
+class Submission:
+    """One execution to enqueue. Lower `priority` runs first; `tenant` defaults to none."""
+
+    task: str
+    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
+    run_after: datetime | None = None  # None: at once (the submit's `now`)
+    priority: int = 0
+    tenant: str = ""
+    max_attempts: int | None = None  # None: the queue's retry.maxAttempts, else DEFAULT_MAX_ATTEMPTS
+    idempotency_key: str | None = None
+    #: None: a new id (a one-off submission is its own occurrence); a ScheduledJob's occurrence
+    #: brings its own stable id, the one the declarative tier would give its Execution.
+    execution_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.task:
+            raise ValueError("task must not be empty")
+        if self.max_attempts is not None and not 1 <= self.max_attempts <= 1000:
+            raise ValueError(f"max_attempts must be within 1..1000, got {self.max_attempts}")
+        if not -32768 <= self.priority <= 32767:
+            raise ValueError(f"priority must fit a smallint, got {self.priority}")
+
+
+@dataclasses.dataclass(frozen=True)
 class OneOffJob:
     """A one-off job, as the API submits it: one `jobs` row and its one execution."""
 

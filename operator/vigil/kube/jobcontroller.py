@@ -33,7 +33,7 @@ from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer, Key
 from vigil.kube.jobstatus import Change, JobStatusWriter, Step
 from vigil.kube.workqueue import WorkQueue
-from vigil.model.jobspec import InvalidJob, job_view
+from vigil.model.jobspec import InvalidJob, check_tier, job_view
 from vigil.model.names import SCHEDULED_JOBS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -86,7 +86,9 @@ class JobController:
         events: EventRecorder,
         clock: Clock,
         workers: int = WORKERS,
+        queue_enabled: bool = False,  # the volume tier is on (queue.dsn): `task:` jobs can run
     ) -> None:
+        self._queue_enabled = queue_enabled
         self._jobs = jobs
         self._writer = writer
         self._store = store
@@ -108,6 +110,7 @@ class JobController:
         generation = int(obj["metadata"].get("generation", 0))  # what this reconcile acts on
         try:
             view, spec = job_view(obj)
+            check_tier(spec, queue_enabled=self._queue_enabled)
             _validate_payload(view, spec, now)
         except (InvalidJob, PayloadError, ValueError) as err:
             self._invalid_event(obj, str(err))  # the Event is queued before the condition is written

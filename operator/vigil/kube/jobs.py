@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from vigil.core.chain import JobLookup
 from vigil.kube.informer import Informer, always
 from vigil.model import GROUP, VERSION
-from vigil.model.jobspec import InvalidJob, job_view, parse_spec
+from vigil.model.jobspec import InvalidJob, check_tier, job_view, parse_spec
 from vigil.model.names import SCHEDULED_JOBS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -40,8 +40,10 @@ def job_cache(api: client.ApiClient) -> Informer:
 
 
 class KubeCatalogue:
-    def __init__(self, api: client.ApiClient, *, cache: Informer | None = None) -> None:
+    def __init__(self, api: client.ApiClient, *, cache: Informer | None = None, queue_enabled: bool = False) -> None:
         self._custom = client.CustomObjectsApi(api)
+        #: Whether the volume tier is on (queue.dsn): without it a `task:` job is invalid.
+        self._queue_enabled = queue_enabled
         self.cache = cache
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
         #: The specs the trigger parsed last, for its launches and ledger writes: the most recent
@@ -86,6 +88,7 @@ class KubeCatalogue:
             return JobLookup(job=None)
         try:
             view, spec = job_view(obj)
+            check_tier(spec, queue_enabled=self._queue_enabled)
         except InvalidJob:
             return JobLookup(job=None, invalid=True)
         with self._lock:

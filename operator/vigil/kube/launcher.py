@@ -13,9 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubjectReview
 from kubernetes.client.exceptions import ApiException
@@ -23,8 +23,14 @@ from kubernetes.client.exceptions import ApiException
 from vigil.core.chain import Fire
 from vigil.core.executions import ConcurrencyPolicy, Execution, ExecutionReason, cancel, concurrency
 from vigil.core.ids import ExecutionId
-from vigil.core.payload import occurrence_variables, render_payload, render_template_string
+from vigil.core.payload import (
+    PayloadError,
+    occurrence_variables,
+    render_payload,
+    render_template_string,
+)
 from vigil.core.ports import Clock, Conflict, Launch
+from vigil.core.queue import Submission, queue_key
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
 from vigil.core.workflowruns import workflow_concurrency
@@ -44,7 +50,7 @@ from vigil.kube.pods import (
 )
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
-from vigil.model.jobspec import parse_spec
+from vigil.model.jobspec import TIER_OFF, parse_spec
 from vigil.model.names import LABEL_PRIORITY, WORKFLOWS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -105,6 +111,71 @@ class PodFactory:
             template=template, owner=job, execution_id=execution_id, attempt=attempt, env=env, timeout=timeout,
             controller=execution,
         )  # fmt: skip
+
+
+def occurrence_payload(
+    job: Mapping[str, Any], spec: ScheduledJobSpec, *, execution_id: str, fire: Fire
+) -> dict[str, Any]:
+    """The job's payload (or payloadTemplate) rendered for one occurrence, as a pod gets it."""
+    meta = job["metadata"]
+    occ = fire.occurrence
+    variables = occurrence_variables(
+        period_start=occ.period_start,
+        period_end=occ.period_end,
+        scheduled_for=occ.nominal,
+        execution_id=execution_id,
+        job_name=meta["name"],
+        job_namespace=meta["namespace"],
+    )
+    rendered = render_payload(
+        payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone
+    )
+    value: dict[str, Any] = json.loads(rendered)  # the model admits only objects
+    return value
+
+
+class TaskStore(Protocol):
+    """The queue store as the launcher uses it (`vigil.queue.store.QueueStore`, handed in by the
+    runtime: the adapters do not import each other)."""
+
+    def submit(self, queue: str, submissions: Sequence[Submission], *, now: datetime) -> list[str]: ...
+
+
+class TaskSubmitter:
+    """A `task:` job's occurrences into the queue store: one ready execution each, its id the
+    occurrence's execution id (also its idempotency key, so a repeated launch after a crash or a
+    failover adds nothing), due at the occurrence's fire time. A store that cannot be reached
+    raises: the trigger retries the entry with backoff, as it does a busy API server."""
+
+    def __init__(self, store: TaskStore, *, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+
+    def submit(self, job: Mapping[str, Any], spec: ScheduledJobSpec, fire: Fire) -> Launch:
+        task = spec.task
+        assert task is not None
+        meta = job["metadata"]
+        try:
+            payload = occurrence_payload(job, spec, execution_id=fire.execution_id, fire=fire)
+        except PayloadError as err:  # this occurrence's period renders badly: a retry would too
+            return Launch(created=False, refused=str(err))
+        submission = Submission(
+            task=task.name,
+            payload=payload,
+            run_after=fire.occurrence.fire_at,
+            priority=task.priority,
+            tenant=meta["namespace"] if task.tenant is None else task.tenant,
+            max_attempts=task.max_attempts,
+            idempotency_key=fire.execution_id,
+            execution_id=fire.execution_id,
+        )
+        queue = queue_key(meta["namespace"], task.queue)
+        [execution] = self._store.submit(queue, [submission], now=self._clock.now())
+        log.info(
+            "fired %s/%s nominal=%s task %s to queue %s execution=%s",
+            meta["namespace"], meta["name"], fire.occurrence.nominal.isoformat(), task.name, queue, execution,
+        )  # fmt: skip
+        return Launch(created=True)
 
 
 def workflow_body(job: Mapping[str, Any], fire: Fire) -> dict[str, Any]:
@@ -275,8 +346,10 @@ class ExecutionLauncher:
         pods: Any,  # CoreV1Api: deletes the pods of replaced executions
         on_ready: Callable[[], None] = lambda: None,
         as_started: Callable[[Execution], Execution] = lambda ex: ex,
+        tasks: TaskSubmitter | None = None,  # None: the volume tier is off (no queue.dsn)
     ) -> None:
         self._as_started = as_started
+        self._tasks = tasks
         self._store = store
         self._catalogue = catalogue
         self._clock = clock
@@ -300,6 +373,10 @@ class ExecutionLauncher:
         if job is None:
             raise MissingJob(f"{fire.job.namespace}/{fire.job.name}")
         spec = parse_spec(job)
+        if spec.task is not None:
+            if self._tasks is None:  # the job controller marks such a job Invalid; this is a guard
+                return Launch(created=False, refused=TIER_OFF)
+            return self._tasks.submit(job, spec, fire)
         if spec.workflow_template is not None:
             return self._launch_workflow(job, fire, policy=spec.concurrency_policy)
         active = self._store.active_for_job(fire.job.namespace, fire.job.uid)

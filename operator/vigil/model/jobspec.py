@@ -37,6 +37,16 @@ class InvalidJob(ValueError):
         self.problems = problems
 
 
+#: Why a `task:` job is Invalid while the operator has no queue store.
+TIER_OFF = "spec.task: the volume tier is off: set queue.dsn"
+
+
+def check_tier(spec: ScheduledJobSpec, *, queue_enabled: bool) -> None:
+    """Raise InvalidJob when the job submits to a queue and the volume tier is off."""
+    if spec.task is not None and not queue_enabled:
+        raise InvalidJob([TIER_OFF])
+
+
 def parse_spec(obj: Mapping[str, Any]) -> ScheduledJobSpec:
     try:
         return ScheduledJobSpec.model_validate(obj.get("spec") or {})

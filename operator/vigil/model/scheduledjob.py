@@ -2,7 +2,7 @@
 
 A ScheduledJob fires once (``runAt``), on a cron schedule in an IANA time zone (``cron``), or at a
 fixed interval (``every``). Each occurrence runs a pod (``template``) or a workflow
-(``workflowTemplate``). The fields that are easy to forget are the ones that make failures
+(``workflowTemplate``), or is submitted to a TaskQueue of the volume tier (``task``). The fields that are easy to forget are the ones that make failures
 visible: ``expectedMaxInterval`` is what the watchdog asserts, and a suspended job must say why.
 
 Admission (CEL) checks the combinations; the pydantic validators here check them again and
@@ -59,6 +59,7 @@ from vigil.model.common import (
 )
 from vigil.model.durations import format_duration, parse_duration
 from vigil.model.names import SCHEDULED_JOBS
+from vigil.model.taskqueue import TenantKey
 from vigil.model.workflow import WorkflowTemplate
 
 # --------------------------------------------------------------------------------------------
@@ -186,7 +187,7 @@ class Freshness(SpecModel):
 
 MESSAGE_ONE_SCHEDULE = "exactly one of runAt, cron or every must be set"
 MESSAGE_ONE_PAYLOAD = "at most one of payload or payloadTemplate may be set"
-MESSAGE_ONE_TEMPLATE = "exactly one of template or workflowTemplate must be set"
+MESSAGE_ONE_TEMPLATE = "exactly one of template, workflowTemplate or task must be set"
 MESSAGE_SUSPEND_REASON = "suspendReason is required when suspend is true"
 MESSAGE_JITTER_INTERVAL = "jitter must not be longer than the interval between occurrences (every)"
 MESSAGE_EXPECTED_INTERVAL = (
@@ -195,7 +196,7 @@ MESSAGE_EXPECTED_INTERVAL = (
 )
 
 _SCHEDULE_FIELDS = ("run_at", "cron", "every")
-_TEMPLATE_FIELDS = ("template", "workflow_template")
+_TEMPLATE_FIELDS = ("template", "workflow_template", "task")
 
 _SPEC_RULES = cel_rules(
     CelRule(rule=f"{count_set('runAt', 'cron', 'every')} == 1", message=MESSAGE_ONE_SCHEDULE),
@@ -205,7 +206,7 @@ _SPEC_RULES = cel_rules(
         field_path=".payloadTemplate",
         reason="FieldValueForbidden",
     ),
-    CelRule(rule="has(self.template) != has(self.workflowTemplate)", message=MESSAGE_ONE_TEMPLATE),
+    CelRule(rule=f"{count_set('template', 'workflowTemplate', 'task')} == 1", message=MESSAGE_ONE_TEMPLATE),
     CelRule(
         rule="!has(self.suspend) || !self.suspend || "
         "(has(self.suspendReason) && self.suspendReason != '')",
@@ -226,6 +227,37 @@ _SPEC_RULES = cel_rules(
         field_path=".expectedMaxInterval",
     ),
 )
+
+
+#: The store's priority is a smallint; lower runs first.
+TASK_PRIORITY_RANGE = (-32768, 32767)
+TASK_NAME_MAX_LENGTH = 253  # as the HTTP API's task names
+
+
+class TaskRef(SpecModel):
+    """A task of the volume tier each occurrence is submitted to, instead of a pod: one
+    execution in the queue store per occurrence, run by a `vigil worker`."""
+
+    queue: ObjectName = Field(description="The TaskQueue's name, in the job's own namespace.")
+    name: Annotated[str, StringConstraints(min_length=1, max_length=TASK_NAME_MAX_LENGTH)] = Field(
+        description="The task to run: the name a worker registered with @task."
+    )
+    priority: int = Field(
+        default=0,
+        ge=TASK_PRIORITY_RANGE[0],
+        le=TASK_PRIORITY_RANGE[1],
+        description="The execution's priority in the queue: lower runs first (0 by default).",
+    )
+    max_attempts: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description="Attempts before a dead letter; unset, the TaskQueue's retry.maxAttempts.",
+    )
+    tenant: TenantKey | None = Field(
+        default=None,
+        description="The tenant leasing rotates fairly between; unset, the job's namespace.",
+    )
 
 
 class Retention(SpecModel):
@@ -362,13 +394,21 @@ class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
     )
     template: PodTemplate | None = Field(
         default=None,
-        description="The pod to run for each execution. One of template, workflowTemplate.",
+        description="The pod to run for each execution. One of template, workflowTemplate, task.",
     )
     workflow_template: WorkflowTemplate | None = Field(
         default=None,
         description="A workflow to start for each occurrence: each occurrence creates one "
         "Workflow named from its execution id, with these steps (or this definitionRef), "
-        "onFailure and parameters. One of template, workflowTemplate.",
+        "onFailure and parameters. One of template, workflowTemplate, task.",
+    )
+    task: TaskRef | None = Field(
+        default=None,
+        description="Submit each occurrence to a TaskQueue of the volume tier instead of running a "
+        "pod: one execution per occurrence (its payload rendered as for a pod, due at the "
+        "occurrence's fire time, keyed by its execution id), run by a vigil worker. Needs the "
+        "operator's queue.dsn. concurrencyPolicy, retention and retry do not apply (the queue's "
+        "retry does). One of template, workflowTemplate, task.",
     )
     freshness: Freshness | None = Field(
         default=None,

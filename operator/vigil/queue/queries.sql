@@ -8,6 +8,8 @@ SELECT pg_advisory_xact_lock(hashtext('vigil_queue_migrations'));
 -- name: submit
 -- Many submissions in one statement; a repeated (queue, idempotency key) keeps the first row. A
 -- submission without max_attempts takes its queue's declared retry.maxAttempts, else the default.
+-- A ScheduledJob's occurrence brings its own execution id: one already enqueued (in another queue,
+-- when the job's task.queue changed between two launches of the occurrence) adds nothing either.
 INSERT INTO vigil_queue.executions AS e
     (execution_id, queue, task, payload, priority, tenant, state, attempt, max_attempts,
      run_after, scheduled_for, idempotency_key, created_at)
@@ -20,7 +22,7 @@ FROM unnest(%(execution_ids)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[],
             %(priorities)s::smallint[], %(tenants)s::text[], %(max_attempts)s::smallint[],
             %(run_afters)s::timestamptz[], %(idempotency_keys)s::text[])
      AS s(execution_id, task, payload, priority, tenant, max_attempts, run_after, idempotency_key)
-ON CONFLICT (queue, idempotency_key) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING e.execution_id, e.idempotency_key;
 
 -- name: existing_by_key

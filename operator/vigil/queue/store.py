@@ -66,6 +66,7 @@ from vigil.core.queue import (
     QueueUnavailable,
     Recurrence,
     Settlement,
+    Submission,
     Submitted,
     after_expiry,
     cancel_refusal,
@@ -98,27 +99,6 @@ def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
 
 
 QUERIES = load_queries()
-
-
-@dataclasses.dataclass(frozen=True)
-class Submission:
-    """One execution to enqueue. Lower `priority` runs first; `tenant` defaults to none."""
-
-    task: str
-    payload: dict[str, Any] = dataclasses.field(default_factory=dict)
-    run_after: datetime | None = None  # None: at once (the submit's `now`)
-    priority: int = 0
-    tenant: str = ""
-    max_attempts: int | None = None  # None: the queue's retry.maxAttempts, else DEFAULT_MAX_ATTEMPTS
-    idempotency_key: str | None = None
-
-    def __post_init__(self) -> None:
-        if not self.task:
-            raise ValueError("task must not be empty")
-        if self.max_attempts is not None and not 1 <= self.max_attempts <= 1000:
-            raise ValueError(f"max_attempts must be within 1..1000, got {self.max_attempts}")
-        if not -32768 <= self.priority <= 32767:
-            raise ValueError(f"priority must fit a smallint, got {self.priority}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +189,8 @@ class QueueStore:
 
         A submission whose (queue, idempotency key) exists already — in the store
         or earlier in the same batch — gets the first one's id and adds nothing.
-        Workers listening on the queue are woken when the transaction commits.
+        Workers listening on the queue are woken when the transaction commits. A database
+        that cannot be reached raises QueueUnavailable.
         """
         now = require_aware(now, name="now")
         if not submissions:
@@ -229,7 +210,7 @@ class QueueStore:
             "idempotency_keys": [s.idempotency_key for s in submissions],
         }
         keys = [s.idempotency_key for s in submissions if s.idempotency_key is not None]
-        with self.connect() as connection, connection.transaction():
+        with self._reachable(), self.connect() as connection, connection.transaction():
             connection.execute(QUERIES["submit"], params).fetchall()
             existing: dict[str, str] = {}
             if keys:
@@ -555,8 +536,11 @@ def declaration_from_row(row: Sequence[Any]) -> QueueDeclaration:
 def _new_id(submission: Submission, now: datetime) -> str:
     """A stable id for a new execution: the core's (occurrence uid, nominal second) derivation.
 
-    A one-off submission is its own occurrence: a fresh uid, its run_after to the second.
+    A one-off submission is its own occurrence: a fresh uid, its run_after to the second. A
+    submission that brings its occurrence's id (a ScheduledJob's) keeps it.
     """
+    if submission.execution_id is not None:
+        return submission.execution_id
     nominal = (submission.run_after or now).replace(microsecond=0)
     return derive_execution_id(str(uuid.uuid4()), nominal)
 
