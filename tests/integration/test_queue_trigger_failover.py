@@ -1,4 +1,4 @@
-"""Three operator replicas × 8 trigger shards fire 10,000 jobs due together exactly once, through a crash.
+"""Three operator replicas, 8 trigger shards fire 10,000 jobs due together exactly once, through a crash.
 
 The replicas are `vigil.runtime.start_trigger_shards` as `vigil operator` starts it (in
 threads here), sharing 8 shards through real Leases on the real API server, against real
