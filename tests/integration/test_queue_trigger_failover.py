@@ -28,8 +28,9 @@ from tests.integration.conftest import KubeCluster
 from tests.queue.conftest import conninfo
 from tests.queue.marks import marks, record_marks
 from tests.waiting import wait_for
+from vigil.core.recurring import RecurringJob
 from vigil.kube.shardleases import ShardLeases
-from vigil.queue.catalogue import Catalogue, RecurringJob
+from vigil.queue.catalogue import Catalogue
 from vigil.queue.store import QueueStore
 from vigil.runtime import lease_config, start_trigger_shards
 from vigil.settings import Settings
@@ -82,7 +83,7 @@ def replicas(
 
 def _rows(dsn: str, query: str, params: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
     with psycopg.connect(dsn) as connection:
-        return connection.execute(query, params).fetchall()  # type: ignore[arg-type]
+        return connection.execute(query, params).fetchall()
 
 
 def _fired_on(dsn: str, shards: set[int]) -> int:
@@ -162,7 +163,7 @@ def test_three_replicas_fire_ten_thousand_due_jobs_once_through_a_leaders_crash(
     ledger = marks(queue_dsn)
     assert len(ledger) == JOBS and {row[0] for row in ledger} == catalogued
     assert {(nominal, outcome, times) for _, nominal, outcome, _, times in ledger} == {(new_year, "Fired", 1)}
-    fired = dict(_rows(queue_dsn, "SELECT job_id, execution_id FROM vigil_queue.executions"))
+    fired = {row[0]: row[1] for row in _rows(queue_dsn, "SELECT job_id, execution_id FROM vigil_queue.executions")}
     assert all(fired[job_id] == execution for job_id, _, _, execution, _ in ledger)
     # and each chain goes on: exactly one next occurrence per job, a year on, waiting
     [(waiting, distinct, nominal)] = _rows(

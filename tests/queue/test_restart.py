@@ -28,8 +28,9 @@ from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import in_process, runs
 from tests.waiting import wait_for
 from vigil.core.chain import CatchUp, CatchUpPolicy
+from vigil.core.recurring import RecurringJob
 from vigil.queue import trigger as trigger_module
-from vigil.queue.catalogue import Catalogue, RecurringJob
+from vigil.queue.catalogue import Catalogue
 from vigil.queue.store import QueueStore
 
 pytestmark = pytest.mark.postgres
@@ -73,7 +74,7 @@ def dsn(server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def _rows(dsn: str, query: str) -> list[tuple[object, ...]]:
     with psycopg.connect(dsn) as connection:
-        return connection.execute(query).fetchall()  # type: ignore[arg-type]
+        return connection.execute(query).fetchall()
 
 
 def _answers(dsn: str) -> bool:
