@@ -322,9 +322,14 @@ class Worker:
                     entry = self._held.get((leased.execution_id, leased.attempt))
                     if entry is not None:
                         entry[1].lease_lost = True
-                cancelled = await self._require_books().cancelled(gone)  # through the API: no copy runs
-                copies = [leased for leased in gone if leased.execution_id not in cancelled]
-                await self._require_books().mark_duplicates(copies)
+                try:
+                    cancelled = await self._require_books().cancelled(gone)  # through the API: no copy runs
+                    copies = [leased for leased in gone if leased.execution_id not in cancelled]
+                    await self._require_books().mark_duplicates(copies)
+                except psycopg.OperationalError as error:  # the acknowledgement marks them later
+                    log.warning("worker %s: recording lost leases failed (%s)", self.name, error)
+                    await self._reconnect(self._require_books())
+                    continue
                 self._count_duplicates(copies)
 
     async def _expiries(self, halt: asyncio.Event) -> None:
