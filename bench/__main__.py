@@ -32,6 +32,10 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
 12. **queue** — the volume tier: `--queue-executions` no-op executions end to end through
    `vigil worker` processes beside pgqueuer's on the same PostgreSQL, over 1, 2 and 4 worker
    processes (bench/queue.py); needs no cluster.
+13. **queuetrigger** — the volume tier's trigger and recovery (bench/queuetrigger.py): cost per
+   due job with 10,000 vs 1,000,000 jobs catalogued, lag from each fire time with 100,000 due in
+   one hour, the shard process's RSS over 1,000,000 jobs, and a SIGKILLed worker's execution
+   running again; `--queue-trigger "--large 100000 ..."` passes sizes; needs no cluster.
 
 Every measurement gets a fresh local control plane of its own (bench/cluster.py), with an API
 server audit log, and runs the operator as the chart's ServiceAccount. The lag figures all use
@@ -46,6 +50,7 @@ import argparse
 import io
 import math
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass, field
@@ -58,6 +63,7 @@ from bench import history as history_bench
 from bench import onboarding as onboarding_bench
 from bench import podfloor
 from bench import queue as queue_bench
+from bench import queuetrigger as queue_trigger_bench
 from bench import rss as rss_bench
 from bench import workflows as workflow_bench
 from bench.audit import READ_VERBS, short_user
@@ -104,6 +110,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
     "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
+    "queuetrigger",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -454,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-workflows", type=int, default=1000, help="waiting Workflows of the rss section")
     parser.add_argument("--queue-executions", type=int, default=queue_bench.DEFAULT_EXECUTIONS,
                         help="no-op executions per measurement of the queue section")  # fmt: skip
+    parser.add_argument("--queue-trigger", default="", metavar="ARGS",
+                        help="arguments of the queuetrigger section (python -m bench.queuetrigger --help)")  # fmt: skip
     parser.add_argument("--rss-settle", type=float, default=60.0, help="seconds of RSS samples once the load is in")
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
@@ -554,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
     if "queue" in chosen:
         print()
         run.rows.extend(queue_bench.run(args.queue_executions, queue_bench.DEFAULT_WORKERS))
+
+    if "queuetrigger" in chosen:
+        print()
+        run.rows.extend(queue_trigger_bench.section(shlex.split(args.queue_trigger)))
 
     print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
     for line in table(run.rows):

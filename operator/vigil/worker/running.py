@@ -114,6 +114,7 @@ class Worker:
         self._threads = ThreadPoolExecutor(settings.concurrency, thread_name_prefix="vigil-task")
         self._store: WorkerStore | None = None  # leasing: its own connection, never behind an ack
         self._books: WorkerStore | None = None  # acknowledgements, heartbeats, expiries, once
+        self._reconnecting = asyncio.Lock()
 
     async def run(self, stop: asyncio.Event) -> WorkerCounts:
         """Work until `stop`, then drain; returns what was done."""
@@ -142,8 +143,8 @@ class Worker:
             self._results_ready.set()
             await asyncio.gather(*helpers, return_exceptions=True)
             await self._flush()
-            await connection.close()
-            await books.close()
+            await self._require_store().connection.close()
+            await self._require_books().connection.close()
             self._threads.shutdown(wait=False, cancel_futures=True)
         return self.counts
 
@@ -166,6 +167,7 @@ class Worker:
                 )  # fmt: skip
             except psycopg.OperationalError as error:
                 log.warning("worker %s: leasing failed (%s); retrying after the poll interval", self.name, error)
+                await self._reconnect(store)
                 leased = []
             for item in leased:
                 self._start(item)
@@ -273,6 +275,7 @@ class Worker:
             declared = await self._require_books().declaration()
         except psycopg.OperationalError as error:
             log.warning("worker %s: reading the queue's declaration failed (%s)", self.name, error)
+            await self._reconnect(self._require_books())
             return
         if declared != self.declared:
             log.info("worker %s: queue %s declared as %s", self.name, self.queue, declared or "nothing (flags apply)")
@@ -300,6 +303,7 @@ class Worker:
         except psycopg.OperationalError as error:
             log.warning("worker %s: acknowledging failed (%s); will retry", self.name, error)
             self._results = batch + self._results
+            await self._reconnect(self._require_books())
             return
         self._count_duplicates([f.leased for f in report.stale])
 
@@ -310,6 +314,7 @@ class Worker:
                 lost = await self._require_books().heartbeat(held, lease=self.lease, now=self.clock.now())
             except psycopg.OperationalError as error:
                 log.warning("worker %s: heartbeat failed (%s)", self.name, error)
+                await self._reconnect(self._require_books())
                 continue
             if lost:
                 gone = [leased for leased in held if leased.execution_id in lost]
@@ -317,9 +322,14 @@ class Worker:
                     entry = self._held.get((leased.execution_id, leased.attempt))
                     if entry is not None:
                         entry[1].lease_lost = True
-                cancelled = await self._require_books().cancelled(gone)  # through the API: no copy runs
-                copies = [leased for leased in gone if leased.execution_id not in cancelled]
-                await self._require_books().mark_duplicates(copies)
+                try:
+                    cancelled = await self._require_books().cancelled(gone)  # through the API: no copy runs
+                    copies = [leased for leased in gone if leased.execution_id not in cancelled]
+                    await self._require_books().mark_duplicates(copies)
+                except psycopg.OperationalError as error:  # the acknowledgement marks them later
+                    log.warning("worker %s: recording lost leases failed (%s)", self.name, error)
+                    await self._reconnect(self._require_books())
+                    continue
                 self._count_duplicates(copies)
 
     async def _expiries(self, halt: asyncio.Event) -> None:
@@ -328,6 +338,7 @@ class Worker:
                 expired = await self._require_books().expire(now=self.clock.now())
             except psycopg.OperationalError as error:
                 log.warning("worker %s: returning expired leases failed (%s)", self.name, error)
+                await self._reconnect(self._require_books())
                 continue
             if expired:
                 self.counts.expired += len(expired)
@@ -348,6 +359,22 @@ class Worker:
             except psycopg.OperationalError as error:
                 log.warning("worker %s: LISTEN failed (%s); polling meanwhile", self.name, error)
                 await _stopped(halt, self.settings.poll_interval.total_seconds())
+
+    async def _reconnect(self, store: WorkerStore) -> None:
+        """Replace `store`'s connection if the server cut it (a restart, a network break).
+
+        A connection that is only slow stays. A failed connect leaves the closed one in place,
+        so the next failing statement tries again: the worker never has to be restarted.
+        """
+        async with self._reconnecting:
+            if not store.connection.closed:
+                return  # still open, or another coroutine replaced it meanwhile
+            try:
+                store.connection = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+            except psycopg.OperationalError as error:
+                log.warning("worker %s: reconnecting failed (%s); trying again on the next failure", self.name, error)
+                return
+            log.info("worker %s: reconnected to the queue store", self.name)
 
     def _count_duplicates(self, attempts: list[Leased]) -> None:
         for leased in attempts:
