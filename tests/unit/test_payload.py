@@ -81,6 +81,10 @@ ATTACKS = [
     pytest.param("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "recursion", id="endless recursion"),
     pytest.param(f"{{{{ range({MAX_RANGE + 1}) | list }}}}", f"larger than {MAX_NUMBER}", id="range past the cap"),
     pytest.param("{{ job.name }}" * MAX_TEXT, "the template would be", id="a source past the size cap"),
+    # Mistakes rather than attacks: they fail when rendered, and a retry would fail the same way.
+    pytest.param("{{ 1 // 0 }}", "ZeroDivisionError", id="division by zero"),
+    pytest.param('{{ "a" + 1 }}', "TypeError", id="text plus a number"),
+    pytest.param('{{ "{0:d}".format("x") }}', "ValueError", id="a format refusing its argument"),
 ]
 
 

@@ -82,6 +82,10 @@ def render_template_string(text: str, variables: Mapping[str, Any], *, timezone:
         return render_compiled(_compiled(timezone, text), dict(variables))
     except (TemplateError, TemplateLimitExceeded, RecursionError) as err:
         raise PayloadError(f"{field}: {err}") from err
+    except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError) as err:
+        # The template's own mistake at render time ({{ 1 // 0 }}, {{ "a" + 1 }}): bad input like
+        # any other, never an error that a retry of the occurrence could get past.
+        raise PayloadError(f"{field}: {type(err).__name__}: {err}") from err
 
 
 def _render(value: Any, variables: Mapping[str, Any], timezone: str, field: str) -> Any:
