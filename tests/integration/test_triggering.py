@@ -158,8 +158,13 @@ def test_an_outage_with_catch_up_latest_records_the_rest_as_missed(
     assert len(in_gap) >= 5
     assert set(in_gap.values()) == {"Missed"}
     assert not set(in_gap) & set(stamps)
-    events = cluster.core.list_namespaced_event(namespace, field_selector="reason=Missed").items
-    assert events, "a Missed occurrence must also be an Event"
+    # The Events are posted in the background once the ledger is written: wait for them.
+    events = wait_for(
+        lambda: cluster.core.list_namespaced_event(namespace, field_selector="reason=Missed").items,
+        timeout=30,
+        what="a Missed occurrence's Event",
+    )
+    assert all(event.type == "Warning" for event in events)
 
 
 def test_an_outage_with_catch_up_none_fires_nothing_late(
