@@ -181,7 +181,7 @@ class OffsetClock:
 
     def now(self) -> datetime:
         self.local.now = datetime.now(UTC) + self.offset
-        return self.local.now  # type: ignore[no-any-return]
+        return self.local.now  # type: ignore[no-any-return]  # the thread-local is untyped; it holds a datetime
 
 
 def fire_lag(server: PostgresServer, *, jobs: int) -> list[float]:

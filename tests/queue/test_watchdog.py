@@ -42,7 +42,7 @@ class CountingConnection(psycopg.Connection[Any]):
 
     statements = 0
 
-    def execute(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def execute(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # counts every statement; psycopg overloads execute per query type
         CountingConnection.statements += 1
         return super().execute(*args, **kwargs)
 

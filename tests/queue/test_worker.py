@@ -201,7 +201,7 @@ def test_a_worker_follows_its_queues_declaration_lease_and_reserved_slots(store:
         wait_for(lambda: store.counts("q")["leased"] == 4, timeout=30, what="priority 0 in its reserved slots")
         held = [store.execution(eid) for eid in urgent]
         assert all(h is not None and h["state"] == "leased" for h in held)
-        left = held[0]["lease_expires_at"] - now()  # type: ignore[index]
+        left = held[0]["lease_expires_at"] - now()  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
         assert timedelta(seconds=30) < left <= timedelta(seconds=40)  # the declaration's, not FAST's 2 s
         for eid in backfill + urgent:
             release(tables, eid)

@@ -18,7 +18,7 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 def facts(**fields: object) -> QueueJobFacts:
     given: dict[str, object] = {"expected_max_interval": timedelta(hours=1), **fields}
-    return QueueJobFacts(job_id="j", queue="shop/orders", created_at=T0, **given)  # type: ignore[arg-type]
+    return QueueJobFacts(job_id="j", queue="shop/orders", created_at=T0, **given)  # type: ignore[arg-type]  # tests pass partial facts as keyword values
 
 
 def test_the_declarative_rules_judge_catalogue_jobs() -> None:

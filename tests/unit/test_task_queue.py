@@ -90,7 +90,7 @@ def test_status_shows_the_counts_and_behind_against_the_objective() -> None:
     caught_up = queue_status(status, stats=stats(None), objective=timedelta(minutes=1), invalid=None, generation=3, now=NOW + timedelta(seconds=5))
     assert "oldestReadyAge" not in caught_up
     assert types(caught_up)["Behind"] == ("False", "WithinObjective")
-    ready = next(c for c in caught_up["conditions"] if c["type"] == "Ready")  # type: ignore[attr-defined]
+    ready = next(c for c in caught_up["conditions"] if c["type"] == "Ready")  # type: ignore[attr-defined]  # status conditions are a list of mappings in the model dump
     assert ready["lastTransitionTime"] == "2026-12-02T12:00:00Z"  # unchanged: moves only when its status does
 
 

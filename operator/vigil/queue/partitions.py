@@ -84,7 +84,7 @@ def maintain(connection: psycopg.Connection[Any], *, now: datetime, ahead: timed
     if not connection.autocommit:
         raise ValueError("maintain() needs an autocommit connection: each partition is its own transaction")
     key = {"key": ADVISORY_KEY}
-    if not connection.execute("SELECT pg_try_advisory_lock(hashtext(%(key)s))", key).fetchone()[0]:  # type: ignore[index]
+    if not connection.execute("SELECT pg_try_advisory_lock(hashtext(%(key)s))", key).fetchone()[0]:  # type: ignore[index]  # SELECT of a function returns exactly one row
         return Maintenance(created=[], dropped=[], skipped=True)
     try:
         existing = _partitions(connection)
