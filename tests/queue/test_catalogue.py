@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.waiting import wait_for
 from vigil.core.chain import CatchUp, CatchUpPolicy
 from vigil.core.ids import execution_id
 from vigil.core.jitter import jitter_offset
@@ -362,6 +363,54 @@ def test_partition_upkeep_from_several_replicas_at_once_makes_each_partition_onc
     made = [name for result in results for name in result.created]
     assert len(results) == 4 and len(made) == len(set(made))
     assert len(partitions_now(dsn)) == 25
+
+
+def test_making_a_partition_never_deadlocks_with_a_pass_that_read_default_and_then_inserts_into_it(
+    dsn: str, store: QueueStore
+) -> None:
+    """A firing transaction reads the due rows (DEFAULT included) and then inserts a far next occurrence.
+
+    Upkeep waiting for DEFAULT meanwhile must let that insert through: holding a weaker lock on
+    DEFAULT and upgrading it at ATTACH made the two wait on each other until PostgreSQL killed one.
+    """
+    store.maintain_partitions(now=T0, ahead=timedelta(hours=1))
+    far = T0 + timedelta(days=30)
+    with psycopg.connect(dsn) as firing:
+        firing.execute("SELECT count(*) FROM vigil_queue.schedule_buckets WHERE minute <= %(now)s", {"now": T0})
+        backend = firing.info.backend_pid
+        made: list[partitions.Maintenance] = []
+        failed: list[BaseException] = []
+
+        def upkeep() -> None:
+            try:
+                made.append(store.maintain_partitions(now=T0, ahead=timedelta(hours=2)))
+            except BaseException as error:  # the test reports whatever upkeep raised
+                failed.append(error)
+
+        maintainer = threading.Thread(target=upkeep)
+        maintainer.start()
+        wait_for(
+            lambda: waiting_on(dsn, besides=backend),
+            timeout=10,
+            interval=0.02,
+            what="upkeep to wait for the firing transaction's lock",
+        )
+        firing.execute(
+            "INSERT INTO vigil_queue.schedule_buckets (minute, shard, job_id, nominal, fire_at)"
+            " VALUES (%(at)s, 0, 'far', %(at)s, %(at)s)",
+            {"at": far},
+        )
+        firing.commit()
+    maintainer.join(timeout=30)
+    assert failed == []
+    assert [result.created for result in made] == [["schedule_buckets_p2026120113"]]
+    assert rows(dsn, "SELECT job_id FROM vigil_queue.schedule_buckets_default") == [("far",)]
+
+
+def waiting_on(dsn: str, *, besides: int) -> bool:
+    """Whether a backend other than `besides` waits for a lock."""
+    found = rows(dsn, "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid <> %(pid)s", {"pid": besides})
+    return bool(found[0][0])
 
 
 def test_a_fired_execution_is_leasable_by_a_worker(dsn: str, catalogue: Catalogue, trigger: ShardTrigger) -> None:

@@ -14,10 +14,12 @@ job that runs at least daily (its next occurrence at most ~25 h ahead, with a
 daylight-saving day) lands in an hourly partition. A rarer job's next occurrence
 (weekly, monthly) lands in the DEFAULT partition, so an insert never fails. When
 the hour's partition is made, its rows move out of DEFAULT in the same
-transaction: CREATE the table alone, move the rows, ATTACH it. Inserts into
-DEFAULT wait on a lock for that moment (otherwise a row could arrive between the
-move and the ATTACH, which would then refuse); PostgreSQL scans DEFAULT during
-ATTACH, so its size — the rare jobs only — bounds the pause.
+transaction: CREATE the table alone, move the rows, ATTACH it. DEFAULT is locked
+ACCESS EXCLUSIVE for that moment, the mode ATTACH needs, taken first: a row
+could otherwise arrive between the move and the ATTACH, which would then refuse,
+and a weaker lock upgraded at ATTACH deadlocks with a firing transaction that
+read DEFAULT and then inserts into it. PostgreSQL scans DEFAULT during ATTACH,
+so its size — the rare jobs only — bounds the pause.
 
 Dropping. A partition whose hour has passed is dropped only when none of its rows
 is unfired, checked under the parent's lock in the transaction that drops it
@@ -140,8 +142,10 @@ def _create(connection: psycopg.Connection[Any], name: str, start: datetime) -> 
     with connection.transaction():
         connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
         # Parent first, then DEFAULT: the order every statement through the parent takes them in.
+        # DEFAULT at once in the mode ATTACH needs: a weaker lock upgraded at ATTACH deadlocks with a
+        # firing transaction that read DEFAULT (due rows) and then inserts into it (a far occurrence).
         connection.execute(sql.SQL("LOCK TABLE ONLY {} IN SHARE UPDATE EXCLUSIVE MODE").format(_table(PARENT)))
-        connection.execute(sql.SQL("LOCK TABLE {} IN SHARE ROW EXCLUSIVE MODE").format(_table(DEFAULT_PARTITION)))
+        connection.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(_table(DEFAULT_PARTITION)))
         connection.execute(
             sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
                 _table(name), _table(PARENT)
