@@ -136,6 +136,41 @@ def test_a_tenants_backlog_does_not_hold_back_another_tenants_work(
     assert mine <= set(leased)  # and all of B's within two batches
 
 
+BACKFILL = 100_000  # the issue's size: tenant A's whole backfill is ready at once
+BATCH = 10  # one lease round trip of a worker with concurrency 10
+
+
+def test_a_100000_job_backfill_delays_another_tenant_and_a_higher_priority_by_one_batch_at_most(
+    store: QueueStore, dsn: str
+) -> None:
+    """While workers chew through A's backfill, B's work and A's own urgent job each wait one batch at most."""
+    for start in range(0, BACKFILL, 20_000):
+        chunk = [Submission("record", {"n": i}, tenant="a") for i in range(start, start + 20_000)]
+        store.submit("q", chunk, now=T0 - timedelta(hours=1))
+
+    async def run() -> tuple[list[str], list[str], list[tuple[str, int]]]:
+        async with workers(dsn, "q", "w1", "w2") as [w1, w2]:
+            at = T0
+            for _ in range(5):  # the backfill is running: both workers take and finish A's batches
+                for w in (w1, w2):
+                    got = await w.lease(["record"], limit=BATCH, lease=LEASE, now=at)
+                    assert {g.tenant for g in got} == {"a"} and len(got) == BATCH
+                    await w.settle([Finished(g, AttemptOutcome.SUCCEEDED, at, at) for g in got], now=at)
+                at += timedelta(seconds=1)
+            mine = store.submit("q", [Submission("record", tenant="b") for _ in range(3)], now=at)
+            [urgent] = store.submit("q", [Submission("record", tenant="a", priority=-1)], now=at)
+            next_batch = await w1.lease(["record"], limit=BATCH, lease=LEASE, now=at)
+        return mine, [urgent], [(g.execution_id, g.priority) for g in next_batch]
+
+    mine, urgent, next_batch = asyncio.run(run())
+    leased = {execution_id for execution_id, _ in next_batch}
+    assert set(mine) <= leased  # every one of B's executions in the very next batch
+    assert set(urgent) <= leased and next_batch[0] == (urgent[0], -1)  # the higher priority first
+    assert len(next_batch) == BATCH  # and the rest of the batch keeps the backfill going
+    ready = BACKFILL + 4 - 100 - BATCH
+    assert store.counts("q") == {"succeeded": 100, "leased": BATCH, "ready": ready, "dead": 0, "cancelled": 0}
+
+
 def test_an_expired_lease_is_leased_again_with_the_same_id_and_the_next_attempt(
     store: QueueStore, dsn: str
 ) -> None:
