@@ -36,6 +36,9 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
    due job with 10,000 vs 1,000,000 jobs catalogued, lag from each fire time with 100,000 due in
    one hour, the shard process's RSS over 1,000,000 jobs, and a SIGKILLed worker's execution
    running again; `--queue-trigger "--large 100000 ..."` passes sizes; needs no cluster.
+14. **queuerss** — a whole `vigil operator` with the volume tier on (bench/rss.py): its RSS once
+   it holds every trigger shard, over `--queue-rss` SMALL,LARGE (10,000 and 1,000,000) daily
+   jobs catalogued in a fresh database each, the large beside the small.
 
 Every measurement gets a fresh local control plane of its own (bench/cluster.py), with an API
 server audit log, and runs the operator as the chart's ServiceAccount. The lag figures all use
@@ -92,6 +95,7 @@ from bench.reporting import (
     table,
 )
 from e2e.cluster import localcluster
+from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
 from vigil.core.buckets import BucketEntry, entry_key, minute_of
 from vigil.core.ids import execution_id
 from vigil.core.memory import FakeClock
@@ -110,7 +114,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
     "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
-    "queuetrigger",
+    "queuetrigger", "queuerss",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -435,6 +439,39 @@ def run_rss(run: Run) -> None:
             target=f"<= {RSS_BUDGET_MIB} MiB at 10000/10000/1000")  # fmt: skip
 
 
+def run_queue_rss(run: Run) -> None:
+    """A whole operator with the volume tier on, over SMALL and then LARGE recurring jobs catalogued."""
+    small, large = (int(n) for n in run.args.queue_rss.split(","))
+    print(f"\n## queuerss: the operator's resident memory with the volume tier on, {small} vs {large} jobs catalogued")
+    server = PostgresServer.create(settings=DURABLE_SETTINGS)
+    steady: dict[int, float] = {}
+    try:
+        for jobs in (small, large):
+            dsn = queue_trigger_bench.fresh_database(server)
+            now = datetime.now(UTC)
+            queue_trigger_bench.prepare(dsn, now=now)
+            added = time.monotonic()
+            queue_trigger_bench.catalogue(dsn, queue_trigger_bench.daily_jobs(jobs), now=now)
+            queue_trigger_bench.analyse(dsn)
+            print(f"  {jobs} daily jobs catalogued in {time.monotonic() - added:.0f}s")
+            with fresh_cluster("queuerss") as b:
+                got = rss_bench.run_queue(b, dsn=dsn, shards=queue_trigger_bench.SHARDS, settle=run.args.rss_settle)
+            for note in got.notes:
+                print(f"  note: {note}")
+            if got.samples:
+                steady[jobs] = got.steady
+                print(f"  {jobs} catalogued: every shard held {got.loaded_after or float('nan'):.0f}s after start; "
+                      f"VmRSS steady {got.steady:.0f} MiB, peak {max(got.samples):.0f} MiB")  # fmt: skip
+    finally:
+        server.drop()
+    if small in steady and large in steady:
+        run.add(f"operator RSS, volume tier on, {large} jobs catalogued", f"{steady[large]:.0f} MiB",
+                reference=f"{steady[small]:.0f} MiB at {small}", ratio=f"{steady[large] / steady[small]:.2f}x",
+                target=f"<= {RSS_BUDGET_MIB} MiB")  # fmt: skip
+    else:
+        run.add(f"operator RSS, volume tier on, {large} jobs catalogued", "n/a (no samples)", target=f"<= {RSS_BUDGET_MIB} MiB")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -464,6 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue-trigger", default="", metavar="ARGS",
                         help="arguments of the queuetrigger section (python -m bench.queuetrigger --help)")  # fmt: skip
     parser.add_argument("--rss-settle", type=float, default=60.0, help="seconds of RSS samples once the load is in")
+    parser.add_argument("--queue-rss", default="10000,1000000", metavar="SMALL,LARGE",
+                        help="jobs catalogued for the queuerss section's reference and figure")  # fmt: skip
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
@@ -567,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
     if "queuetrigger" in chosen:
         print()
         run.rows.extend(queue_trigger_bench.section(shlex.split(args.queue_trigger)))
+
+    if "queuerss" in chosen:
+        run_queue_rss(run)
 
     print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
     for line in table(run.rows):

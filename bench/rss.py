@@ -22,15 +22,19 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import subprocess
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client
+
 from bench.cluster import GROUP, VERSION, Bench, last_error, stop_process, wait_until
 from vigil.core import executions as core
 from vigil.core.ids import execution_id
 from vigil.kube.executions import execution_body
+from vigil.kube.shardleases import shard_lease_name
 
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 LOADED_DEADLINE_S = 900.0  # for every job to get its nextRun and every workflow to be Running
@@ -125,13 +129,56 @@ def run(b: Bench, *, jobs: int, executions: int, workflows: int, settle: float) 
         loaded_after = time.monotonic() - started if loaded and proc.poll() is None else None
         if loaded_after is None:
             notes.append(f"the load was not all in within {LOADED_DEADLINE_S:.0f}s: sampled anyway")
-        samples: list[float] = []
-        until = time.monotonic() + settle
-        while time.monotonic() < until and proc.poll() is None:
-            samples.append(rss_mib(proc.pid))
-            time.sleep(SAMPLE_S)
+        samples = _sample(proc, settle)
         if proc.poll() is not None:
             notes.append(f"the operator exited with code {proc.returncode}: {last_error(b.state / 'logs' / 'bench-rss.log')}")
         return Rss(samples, loaded_after, notes)
     finally:
         stop_process(proc, pidfile)
+
+
+def _sample(proc: subprocess.Popen[bytes], settle: float) -> list[float]:
+    """VmRSS (MiB) every SAMPLE_S for `settle` seconds, or until the process exits."""
+    samples: list[float] = []
+    until = time.monotonic() + settle
+    while time.monotonic() < until and proc.poll() is None:
+        samples.append(rss_mib(proc.pid))
+        time.sleep(SAMPLE_S)
+    return samples
+
+
+def run_queue(b: Bench, *, dsn: str, shards: int, settle: float) -> Rss:
+    """A whole `vigil operator` with the volume tier on over the catalogue `dsn` holds: its RSS.
+
+    The ScheduledJob side is empty: what shows is the operator itself plus the tier (its trigger
+    shards firing what comes due, the TaskQueue pass, the volume watchdog). Loaded is when this
+    operator holds every shard's Lease, so each shard's loop runs.
+    """
+    opns = b.namespace("bench-qrssop")
+    proc, pidfile = b.start_operator("bench-qrss", (
+        f"namespace: {opns}\nhttp: {{metricsPort: 0, apiPort: 0}}\n"
+        f"history: {{dsn: 'sqlite:///{b.state}/bench-qrss-history.db'}}\n"
+        f"queue: {{dsn: '{dsn}', shards: {shards}}}\n"
+    ))  # fmt: skip
+    notes: list[str] = []
+    try:
+        started = time.monotonic()
+        deadline = datetime.now(UTC) + timedelta(seconds=LOADED_DEADLINE_S)
+        loaded = wait_until(deadline, lambda: proc.poll() is not None or _holds_shards(b, opns, "bench-qrss", shards),
+                            interval=1.0)  # fmt: skip
+        loaded_after = time.monotonic() - started if loaded and proc.poll() is None else None
+        if loaded_after is None:
+            notes.append(f"the operator did not hold every shard within {LOADED_DEADLINE_S:.0f}s: sampled anyway")
+        samples = _sample(proc, settle)
+        if proc.poll() is not None:
+            notes.append(f"the operator exited with code {proc.returncode}: {last_error(b.state / 'logs' / 'bench-qrss.log')}")
+        return Rss(samples, loaded_after, notes)
+    finally:
+        stop_process(proc, pidfile)
+
+
+def _holds_shards(b: Bench, namespace: str, identity: str, shards: int) -> bool:
+    names = {shard_lease_name(k) for k in range(shards)}
+    leases = client.CoordinationV1Api(b.api).list_namespaced_lease(namespace).items
+    held = {lease.metadata.name for lease in leases if lease.spec and lease.spec.holder_identity == identity}
+    return names <= held

@@ -347,6 +347,57 @@ QUEUE_DUPLICATES = Counter(
 )
 
 
+QUEUE_TRIGGER_OCCURRENCES = Counter(
+    "vigil_queue_trigger_occurrences_total",
+    "Occurrences of recurring volume-tier jobs the trigger settled, by outcome (label outcome: Fired, "
+    "Missed, Skipped, Failed).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+for _outcome in ("Fired", "Missed", "Skipped", "Failed"):
+    QUEUE_TRIGGER_OCCURRENCES.labels(outcome=_outcome)  # every series exists from the start, at 0
+QUEUE_TRIGGER_LAG = Histogram(
+    "vigil_queue_trigger_lag_seconds",
+    "Seconds from a volume-tier occurrence's own (jittered) fire time to the pass that fired it (no labels).",
+    buckets=LAG_BUCKETS,
+    registry=REGISTRY,
+)
+QUEUE_TRIGGER_ERRORS = Counter(
+    "vigil_queue_trigger_pass_errors_total",
+    "Volume-tier trigger passes that failed and were retried on a fresh connection (no labels): "
+    "the queue store down or refusing.",
+    registry=REGISTRY,
+)
+
+
+class TriggerPass(Protocol):
+    """What the metrics read of a volume-tier trigger pass (`vigil.queue.trigger.PassReport`)."""
+
+    @property
+    def fired(self) -> Sequence[str]: ...
+    @property
+    def missed(self) -> int: ...
+    @property
+    def skipped(self) -> int: ...
+    @property
+    def failed(self) -> int: ...
+    @property
+    def lags(self) -> Sequence[float]: ...
+
+
+def record_queue_trigger_pass(report: TriggerPass) -> None:
+    counts = (("Fired", len(report.fired)), ("Missed", report.missed), ("Skipped", report.skipped), ("Failed", report.failed))
+    for outcome, count in counts:
+        if count:
+            QUEUE_TRIGGER_OCCURRENCES.labels(outcome=outcome).inc(count)
+    for lag in report.lags:
+        QUEUE_TRIGGER_LAG.observe(max(0.0, lag))
+
+
+def record_queue_trigger_error() -> None:
+    QUEUE_TRIGGER_ERRORS.inc()
+
+
 def record_queue_attempt(queue: str, outcome: str) -> None:
     QUEUE_ATTEMPTS.labels(queue=queue, outcome=outcome).inc()
 

@@ -342,7 +342,8 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         thread = threading.Thread(
             target=queue_trigger.run,
             args=(queue_trigger.ShardTrigger(dsn, shard=shard),),
-            kwargs={"clock": clock.now, "stop": stop},
+            kwargs={"clock": clock.now, "stop": stop, "on_pass": metrics.record_queue_trigger_pass,
+                    "on_error": metrics.record_queue_trigger_error},
             name=f"trigger-shard-{shard}",
             daemon=True,
         )

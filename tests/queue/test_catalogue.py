@@ -26,6 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.waiting import wait_for
+from vigil import metrics
 from vigil.core.chain import CatchUp, CatchUpPolicy
 from vigil.core.ids import execution_id
 from vigil.core.jitter import jitter_offset
@@ -491,10 +492,16 @@ def test_the_trigger_loop_keeps_partitions_and_fires_until_stopped(dsn: str, cat
     clock_at = [datetime(2026, 12, 1, 12, 2, tzinfo=UTC)]
     stop = threading.Event()
     passes: list[trigger_module.PassReport] = []
+    fired_before, lags_before = trigger_metric("occurrences_total", outcome="Fired"), trigger_metric("lag_seconds_count")
+
+    def on_pass(report: trigger_module.PassReport) -> None:
+        passes.append(report)
+        metrics.record_queue_trigger_pass(report)  # as the operator's shard threads do
+
     loop = threading.Thread(
         target=trigger_module.run,
         args=(ShardTrigger(dsn, shard=0),),
-        kwargs={"clock": lambda: clock_at[0], "stop": stop, "interval": timedelta(milliseconds=20), "on_pass": passes.append},
+        kwargs={"clock": lambda: clock_at[0], "stop": stop, "interval": timedelta(milliseconds=20), "on_pass": on_pass},
     )
     loop.start()
     try:
@@ -508,6 +515,35 @@ def test_the_trigger_loop_keeps_partitions_and_fires_until_stopped(dsn: str, cat
     assert [nominal for _, nominal in executions_of(dsn, added.job_id)] == [datetime(2026, 12, 1, 12, 0, tzinfo=UTC)]
     assert "schedule_buckets_p2026120312" in partitions_now(dsn)  # 48 hours ahead of the clock
     assert sum(len(p.fired) for p in passes) == 1
+    assert trigger_metric("occurrences_total", outcome="Fired") == fired_before + 1
+    assert trigger_metric("lag_seconds_count") == lags_before + 1  # 2 minutes late: the clock says 12:02
+
+
+def trigger_metric(name: str, **labels: str) -> float:
+    return metrics.REGISTRY.get_sample_value(f"vigil_queue_trigger_{name}", labels) or 0.0
+
+
+def test_a_trigger_loop_whose_store_is_unreachable_counts_each_failed_pass_and_keeps_trying() -> None:
+    gone = "host=127.0.0.1 port=1 dbname=vigil user=vigil connect_timeout=1"  # nothing listens on port 1
+    stop = threading.Event()
+    errors: list[int] = []
+
+    def on_error() -> None:
+        errors.append(1)
+        metrics.record_queue_trigger_error()
+        if len(errors) == 3:
+            stop.set()
+
+    before = trigger_metric("pass_errors_total")
+    loop = threading.Thread(
+        target=trigger_module.run,
+        args=(ShardTrigger(gone, shard=0),),
+        kwargs={"clock": lambda: T0, "stop": stop, "interval": timedelta(milliseconds=20), "on_error": on_error},
+    )
+    loop.start()
+    loop.join(timeout=30)
+    assert not loop.is_alive() and len(errors) == 3  # the thread outlived every failure, stopped on request
+    assert trigger_metric("pass_errors_total") == before + 3
 
 
 def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:

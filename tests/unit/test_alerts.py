@@ -59,6 +59,7 @@ EXPECTED_ALERTS = frozenset(
         "OldestReadyAgeHigh",
         "TriggerLagHigh",
         "NoTriggerLeader",
+        "QueueTriggerFailing",
         "OutputStale",
         "JobLaunchFailing",
         "QueueJobOverdue",
@@ -69,7 +70,7 @@ EXPECTED_ALERTS = frozenset(
 
 #: The metrics alerts and dashboards may use: Vigil's documented metric names (histograms also
 #: as their _bucket/_sum/_count series).
-HISTOGRAMS = frozenset({"vigil_trigger_lag_seconds", "vigil_trigger_tick_seconds"})
+HISTOGRAMS = frozenset({"vigil_trigger_lag_seconds", "vigil_trigger_tick_seconds", "vigil_queue_trigger_lag_seconds"})
 DOCUMENTED_METRICS = frozenset(
     {
         "vigil_trigger_fired_total",
@@ -98,6 +99,8 @@ DOCUMENTED_METRICS = frozenset(
         "vigil_queue_dead_letters",
         "vigil_queue_dead_letter_oldest_age_seconds",
         "vigil_queue_oldest_ready_age_seconds_by",
+        "vigil_queue_trigger_occurrences_total",
+        "vigil_queue_trigger_pass_errors_total",
     }
     | {f"{name}{suffix}" for name in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")}
 )

@@ -328,6 +328,7 @@ def run(
     interval: timedelta = timedelta(milliseconds=250),
     maintain_every: timedelta = timedelta(minutes=1),
     on_pass: Callable[[PassReport], None] | None = None,
+    on_error: Callable[[], None] | None = None,
 ) -> None:
     """Run `trigger` until `stop` is set: a pass every `interval`, partition upkeep every `maintain_every`.
 
@@ -349,9 +350,13 @@ def run(
             except psycopg.OperationalError as err:  # the database restarting, a cut connection
                 log.warning("trigger shard %d: %s; retrying on a fresh connection", trigger.shard, err)
                 trigger.close()
+                if on_error is not None:
+                    on_error()
             except Exception:  # never let the shard's thread die while its Lease is held
                 log.exception("trigger shard %d: pass failed; retrying next tick", trigger.shard)
                 trigger.close()
+                if on_error is not None:
+                    on_error()
             stop.wait(interval.total_seconds())
     finally:
         trigger.close()
