@@ -341,7 +341,11 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         stop = threading.Event()
         thread = threading.Thread(
             target=queue_trigger.run,
-            args=(queue_trigger.ShardTrigger(dsn, shard=shard),),
+            args=(
+                queue_trigger.ShardTrigger(
+                    dsn, shard=shard, attempts_retention_days=settings.queue.attempts_retention_days
+                ),
+            ),
             kwargs={"clock": clock.now, "stop": stop},
             name=f"trigger-shard-{shard}",
             daemon=True,
