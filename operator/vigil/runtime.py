@@ -341,7 +341,11 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         stop = threading.Event()
         thread = threading.Thread(
             target=queue_trigger.run,
-            args=(queue_trigger.ShardTrigger(dsn, shard=shard),),
+            args=(
+                queue_trigger.ShardTrigger(
+                    dsn, shard=shard, attempts_retention_days=settings.queue.attempts_retention_days
+                ),
+            ),
             kwargs={"clock": clock.now, "stop": stop, "on_pass": metrics.record_queue_trigger_pass,
                     "on_error": metrics.record_queue_trigger_error},
             name=f"trigger-shard-{shard}",

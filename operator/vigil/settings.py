@@ -244,6 +244,15 @@ class Queue(_Section):
         "declarations to the store and refreshes every TaskQueue's status (counts, oldest ready "
         "age, rates) from one query, so status lags the store by at most this, never per execution.",
     )
+    attempts_retention_days: int = Field(
+        14,
+        ge=1,
+        le=366,
+        description="Days the store keeps each attempt's row (`vigil_queue.attempts`), counted from its "
+        "execution's scheduled day (UTC): the table has a partition per day, and a day's partition "
+        "is dropped once it is older than this. Two weeks, to read a failure's attempts after a "
+        "holiday; at most a year, because a timeline's read probes every partition kept.",
+    )
 
 
 class Watchdog(_Section):

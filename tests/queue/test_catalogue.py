@@ -30,7 +30,7 @@ from vigil import metrics
 from vigil.core.chain import CatchUp, CatchUpPolicy
 from vigil.core.ids import execution_id
 from vigil.core.jitter import jitter_offset
-from vigil.queue import partitions
+from vigil.queue import attempt_days, partitions
 from vigil.queue import trigger as trigger_module
 from vigil.queue.catalogue import Catalogue, RecurringJob
 from vigil.queue.migrations import SCRIPT_LOCATION
@@ -514,6 +514,9 @@ def test_the_trigger_loop_keeps_partitions_and_fires_until_stopped(dsn: str, cat
     assert not loop.is_alive()
     assert [nominal for _, nominal in executions_of(dsn, added.job_id)] == [datetime(2026, 12, 1, 12, 0, tzinfo=UTC)]
     assert "schedule_buckets_p2026120312" in partitions_now(dsn)  # 48 hours ahead of the clock
+    with psycopg.connect(dsn) as connection:  # and the attempts' days, from 14 behind to 2 ahead
+        assert attempt_days.partitions(connection)[-1] == "attempts_p20261203"
+        assert attempt_days.partitions(connection)[0] == "attempts_p20261117"
     assert sum(len(p.fired) for p in passes) == 1
     assert trigger_metric("occurrences_total", outcome="Fired") == fired_before + 1
     assert trigger_metric("lag_seconds_count") == lags_before + 1  # 2 minutes late: the clock says 12:02

@@ -52,6 +52,8 @@ def test_the_workflow_and_approval_sections_have_their_documented_defaults(tmp_p
         pytest.param("http: {requestTimeoutSeconds: 0}\n", "http.requestTimeoutSeconds", id="no-request-time"),
         pytest.param("http: {authCacheSeconds: -1}\n", "http.authCacheSeconds", id="negative-auth-cache"),
         pytest.param("queue: {shards: 0}\n", "queue.shards", id="no-shards"),
+        pytest.param("queue: {attemptsRetentionDays: 0}\n", "queue.attemptsRetentionDays", id="no-attempt-days"),
+        pytest.param("queue: {attemptsRetentionDays: 400}\n", "queue.attemptsRetentionDays", id="attempt-days-past-a-year"),
         pytest.param("queue: {dsn: 'sqlite:///q.db'}\n", "queue.dsn", id="queue-not-postgresql"),
         pytest.param(
             "leaderElection: {leaseDurationSeconds: 15, renewPeriodSeconds: 10}\n",

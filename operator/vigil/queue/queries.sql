@@ -172,22 +172,30 @@ RETURNING e.execution_id;
 
 -- name: record_attempts
 -- The history of attempts; a row already there (the lease expired first) is kept, marked duplicate
--- when its holder reports it ran to the end anyway.
+-- when its holder reports it ran to the end anyway. Each row goes to the partition of its
+-- execution's scheduled day (UTC), read from the execution by its primary key in this statement;
+-- an execution already purged files it under its finish day.
 INSERT INTO vigil_queue.attempts AS a
-    (execution_id, attempt, worker, outcome, started_at, finished_at, error)
-SELECT * FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(workers)s::text[],
-                     %(outcomes)s::text[], %(started)s::timestamptz[], %(finished)s::timestamptz[],
-                     %(errors)s::text[])
-ON CONFLICT (execution_id, attempt) DO NOTHING;
+    (day, execution_id, attempt, worker, outcome, started_at, finished_at, error)
+SELECT COALESCE((e.scheduled_for AT TIME ZONE 'UTC')::date, (r.finished_at AT TIME ZONE 'UTC')::date),
+       r.execution_id, r.attempt, r.worker, r.outcome, r.started_at, r.finished_at, r.error
+FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(workers)s::text[],
+            %(outcomes)s::text[], %(started)s::timestamptz[], %(finished)s::timestamptz[],
+            %(errors)s::text[])
+     AS r(execution_id, attempt, worker, outcome, started_at, finished_at, error)
+LEFT JOIN vigil_queue.executions AS e ON e.execution_id = r.execution_id
+ON CONFLICT (execution_id, attempt, day) DO NOTHING;
 
 -- name: mark_duplicates
 -- Attempts whose lease expired while their holder still ran them: two copies ran at once. An
--- attempt whose execution was cancelled under it is no duplicate: no other copy took it.
+-- attempt whose execution was cancelled under it is no duplicate: no other copy took it. The
+-- execution names the attempt's day, so each row is one probe of one partition.
 UPDATE vigil_queue.attempts AS a SET duplicate = true
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS d(execution_id, attempt)
-WHERE a.execution_id = d.execution_id AND a.attempt = d.attempt AND NOT a.duplicate
-  AND NOT EXISTS (SELECT 1 FROM vigil_queue.executions AS e
-                  WHERE e.execution_id = d.execution_id AND e.attempt = d.attempt AND e.state = 'cancelled')
+JOIN vigil_queue.executions AS e ON e.execution_id = d.execution_id
+WHERE a.execution_id = d.execution_id AND a.attempt = d.attempt
+  AND a.day = (e.scheduled_for AT TIME ZONE 'UTC')::date AND NOT a.duplicate
+  AND NOT (e.attempt = d.attempt AND e.state = 'cancelled')
 RETURNING a.execution_id;
 
 -- name: cancelled_among
@@ -211,6 +219,8 @@ SELECT execution_id, queue, task, payload, priority, tenant, state, attempt, max
 FROM vigil_queue.executions WHERE execution_id = %(execution_id)s;
 
 -- name: attempts_of
+-- Every partition is probed by its key's leading execution_id (a timeline read, not a hot path): rows
+-- filed under their finish day, whose execution was purged, are found too.
 SELECT execution_id, attempt, worker, outcome, started_at, finished_at, error, duplicate
 FROM vigil_queue.attempts WHERE execution_id = %(execution_id)s ORDER BY attempt;
 
@@ -616,12 +626,13 @@ CROSS JOIN LATERAL (
            min(e.run_after) FILTER (WHERE e.state = 'ready') AS ready_since,
            min(e.run_after) FILTER (WHERE e.state = 'leased') AS running_since,
            GREATEST(max(e.finished_at) FILTER (WHERE e.state = 'dead'), max(f.finished_at)) AS last_failure
-    FROM (SELECT x.execution_id, x.created_at, x.run_after, x.state, x.finished_at
+    FROM (SELECT x.execution_id, x.created_at, x.run_after, x.state, x.finished_at, x.scheduled_for
           FROM vigil_queue.executions AS x WHERE x.job_id = sh.job_id
           ORDER BY x.scheduled_for DESC LIMIT %(recent)s) AS e
     LEFT JOIN LATERAL (
         SELECT max(a.finished_at) AS finished_at FROM vigil_queue.attempts AS a
-        WHERE a.execution_id = e.execution_id AND a.outcome <> 'succeeded'
+        WHERE a.execution_id = e.execution_id AND a.day = (e.scheduled_for AT TIME ZONE 'UTC')::date
+          AND a.outcome <> 'succeeded'
     ) AS f ON true
 ) AS r
 ORDER BY sh.queue, sh.deadline, sh.job_id;

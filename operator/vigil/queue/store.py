@@ -76,7 +76,7 @@ from vigil.core.queue import (
 )
 from vigil.core.recurring import AddedJob, RecurringJob
 from vigil.core.timeparse import require_aware
-from vigil.queue import partitions
+from vigil.queue import attempt_days, partitions
 from vigil.queue.migrations import SCRIPT_LOCATION
 
 QUERIES_FILE = Path(__file__).parent / "queries.sql"
@@ -181,6 +181,16 @@ class QueueStore:
         """
         with psycopg.connect(self.dsn, autocommit=True) as connection:
             return partitions.maintain(connection, now=require_aware(now, name="now"), ahead=ahead)
+
+    def maintain_attempts(
+        self, *, now: datetime, retention_days: int = attempt_days.DEFAULT_RETENTION_DAYS
+    ) -> partitions.Maintenance:
+        """Make the daily partitions of attempts, drop those past `retention_days`, purge old DEFAULT rows.
+
+        Idempotent, and safe from several replicas at once (vigil.queue.attempt_days).
+        """
+        with psycopg.connect(self.dsn, autocommit=True) as connection:
+            return attempt_days.maintain(connection, now=require_aware(now, name="now"), retention_days=retention_days)
 
     def submit(
         self, queue: str, submissions: Sequence[Submission], *, now: datetime

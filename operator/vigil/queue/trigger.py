@@ -19,7 +19,8 @@ A pass, in one transaction per batch:
    two steps rolls all of them back.
 
 `now` is a parameter everywhere. `run` is the loop an operator replica calls from a
-thread for each shard it leads; it also keeps the partitions made (vigil.queue.partitions).
+thread for each shard it leads; it also keeps the partitions made (the buckets' hourly ones,
+vigil.queue.partitions, and the attempts' daily ones, vigil.queue.attempt_days).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from vigil.core.payload import PayloadError, occurrence_variables, render_payloa
 from vigil.core.recurring import cron_schedule
 from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
-from vigil.queue import partitions
+from vigil.queue import attempt_days, partitions
 from vigil.queue.store import QUERIES
 
 log = logging.getLogger(__name__)
@@ -94,14 +95,24 @@ class _Due:
 class ShardTrigger:
     """The trigger of one shard on its own connection (see the module docstring)."""
 
-    def __init__(self, dsn: str, *, shard: int, batch: int = DEFAULT_BATCH) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        shard: int,
+        batch: int = DEFAULT_BATCH,
+        attempts_retention_days: int = attempt_days.DEFAULT_RETENTION_DAYS,
+    ) -> None:
         if shard < 0:
             raise ValueError(f"shard must not be negative, got {shard}")
         if batch < 1:
             raise ValueError(f"batch must be at least 1, got {batch}")
+        if attempts_retention_days < 1:
+            raise ValueError(f"attempts_retention_days must be at least 1, got {attempts_retention_days}")
         self.dsn = dsn
         self.shard = shard
         self.batch = batch
+        self.attempts_retention_days = attempts_retention_days
         self._connection: psycopg.Connection[Any] | None = None
 
     def close(self) -> None:
@@ -127,6 +138,10 @@ class ShardTrigger:
     def maintain(self, *, now: datetime, ahead: timedelta = partitions.DEFAULT_AHEAD) -> partitions.Maintenance:
         """Create partitions ahead and drop fully fired ones behind (one maintainer at a time)."""
         return partitions.maintain(self.connection(), now=now, ahead=ahead)
+
+    def maintain_attempts(self, *, now: datetime) -> partitions.Maintenance:
+        """Make the attempts' daily partitions, drop those past the retention (one maintainer at a time)."""
+        return attempt_days.maintain(self.connection(), now=now, retention_days=self.attempts_retention_days)
 
     def _batch(self, now: datetime) -> tuple[PassReport, int, int]:
         """One transaction: read, plan and apply a batch; the report, the rows read and the rows marked."""
@@ -330,7 +345,8 @@ def run(
     on_pass: Callable[[PassReport], None] | None = None,
     on_error: Callable[[], None] | None = None,
 ) -> None:
-    """Run `trigger` until `stop` is set: a pass every `interval`, partition upkeep every `maintain_every`.
+    """Run `trigger` until `stop` is set: a pass every `interval`, partition upkeep (buckets and
+    attempts) every `maintain_every`.
 
     For a thread of an operator replica that leads the shard. A failed pass (the database
     restarting, or anything else) is logged and retried on the next tick on a fresh connection:
@@ -343,6 +359,7 @@ def run(
             try:
                 if maintained is None or now - maintained >= maintain_every:
                     trigger.maintain(now=now)
+                    trigger.maintain_attempts(now=now)
                     maintained = now
                 report = trigger.run_pass(now=now)
                 if on_pass is not None:

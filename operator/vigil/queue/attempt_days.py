@@ -1,0 +1,197 @@
+"""The daily partitions of `attempts`: made ahead, dropped once older than the retention.
+
+Why by day. `attempts` grows with every attempt (at 10,000 executions a second,
+close to a billion rows a day) and nothing reads old ones but a timeline. Range
+partitions on `day` — the UTC day of the execution's `scheduled_for`, the same for
+all its attempts — turn retention into dropping one table a day, where a DELETE
+would rewrite and vacuum every row. A day, not an hour: the timeline's read
+(attempts of one execution, whose day it does not know) probes every partition's
+key, so the count of partitions should stay small: retention plus a few.
+
+Which days. Maintenance keeps a partition for every day from `now - retention`
+to `now + ahead` (two days): attempts of executions scheduled days ago (a backlog,
+a retry through the API) land in their own day's partition as long as it is kept.
+A day with no partition (older than the retention, or beyond the horizon) goes to
+DEFAULT, so an insert never fails; when its partition is made, its rows move out
+of DEFAULT in the same transaction (CREATE the table alone, move the rows, ATTACH
+it). Rows of days older than the retention that DEFAULT holds (the rows the
+migration copied, attempts of an execution scheduled long ago) are deleted in
+bounded batches once they also finished longer than the retention ago.
+
+Locks. Making a partition takes ACCESS EXCLUSIVE on DEFAULT at once, the lock
+ATTACH needs: taking a weaker one first and upgrading to it at ATTACH could
+deadlock with a transaction that read DEFAULT and then inserts into it. Dropping
+takes ACCESS EXCLUSIVE on the parent, which every acknowledgement waits behind,
+so each step sets a short lock_timeout and a step that times out is tried again
+next round. Both locks last milliseconds, once a day.
+
+Several replicas. Every trigger shard's loop calls this beside the buckets'
+upkeep; a session advisory lock of its own lets one maintainer work at a time, the
+others return at once. Every step is idempotent.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from vigil.core.timeparse import require_aware
+from vigil.queue.partitions import LOCK_TIMEOUT, SCHEMA, Maintenance
+
+PARENT = "attempts"
+DEFAULT_PARTITION = "attempts_default"
+PARTITION_PREFIX = "attempts_p"
+NAME_FORMAT = "%Y%m%d"
+#: Days kept behind today: the setting `queue.attemptsRetentionDays` (vigil.settings.Queue).
+DEFAULT_RETENTION_DAYS = 14
+#: Days made ahead of today: a clock a little fast, or a day turning during a round, finds its partition.
+DEFAULT_AHEAD_DAYS = 2
+#: Old DEFAULT rows deleted per transaction, and transactions per round: a round stays short
+#: (it runs in the trigger's loop), and a large backlog still goes at 10,000 rows a minute.
+PURGE_BATCH = 1000
+PURGE_BATCHES = 10
+ADVISORY_KEY = "vigil_queue_attempt_partitions"
+
+
+def partition_name(day: date) -> str:
+    return PARTITION_PREFIX + day.strftime(NAME_FORMAT)
+
+
+def day_of(at: datetime) -> date:
+    """The UTC day of instant `at`: the partition an execution scheduled then files its attempts in."""
+    return require_aware(at, name="at").astimezone(UTC).date()
+
+
+def maintain(
+    connection: psycopg.Connection[Any],
+    *,
+    now: datetime,
+    retention_days: int = DEFAULT_RETENTION_DAYS,
+    ahead_days: int = DEFAULT_AHEAD_DAYS,
+) -> Maintenance:
+    """Make the partitions of [today - retention, today + ahead], drop older ones, purge old DEFAULT rows.
+
+    `connection` must be in autocommit mode: each step is its own transaction.
+    """
+    if retention_days < 1:
+        raise ValueError(f"retention_days must be at least 1, got {retention_days}")
+    if not connection.autocommit:
+        raise ValueError("maintain() needs an autocommit connection: each partition is its own transaction")
+    key = {"key": ADVISORY_KEY}
+    if not connection.execute("SELECT pg_try_advisory_lock(hashtext(%(key)s))", key).fetchone()[0]:  # type: ignore[index]  # SELECT of a function returns exactly one row
+        return Maintenance(created=[], dropped=[], skipped=True)
+    try:
+        oldest = day_of(now) - timedelta(days=retention_days)
+        existing = _partitions(connection)
+        created, moved = [], 0
+        for day in _days(oldest, day_of(now) + timedelta(days=ahead_days)):
+            name = partition_name(day)
+            if name in existing:
+                continue
+            try:
+                moved += _create(connection, name, day)
+            except psycopg.errors.LockNotAvailable:
+                break  # a long transaction holds DEFAULT: the next round makes the rest
+            created.append(name)
+        dropped = [name for name in sorted(existing) if name < partition_name(oldest) and _drop(connection, name)]
+        purged = _purge_default(connection, before=oldest, finished_before=now - timedelta(days=retention_days))
+        return Maintenance(created=created, dropped=dropped, moved=moved, purged=purged)
+    finally:
+        connection.execute("SELECT pg_advisory_unlock(hashtext(%(key)s))", key)
+
+
+def partitions(connection: psycopg.Connection[Any]) -> list[str]:
+    """The names of the daily partitions that exist now, oldest first (DEFAULT excluded)."""
+    return sorted(_partitions(connection))
+
+
+def _days(first: date, last: date) -> list[date]:
+    return [first + timedelta(days=k) for k in range((last - first).days + 1)]
+
+
+def _partitions(connection: psycopg.Connection[Any]) -> set[str]:
+    rows = connection.execute(
+        """
+        SELECT child.relname FROM pg_inherits
+        JOIN pg_class AS parent ON parent.oid = pg_inherits.inhparent
+        JOIN pg_class AS child ON child.oid = pg_inherits.inhrelid
+        JOIN pg_namespace AS ns ON ns.oid = parent.relnamespace
+        WHERE ns.nspname = %(schema)s AND parent.relname = %(parent)s AND child.relname LIKE %(prefix)s
+        """,
+        {"schema": SCHEMA, "parent": PARENT, "prefix": PARTITION_PREFIX + "%"},
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _table(name: str) -> sql.Identifier:
+    return sql.Identifier(SCHEMA, name)
+
+
+def _lock_timeout(connection: psycopg.Connection[Any]) -> None:
+    connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+
+
+def _create(connection: psycopg.Connection[Any], name: str, day: date) -> int:
+    """Make one day's partition, moving its rows out of DEFAULT first; returns the rows moved."""
+    with connection.transaction():
+        _lock_timeout(connection)
+        # Parent first, then DEFAULT (the order an insert through the parent takes them in), and
+        # DEFAULT at once in the mode ATTACH needs: no upgrade later, so no deadlock with a
+        # transaction that read DEFAULT and then writes to it.
+        connection.execute(sql.SQL("LOCK TABLE ONLY {} IN SHARE UPDATE EXCLUSIVE MODE").format(_table(PARENT)))
+        connection.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(_table(DEFAULT_PARTITION)))
+        connection.execute(
+            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
+                _table(name), _table(PARENT)
+            )
+        )
+        moved = connection.execute(
+            sql.SQL(
+                "WITH moved AS (DELETE FROM {default} WHERE day = %(day)s RETURNING *) "
+                "INSERT INTO {part} SELECT * FROM moved"
+            ).format(default=_table(DEFAULT_PARTITION), part=_table(name)),
+            {"day": day},
+        ).rowcount
+        connection.execute(
+            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
+                _table(PARENT), _table(name), sql.Literal(day), sql.Literal(day + timedelta(days=1))
+            )
+        )
+    return max(moved, 0)
+
+
+def _drop(connection: psycopg.Connection[Any], name: str) -> bool:
+    """Drop a day's partition past the retention; False when a lock timed out (next round tries again)."""
+    try:
+        with connection.transaction():
+            _lock_timeout(connection)
+            connection.execute(sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(_table(PARENT)))
+            connection.execute(sql.SQL("DROP TABLE {}").format(_table(name)))
+            return True
+    except psycopg.errors.LockNotAvailable:
+        return False
+
+
+def _purge_default(connection: psycopg.Connection[Any], *, before: date, finished_before: datetime) -> int:
+    """Delete DEFAULT's rows of days before `before` that finished before `finished_before`, in batches."""
+    statement = sql.SQL(
+        "DELETE FROM {default} WHERE (execution_id, attempt, day) IN ("
+        " SELECT execution_id, attempt, day FROM {default}"
+        " WHERE day < %(before)s AND finished_at < %(finished_before)s LIMIT %(limit)s)"
+    ).format(default=_table(DEFAULT_PARTITION))
+    params = {"before": before, "finished_before": finished_before, "limit": PURGE_BATCH}
+    purged = 0
+    for _ in range(PURGE_BATCHES):
+        try:
+            with connection.transaction():
+                _lock_timeout(connection)
+                deleted = max(connection.execute(statement, params).rowcount, 0)
+        except psycopg.errors.LockNotAvailable:
+            break
+        purged += deleted
+        if deleted < PURGE_BATCH:
+            break
+    return purged
