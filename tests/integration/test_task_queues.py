@@ -3,7 +3,7 @@ real operator given a queue DSN on the session's real PostgreSQL — the declara
 the store, a status that shows ready, leased, dead and the oldest ready age, and the same counts
 as the leader's per-queue gauges (what workers are autoscaled on). A ScheduledJob with `task:`
 feeds its queue one ready execution per Fired occurrence (no Execution object, no pod), and is
-Invalid, naming spec.task, with an operator whose volume tier is off.
+Invalid, naming spec.task, with an operator whose volume tier is off, until an operator with it on starts.
 """
 
 from __future__ import annotations
@@ -303,8 +303,8 @@ def test_a_scheduled_job_with_a_task_feeds_its_queue_one_execution_per_occurrenc
 
 
 @pytest.mark.postgres
-def test_a_task_job_is_invalid_while_the_volume_tier_is_off(
-    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+def test_a_task_job_is_invalid_while_the_volume_tier_is_off_and_scheduled_once_it_is_on(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet, queue_dsn: str
 ) -> None:
     fleet.start()
     fleet.leader()
@@ -327,3 +327,14 @@ def test_a_task_job_is_invalid_while_the_volume_tier_is_off(
     assert "spec.task" in event.message
     status = job_status(cluster, namespace, "feed")
     assert not status.get("occurrences") and not status.get("nextRun")
+
+    # The operator restarts with the tier on: the job, unchanged since, is judged again.
+    fleet.leader().kill()
+    fleet.start(queue={"dsn": queue_dsn})
+
+    def scheduled() -> dict[str, Any] | None:
+        status = job_status(cluster, namespace, "feed")
+        found = condition({"status": status}, "Invalid")
+        return status if found and found["status"] == "False" and status.get("nextRun") else None
+
+    wait_for(scheduled, timeout=60, what="the task job to be valid, with a next run, under an operator with the tier on")

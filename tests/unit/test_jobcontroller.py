@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from vigil.kube.jobcontroller import _invalid, _valid, needs_reconcile
-from vigil.model.jobspec import parse_spec
+from vigil.model.jobspec import TIER_OFF, parse_spec
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -58,3 +58,29 @@ def test_a_waiting_status_step_holds_what_it_writes_not_the_parsed_spec() -> Non
     assert not [value for value in held if isinstance(value, type(spec))]
     suspended = {c["type"]: c for c in step({}, 1)["conditions"]}["Suspended"]
     assert suspended["status"] == "True" and suspended["message"] == "maintenance"
+
+
+def task_job(conditions: list[dict[str, Any]] | None) -> dict[str, Any]:
+    made = job(2, {"observedGeneration": 2, "conditions": conditions or []}, task={"queue": "q", "name": "t"})
+    del made["spec"]["template"]
+    return made
+
+
+def invalid(message: str) -> list[dict[str, Any]]:
+    return [{"type": "Invalid", "status": "True", "reason": "InvalidSpec", "message": message}]
+
+
+VALID = [{"type": "Invalid", "status": "False", "reason": "Valid", "message": ""}]
+
+
+def test_a_task_job_is_judged_again_when_the_operator_starts_with_the_volume_tier_in_the_other_state() -> None:
+    refused = task_job(invalid(TIER_OFF))
+    assert needs_reconcile(refused, queue_enabled=True)  # the tier came on: the job can run now
+    assert not needs_reconcile(refused, queue_enabled=False)  # still off: nothing to do
+    assert needs_reconcile(task_job(VALID), queue_enabled=False)  # the tier went away under a valid job
+    assert not needs_reconcile(task_job(VALID), queue_enabled=True)
+    # Invalid for a reason of its own: the tier changes nothing, and re-judging it would loop
+    bad = task_job(invalid("spec.cron: not a cron expression"))
+    assert not needs_reconcile(bad, queue_enabled=True) and not needs_reconcile(bad, queue_enabled=False)
+    # a pod job is never judged by the tier
+    assert not needs_reconcile(job(2, {"observedGeneration": 2, "conditions": VALID}), queue_enabled=False)

@@ -33,7 +33,7 @@ from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer, Key
 from vigil.kube.jobstatus import Change, JobStatusWriter, Step
 from vigil.kube.workqueue import WorkQueue
-from vigil.model.jobspec import InvalidJob, check_tier, job_view
+from vigil.model.jobspec import TIER_OFF, InvalidJob, check_tier, job_view
 from vigil.model.names import SCHEDULED_JOBS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -52,13 +52,26 @@ def schedule_summary(spec: ScheduledJobSpec) -> str:
     return " | ".join(str(c) for c in crons)
 
 
-def needs_reconcile(obj: Mapping[str, Any]) -> bool:
-    """Whether the job's spec changed since it was acted on, or its resumed chain is still paused."""
+def needs_reconcile(obj: Mapping[str, Any], *, queue_enabled: bool = False) -> bool:
+    """Whether the job's spec changed since it was acted on, its resumed chain is still paused, or
+    it is a `task:` job judged while the volume tier was in the other state (an operator restarted
+    with `queue.dsn` set, or unset)."""
     status = obj.get("status") or {}
     if status.get("observedGeneration") != obj["metadata"].get("generation"):
         return True
+    if (obj.get("spec") or {}).get("task") and _judged_for_other_tier(status, queue_enabled=queue_enabled):
+        return True
     paused = (status.get("chain") or {}).get("pausedAt")
     return bool(paused) and not (obj.get("spec") or {}).get("suspend", False)
+
+
+def _judged_for_other_tier(status: Mapping[str, Any], *, queue_enabled: bool) -> bool:
+    """Tier on, and the job is Invalid only because it was off; or tier off, and the job is not
+    Invalid at all. A job Invalid for another reason stays as it is: the tier changes nothing."""
+    invalid = next((c for c in status.get("conditions") or [] if c.get("type") == ConditionType.INVALID), None)
+    if invalid is None or invalid.get("status") != "True":
+        return not queue_enabled
+    return queue_enabled and TIER_OFF in str(invalid.get("message") or "")
 
 
 def _validate_payload(view: JobView, spec: ScheduledJobSpec, now: datetime) -> None:
@@ -98,12 +111,12 @@ class JobController:
         jobs.add_handler(self.changed)
 
     def changed(self, key: Key, obj: dict[str, Any], deleted: bool) -> None:
-        if not deleted and needs_reconcile(obj):
+        if not deleted and needs_reconcile(obj, queue_enabled=self._queue_enabled):
             self.queue.add(key)
 
     def _reconcile(self, key: Key) -> float | None:
         obj = self._jobs.get(*key)
-        if obj is None or not needs_reconcile(obj):
+        if obj is None or not needs_reconcile(obj, queue_enabled=self._queue_enabled):
             return None
         now = self._clock.now()
         uid = str(obj["metadata"]["uid"])
