@@ -326,23 +326,24 @@ def record_workflow_pass(*, namespace: str, workflow: str, events: list[str], st
 
 # --- the volume tier's workers (vigil.worker) -------------------------------------------------
 
+# Labelled as the operator's per-queue gauges are: the TaskQueue's namespace and name.
 QUEUE_ATTEMPTS = Counter(
     "vigil_queue_attempts_total",
-    "Attempts a worker finished (labels queue; outcome: succeeded, failed).",
-    ["queue", "outcome"],
+    "Attempts a worker finished (labels namespace, queue: the TaskQueue's; outcome: succeeded, failed).",
+    ["namespace", "queue", "outcome"],
     registry=REGISTRY,
 )
 QUEUE_LEASE_EXPIRIES = Counter(
     "vigil_queue_lease_expiries_total",
-    "Leases past their deadline that a worker returned to the queue or the dead letters (label queue).",
-    ["queue"],
+    "Leases past their deadline that a worker returned to the queue or the dead letters (labels namespace, queue).",
+    ["namespace", "queue"],
     registry=REGISTRY,
 )
 QUEUE_DUPLICATES = Counter(
     "vigil_queue_duplicate_executions_total",
     "Attempts whose lease was taken while their worker still ran them: two copies of one execution "
-    "may have run at once (label queue).",
-    ["queue"],
+    "may have run at once (labels namespace, queue).",
+    ["namespace", "queue"],
     registry=REGISTRY,
 )
 
@@ -399,15 +400,19 @@ def record_queue_trigger_error() -> None:
 
 
 def record_queue_attempt(queue: str, outcome: str) -> None:
-    QUEUE_ATTEMPTS.labels(queue=queue, outcome=outcome).inc()
+    """`queue` is the store's key, NS/NAME."""
+    namespace, name = split_queue_key(queue)
+    QUEUE_ATTEMPTS.labels(namespace=namespace, queue=name, outcome=outcome).inc()
 
 
 def record_queue_lease_expiries(queue: str, count: int) -> None:
-    QUEUE_LEASE_EXPIRIES.labels(queue=queue).inc(count)
+    namespace, name = split_queue_key(queue)
+    QUEUE_LEASE_EXPIRIES.labels(namespace=namespace, queue=name).inc(count)
 
 
 def record_queue_duplicate(queue: str) -> None:
-    QUEUE_DUPLICATES.labels(queue=queue).inc()
+    namespace, name = split_queue_key(queue)
+    QUEUE_DUPLICATES.labels(namespace=namespace, queue=name).inc()
 
 
 # --- the volume tier's queues (the leader's TaskQueue pass) -------------------------------------

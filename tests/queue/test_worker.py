@@ -22,7 +22,7 @@ from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import FAST, in_process, release, runs, spawn
 from tests.waiting import wait_for
 from vigil import metrics
-from vigil.core.queue import QueueDeclaration
+from vigil.core.queue import QueueDeclaration, split_queue_key
 from vigil.queue.store import QueueStore, Submission
 
 pytestmark = pytest.mark.postgres
@@ -58,19 +58,22 @@ def events(dsn: str, execution_id: str) -> list[tuple[int, str]]:
 
 
 def succeeded_metric(queue: str) -> float:
-    value = metrics.REGISTRY.get_sample_value("vigil_queue_attempts_total", {"queue": queue, "outcome": "succeeded"})
-    return value or 0.0
+    """The worker's counter of `queue` (a store key, NS/NAME), labelled as the operator's gauges are."""
+    namespace, name = split_queue_key(queue)
+    labels = {"namespace": namespace, "queue": name, "outcome": "succeeded"}
+    return metrics.REGISTRY.get_sample_value("vigil_queue_attempts_total", labels) or 0.0
 
 
 def test_submitted_work_runs_once_and_is_acknowledged(store: QueueStore, tables: str) -> None:
-    before = succeeded_metric("q")
-    with in_process(tables, "q") as counts:
-        ids = store.submit("q", [Submission("record", {"n": i}) for i in range(20)], now=now())
-        ids += store.submit("q", [Submission("record_async")], now=now())
-        wait_for(lambda: store.counts("q")["succeeded"] == 21, timeout=30, what="21 succeeded")
+    queue = "shop/orders"  # a TaskQueue's key: its metrics carry namespace="shop", queue="orders"
+    before = succeeded_metric(queue)
+    with in_process(tables, queue) as counts:
+        ids = store.submit(queue, [Submission("record", {"n": i}) for i in range(20)], now=now())
+        ids += store.submit(queue, [Submission("record_async")], now=now())
+        wait_for(lambda: store.counts(queue)["succeeded"] == 21, timeout=30, what="21 succeeded")
     assert sorted(eid for eid, *_ in runs(tables) if _[2] == "ran") == sorted(ids)
     assert counts.succeeded == 21 and counts.failed == 0
-    assert succeeded_metric("q") - before == 21
+    assert succeeded_metric(queue) - before == 21
     assert [h["outcome"] for h in store.attempts(ids[0])] == ["succeeded"]
     assert events(tables, ids[-1]) == [(1, "ran"), (1, "acted")]
 
