@@ -332,7 +332,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
     from vigil.queue import (
         trigger as queue_trigger,  # psycopg: the `postgres` extra, needed only with a queue
     )
-    from vigil.queue.store import QueueStore
+    from vigil.queue.migrating import migrate_apart
 
     dsn = settings.queue.dsn
     clock = SystemClock()
@@ -376,7 +376,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         delay = 1.0
         while not shards.stopped:
             try:
-                QueueStore(dsn).migrate()
+                migrate_apart(dsn)
             except Exception as err:
                 log.warning("queue store not ready (%s): its trigger shards wait, again in %.0fs", err, delay)
                 shards.wait_stopped(delay)

@@ -34,8 +34,6 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import alembic.command
-import alembic.config
 import psycopg
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
@@ -157,7 +155,12 @@ class QueueStore:
         self._migrating = threading.Lock()
 
     def migrate(self) -> None:
-        """Bring the queue schema to the newest migration; a no-op when it is there already."""
+        """Bring the queue schema to the newest migration; a no-op when it is there already.
+
+        In this process: the operator runs it in a child instead (vigil.queue.migrating)."""
+        import alembic.command  # here only: alembic brings mako and pygments, megabytes held for life
+        import alembic.config
+
         config = alembic.config.Config()
         config.set_main_option("script_location", str(SCRIPT_LOCATION))
         engine = _engine(self.dsn)
@@ -392,7 +395,9 @@ class QueueStore:
             if not self._migrated:
                 with self._migrating:
                     if not self._migrated:
-                        self.migrate()
+                        from vigil.queue.migrating import migrate_apart  # it imports this module
+
+                        migrate_apart(self.dsn)  # in a child: this process never imports alembic
                         self._migrated = True
             yield
         except (psycopg.OperationalError, sa.exc.OperationalError) as error:
