@@ -54,7 +54,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
 from vigil.core.chain import CatchUp
@@ -176,6 +176,24 @@ class Invalid(ValueError):
         self.field = field
 
 
+class HasQueue(Protocol):
+    """A job or execution record: what authorisation reads of it."""
+
+    @property
+    def queue(self) -> str: ...
+
+
+Record = TypeVar("Record", bound=HasQueue)
+
+
+class Refused(Exception):
+    """A route's early answer (403, 404) from a look-up the caller may not see."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(answer[0])
+        self.answer = answer
+
+
 def _json(status: int, body: Mapping[str, Any]) -> Answer:
     return status, "application/json", json.dumps(body, indent=2, default=str).encode()
 
@@ -228,6 +246,8 @@ class QueueApi:
                     "Unauthorized",
                 )  # fmt: skip
             return route(self, store, user, path, body, query)
+        except Refused as refused:
+            return refused.answer
         except ReviewUnavailable as error:
             log.warning("queue API: cannot review a caller: %s", error)
             return _error(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
@@ -289,18 +309,11 @@ class QueueApi:
 
     def get_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
-        job = store.job(job_id)
-        refused = self._hidden(user, "get", "job", job_id, job.queue if job is not None else None)
-        if refused is not None or job is None:
-            return refused or _not_found("job", job_id)
-        return _json(200, job_to_json(job))
+        return _json(200, job_to_json(self._visible(user, "get", "job", job_id, store.job(job_id))))
 
     def delete_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
-        job = store.job(job_id)
-        refused = self._hidden(user, "delete", "job", job_id, job.queue if job is not None else None)
-        if refused is not None or job is None:
-            return refused or _not_found("job", job_id)
+        job = self._visible(user, "delete", "job", job_id, store.job(job_id))
         deleted = store.delete_job(job_id, now=self._clock.now(), by=user.name)
         if deleted is None:
             return _not_found("job", job_id)
@@ -309,10 +322,7 @@ class QueueApi:
 
     def get_execution(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         execution_id = _id(EXECUTION_PATH, path)
-        record = store.timeline(execution_id)
-        refused = self._hidden(user, "get", "execution", execution_id, record.queue if record is not None else None)
-        if refused is not None or record is None:
-            return refused or _not_found("execution", execution_id)
+        record = self._visible(user, "get", "execution", execution_id, store.timeline(execution_id))
         return _json(200, execution_to_json(record))
 
     def act(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
@@ -321,10 +331,7 @@ class QueueApi:
         execution_id, action = match.group(1), match.group(2)
         if raw.strip() not in (b"", b"{}"):
             return _invalid(Invalid("body", f"{action} takes no body (or an empty JSON object)"))
-        record = store.timeline(execution_id)
-        refused = self._hidden(user, "update", "execution", execution_id, record.queue if record is not None else None)
-        if refused is not None or record is None:
-            return refused or _not_found("execution", execution_id)
+        record = self._visible(user, "update", "execution", execution_id, store.timeline(execution_id))
         now = self._clock.now()
         if action == "cancel":
             change = store.cancel(execution_id, now=now, by=user.name)
@@ -364,21 +371,22 @@ class QueueApi:
         body = head | {"deadLetters": [dead_letter_to_json(d, now=now) for d in dead.dead]}
         return _json(200, _paged(body, kind, dead.after))
 
-    def _hidden(self, user: User, verb: str, kind: str, ident: str, queue: str | None) -> Answer | None:
-        """403 unless `user` may `verb` the TaskQueue `queue` (None: no such id); for an unknown
-        id, 403 alike unless they may `verb` taskqueues in every namespace (then None: 404)."""
-        if queue is not None:
-            namespace, name = split_queue_key(queue)
+    def _visible(self, user: User, verb: str, kind: str, ident: str, record: Record | None) -> Record:
+        """`record` if `user` may `verb` its TaskQueue; else Refused, with 403. An unknown id (None)
+        is 403 alike, so ids cannot be probed, unless they may `verb` taskqueues in every
+        namespace: then 404."""
+        if record is not None:
+            namespace, name = split_queue_key(record.queue)
             if self._allowed(user, taskqueue_access(verb, namespace, name)):
-                return None
+                return record
         elif self._allowed(user, taskqueue_access(verb, "")):
-            return None
-        return _error(
+            raise Refused(_not_found(kind, ident))
+        raise Refused(_error(
             403,
             f"{user.name} may not {verb} {kind} {ident}: it does not exist in any queue where they may "
             f"{verb} {TASK_QUEUES}.{GROUP}",
             FORBIDDEN,
-        )
+        ))  # fmt: skip
 
 
 Route = Callable[[QueueApi, JobStore, User, str, bytes, str], Answer]
