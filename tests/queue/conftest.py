@@ -7,6 +7,8 @@ the queue schema migrated, so tests never see each other's executions.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.contract.conftest import postgres
@@ -32,3 +34,10 @@ def dsn(postgres: PostgresServer) -> str:
 @pytest.fixture
 def store(dsn: str) -> QueueStore:
     return QueueStore(dsn)
+
+
+def execution_row(store: QueueStore, execution_id: str) -> dict[str, Any]:
+    """The store's row of an execution the test made: failing, not None, when it is missing."""
+    found = store.execution(execution_id)
+    assert found is not None, f"execution {execution_id} is not in the store"
+    return found

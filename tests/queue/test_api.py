@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.queue.conftest import execution_row
 from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import in_process, runs
 from tests.unit.reviews import Reviews, body
@@ -128,7 +129,7 @@ def test_a_submitted_job_is_a_job_row_and_its_one_execution_read_back_by_both_ro
     assert status == 200
     assert (timeline["jobId"], timeline["state"], timeline["attempt"], timeline["maxAttempts"]) == (made["jobId"], "ready", 1, 5)
     assert (timeline["idempotencyKey"], timeline["leaseOwner"], timeline["attempts"]) == ("k1", None, [])
-    assert store.execution(made["executionId"])["queue"] == QUEUE  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
+    assert execution_row(store, made["executionId"])["queue"] == QUEUE
 
 
 def test_defaults_run_now_at_normal_priority_for_the_namespace_as_tenant(store: QueueStore) -> None:
@@ -285,7 +286,7 @@ def test_a_running_task_cancelled_learns_it_at_its_heartbeat_and_is_no_duplicate
         assert post(server, f"/v1/executions/{eid}/cancel")[0] == 200
         wait_for(lambda: [e for *_, e in runs(dsn, eid) if e == "lease lost"], timeout=30, what="the task told")
         wait_for(lambda: store.attempts(eid), timeout=30, what="the attempt's row")
-    assert store.execution(eid)["state"] == "cancelled"  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
+    assert execution_row(store, eid)["state"] == "cancelled"
     assert [(a["outcome"], a["duplicate"]) for a in store.attempts(eid)] == [("succeeded", False)]
     assert counts.duplicates == 0 and counts.succeeded == 1
 

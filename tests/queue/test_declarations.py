@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import pytest
 
+from tests.queue.conftest import execution_row
 from tests.queue.test_store import LEASE, T0, workers
 from vigil.core.executions import RetryPolicy
 from vigil.core.queue import AttemptOutcome, QueueDeclaration, after_failure, allowance
@@ -33,12 +34,12 @@ def test_a_declaration_round_trips_and_sets_the_default_max_attempts(store: Queu
     assert store.declaration("ns/q") == declared
     assert store.declared() == {"ns/q": 4}
     [own, default] = store.submit("ns/q", [Submission("record", max_attempts=2), Submission("record")], now=T0)
-    assert store.execution(own)["max_attempts"] == 2  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
-    assert store.execution(default)["max_attempts"] == 7  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
+    assert execution_row(store, own)["max_attempts"] == 2
+    assert execution_row(store, default)["max_attempts"] == 7
     store.undeclare(["ns/q"])
     assert store.declaration("ns/q") is None
     [fallback] = store.submit("ns/q", [Submission("record")], now=T0)
-    assert store.execution(fallback)["max_attempts"] == 3  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
+    assert execution_row(store, fallback)["max_attempts"] == 3
 
 
 def test_a_tenant_at_its_cap_gets_nothing_more_until_one_finishes(store: QueueStore, dsn: str) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.queue.conftest import execution_row
 from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import FAST, in_process, release, runs, spawn
 from tests.waiting import wait_for
@@ -202,9 +203,9 @@ def test_a_worker_follows_its_queues_declaration_lease_and_reserved_slots(store:
         wait_for(lambda: store.counts("q")["leased"] == 2, timeout=30, what="the backfill in the shared slots")
         urgent = store.submit("q", [Submission("hold", priority=0) for _ in range(2)], now=now())
         wait_for(lambda: store.counts("q")["leased"] == 4, timeout=30, what="priority 0 in its reserved slots")
-        held = [store.execution(eid) for eid in urgent]
-        assert all(h is not None and h["state"] == "leased" for h in held)
-        left = held[0]["lease_expires_at"] - now()  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
+        held = [execution_row(store, eid) for eid in urgent]
+        assert all(h["state"] == "leased" for h in held)
+        left = held[0]["lease_expires_at"] - now()
         assert timedelta(seconds=30) < left <= timedelta(seconds=40)  # the declaration's, not FAST's 2 s
         for eid in backfill + urgent:
             release(tables, eid)
