@@ -8,6 +8,7 @@ explicit times. The watchdog's clock is a plain object the test moves.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,7 @@ import pytest
 from vigil import metrics
 from vigil.core.watchdog import WatchdogReason
 from vigil.queue.catalogue import Catalogue, RecurringJob
-from vigil.queue.store import QueueStore, Submission
+from vigil.queue.store import QueueStore, Submission, WorkerStore
 from vigil.queue.trigger import ShardTrigger
 from vigil.queue.watchdog import QueueWatchdog
 
@@ -120,6 +121,66 @@ def test_overdue_jobs_are_reported_with_their_reason_and_healthy_or_disabled_one
         after = watchdog.check()
     assert waiting.job_id not in {v.job_id for v in after.overdue}
     assert [r.getMessage() for r in caplog.records] == [f"Overdue cleared: job {waiting.job_id}"]
+
+
+def lease_now(dsn: str, at: datetime) -> list[str]:
+    """A worker leases every due execution of QUEUE at `at` (the real lease statement)."""
+
+    async def take() -> list[str]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            worker = WorkerStore(connection, queue=QUEUE, worker="w1")
+            leased = await worker.lease(["report"], limit=100, lease=timedelta(hours=6), now=at)
+        return [item.execution_id for item in leased]
+
+    return asyncio.run(take())
+
+
+@pytest.mark.parametrize(
+    ("leased_at", "now", "reason"),
+    [
+        # fired at 12:00, waited for a worker until 14:00: running 1 minute, not 2 hours
+        pytest.param(datetime(2026, 12, 1, 14, 0, tzinfo=UTC), datetime(2026, 12, 1, 14, 1, tzinfo=UTC),
+                     WatchdogReason.STILL_RUNNING, id="long-wait-short-run"),
+        # leased at 12:05 and still held at 14:10: 2h05m, past the 2h interval
+        pytest.param(datetime(2026, 12, 1, 12, 5, tzinfo=UTC), datetime(2026, 12, 1, 14, 10, tzinfo=UTC),
+                     WatchdogReason.OVERRAN, id="long-held-lease"),
+    ],
+)  # fmt: skip
+def test_a_leased_execution_runs_since_its_lease_began_not_since_it_was_due(
+    dsn: str, catalogue: Catalogue, trigger: ShardTrigger, leased_at: datetime, now: datetime, reason: WatchdogReason
+) -> None:
+    added = catalogue.add(job(), now=T0)  # hourly, expected within 2h: due by 13:50
+    trigger.run_pass(now=datetime(2026, 12, 1, 12, 4, tzinfo=UTC))  # past the default jitter
+    fired = fired_execution(dsn, added.job_id)
+    waiting = QueueWatchdog(dsn, clock=Clock(datetime(2026, 12, 1, 13, 55, tzinfo=UTC))).check(audit=False)
+    assert [(v.job_id, v.finding.reason) for v in waiting.overdue] == [(added.job_id, WatchdogReason.NOT_STARTED)]
+
+    assert lease_now(dsn, leased_at) == [fired]
+    report = QueueWatchdog(dsn, clock=Clock(now)).check(audit=False)
+
+    assert [(v.job_id, v.finding.reason) for v in report.overdue] == [(added.job_id, reason)]
+    assert run(dsn, "SELECT leased_at FROM vigil_queue.executions WHERE execution_id = %(e)s", {"e": fired}) == [
+        (leased_at,)
+    ]
+
+
+def test_whatever_ends_a_lease_clears_its_start_and_a_heartbeat_keeps_it(dsn: str, store: QueueStore) -> None:
+    at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    first, second = store.submit(QUEUE, [Submission("report"), Submission("report")], now=at)
+
+    async def work() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            worker = WorkerStore(connection, queue=QUEUE, worker="w1")
+            held = await worker.lease(["report"], limit=2, lease=timedelta(seconds=30), now=at)
+            await worker.heartbeat(held, lease=timedelta(seconds=30), now=at + timedelta(seconds=20))
+            assert {row[0] for row in run(dsn, "SELECT leased_at FROM vigil_queue.executions")} == {at}
+            await worker.expire(now=at + timedelta(minutes=5))  # both expire: back to ready
+
+    asyncio.run(work())
+    assert run(dsn, "SELECT state, leased_at FROM vigil_queue.executions ORDER BY 1") == [
+        ("ready", None), ("ready", None)
+    ]
+    assert {first, second} == {row[0] for row in run(dsn, "SELECT execution_id FROM vigil_queue.executions")}
 
 
 def test_a_job_whose_pending_occurrence_vanished_is_a_broken_chain_and_a_disabled_one_is_not(

@@ -49,8 +49,9 @@ class QueueJobFacts:
     last_fired: datetime | None = None
     last_failure: datetime | None = None
     ready_since: datetime | None = None  # the oldest ready execution's due time
-    #: The oldest leased execution's due time: the store records an attempt's start only when
-    #: it settles, so a running execution is known to have run since it became due, at most.
+    #: The oldest lease's start (`executions.leased_at`): a running execution runs since a worker
+    #: took it, not since it became due, so a long wait for a worker reads NotStarted while it
+    #: waits and never Overran once a worker has it; only a long-held lease is Overran.
     running_since: datetime | None = None
 
     def job_facts(self) -> JobFacts:

@@ -48,7 +48,9 @@ SELECT pg_notify('vigil_queue', %(queue)s);
 --   slots of this worker) are taken as reserved; every other row competes, in that order, for the
 --   `shared_free` shared slots. So a tenant's backlog delays another tenant by at most one batch,
 --   a lower priority number goes first, and no priority ever takes the slots reserved for another.
--- What the batch does not take is unlocked when the statement's transaction ends.
+-- What the batch does not take is unlocked when the statement's transaction ends. `leased_at` is the
+-- lease's start (the heartbeat keeps it; whatever ends the lease clears it with lease_owner): the
+-- watchdog's "running since".
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM vigil_queue.executions
      WHERE queue = %(queue)s AND state = 'ready' ORDER BY tenant LIMIT 1)
@@ -123,7 +125,7 @@ chosen AS (
     LIMIT %(limit)s
 )
 UPDATE vigil_queue.executions AS e
-SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s
+SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s, leased_at = %(now)s
 FROM chosen WHERE e.execution_id = chosen.execution_id
 RETURNING e.execution_id, e.task, e.payload, e.attempt, e.max_attempts, e.scheduled_for,
           e.idempotency_key, e.priority, e.tenant;
@@ -134,7 +136,8 @@ RETURNING e.execution_id, e.task, e.payload, e.attempt, e.max_attempts, e.schedu
 SELECT pg_advisory_xact_lock(hashtext('vigil_queue_tenants:' || %(queue)s));
 
 -- name: heartbeat
--- Extend the leases this worker still holds; what does not come back was taken from it.
+-- Extend the leases this worker still holds; what does not come back was taken from it. The lease's
+-- start (leased_at) stays: a heartbeat extends the same run.
 UPDATE vigil_queue.executions AS e
 SET lease_expires_at = %(expires)s
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS h(execution_id, attempt)
@@ -155,7 +158,7 @@ FOR UPDATE SKIP LOCKED;
 -- Close one attempt held by `worker`: the new state, attempt and run_after come from vigil.core.queue.
 UPDATE vigil_queue.executions
 SET state = %(state)s::text, attempt = %(next_attempt)s, run_after = COALESCE(%(run_after)s::timestamptz, run_after),
-    lease_owner = NULL, lease_expires_at = NULL, last_error = %(error)s::text,
+    lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, last_error = %(error)s::text,
     finished_at = CASE WHEN %(state)s::text IN ('succeeded', 'dead') THEN %(now)s END
 WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s AND state = 'leased'
   AND lease_owner = %(worker)s
@@ -164,7 +167,7 @@ RETURNING execution_id;
 -- name: settle_succeeded
 -- Acknowledge a batch of successes in one statement; rows not returned had lost their lease.
 UPDATE vigil_queue.executions AS e
-SET state = 'succeeded', lease_owner = NULL, lease_expires_at = NULL, finished_at = %(now)s
+SET state = 'succeeded', lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, finished_at = %(now)s
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS a(execution_id, attempt)
 WHERE e.execution_id = a.execution_id AND e.attempt = a.attempt
   AND e.state = 'leased' AND e.lease_owner = %(worker)s
@@ -266,7 +269,7 @@ WHERE job_id = %(job_id)s RETURNING job_id;
 -- Ready: it is never leased. Leased: the lease is taken away, so the holder's heartbeat and
 -- acknowledgement (conditional on state 'leased' and its owner) match nothing and cannot revive it.
 UPDATE vigil_queue.executions
-SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = %(now)s,
+SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, finished_at = %(now)s,
     cancelled_by = %(by)s
 WHERE (execution_id = %(execution_id)s OR job_id = %(job_id)s) AND state IN ('ready', 'leased')
 RETURNING execution_id;
@@ -587,7 +590,8 @@ LIMIT %(limit)s;
 -- (or their creation): the necessary condition only; vigil.core.watchdog.assess_overdue decides the
 -- verdict and its reason from the facts read here. A job's last success is one probe of
 -- executions_job_succeeded. At most `limit` jobs come back, each queue's most overdue first (with
--- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions.
+-- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions: a
+-- leased one runs since its lease began (its due time for a row leased before leased_at existed).
 WITH watched AS MATERIALIZED (
     SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval,
            (SELECT max(s.finished_at) FROM vigil_queue.executions AS s
@@ -614,9 +618,9 @@ FROM shown AS sh
 CROSS JOIN LATERAL (
     SELECT max(e.created_at) AS last_fired,
            min(e.run_after) FILTER (WHERE e.state = 'ready') AS ready_since,
-           min(e.run_after) FILTER (WHERE e.state = 'leased') AS running_since,
+           min(COALESCE(e.leased_at, e.run_after)) FILTER (WHERE e.state = 'leased') AS running_since,
            GREATEST(max(e.finished_at) FILTER (WHERE e.state = 'dead'), max(f.finished_at)) AS last_failure
-    FROM (SELECT x.execution_id, x.created_at, x.run_after, x.state, x.finished_at
+    FROM (SELECT x.execution_id, x.created_at, x.run_after, x.leased_at, x.state, x.finished_at
           FROM vigil_queue.executions AS x WHERE x.job_id = sh.job_id
           ORDER BY x.scheduled_for DESC LIMIT %(recent)s) AS e
     LEFT JOIN LATERAL (
