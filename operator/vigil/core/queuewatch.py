@@ -8,7 +8,8 @@ enable, since the catalogue has no suspension) and `assess_overdue` /
 volume tier's shape: facts arrive for the jobs in trouble only (the store's
 statements select them), a pass reports a bounded number of them plus each
 queue's count, and `Episodes` says which verdicts are new since the last pass,
-so a job in trouble is logged once per episode, not once per pass.
+so a job in trouble is logged once per episode, not once per pass. `chain_restart` says
+where a broken chain starts again when the audit repairs it (`vigil.queue.repair`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 
+from vigil.core.chain import JobView, chain_head
 from vigil.core.queue import split_queue_key
 from vigil.core.timeparse import require_aware
 from vigil.core.watchdog import (
@@ -102,6 +104,30 @@ def broken_chain_verdicts(
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ChainRestart:
+    """Where a broken chain starts again: its head's nominal time and (jittered) fire time."""
+
+    job_id: str
+    nominal: datetime
+    fire_at: datetime
+
+
+def chain_restart(
+    job: JobView, *, next_run: datetime | None, last_handled: datetime | None, enabled_since: datetime
+) -> ChainRestart | None:
+    """The head a broken chain gets back, as the declarative tier's repair re-enters one: the
+    first occurrence the job has not handled, with its own fire time, so when that is past the
+    trigger takes it at once and the job's catch-up policy fires the gap or records it Missed
+    (never skipped). That occurrence is the one the job row last named pending (`next_run`), or,
+    when the buckets show it handled or it is unknown, the first after the newest handled (after
+    the job's creation when none is). None when the schedule has no occurrence left."""
+    if next_run is not None and (last_handled is None or next_run > last_handled):
+        return ChainRestart(job.uid, next_run, next_run + job.offset)
+    head = chain_head(job, after=last_handled if last_handled is not None else enabled_since)
+    return None if head is None else ChainRestart(job.uid, head.nominal, head.fire_at)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class DeadLetters:
     count: int
     oldest_age_seconds: float
@@ -134,6 +160,8 @@ class QueueWatchReport:
     broken_counts: dict[str, int] | None
     dead_letters: dict[str, DeadLetters]
     oldest_ready: dict[tuple[str, int, str], float]  # (queue, priority, tenant) -> seconds
+    #: The broken chains this pass re-entered (`audit.repair`); they stay in `broken`, as found.
+    repaired: list[ChainRestart] = dataclasses.field(default_factory=list)
 
 
 @dataclasses.dataclass

@@ -519,6 +519,40 @@ FROM (
 ORDER BY row_number() OVER (PARTITION BY b.queue ORDER BY b.job_id), b.queue, b.job_id
 LIMIT %(limit)s;
 
+-- name: repair_candidates
+-- What re-entering a broken chain needs of each job (`audit.repair`): its schedule, its pending
+-- occurrence as the job row last named it (next_run) and the newest occurrence it handled that
+-- the buckets still hold (one probe of the unique index per partition; broken jobs only).
+SELECT j.job_id, j.queue, j.shard, j.created_at, j.next_run, j.cron, j.timezone, j.dst_gap, j.dst_overlap,
+       j.jitter, j.catch_up_policy, j.catch_up_window, j.catch_up_limit,
+       (SELECT max(b.nominal) FROM vigil_queue.schedule_buckets AS b
+        WHERE b.job_id = j.job_id AND b.fired_at IS NOT NULL) AS last_handled
+FROM vigil_queue.jobs AS j
+WHERE j.job_id = ANY(%(job_ids)s::text[]) AND j.enabled AND j.cron IS NOT NULL;
+
+-- name: repair_chains
+-- Re-enter each broken chain's head, only where the job is still enabled and still has no unfired
+-- row when this statement runs (a trigger or another replica's repair may have been first), keyed
+-- like any bucket row ((job_id, nominal, minute), the minute a function of the occurrence), so a
+-- second repair of the same chain inserts nothing; the job's next_run names the new head.
+WITH inserted AS (
+    INSERT INTO vigil_queue.schedule_buckets (minute, shard, job_id, nominal, fire_at)
+    SELECT r.minute, j.shard, r.job_id, r.nominal, r.fire_at
+    FROM unnest(%(job_ids)s::text[], %(nominals)s::timestamptz[], %(fire_ats)s::timestamptz[],
+                %(minutes)s::timestamptz[]) AS r(job_id, nominal, fire_at, minute)
+    JOIN vigil_queue.jobs AS j ON j.job_id = r.job_id AND j.enabled
+    WHERE NOT EXISTS (SELECT 1 FROM vigil_queue.schedule_buckets AS b
+                      WHERE b.job_id = r.job_id AND b.fired_at IS NULL)
+    ON CONFLICT DO NOTHING
+    RETURNING job_id, nominal
+),
+named AS (
+    UPDATE vigil_queue.jobs AS j SET next_run = i.nominal FROM inserted AS i
+    WHERE j.job_id = i.job_id
+    RETURNING 1
+)
+SELECT i.job_id, i.nominal, (SELECT count(*) FROM named) FROM inserted AS i;
+
 -- A queue's listings (`kubectl vigil queue …` through the HTTP API), a bounded page each.
 
 -- name: queue_jobs

@@ -7,7 +7,9 @@ second) with each queue's count, so a million healthy jobs cost PostgreSQL index
 Python nothing. The verdicts are the declarative tier's rules (`vigil.core.queuewatch`
 feeds them). Volume-tier jobs are rows, not Kubernetes objects, so they get no Events: a
 job's trouble is logged at WARNING when it starts and at INFO when it ends, and the
-report goes to `publish` (the metrics, handed in by the runtime).
+report goes to `publish` (the metrics, handed in by the runtime). With `repair` (the
+settings' `audit.repair`, the declarative tier's switch) an audit pass also re-enters each
+broken chain it found (`vigil.queue.repair`), two statements more.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from vigil.core.queuewatch import (
     overdue_verdicts,
 )
 from vigil.core.watchdog import FindingKind
+from vigil.queue.repair import repair_chains
 from vigil.queue.store import QUERIES
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,7 @@ class QueueWatchdog:
         cap: int = DEFAULT_SERIES_CAP,
         publish: Callable[[QueueWatchReport], None] = _no_publish,
         connect: Callable[[], psycopg.Connection[Any]] | None = None,
+        repair: bool = False,
     ) -> None:
         if cap < 1:
             raise ValueError(f"cap must be at least 1, got {cap}")
@@ -63,9 +67,11 @@ class QueueWatchdog:
         self._cap = cap
         self._publish = publish
         self._episodes = Episodes()
+        self._repair = repair
 
     def check(self, *, audit: bool = True) -> QueueWatchReport:
-        """One pass: read, judge, log the episodes that start or end, publish."""
+        """One pass: read, judge, repair the broken chains (with `repair`), log the episodes that
+        start or end, publish."""
         now = self._clock.now()
         try:
             report = self._read(now, audit=audit)
@@ -86,11 +92,12 @@ class QueueWatchdog:
             )  # fmt: skip
             dead_rows = connection.execute(QUERIES["watchdog_dead_letters"]).fetchall()
             ready_rows = connection.execute(QUERIES["watchdog_oldest_ready"], {"limit": self._cap}).fetchall()
-        overdue = overdue_verdicts((_overdue_facts(row) for row in overdue_rows), now)
-        broken = None
-        if broken_rows is not None:
-            facts = (QueueJobFacts(job_id=job_id, queue=queue, created_at=created) for job_id, queue, created, _ in broken_rows)
-            broken = broken_chain_verdicts(facts, now)
+            overdue = overdue_verdicts((_overdue_facts(row) for row in overdue_rows), now)
+            broken = None
+            if broken_rows is not None:
+                facts = (QueueJobFacts(job_id=job_id, queue=queue, created_at=created) for job_id, queue, created, _ in broken_rows)
+                broken = broken_chain_verdicts(facts, now)
+            repaired = repair_chains(connection, [v.job_id for v in broken], now=now) if broken and self._repair else []
         return QueueWatchReport(
             now=now,
             overdue=overdue,
@@ -99,6 +106,7 @@ class QueueWatchdog:
             broken_counts=None if broken_rows is None else _counts((row[1], row[3]) for row in broken_rows),
             dead_letters=dead_letters(dead_rows, now),
             oldest_ready=oldest_ready_ages(ready_rows, now),
+            repaired=repaired,
         )
 
     def _log_episodes(self, report: QueueWatchReport) -> None:
