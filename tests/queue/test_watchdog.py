@@ -21,6 +21,7 @@ import pytest
 
 from vigil import metrics
 from vigil.core.chain import CatchUp, CatchUpPolicy
+from vigil.core.queue import QueueDeclaration, QueueWatchSummary
 from vigil.core.watchdog import WatchdogReason
 from vigil.queue.catalogue import Catalogue, RecurringJob
 from vigil.queue.repair import repair_chains
@@ -226,7 +227,7 @@ def test_dead_letter_and_oldest_ready_ages_per_queue_priority_and_tenant(dsn: st
 
 
 @pytest.mark.parametrize("jobs", [10, 2000])
-def test_a_pass_runs_four_statements_whatever_the_catalogue_size(dsn: str, catalogue: Catalogue, jobs: int) -> None:
+def test_a_pass_runs_five_statements_whatever_the_catalogue_size(dsn: str, catalogue: Catalogue, jobs: int) -> None:
     catalogue.add_many([job("0 3 * * *", timedelta(hours=1)) for _ in range(jobs)], now=T0)
     CountingConnection.statements = 0
     watchdog = QueueWatchdog(
@@ -236,9 +237,45 @@ def test_a_pass_runs_four_statements_whatever_the_catalogue_size(dsn: str, catal
 
     report = watchdog.check()
 
-    assert CountingConnection.statements == 4
+    assert CountingConnection.statements == 5  # four reads, and the queues' summaries
     assert len(report.overdue) == min(jobs, 50)  # the cap: series for at most 50 jobs
     assert report.overdue_counts == {QUEUE: jobs}  # the count covers them all
+
+
+def test_each_pass_leaves_each_declared_queues_share_where_its_task_queue_reads_it(
+    dsn: str, store: QueueStore, catalogue: Catalogue
+) -> None:
+    for key in (QUEUE, "team-b/mail"):
+        store.declare(key, QueueDeclaration(), generation=1, now=T0)
+    late = catalogue.add_many([job("0 3 * * *", timedelta(hours=1)) for _ in range(2)], now=T0)
+    lost = catalogue.add(job("0 3 * * *", None), now=T0)  # no interval: never overdue
+    lose_head(dsn, lost.job_id)
+    clock = Clock(T0 + timedelta(hours=2))
+    watchdog = QueueWatchdog(dsn, clock=clock)
+    queues = [QUEUE, "team-b/mail", "team-c/undeclared"]
+
+    watchdog.check()
+    watch = {key: found.watch for key, found in store.stats(queues, now=clock.at).items()}
+
+    first = sorted(added.job_id for added in late)
+    assert watch[QUEUE] == QueueWatchSummary(
+        overdue=2, overdue_jobs=tuple((job_id, "NotFired") for job_id in first),
+        broken=1, broken_jobs=((lost.job_id, "NoFutureOccurrence"),),
+    )  # fmt: skip
+    assert watch["team-b/mail"] == QueueWatchSummary(overdue=0, broken=0)  # declared and healthy
+    assert watch["team-c/undeclared"] is None  # no TaskQueue: nothing kept for it
+
+    # a pass without the audit renews the overdue jobs and keeps the last audit's chains
+    for added in late:
+        catalogue.delete(added.job_id, now=clock.at)
+    watchdog.check(audit=False)
+    assert store.stats([QUEUE], now=clock.at)[QUEUE].watch == QueueWatchSummary(
+        overdue=0, broken=1, broken_jobs=((lost.job_id, "NoFutureOccurrence"),)
+    )
+    # a TaskQueue deleted: its share goes with the next pass
+    store.undeclare([QUEUE])
+    watchdog.check(audit=False)
+    assert store.stats([QUEUE], now=clock.at)[QUEUE].watch is None
 
 
 def test_the_pass_publishes_its_metrics_and_a_deleted_job_loses_its_series(dsn: str, catalogue: Catalogue) -> None:

@@ -15,11 +15,12 @@ where a broken chain starts again when the audit repairs it (`vigil.queue.repair
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 from vigil.core.chain import JobView, chain_head
-from vigil.core.queue import split_queue_key
+from vigil.core.conditions import ConditionReason, ConditionType
+from vigil.core.queue import QueueWatchSummary, split_queue_key
 from vigil.core.timeparse import require_aware
 from vigil.core.watchdog import (
     DEFAULT_CHAIN_GRACE,
@@ -162,6 +163,68 @@ class QueueWatchReport:
     oldest_ready: dict[tuple[str, int, str], float]  # (queue, priority, tenant) -> seconds
     #: The broken chains this pass re-entered (`audit.repair`); they stay in `broken`, as found.
     repaired: list[ChainRestart] = dataclasses.field(default_factory=list)
+
+
+#: The jobs a TaskQueue's condition names; its count covers them all.
+SUMMARY_JOBS = 3
+
+
+def summarise(report: QueueWatchReport, *, shown: int = SUMMARY_JOBS) -> dict[str, QueueWatchSummary]:
+    """queue -> its share of `report`, for the queues with jobs in trouble (the others have none:
+    the store writes them as such). `broken` stays None in a pass that did not audit."""
+    audited = report.broken is not None and report.broken_counts is not None
+    queues = set(report.overdue_counts) | set(report.broken_counts or {})
+    return {
+        queue: QueueWatchSummary(
+            overdue=report.overdue_counts.get(queue, 0),
+            overdue_jobs=_first(report.overdue, queue, shown),
+            broken=(report.broken_counts or {}).get(queue, 0) if audited else None,
+            broken_jobs=_first(report.broken or [], queue, shown),
+        )
+        for queue in queues
+    }
+
+
+def _first(verdicts: Iterable[JobVerdict], queue: str, shown: int) -> tuple[tuple[str, str], ...]:
+    return tuple((v.job_id, str(v.finding.reason)) for v in verdicts if v.queue == queue)[:shown]
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueCondition:
+    """A TaskQueue condition the watchdog's summary decides (written by the TaskQueue pass)."""
+
+    type: ConditionType
+    status: bool
+    reason: ConditionReason
+    message: str
+
+
+def watch_conditions(summary: QueueWatchSummary) -> list[QueueCondition]:
+    """`JobsOverdue`, and once an audit has run `ChainBroken`, from the queue's summary."""
+    overdue = QueueCondition(
+        ConditionType.JOBS_OVERDUE, summary.overdue > 0,
+        ConditionReason.OVERDUE_JOBS if summary.overdue else ConditionReason.NO_OVERDUE_JOBS,
+        _named(summary.overdue, summary.overdue_jobs, "overdue (no success within expectedMaxInterval)")
+        if summary.overdue else "every recurring job with expectedMaxInterval succeeded within it",
+    )  # fmt: skip
+    if summary.broken is None:
+        return [overdue]
+    broken = QueueCondition(
+        ConditionType.CHAIN_BROKEN, summary.broken > 0,
+        ConditionReason.BROKEN_CHAINS if summary.broken else ConditionReason.CHAINS_INTACT,
+        _named(summary.broken, summary.broken_jobs, "without a next occurrence (a broken chain; audit.repair re-enters it)")
+        if summary.broken else "every enabled recurring job has its next occurrence",
+    )  # fmt: skip
+    return [overdue, broken]
+
+
+def _named(count: int, jobs: Sequence[tuple[str, str]], what: str) -> str:
+    noun = "job" if count == 1 else "jobs"
+    if not jobs:  # counted, none judged yet (a chain within its grace)
+        return f"{count} {noun} {what}"
+    listed = ", ".join(f"{job} ({reason})" for job, reason in jobs)
+    more = f" and {count - len(jobs)} more" if count > len(jobs) else ""
+    return f"{count} {noun} {what}: {listed}{more}"
 
 
 @dataclasses.dataclass

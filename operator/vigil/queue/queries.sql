@@ -326,7 +326,8 @@ FROM vigil_queue.queues WHERE queue = %(queue)s;
 -- name: queue_stats
 -- What each queue's status shows, for many queues in one statement: every count and the oldest
 -- age come from a partial index (the ready index's oldest per (tenant, priority), found by a skip
--- scan, so the oldest costs one probe per tenant and priority, not one per ready row).
+-- scan, so the oldest costs one probe per tenant and priority, not one per ready row), and the
+-- volume watchdog's latest summary of the queue's jobs (watch_summarise; NULL until it ran).
 SELECT k.queue,
        (SELECT count(*) FROM vigil_queue.executions AS e
         WHERE e.queue = k.queue AND e.state = 'ready') AS ready,
@@ -353,8 +354,10 @@ SELECT k.queue,
             WHERE e.queue = k.queue AND e.state = 'ready' AND e.tenant = h.tenant
               AND e.priority = h.priority
             ORDER BY e.run_after LIMIT 1) AS o
-        WHERE o.run_after <= %(now)s) AS oldest_ready
-FROM unnest(%(queues)s::text[]) AS k(queue);
+        WHERE o.run_after <= %(now)s) AS oldest_ready,
+       w.overdue, w.overdue_jobs, w.broken, w.broken_jobs
+FROM unnest(%(queues)s::text[]) AS k(queue)
+LEFT JOIN vigil_queue.watch_summaries AS w ON w.queue = k.queue;
 
 -- name: purge_dead
 -- Dead executions past their queue's deadLetter.retention leave the store, a bounded batch a pass.
@@ -663,6 +666,31 @@ CROSS JOIN LATERAL (
     ) AS f ON true
 ) AS r
 ORDER BY sh.queue, sh.deadline, sh.job_id;
+
+-- name: watch_summarise
+-- Each declared queue's share of the pass (the TaskQueue's JobsOverdue and ChainBroken conditions
+-- read it): the queues in `queues` with their counts and first jobs, every other declared queue with
+-- none; the broken chains only in a pass that ran the audit (`audited`), else the last audit's stay.
+-- One row per declared queue, rewritten each pass; the rows of undeclared queues go.
+WITH gone AS (
+    DELETE FROM vigil_queue.watch_summaries AS s
+    WHERE NOT EXISTS (SELECT 1 FROM vigil_queue.queues AS q WHERE q.queue = s.queue)
+)
+INSERT INTO vigil_queue.watch_summaries AS s
+    (queue, checked_at, overdue, overdue_jobs, audited_at, broken, broken_jobs)
+SELECT q.queue, %(now)s, COALESCE(r.overdue, 0), COALESCE(r.overdue_jobs, '[]'::jsonb),
+       CASE WHEN %(audited)s THEN %(now)s::timestamptz END,
+       CASE WHEN %(audited)s THEN COALESCE(r.broken, 0) END,
+       CASE WHEN %(audited)s THEN COALESCE(r.broken_jobs, '[]'::jsonb) END
+FROM vigil_queue.queues AS q
+LEFT JOIN unnest(%(queues)s::text[], %(overdue)s::integer[], %(overdue_jobs)s::jsonb[], %(broken)s::integer[],
+                 %(broken_jobs)s::jsonb[]) AS r(queue, overdue, overdue_jobs, broken, broken_jobs)
+  ON r.queue = q.queue
+ON CONFLICT (queue) DO UPDATE SET
+    checked_at = excluded.checked_at, overdue = excluded.overdue, overdue_jobs = excluded.overdue_jobs,
+    audited_at = COALESCE(excluded.audited_at, s.audited_at),
+    broken = CASE WHEN excluded.audited_at IS NULL THEN s.broken ELSE excluded.broken END,
+    broken_jobs = CASE WHEN excluded.audited_at IS NULL THEN s.broken_jobs ELSE excluded.broken_jobs END;
 
 -- name: watchdog_dead_letters
 -- Each queue's dead letters still kept: how many, and since when the oldest died (executions_dead).

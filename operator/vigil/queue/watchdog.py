@@ -1,5 +1,8 @@
 """The watchdog over the volume tier: overdue recurring jobs, broken chains, dead letters and
-waiting work, read from the queue store in four statements a pass, whatever the catalogue's size.
+waiting work, read from the queue store in four statements a pass, whatever the catalogue's size,
+and a fifth that leaves each declared queue's share of the verdicts in the store
+(`watch_summaries`), where the TaskQueue pass reads its `JobsOverdue` and `ChainBroken`
+conditions — wherever this runs (the trigger leader or `vigil watchdog`), and never per job.
 
 The statements (queries.sql, `watchdog_*` and `integrity_broken_chains`) return rows only
 for what is in trouble, at most `cap` jobs per verdict (each queue's first before any queue's
@@ -20,6 +23,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
 from vigil.core.ports import Clock
 from vigil.core.queue import QueueUnavailable
@@ -34,6 +38,7 @@ from vigil.core.queuewatch import (
     dead_letters,
     oldest_ready_ages,
     overdue_verdicts,
+    summarise,
 )
 from vigil.core.watchdog import FindingKind
 from vigil.queue.repair import repair_chains
@@ -98,16 +103,18 @@ class QueueWatchdog:
                 facts = (QueueJobFacts(job_id=job_id, queue=queue, created_at=created) for job_id, queue, created, _ in broken_rows)
                 broken = broken_chain_verdicts(facts, now)
             repaired = repair_chains(connection, [v.job_id for v in broken], now=now) if broken and self._repair else []
-        return QueueWatchReport(
-            now=now,
-            overdue=overdue,
-            overdue_counts=_counts((row[1], row[5]) for row in overdue_rows),
-            broken=broken,
-            broken_counts=None if broken_rows is None else _counts((row[1], row[3]) for row in broken_rows),
-            dead_letters=dead_letters(dead_rows, now),
-            oldest_ready=oldest_ready_ages(ready_rows, now),
-            repaired=repaired,
-        )
+            report = QueueWatchReport(
+                now=now,
+                overdue=overdue,
+                overdue_counts=_counts((row[1], row[5]) for row in overdue_rows),
+                broken=broken,
+                broken_counts=None if broken_rows is None else _counts((row[1], row[3]) for row in broken_rows),
+                dead_letters=dead_letters(dead_rows, now),
+                oldest_ready=oldest_ready_ages(ready_rows, now),
+                repaired=repaired,
+            )
+            connection.execute(QUERIES["watch_summarise"], _summary_params(report))
+        return report
 
     def _log_episodes(self, report: QueueWatchReport) -> None:
         verdicts: dict[tuple[str, str], str] = {}
@@ -137,6 +144,20 @@ def _overdue_facts(row: tuple[Any, ...]) -> QueueJobFacts:
         last_success=last_success, last_fired=last_fired, ready_since=ready_since,
         running_since=running_since, last_failure=last_failure,
     )  # fmt: skip
+
+
+def _summary_params(report: QueueWatchReport) -> dict[str, Any]:
+    """`watch_summarise`'s parameters: each queue in trouble's share of the pass."""
+    shares = summarise(report)
+    return {
+        "now": report.now,
+        "audited": report.broken is not None,
+        "queues": list(shares),
+        "overdue": [share.overdue for share in shares.values()],
+        "overdue_jobs": [Jsonb([list(job) for job in share.overdue_jobs]) for share in shares.values()],
+        "broken": [share.broken for share in shares.values()],
+        "broken_jobs": [Jsonb([list(job) for job in share.broken_jobs]) for share in shares.values()],
+    }
 
 
 def _counts(rows: Iterable[tuple[str, int]]) -> dict[str, int]:
