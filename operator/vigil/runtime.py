@@ -622,12 +622,15 @@ def task_queue_threads(
 
 
 def queue_watchdog(settings: Settings, clock: Clock) -> QueueWatchdog | None:
-    """The volume tier's watchdog when the tier is on (`queue.dsn`), publishing to the metrics."""
+    """The volume tier's watchdog when the tier is on (`queue.dsn`), publishing to the metrics;
+    `audit.repair` re-enters its broken chains too."""
     if not settings.queue.dsn:
         return None
     from vigil.queue.watchdog import QueueWatchdog  # psycopg: the `postgres` extra
 
-    return QueueWatchdog(settings.queue.dsn, clock=clock, publish=metrics.record_queue_watchdog)
+    return QueueWatchdog(
+        settings.queue.dsn, clock=clock, publish=metrics.record_queue_watchdog, repair=settings.audit.repair
+    )
 
 
 def _hand_over(

@@ -272,7 +272,11 @@ class Watchdog(_Section):
 
 class Audit(_Section):
     interval_seconds: float = Field(300.0, gt=0, description="Seconds between schedule-integrity audits.")
-    repair: bool = Field(False, description="Re-insert a broken chain's next occurrence when found.")
+    repair: bool = Field(
+        False,
+        description="Re-insert a broken chain's next occurrence when found: a ScheduledJob's, and with "
+        "queue.dsn a catalogued recurring job's (the volume tier's audit).",
+    )
     chain_grace_seconds: float = Field(
         120.0,
         gt=0,

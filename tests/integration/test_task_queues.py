@@ -25,6 +25,7 @@ from tests.contract.postgres import PostgresServer, free_port
 from tests.integration.conftest import GROUP, VERSION, KubeCluster
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
+from vigil.queue.catalogue import Catalogue, RecurringJob
 from vigil.queue.store import QueueStore, Submission, WorkerStore
 
 __all__ = ["postgres"]
@@ -112,11 +113,15 @@ def test_kubectl_get_tq_answers_is_it_keeping_up(cluster: KubeCluster, namespace
         ("Oldest", ".status.oldestReadyAge"),
         ("Objective", ".spec.objective.oldestReadyAge"),
         ("Behind", '.status.conditions[?(@.type=="Behind")].status'),
+        ("Jobs Overdue", '.status.conditions[?(@.type=="JobsOverdue")].status'),
+        ("Chain Broken", '.status.conditions[?(@.type=="ChainBroken")].status'),
         ("Age", ".metadata.creationTimestamp"),
     ]
     create(cluster, namespace, "shown", {"objective": {"oldestReadyAge": "1m"}})
     header, row = cluster.kubectl("get", "tq", "-n", namespace).stdout.splitlines()
-    assert header.split() == ["NAME", "READY", "LEASED", "DEAD", "OLDEST", "OBJECTIVE", "BEHIND", "AGE"]
+    assert header.split() == [
+        "NAME", "READY", "LEASED", "DEAD", "OLDEST", "OBJECTIVE", "BEHIND", "JOBS", "OVERDUE", "CHAIN", "BROKEN", "AGE",
+    ]  # fmt: skip
     assert row.split()[0] == "shown" and "1m" in row.split()
 
 
@@ -246,6 +251,59 @@ def test_what_only_the_operator_can_check_makes_the_queue_invalid_with_an_event(
     assert "spec.retry.backoff" in events[0].message
     assert QueueStore(queue_dsn).declaration(f"{namespace}/odd") is None  # nothing published
 
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("mode", ["operator", "separate"])
+def test_overdue_jobs_and_broken_chains_of_the_queue_show_as_its_conditions(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, queue_dsn: str, mode: str, request: pytest.FixtureRequest
+) -> None:
+    """The volume watchdog, in the leader or in its own `vigil watchdog` process, leaves each
+    queue's verdicts in the store; the leader's TaskQueue pass shows them as conditions."""
+    fleet = OperatorFleet(
+        cluster, tmp_path, queue={"dsn": queue_dsn, "statusIntervalSeconds": 1},
+        watchdog={"mode": mode, "intervalSeconds": 1}, audit={"intervalSeconds": 1},
+    )  # fmt: skip
+    try:
+        fleet.start()
+        fleet.leader()
+        if mode == "separate":
+            fleet.start("watchdog")
+        create(cluster, namespace, "nightly", {})
+        key = f"{namespace}/nightly"
+        catalogue = Catalogue(queue_dsn, shards=1)
+        added = datetime.now(UTC) - timedelta(hours=3)  # expected hourly, never run: overdue
+        late = catalogue.add(RecurringJob(key, "report", "0 3 * * *", expected_max_interval=timedelta(hours=1)), now=added)
+        lost = catalogue.add(RecurringJob(key, "report", "0 3 * * *"), now=added)
+        with psycopg.connect(queue_dsn, autocommit=True) as connection:
+            connection.execute("DELETE FROM vigil_queue.schedule_buckets WHERE job_id = %(j)s", {"j": lost.job_id})
+
+        def conditions(overdue: str, broken: str) -> dict[str, dict[str, Any]] | None:
+            obj = get(cluster, namespace, "nightly")
+            found = {t: condition(obj, t) for t in ("JobsOverdue", "ChainBroken")}
+            shown = {t: (c or {}).get("status") for t, c in found.items()}
+            return found if shown == {"JobsOverdue": overdue, "ChainBroken": broken} else None  # type: ignore[return-value]  # both found when the statuses match
+
+        found = wait_for(lambda: conditions("True", "True"), timeout=90, what="JobsOverdue and ChainBroken True")
+        assert found["JobsOverdue"]["reason"] == "OverdueJobs"
+        assert found["JobsOverdue"]["message"].startswith("1 job overdue") and late.job_id in found["JobsOverdue"]["message"]
+        assert found["ChainBroken"]["reason"] == "BrokenChains"
+        assert f"{lost.job_id} (NoFutureOccurrence)" in found["ChainBroken"]["message"]
+        _, row = cluster.kubectl("get", "tq", "nightly", "-n", namespace).stdout.splitlines()
+        assert row.split()[-3:-1] == ["True", "True"]
+        described = cluster.kubectl("describe", "tq", "nightly", "-n", namespace).stdout
+        assert "JobsOverdue" in described and lost.job_id in described
+
+        for job_id in (late.job_id, lost.job_id):
+            catalogue.delete(job_id, now=datetime.now(UTC))
+        found = wait_for(lambda: conditions("False", "False"), timeout=90, what="JobsOverdue and ChainBroken False")
+        assert (found["JobsOverdue"]["reason"], found["ChainBroken"]["reason"]) == ("NoOverdueJobs", "ChainsIntact")
+    finally:
+        fleet.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(fleet.logs())
+        cluster.clear_namespace(fleet.namespace)
 
 
 # -- ScheduledJobs with `task:` ----------------------------------------------------------------

@@ -1,14 +1,16 @@
 """TaskQueues without a cluster: the spec's checks, its declaration, the worker's slot allowance
-(reserved capacity per priority), and the status built from the store's counts."""
+(reserved capacity per priority), and the status built from the store's counts and the volume
+watchdog's summary (JobsOverdue, ChainBroken)."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from pydantic import ValidationError
 
-from vigil.core.queue import Allowance, QueueStats, allowance
+from vigil.core.queue import Allowance, QueueStats, QueueWatchSummary, allowance
 from vigil.kube.taskqueues import queue_status
 from vigil.model import TaskQueueSpec, describe_validation_error
 
@@ -106,3 +108,35 @@ def test_a_store_that_does_not_answer_keeps_the_last_counts_and_says_so() -> Non
     after = queue_status(before, stats=None, objective=None, invalid=None, generation=1, now=NOW)
     assert (after["ready"], after["oldestReadyAge"]) == (4, "5s")
     assert types(after)["Ready"] == ("False", "QueueStoreUnavailable")
+
+
+def watched(summary: QueueWatchSummary | None) -> QueueStats:
+    return dataclasses.replace(stats(None), watch=summary)
+
+
+def test_the_watchdogs_summary_becomes_jobs_overdue_and_chain_broken() -> None:
+    unwatched = queue_status({}, stats=watched(None), objective=None, invalid=None, generation=1, now=NOW)
+    assert "JobsOverdue" not in types(unwatched) and "ChainBroken" not in types(unwatched)  # no summary yet
+
+    before_audit = QueueWatchSummary(overdue=5, overdue_jobs=(("j1", "NotFired"), ("j2", "Failing"), ("j3", "Overran")))
+    status = queue_status(unwatched, stats=watched(before_audit), objective=None, invalid=None, generation=1, now=NOW)
+    assert types(status)["JobsOverdue"] == ("True", "OverdueJobs") and "ChainBroken" not in types(status)
+    [overdue] = [c for c in status["conditions"] if c["type"] == "JobsOverdue"]  # type: ignore[attr-defined]  # status conditions are a list of mappings in the model dump
+    assert overdue["message"] == (
+        "5 jobs overdue (no success within expectedMaxInterval): j1 (NotFired), j2 (Failing), j3 (Overran) and 2 more"
+    )
+
+    audited = QueueWatchSummary(overdue=0, broken=1, broken_jobs=(("j9", "NoFutureOccurrence"),))
+    status = queue_status(status, stats=watched(audited), objective=None, invalid=None, generation=1, now=NOW)
+    assert types(status)["JobsOverdue"] == ("False", "NoOverdueJobs")
+    assert types(status)["ChainBroken"] == ("True", "BrokenChains")
+    [broken] = [c for c in status["conditions"] if c["type"] == "ChainBroken"]  # type: ignore[attr-defined]  # status conditions are a list of mappings in the model dump
+    assert broken["message"].startswith("1 job without a next occurrence") and "j9 (NoFutureOccurrence)" in broken["message"]
+
+    healed = queue_status(status, stats=watched(QueueWatchSummary(overdue=0, broken=0)), objective=None, invalid=None,
+                          generation=1, now=NOW)  # fmt: skip
+    assert types(healed)["ChainBroken"] == ("False", "ChainsIntact")
+    # the store down: the last verdicts stay, as the counts do
+    assert types(queue_status(status, stats=None, objective=None, invalid=None, generation=1, now=NOW))["ChainBroken"] == (
+        "True", "BrokenChains",
+    )  # fmt: skip

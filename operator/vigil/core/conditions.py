@@ -33,6 +33,8 @@ class ConditionType(StrEnum):
     STUCK = "Stuck"  # a step runs past its expectedDuration
     # on a TaskQueue
     BEHIND = "Behind"  # its oldest ready execution is older than its objective
+    JOBS_OVERDUE = "JobsOverdue"  # recurring jobs of the queue are overdue (the volume watchdog)
+    CHAIN_BROKEN = "ChainBroken"  # recurring jobs of the queue have no next occurrence (its audit)
 
 
 class ConditionReason(StrEnum):
@@ -53,6 +55,11 @@ class ConditionReason(StrEnum):
     STORE_UNAVAILABLE = "QueueStoreUnavailable"
     OLDEST_READY_TOO_OLD = "OldestReadyTooOld"
     WITHIN_OBJECTIVE = "WithinObjective"
+    # a TaskQueue's JobsOverdue and ChainBroken conditions (vigil.core.queuewatch.watch_conditions)
+    OVERDUE_JOBS = "OverdueJobs"
+    NO_OVERDUE_JOBS = "NoOverdueJobs"
+    BROKEN_CHAINS = "BrokenChains"
+    CHAINS_INTACT = "ChainsIntact"
 
 
 class EventReason(StrEnum):

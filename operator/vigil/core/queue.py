@@ -386,6 +386,20 @@ class QueueStats:
     succeeded_last_minute: int
     dead_last_minute: int
     oldest_ready_age: timedelta | None  # of the oldest *due* ready execution; None when none is due
+    #: The volume watchdog's latest verdicts on the queue's jobs; None until it has watched it.
+    watch: QueueWatchSummary | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueWatchSummary:
+    """One queue's share of the volume watchdog's latest pass (`vigil.core.queuewatch.summarise`),
+    kept in the store for its TaskQueue's `JobsOverdue` and `ChainBroken` conditions: how many
+    jobs are in trouble, and the first few of them as (job id, reason)."""
+
+    overdue: int
+    overdue_jobs: tuple[tuple[str, str], ...] = ()
+    broken: int | None = None  # None until an integrity audit has run
+    broken_jobs: tuple[tuple[str, str], ...] = ()
 
 
 # -- reserved capacity ---------------------------------------------------------------------------

@@ -8,16 +8,19 @@ enable, since the catalogue has no suspension) and `assess_overdue` /
 volume tier's shape: facts arrive for the jobs in trouble only (the store's
 statements select them), a pass reports a bounded number of them plus each
 queue's count, and `Episodes` says which verdicts are new since the last pass,
-so a job in trouble is logged once per episode, not once per pass.
+so a job in trouble is logged once per episode, not once per pass. `chain_restart` says
+where a broken chain starts again when the audit repairs it (`vigil.queue.repair`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 
-from vigil.core.queue import split_queue_key
+from vigil.core.chain import JobView, chain_head
+from vigil.core.conditions import ConditionReason, ConditionType
+from vigil.core.queue import QueueWatchSummary, split_queue_key
 from vigil.core.timeparse import require_aware
 from vigil.core.watchdog import (
     DEFAULT_CHAIN_GRACE,
@@ -49,8 +52,9 @@ class QueueJobFacts:
     last_fired: datetime | None = None
     last_failure: datetime | None = None
     ready_since: datetime | None = None  # the oldest ready execution's due time
-    #: The oldest leased execution's due time: the store records an attempt's start only when
-    #: it settles, so a running execution is known to have run since it became due, at most.
+    #: The oldest lease's start (`executions.leased_at`): a running execution runs since a worker
+    #: took it, not since it became due, so a long wait for a worker reads NotStarted while it
+    #: waits and never Overran once a worker has it; only a long-held lease is Overran.
     running_since: datetime | None = None
 
     def job_facts(self) -> JobFacts:
@@ -101,6 +105,30 @@ def broken_chain_verdicts(
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class ChainRestart:
+    """Where a broken chain starts again: its head's nominal time and (jittered) fire time."""
+
+    job_id: str
+    nominal: datetime
+    fire_at: datetime
+
+
+def chain_restart(
+    job: JobView, *, next_run: datetime | None, last_handled: datetime | None, enabled_since: datetime
+) -> ChainRestart | None:
+    """The head a broken chain gets back, as the declarative tier's repair re-enters one: the
+    first occurrence the job has not handled, with its own fire time, so when that is past the
+    trigger takes it at once and the job's catch-up policy fires the gap or records it Missed
+    (never skipped). That occurrence is the one the job row last named pending (`next_run`), or,
+    when the buckets show it handled or it is unknown, the first after the newest handled (after
+    the job's creation when none is). None when the schedule has no occurrence left."""
+    if next_run is not None and (last_handled is None or next_run > last_handled):
+        return ChainRestart(job.uid, next_run, next_run + job.offset)
+    head = chain_head(job, after=last_handled if last_handled is not None else enabled_since)
+    return None if head is None else ChainRestart(job.uid, head.nominal, head.fire_at)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class DeadLetters:
     count: int
     oldest_age_seconds: float
@@ -133,6 +161,70 @@ class QueueWatchReport:
     broken_counts: dict[str, int] | None
     dead_letters: dict[str, DeadLetters]
     oldest_ready: dict[tuple[str, int, str], float]  # (queue, priority, tenant) -> seconds
+    #: The broken chains this pass re-entered (`audit.repair`); they stay in `broken`, as found.
+    repaired: list[ChainRestart] = dataclasses.field(default_factory=list)
+
+
+#: The jobs a TaskQueue's condition names; its count covers them all.
+SUMMARY_JOBS = 3
+
+
+def summarise(report: QueueWatchReport, *, shown: int = SUMMARY_JOBS) -> dict[str, QueueWatchSummary]:
+    """queue -> its share of `report`, for the queues with jobs in trouble (the others have none:
+    the store writes them as such). `broken` stays None in a pass that did not audit."""
+    audited = report.broken is not None and report.broken_counts is not None
+    queues = set(report.overdue_counts) | set(report.broken_counts or {})
+    return {
+        queue: QueueWatchSummary(
+            overdue=report.overdue_counts.get(queue, 0),
+            overdue_jobs=_first(report.overdue, queue, shown),
+            broken=(report.broken_counts or {}).get(queue, 0) if audited else None,
+            broken_jobs=_first(report.broken or [], queue, shown),
+        )
+        for queue in queues
+    }
+
+
+def _first(verdicts: Iterable[JobVerdict], queue: str, shown: int) -> tuple[tuple[str, str], ...]:
+    return tuple((v.job_id, str(v.finding.reason)) for v in verdicts if v.queue == queue)[:shown]
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueCondition:
+    """A TaskQueue condition the watchdog's summary decides (written by the TaskQueue pass)."""
+
+    type: ConditionType
+    status: bool
+    reason: ConditionReason
+    message: str
+
+
+def watch_conditions(summary: QueueWatchSummary) -> list[QueueCondition]:
+    """`JobsOverdue`, and once an audit has run `ChainBroken`, from the queue's summary."""
+    overdue = QueueCondition(
+        ConditionType.JOBS_OVERDUE, summary.overdue > 0,
+        ConditionReason.OVERDUE_JOBS if summary.overdue else ConditionReason.NO_OVERDUE_JOBS,
+        _named(summary.overdue, summary.overdue_jobs, "overdue (no success within expectedMaxInterval)")
+        if summary.overdue else "every recurring job with expectedMaxInterval succeeded within it",
+    )  # fmt: skip
+    if summary.broken is None:
+        return [overdue]
+    broken = QueueCondition(
+        ConditionType.CHAIN_BROKEN, summary.broken > 0,
+        ConditionReason.BROKEN_CHAINS if summary.broken else ConditionReason.CHAINS_INTACT,
+        _named(summary.broken, summary.broken_jobs, "without a next occurrence (a broken chain; audit.repair re-enters it)")
+        if summary.broken else "every enabled recurring job has its next occurrence",
+    )  # fmt: skip
+    return [overdue, broken]
+
+
+def _named(count: int, jobs: Sequence[tuple[str, str]], what: str) -> str:
+    noun = "job" if count == 1 else "jobs"
+    if not jobs:  # counted, none judged yet (a chain within its grace)
+        return f"{count} {noun} {what}"
+    listed = ", ".join(f"{job} ({reason})" for job, reason in jobs)
+    more = f" and {count - len(jobs)} more" if count > len(jobs) else ""
+    return f"{count} {noun} {what}: {listed}{more}"
 
 
 @dataclasses.dataclass

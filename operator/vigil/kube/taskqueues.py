@@ -11,6 +11,9 @@ in namespace NS is the store's queue "NS/NAME". One pass, every `queue.statusInt
   which read the store, never the API server — see changes within their refresh;
 - counts every queue in one statement (ready, leased, dead, the oldest due ready age, the last
   minute's rates) and deletes dead executions past their queue's retention;
+- reads, in the same statement, the volume watchdog's latest summary of each queue's jobs (which
+  the watchdog leaves in the store each pass, wherever it runs) into the `JobsOverdue` and
+  `ChainBroken` conditions;
 - writes each status through `TaskQueueStatusWriter`, which writes only what changed, and hands
   the counts to `publish` (the runtime's `metrics.record_queue_stats`: the per-queue gauges that
   workers are autoscaled on; this module does not import the metrics).
@@ -31,7 +34,8 @@ from pydantic import ValidationError
 
 from vigil.core.conditions import ConditionReason, ConditionType, set_condition
 from vigil.core.ports import Clock
-from vigil.core.queue import QueueDeclaration, QueueStats
+from vigil.core.queue import QueueDeclaration, QueueStats, QueueWatchSummary
+from vigil.core.queuewatch import watch_conditions
 from vigil.kube.events import WARNING, EventRecorder
 from vigil.kube.informer import Informer, Key, key_of
 from vigil.model import (
@@ -49,6 +53,9 @@ STOP_CHECK_SECONDS = 0.5  # how often a waiting pass looks whether the leader is
 
 #: Receives one pass's counts, (namespace, TaskQueue name) -> the store's stats, every queue at once.
 PublishStats = Callable[[Mapping[tuple[str, str], QueueStats]], None]
+
+#: The conditions the volume watchdog's summary decides (`vigil.core.queuewatch.watch_conditions`).
+WATCH_CONDITIONS = frozenset({ConditionType.JOBS_OVERDUE, ConditionType.CHAIN_BROKEN})
 
 
 class QueueDeclarations(Protocol):
@@ -82,7 +89,8 @@ def queue_status(
     now: datetime,
 ) -> dict[str, Any]:
     """The TaskQueue's new status: the store's counts (the old ones when the store did not answer),
-    Ready, Invalid and (with an objective) Behind, each condition merged by type."""
+    Ready, Invalid, (with an objective) Behind, and the watchdog's JobsOverdue and ChainBroken,
+    each condition merged by type."""
     if stats is None:
         counts = {k: old[k] for k in ("ready", "leased", "dead", "oldestReadyAge", "oldestReadySeconds") if k in old}
         counts |= {k: old[k] for k in ("succeededPerMinute", "deadPerMinute") if k in old}
@@ -126,9 +134,27 @@ def queue_status(
             message=f"the oldest ready execution has waited {shown}; the objective is {format_duration(objective)}",
             generation=generation, now=now,
         )  # fmt: skip
+    if stats is not None:
+        conditions = _watch_conditions(conditions, stats.watch, generation=generation, now=now)
     status = {**counts, "observedGeneration": generation, "conditions": conditions}
     # Through the model: the status written is one the CRD accepts, in its canonical form.
     return TaskQueueStatus.model_validate(status).model_dump(mode="json", exclude_none=True)
+
+
+def _watch_conditions(
+    conditions: list[dict[str, Any]], watch: QueueWatchSummary | None, *, generation: int, now: datetime
+) -> list[dict[str, Any]]:
+    """`conditions` with JobsOverdue and ChainBroken as the volume watchdog's latest summary of the
+    queue says; absent until it has one (the watchdog off, or not yet run; ChainBroken until an audit)."""
+    judged = [] if watch is None else watch_conditions(watch)
+    types = {c.type for c in judged}
+    kept = [c for c in conditions if c.get("type") not in WATCH_CONDITIONS or c.get("type") in types]
+    for found in judged:
+        kept = set_condition(
+            kept, type_=found.type, status=found.status, reason=found.reason, message=found.message,
+            generation=generation, now=now,
+        )  # fmt: skip
+    return kept
 
 
 class TaskQueueStatusWriter:

@@ -237,7 +237,13 @@ class TaskQueueSpec(SpecModel, json_schema_extra=_SPEC_RULES):
 
 
 class TaskQueueStatus(StatusModel):
-    """What the store holds for the queue, refreshed every few seconds (never per execution)."""
+    """What the store holds for the queue, refreshed every few seconds (never per execution).
+
+    Conditions: `Ready` (Published, InvalidSpec, QueueStoreUnavailable), `Invalid`, `Behind`
+    (with an objective: OldestReadyTooOld, WithinObjective), and from the volume watchdog's latest
+    pass `JobsOverdue` (OverdueJobs, NoOverdueJobs) and `ChainBroken` (BrokenChains,
+    ChainsIntact), whose messages count the jobs and name the first few with their reasons.
+    """
 
     ready: int = Field(default=0, ge=0, description="Executions waiting for a worker (due or not).")
     leased: int = Field(default=0, ge=0, description="Executions a worker holds now.")
@@ -284,6 +290,16 @@ TASK_QUEUE = ResourceKind(
             name="Behind",
             json_path='.status.conditions[?(@.type=="Behind")].status',
             description="Whether the oldest ready execution is older than the objective.",
+        ),
+        PrinterColumn(
+            name="Jobs Overdue",
+            json_path='.status.conditions[?(@.type=="JobsOverdue")].status',
+            description="Whether recurring jobs of the queue are overdue (the watchdog's JobsOverdue).",
+        ),
+        PrinterColumn(
+            name="Chain Broken",
+            json_path='.status.conditions[?(@.type=="ChainBroken")].status',
+            description="Whether recurring jobs of the queue have no next occurrence (the watchdog's ChainBroken).",
         ),
         AGE_COLUMN,
     ),

@@ -48,7 +48,9 @@ SELECT pg_notify('vigil_queue', %(queue)s);
 --   slots of this worker) are taken as reserved; every other row competes, in that order, for the
 --   `shared_free` shared slots. So a tenant's backlog delays another tenant by at most one batch,
 --   a lower priority number goes first, and no priority ever takes the slots reserved for another.
--- What the batch does not take is unlocked when the statement's transaction ends.
+-- What the batch does not take is unlocked when the statement's transaction ends. `leased_at` is the
+-- lease's start (the heartbeat keeps it; whatever ends the lease clears it with lease_owner): the
+-- watchdog's "running since".
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM vigil_queue.executions
      WHERE queue = %(queue)s AND state = 'ready' ORDER BY tenant LIMIT 1)
@@ -123,7 +125,7 @@ chosen AS (
     LIMIT %(limit)s
 )
 UPDATE vigil_queue.executions AS e
-SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s
+SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s, leased_at = %(now)s
 FROM chosen WHERE e.execution_id = chosen.execution_id
 RETURNING e.execution_id, e.task, e.payload, e.attempt, e.max_attempts, e.scheduled_for,
           e.idempotency_key, e.priority, e.tenant;
@@ -134,7 +136,8 @@ RETURNING e.execution_id, e.task, e.payload, e.attempt, e.max_attempts, e.schedu
 SELECT pg_advisory_xact_lock(hashtext('vigil_queue_tenants:' || %(queue)s));
 
 -- name: heartbeat
--- Extend the leases this worker still holds; what does not come back was taken from it.
+-- Extend the leases this worker still holds; what does not come back was taken from it. The lease's
+-- start (leased_at) stays: a heartbeat extends the same run.
 UPDATE vigil_queue.executions AS e
 SET lease_expires_at = %(expires)s
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS h(execution_id, attempt)
@@ -155,7 +158,7 @@ FOR UPDATE SKIP LOCKED;
 -- Close one attempt held by `worker`: the new state, attempt and run_after come from vigil.core.queue.
 UPDATE vigil_queue.executions
 SET state = %(state)s::text, attempt = %(next_attempt)s, run_after = COALESCE(%(run_after)s::timestamptz, run_after),
-    lease_owner = NULL, lease_expires_at = NULL, last_error = %(error)s::text,
+    lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, last_error = %(error)s::text,
     finished_at = CASE WHEN %(state)s::text IN ('succeeded', 'dead') THEN %(now)s END
 WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s AND state = 'leased'
   AND lease_owner = %(worker)s
@@ -164,7 +167,7 @@ RETURNING execution_id;
 -- name: settle_succeeded
 -- Acknowledge a batch of successes in one statement; rows not returned had lost their lease.
 UPDATE vigil_queue.executions AS e
-SET state = 'succeeded', lease_owner = NULL, lease_expires_at = NULL, finished_at = %(now)s
+SET state = 'succeeded', lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, finished_at = %(now)s
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS a(execution_id, attempt)
 WHERE e.execution_id = a.execution_id AND e.attempt = a.attempt
   AND e.state = 'leased' AND e.lease_owner = %(worker)s
@@ -276,7 +279,7 @@ WHERE job_id = %(job_id)s RETURNING job_id;
 -- Ready: it is never leased. Leased: the lease is taken away, so the holder's heartbeat and
 -- acknowledgement (conditional on state 'leased' and its owner) match nothing and cannot revive it.
 UPDATE vigil_queue.executions
-SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, finished_at = %(now)s,
+SET state = 'cancelled', lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, finished_at = %(now)s,
     cancelled_by = %(by)s
 WHERE (execution_id = %(execution_id)s OR job_id = %(job_id)s) AND state IN ('ready', 'leased')
 RETURNING execution_id;
@@ -333,7 +336,8 @@ FROM vigil_queue.queues WHERE queue = %(queue)s;
 -- name: queue_stats
 -- What each queue's status shows, for many queues in one statement: every count and the oldest
 -- age come from a partial index (the ready index's oldest per (tenant, priority), found by a skip
--- scan, so the oldest costs one probe per tenant and priority, not one per ready row).
+-- scan, so the oldest costs one probe per tenant and priority, not one per ready row), and the
+-- volume watchdog's latest summary of the queue's jobs (watch_summarise; NULL until it ran).
 SELECT k.queue,
        (SELECT count(*) FROM vigil_queue.executions AS e
         WHERE e.queue = k.queue AND e.state = 'ready') AS ready,
@@ -360,8 +364,10 @@ SELECT k.queue,
             WHERE e.queue = k.queue AND e.state = 'ready' AND e.tenant = h.tenant
               AND e.priority = h.priority
             ORDER BY e.run_after LIMIT 1) AS o
-        WHERE o.run_after <= %(now)s) AS oldest_ready
-FROM unnest(%(queues)s::text[]) AS k(queue);
+        WHERE o.run_after <= %(now)s) AS oldest_ready,
+       w.overdue, w.overdue_jobs, w.broken, w.broken_jobs
+FROM unnest(%(queues)s::text[]) AS k(queue)
+LEFT JOIN vigil_queue.watch_summaries AS w ON w.queue = k.queue;
 
 -- name: purge_dead
 -- Dead executions past their queue's deadLetter.retention leave the store, a bounded batch a pass.
@@ -526,6 +532,40 @@ FROM (
 ORDER BY row_number() OVER (PARTITION BY b.queue ORDER BY b.job_id), b.queue, b.job_id
 LIMIT %(limit)s;
 
+-- name: repair_candidates
+-- What re-entering a broken chain needs of each job (`audit.repair`): its schedule, its pending
+-- occurrence as the job row last named it (next_run) and the newest occurrence it handled that
+-- the buckets still hold (one probe of the unique index per partition; broken jobs only).
+SELECT j.job_id, j.queue, j.shard, j.created_at, j.next_run, j.cron, j.timezone, j.dst_gap, j.dst_overlap,
+       j.jitter, j.catch_up_policy, j.catch_up_window, j.catch_up_limit,
+       (SELECT max(b.nominal) FROM vigil_queue.schedule_buckets AS b
+        WHERE b.job_id = j.job_id AND b.fired_at IS NOT NULL) AS last_handled
+FROM vigil_queue.jobs AS j
+WHERE j.job_id = ANY(%(job_ids)s::text[]) AND j.enabled AND j.cron IS NOT NULL;
+
+-- name: repair_chains
+-- Re-enter each broken chain's head, only where the job is still enabled and still has no unfired
+-- row when this statement runs (a trigger or another replica's repair may have been first), keyed
+-- like any bucket row ((job_id, nominal, minute), the minute a function of the occurrence), so a
+-- second repair of the same chain inserts nothing; the job's next_run names the new head.
+WITH inserted AS (
+    INSERT INTO vigil_queue.schedule_buckets (minute, shard, job_id, nominal, fire_at)
+    SELECT r.minute, j.shard, r.job_id, r.nominal, r.fire_at
+    FROM unnest(%(job_ids)s::text[], %(nominals)s::timestamptz[], %(fire_ats)s::timestamptz[],
+                %(minutes)s::timestamptz[]) AS r(job_id, nominal, fire_at, minute)
+    JOIN vigil_queue.jobs AS j ON j.job_id = r.job_id AND j.enabled
+    WHERE NOT EXISTS (SELECT 1 FROM vigil_queue.schedule_buckets AS b
+                      WHERE b.job_id = r.job_id AND b.fired_at IS NULL)
+    ON CONFLICT DO NOTHING
+    RETURNING job_id, nominal
+),
+named AS (
+    UPDATE vigil_queue.jobs AS j SET next_run = i.nominal FROM inserted AS i
+    WHERE j.job_id = i.job_id
+    RETURNING 1
+)
+SELECT i.job_id, i.nominal, (SELECT count(*) FROM named) FROM inserted AS i;
+
 -- A queue's listings (`kubectl vigil queue …` through the HTTP API), a bounded page each.
 
 -- name: queue_jobs
@@ -597,7 +637,8 @@ LIMIT %(limit)s;
 -- (or their creation): the necessary condition only; vigil.core.watchdog.assess_overdue decides the
 -- verdict and its reason from the facts read here. A job's last success is one probe of
 -- executions_job_succeeded. At most `limit` jobs come back, each queue's most overdue first (with
--- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions.
+-- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions: a
+-- leased one runs since its lease began (its due time for a row leased before leased_at existed).
 WITH watched AS MATERIALIZED (
     SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval,
            (SELECT max(s.finished_at) FROM vigil_queue.executions AS s
@@ -624,9 +665,9 @@ FROM shown AS sh
 CROSS JOIN LATERAL (
     SELECT max(e.created_at) AS last_fired,
            min(e.run_after) FILTER (WHERE e.state = 'ready') AS ready_since,
-           min(e.run_after) FILTER (WHERE e.state = 'leased') AS running_since,
+           min(COALESCE(e.leased_at, e.run_after)) FILTER (WHERE e.state = 'leased') AS running_since,
            GREATEST(max(e.finished_at) FILTER (WHERE e.state = 'dead'), max(f.finished_at)) AS last_failure
-    FROM (SELECT x.execution_id, x.created_at, x.run_after, x.state, x.finished_at, x.scheduled_for
+    FROM (SELECT x.execution_id, x.created_at, x.run_after, x.leased_at, x.state, x.finished_at, x.scheduled_for
           FROM vigil_queue.executions AS x WHERE x.job_id = sh.job_id
           ORDER BY x.scheduled_for DESC LIMIT %(recent)s) AS e
     LEFT JOIN LATERAL (
@@ -636,6 +677,31 @@ CROSS JOIN LATERAL (
     ) AS f ON true
 ) AS r
 ORDER BY sh.queue, sh.deadline, sh.job_id;
+
+-- name: watch_summarise
+-- Each declared queue's share of the pass (the TaskQueue's JobsOverdue and ChainBroken conditions
+-- read it): the queues in `queues` with their counts and first jobs, every other declared queue with
+-- none; the broken chains only in a pass that ran the audit (`audited`), else the last audit's stay.
+-- One row per declared queue, rewritten each pass; the rows of undeclared queues go.
+WITH gone AS (
+    DELETE FROM vigil_queue.watch_summaries AS s
+    WHERE NOT EXISTS (SELECT 1 FROM vigil_queue.queues AS q WHERE q.queue = s.queue)
+)
+INSERT INTO vigil_queue.watch_summaries AS s
+    (queue, checked_at, overdue, overdue_jobs, audited_at, broken, broken_jobs)
+SELECT q.queue, %(now)s, COALESCE(r.overdue, 0), COALESCE(r.overdue_jobs, '[]'::jsonb),
+       CASE WHEN %(audited)s THEN %(now)s::timestamptz END,
+       CASE WHEN %(audited)s THEN COALESCE(r.broken, 0) END,
+       CASE WHEN %(audited)s THEN COALESCE(r.broken_jobs, '[]'::jsonb) END
+FROM vigil_queue.queues AS q
+LEFT JOIN unnest(%(queues)s::text[], %(overdue)s::integer[], %(overdue_jobs)s::jsonb[], %(broken)s::integer[],
+                 %(broken_jobs)s::jsonb[]) AS r(queue, overdue, overdue_jobs, broken, broken_jobs)
+  ON r.queue = q.queue
+ON CONFLICT (queue) DO UPDATE SET
+    checked_at = excluded.checked_at, overdue = excluded.overdue, overdue_jobs = excluded.overdue_jobs,
+    audited_at = COALESCE(excluded.audited_at, s.audited_at),
+    broken = CASE WHEN excluded.audited_at IS NULL THEN s.broken ELSE excluded.broken END,
+    broken_jobs = CASE WHEN excluded.audited_at IS NULL THEN s.broken_jobs ELSE excluded.broken_jobs END;
 
 -- name: watchdog_dead_letters
 -- Each queue's dead letters still kept: how many, and since when the oldest died (executions_dead).

@@ -62,6 +62,7 @@ from vigil.core.queue import (
     QueueState,
     QueueStats,
     QueueUnavailable,
+    QueueWatchSummary,
     Recurrence,
     Settlement,
     Submission,
@@ -443,8 +444,9 @@ class QueueStore:
                 succeeded_last_minute=succeeded,
                 dead_last_minute=dead_minute,
                 oldest_ready_age=None if oldest is None else max(timedelta(0), now - oldest),
+                watch=None if watched[0] is None else _watch_summary(*watched),
             )
-            for queue, ready, leased, dead, succeeded, dead_minute, oldest in rows
+            for queue, ready, leased, dead, succeeded, dead_minute, oldest, *watched in rows
         }
 
     def purge_dead(self, retention: dict[str, timedelta], *, now: datetime) -> int:
@@ -460,6 +462,16 @@ class QueueStore:
             return connection.execute(QUERIES["purge_dead"], params).rowcount
 
 
+
+
+def _watch_summary(overdue: int, overdue_jobs: Any, broken: int | None, broken_jobs: Any) -> QueueWatchSummary:
+    """A `watch_summaries` row (its jobs as JSON [[job id, reason], ...]) as the core's summary."""
+    return QueueWatchSummary(
+        overdue=overdue,
+        overdue_jobs=tuple((str(job), str(reason)) for job, reason in overdue_jobs or []),
+        broken=broken,
+        broken_jobs=tuple((str(job), str(reason)) for job, reason in broken_jobs or []),
+    )
 
 
 def _after_params(after: ListCursor | None) -> dict[str, Any]:

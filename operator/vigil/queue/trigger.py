@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -172,10 +172,16 @@ def _job_view(due: _Due) -> JobView | None:
     row = due.row
     if row["queue"] is None or not row["enabled"]:
         return None
+    return row_view(row)
+
+
+def row_view(row: Mapping[str, Any]) -> JobView:
+    """The core's view of a catalogued job from its `jobs` columns (the trigger's and the chain
+    repair's: `vigil.queue.repair`); ValueError for a row no validation would have let in."""
     return JobView(
         namespace=str(row["queue"]).partition("/")[0],
-        name=due.job_id,
-        uid=due.job_id,
+        name=str(row["job_id"]),
+        uid=str(row["job_id"]),
         generation=1,
         schedule=cron_schedule(row["cron"], row["timezone"], GapPolicy(row["dst_gap"]), OverlapPolicy(row["dst_overlap"])),
         schedule_hash="",
