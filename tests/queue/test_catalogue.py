@@ -522,6 +522,33 @@ def test_the_trigger_loop_keeps_partitions_and_fires_until_stopped(dsn: str, cat
     assert trigger_metric("lag_seconds_count") == lags_before + 1  # 2 minutes late: the clock says 12:02
 
 
+def test_the_loop_logs_and_counts_occurrences_an_outage_recorded_missed(
+    dsn: str, catalogue: Catalogue, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Volume-tier jobs are rows (no Events): the log and the metric are what tell of Missed ones."""
+    catalogue.add(hourly(catch_up=CatchUp(policy=CatchUpPolicy.NONE, window=timedelta(minutes=5))), now=T0)
+    missed_before = trigger_metric("occurrences_total", outcome="Missed")
+    stop = threading.Event()
+
+    def on_pass(report: trigger_module.PassReport) -> None:
+        metrics.record_queue_trigger_pass(report)
+        if report.missed:
+            stop.set()
+
+    caplog.set_level("WARNING", logger=trigger_module.__name__)
+    loop = threading.Thread(
+        target=trigger_module.run,
+        args=(ShardTrigger(dsn, shard=0),),
+        kwargs={"clock": lambda: datetime(2026, 12, 1, 17, 30, tzinfo=UTC), "stop": stop,
+                "interval": timedelta(milliseconds=20), "on_pass": on_pass},
+    )  # fmt: skip
+    loop.start()
+    loop.join(timeout=30)
+    assert not loop.is_alive()
+    assert trigger_metric("occurrences_total", outcome="Missed") == missed_before + 6  # 12:00 … 17:00
+    assert "6 occurrence(s) recorded Missed by their catch-up policy, 0 Failed" in caplog.text
+
+
 def trigger_metric(name: str, **labels: str) -> float:
     return metrics.REGISTRY.get_sample_value(f"vigil_queue_trigger_{name}", labels) or 0.0
 

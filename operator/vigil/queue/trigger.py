@@ -368,6 +368,11 @@ def run(
                     trigger.maintain_attempts(now=now)
                     maintained = now
                 report = trigger.run_pass(now=now)
+                if report.missed or report.failed:  # rows, not objects: no Events; the log and the metric say it
+                    log.warning(
+                        "trigger shard %d: %d occurrence(s) recorded Missed by their catch-up policy, %d Failed "
+                        "(payload template)", trigger.shard, report.missed, report.failed,
+                    )  # fmt: skip
                 if on_pass is not None:
                     on_pass(report)
             except psycopg.OperationalError as err:  # the database restarting, a cut connection
