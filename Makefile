@@ -75,9 +75,17 @@ test: lint binaries image ## the whole suite (unit, contract, integration agains
 stress: $(STAMP) binaries ## long variants of the failover and soak tests
 	VIGIL_STRESS=1 $(VENV)/bin/pytest -m stress tests/stress $(PYTEST_ARGS)
 
+# `make bench queue queuetrigger` runs those sections only; BENCH_ARGS passes flags (python -m bench --help).
+BENCH_SECTIONS := $(filter-out bench,$(MAKECMDGOALS))
+
 .PHONY: bench
 bench: $(STAMP) binaries ## benchmarks: prints rates and latencies; never fails for being slow
-	$(PY) -m bench
+	$(PY) -m bench $(BENCH_SECTIONS) $(BENCH_ARGS)
+
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+.PHONY: $(BENCH_SECTIONS)
+$(BENCH_SECTIONS): ; @:
+endif
 
 .PHONY: clean
 clean: cluster-down ## stop the demo cluster and delete local state (not the binary cache)
