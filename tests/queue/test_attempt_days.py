@@ -128,7 +128,7 @@ def test_the_upgrade_keeps_every_existing_attempt_and_files_it_under_its_executi
     assert {eid: str(day) for eid, day in days.items()} == {
         "e-nov": "2026-11-29", "e-dec": "2026-12-01", "e-gone": "2026-11-20",
     }  # fmt: skip
-    assert set(partition_of(dsn, "e-dec")) == {attempt_days.DEFAULT_PARTITION}
+    assert set(partition_of(dsn, "e-dec")) == {attempt_days.ATTEMPTS.default}
     # the first round moves the days it keeps into their partitions, and purges the older ones
     done = store.maintain_attempts(now=T0, retention_days=7)
     assert done.moved == 4 and done.purged == 1
@@ -165,7 +165,7 @@ def test_an_attempt_lands_in_its_executions_scheduled_day_and_a_far_day_waits_in
     assert partition_of(dsn, late) == ["attempts_p20261130"]
     [far] = store.submit("q", [Submission("record", run_after=T0 + timedelta(days=9))], now=T0)
     run_once(dsn, "q", at=T0 + timedelta(days=9))
-    assert partition_of(dsn, far) == [attempt_days.DEFAULT_PARTITION]  # an insert never fails
+    assert partition_of(dsn, far) == [attempt_days.ATTEMPTS.default]  # an insert never fails
     later = store.maintain_attempts(now=T0 + timedelta(days=8), retention_days=3)
     assert "attempts_p20261210" in later.created and later.moved == 1
     assert partition_of(dsn, far) == ["attempts_p20261210"]
@@ -274,7 +274,7 @@ def test_a_partition_made_while_a_transaction_reads_default_and_then_writes_to_i
     [made] = done
     assert not isinstance(made, Exception), made
     assert made.created == ["attempts_p20261204"]
-    assert partition_of(dsn, "e") == [attempt_days.DEFAULT_PARTITION]
+    assert partition_of(dsn, "e") == [attempt_days.ATTEMPTS.default]
 
 
 def waits_on_default(dsn: str) -> bool:

@@ -13,20 +13,16 @@ operator would otherwise hold for its whole life to use once.
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 import threading
 
+from vigil import apart
 from vigil.core.history import AttemptRecord, WorkflowEventRecord
 from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.history.store import SqlHistory
 
-log = logging.getLogger(__name__)
-
 #: How long the migrations may take; on PostgreSQL this includes waiting for another replica's.
 MIGRATE_TIMEOUT_SECONDS = 300.0
-EXIT_UNAVAILABLE = 3  # the child's exit code when the database cannot be reached
-STDERR_SHOWN = 2000  # characters of the child's output kept in an error
 
 
 def migrate_apart(dsn: str, *, timeout: float = MIGRATE_TIMEOUT_SECONDS) -> None:
@@ -35,20 +31,9 @@ def migrate_apart(dsn: str, *, timeout: float = MIGRATE_TIMEOUT_SECONDS) -> None
     Raises HistoryUnavailable when the database cannot be reached (tried again on next use),
     RuntimeError when a migration itself fails.
     """
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "vigil.history.migrating"],
-            input=dsn, text=True, capture_output=True, timeout=timeout, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired as err:
-        raise HistoryUnavailable(f"history migrations did not finish within {timeout:.0f}s") from err
-    output = done.stderr.strip()
-    for line in output.splitlines():
-        log.info("history migrations: %s", line)
-    if done.returncode == EXIT_UNAVAILABLE:
-        raise HistoryUnavailable(output[-STDERR_SHOWN:] or "history database unreachable")
-    if done.returncode != 0:
-        raise RuntimeError(f"history migrations failed (exit {done.returncode}): {output[-STDERR_SHOWN:]}")
+    apart.migrate_apart(
+        "vigil.history.migrating", dsn, what="history", unavailable=HistoryUnavailable, timeout=timeout
+    )
 
 
 class MigratingHistory:
@@ -91,7 +76,7 @@ def main() -> int:
         history.migrate()
     except HistoryUnavailable as err:
         print(err, file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return apart.EXIT_UNAVAILABLE
     finally:
         history.close()
     return 0

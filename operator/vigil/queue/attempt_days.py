@@ -39,11 +39,17 @@ import psycopg
 from psycopg import sql
 
 from vigil.core.timeparse import require_aware
-from vigil.queue.partitions import LOCK_TIMEOUT, SCHEMA, Maintenance
+from vigil.queue.partitions import (
+    Maintenance,
+    Partitioned,
+    existing_partitions,
+    make_partition,
+    one_maintainer,
+    qualified,
+    short_lock_timeout,
+)
 
-PARENT = "attempts"
-DEFAULT_PARTITION = "attempts_default"
-PARTITION_PREFIX = "attempts_p"
+ATTEMPTS = Partitioned(parent="attempts", default="attempts_default", prefix="attempts_p", column="day")
 NAME_FORMAT = "%Y%m%d"
 #: Days kept behind today: the setting `queue.attemptsRetentionDays` (vigil.settings.Queue).
 DEFAULT_RETENTION_DAYS = 14
@@ -57,7 +63,7 @@ ADVISORY_KEY = "vigil_queue_attempt_partitions"
 
 
 def partition_name(day: date) -> str:
-    return PARTITION_PREFIX + day.strftime(NAME_FORMAT)
+    return ATTEMPTS.prefix + day.strftime(NAME_FORMAT)
 
 
 def day_of(at: datetime) -> date:
@@ -80,96 +86,42 @@ def maintain(
         raise ValueError(f"retention_days must be at least 1, got {retention_days}")
     if not connection.autocommit:
         raise ValueError("maintain() needs an autocommit connection: each partition is its own transaction")
-    key = {"key": ADVISORY_KEY}
-    if not connection.execute("SELECT pg_try_advisory_lock(hashtext(%(key)s))", key).fetchone()[0]:  # type: ignore[index]  # SELECT of a function returns exactly one row
-        return Maintenance(created=[], dropped=[], skipped=True)
-    try:
+    with one_maintainer(connection, ADVISORY_KEY) as mine:
+        if not mine:
+            return Maintenance(created=[], dropped=[], skipped=True)
         oldest = day_of(now) - timedelta(days=retention_days)
-        existing = _partitions(connection)
+        existing = existing_partitions(connection, ATTEMPTS)
         created, moved = [], 0
         for day in _days(oldest, day_of(now) + timedelta(days=ahead_days)):
             name = partition_name(day)
             if name in existing:
                 continue
             try:
-                moved += _create(connection, name, day)
+                moved += make_partition(connection, ATTEMPTS, name, day, day + timedelta(days=1))
             except psycopg.errors.LockNotAvailable:
                 break  # a long transaction holds DEFAULT: the next round makes the rest
             created.append(name)
         dropped = [name for name in sorted(existing) if name < partition_name(oldest) and _drop(connection, name)]
         purged = _purge_default(connection, before=oldest, finished_before=now - timedelta(days=retention_days))
         return Maintenance(created=created, dropped=dropped, moved=moved, purged=purged)
-    finally:
-        connection.execute("SELECT pg_advisory_unlock(hashtext(%(key)s))", key)
 
 
 def partitions(connection: psycopg.Connection[Any]) -> list[str]:
     """The names of the daily partitions that exist now, oldest first (DEFAULT excluded)."""
-    return sorted(_partitions(connection))
+    return sorted(existing_partitions(connection, ATTEMPTS))
 
 
 def _days(first: date, last: date) -> list[date]:
     return [first + timedelta(days=k) for k in range((last - first).days + 1)]
 
 
-def _partitions(connection: psycopg.Connection[Any]) -> set[str]:
-    rows = connection.execute(
-        """
-        SELECT child.relname FROM pg_inherits
-        JOIN pg_class AS parent ON parent.oid = pg_inherits.inhparent
-        JOIN pg_class AS child ON child.oid = pg_inherits.inhrelid
-        JOIN pg_namespace AS ns ON ns.oid = parent.relnamespace
-        WHERE ns.nspname = %(schema)s AND parent.relname = %(parent)s AND child.relname LIKE %(prefix)s
-        """,
-        {"schema": SCHEMA, "parent": PARENT, "prefix": PARTITION_PREFIX + "%"},
-    ).fetchall()
-    return {row[0] for row in rows}
-
-
-def _table(name: str) -> sql.Identifier:
-    return sql.Identifier(SCHEMA, name)
-
-
-def _lock_timeout(connection: psycopg.Connection[Any]) -> None:
-    connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-
-
-def _create(connection: psycopg.Connection[Any], name: str, day: date) -> int:
-    """Make one day's partition, moving its rows out of DEFAULT first; returns the rows moved."""
-    with connection.transaction():
-        _lock_timeout(connection)
-        # Parent first, then DEFAULT (the order an insert through the parent takes them in), and
-        # DEFAULT at once in the mode ATTACH needs: no upgrade later, so no deadlock with a
-        # transaction that read DEFAULT and then writes to it.
-        connection.execute(sql.SQL("LOCK TABLE ONLY {} IN SHARE UPDATE EXCLUSIVE MODE").format(_table(PARENT)))
-        connection.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(_table(DEFAULT_PARTITION)))
-        connection.execute(
-            sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
-                _table(name), _table(PARENT)
-            )
-        )
-        moved = connection.execute(
-            sql.SQL(
-                "WITH moved AS (DELETE FROM {default} WHERE day = %(day)s RETURNING *) "
-                "INSERT INTO {part} SELECT * FROM moved"
-            ).format(default=_table(DEFAULT_PARTITION), part=_table(name)),
-            {"day": day},
-        ).rowcount
-        connection.execute(
-            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
-                _table(PARENT), _table(name), sql.Literal(day), sql.Literal(day + timedelta(days=1))
-            )
-        )
-    return max(moved, 0)
-
-
 def _drop(connection: psycopg.Connection[Any], name: str) -> bool:
     """Drop a day's partition past the retention; False when a lock timed out (next round tries again)."""
     try:
         with connection.transaction():
-            _lock_timeout(connection)
-            connection.execute(sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(_table(PARENT)))
-            connection.execute(sql.SQL("DROP TABLE {}").format(_table(name)))
+            short_lock_timeout(connection)
+            connection.execute(sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(qualified(ATTEMPTS.parent)))
+            connection.execute(sql.SQL("DROP TABLE {}").format(qualified(name)))
             return True
     except psycopg.errors.LockNotAvailable:
         return False
@@ -181,13 +133,13 @@ def _purge_default(connection: psycopg.Connection[Any], *, before: date, finishe
         "DELETE FROM {default} WHERE (execution_id, attempt, day) IN ("
         " SELECT execution_id, attempt, day FROM {default}"
         " WHERE day < %(before)s AND finished_at < %(finished_before)s LIMIT %(limit)s)"
-    ).format(default=_table(DEFAULT_PARTITION))
+    ).format(default=qualified(ATTEMPTS.default))
     params = {"before": before, "finished_before": finished_before, "limit": PURGE_BATCH}
     purged = 0
     for _ in range(PURGE_BATCHES):
         try:
             with connection.transaction():
-                _lock_timeout(connection)
+                short_lock_timeout(connection)
                 deleted = max(connection.execute(statement, params).rowcount, 0)
         except psycopg.errors.LockNotAvailable:
             break

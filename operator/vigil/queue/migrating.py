@@ -9,20 +9,16 @@ pygments, megabytes the operator would otherwise hold for its whole life to use 
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 
 import psycopg
 import sqlalchemy as sa
 
+from vigil import apart
 from vigil.core.queue import QueueUnavailable
 from vigil.queue.store import QueueStore
 
-log = logging.getLogger(__name__)
-
 MIGRATE_TIMEOUT_SECONDS = 300.0  # includes waiting for another replica's migrations (a DDL lock)
-EXIT_UNAVAILABLE = 3  # the child's exit code when the store cannot be reached
-STDERR_SHOWN = 2000  # characters of the child's output kept in an error
 
 
 def migrate_apart(dsn: str, *, timeout: float = MIGRATE_TIMEOUT_SECONDS) -> None:
@@ -30,20 +26,7 @@ def migrate_apart(dsn: str, *, timeout: float = MIGRATE_TIMEOUT_SECONDS) -> None
 
     Raises QueueUnavailable when the store cannot be reached, RuntimeError when a migration fails.
     """
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "vigil.queue.migrating"],
-            input=dsn, text=True, capture_output=True, timeout=timeout, check=False,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired as err:
-        raise QueueUnavailable(f"queue migrations did not finish within {timeout:.0f}s") from err
-    output = done.stderr.strip()
-    for line in output.splitlines():
-        log.info("queue migrations: %s", line)
-    if done.returncode == EXIT_UNAVAILABLE:
-        raise QueueUnavailable(output[-STDERR_SHOWN:] or "queue store unreachable")
-    if done.returncode != 0:
-        raise RuntimeError(f"queue migrations failed (exit {done.returncode}): {output[-STDERR_SHOWN:]}")
+    apart.migrate_apart("vigil.queue.migrating", dsn, what="queue", unavailable=QueueUnavailable, timeout=timeout)
 
 
 def main() -> int:
@@ -54,7 +37,7 @@ def main() -> int:
         QueueStore(sys.stdin.read().strip()).migrate()
     except (psycopg.OperationalError, sa.exc.OperationalError) as err:
         print(err, file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        return apart.EXIT_UNAVAILABLE
     return 0
 
 

@@ -35,7 +35,9 @@ that exists is not made again, one already gone is not dropped again).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -69,6 +71,32 @@ class Maintenance:
     skipped: bool = False  # another replica held the lock
 
 
+@dataclasses.dataclass(frozen=True)
+class Partitioned:
+    """A range-partitioned table of the store: parent, DEFAULT partition, partitions' prefix, key column."""
+
+    parent: str
+    default: str
+    prefix: str
+    column: str
+
+
+BUCKETS = Partitioned(PARENT, DEFAULT_PARTITION, PARTITION_PREFIX, "minute")
+
+
+@contextlib.contextmanager
+def one_maintainer(connection: psycopg.Connection[Any], key: str) -> Iterator[bool]:
+    """Hold the session advisory lock `key` for the block: True, or False at once when another holds it."""
+    params = {"key": key}
+    if not connection.execute("SELECT pg_try_advisory_lock(hashtext(%(key)s))", params).fetchone()[0]:  # type: ignore[index]  # SELECT of a function returns exactly one row
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        connection.execute("SELECT pg_advisory_unlock(hashtext(%(key)s))", params)
+
+
 def partition_name(start: datetime) -> str:
     return PARTITION_PREFIX + start.astimezone(UTC).strftime(NAME_FORMAT)
 
@@ -85,18 +113,17 @@ def maintain(connection: psycopg.Connection[Any], *, now: datetime, ahead: timed
     """
     if not connection.autocommit:
         raise ValueError("maintain() needs an autocommit connection: each partition is its own transaction")
-    key = {"key": ADVISORY_KEY}
-    if not connection.execute("SELECT pg_try_advisory_lock(hashtext(%(key)s))", key).fetchone()[0]:  # type: ignore[index]  # SELECT of a function returns exactly one row
-        return Maintenance(created=[], dropped=[], skipped=True)
-    try:
-        existing = _partitions(connection)
+    with one_maintainer(connection, ADVISORY_KEY) as mine:
+        if not mine:
+            return Maintenance(created=[], dropped=[], skipped=True)
+        existing = existing_partitions(connection, BUCKETS)
         created, moved = [], 0
         for start in _hours(partition_start(now), partition_start(now + ahead)):
             name = partition_name(start)
             if name in existing:
                 continue
             try:
-                moved += _create(connection, name, start)
+                moved += make_partition(connection, BUCKETS, name, start, start + PARTITION_WIDTH)
             except psycopg.errors.LockNotAvailable:
                 break  # a long transaction holds DEFAULT: the next round makes the rest
             created.append(name)
@@ -104,13 +131,11 @@ def maintain(connection: psycopg.Connection[Any], *, now: datetime, ahead: timed
         dropped = [name for name in sorted(existing) if name < partition_name(current) and _drop(connection, name)]
         purged = _purge_default(connection, before=current)
         return Maintenance(created=created, dropped=dropped, moved=moved, purged=purged)
-    finally:
-        connection.execute("SELECT pg_advisory_unlock(hashtext(%(key)s))", key)
 
 
 def partitions(connection: psycopg.Connection[Any]) -> list[str]:
     """The names of the hourly partitions that exist now, oldest first (DEFAULT excluded)."""
-    return sorted(_partitions(connection))
+    return sorted(existing_partitions(connection, BUCKETS))
 
 
 def _hours(first: datetime, last: datetime) -> list[datetime]:
@@ -118,7 +143,8 @@ def _hours(first: datetime, last: datetime) -> list[datetime]:
     return [first + k * PARTITION_WIDTH for k in range(count)]
 
 
-def _partitions(connection: psycopg.Connection[Any]) -> set[str]:
+def existing_partitions(connection: psycopg.Connection[Any], table: Partitioned) -> set[str]:
+    """The names of `table`'s partitions that exist now (DEFAULT excluded)."""
     rows = connection.execute(
         """
         SELECT child.relname FROM pg_inherits
@@ -127,40 +153,45 @@ def _partitions(connection: psycopg.Connection[Any]) -> set[str]:
         JOIN pg_namespace AS ns ON ns.oid = parent.relnamespace
         WHERE ns.nspname = %(schema)s AND parent.relname = %(parent)s AND child.relname LIKE %(prefix)s
         """,
-        {"schema": SCHEMA, "parent": PARENT, "prefix": PARTITION_PREFIX + "%"},
+        {"schema": SCHEMA, "parent": table.parent, "prefix": table.prefix + "%"},
     ).fetchall()
     return {row[0] for row in rows}
 
 
-def _table(name: str) -> sql.Identifier:
+def qualified(name: str) -> sql.Identifier:
     return sql.Identifier(SCHEMA, name)
 
 
-def _create(connection: psycopg.Connection[Any], name: str, start: datetime) -> int:
-    """Make one hour's partition, moving its rows out of DEFAULT first; returns the rows moved."""
-    bounds = {"low": start, "high": start + PARTITION_WIDTH}
+def short_lock_timeout(connection: psycopg.Connection[Any]) -> None:
+    """For the transaction: wait LOCK_TIMEOUT for a table lock, then give up until the next round."""
+    connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+
+
+def make_partition(connection: psycopg.Connection[Any], table: Partitioned, name: str, low: Any, high: Any) -> int:
+    """Make `table`'s partition [low, high), moving its rows out of DEFAULT first; returns the rows moved."""
+    bounds = {"low": low, "high": high}
     with connection.transaction():
-        connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+        short_lock_timeout(connection)
         # Parent first, then DEFAULT: the order every statement through the parent takes them in.
         # DEFAULT at once in the mode ATTACH needs: a weaker lock upgraded at ATTACH deadlocks with a
-        # firing transaction that read DEFAULT (due rows) and then inserts into it (a far occurrence).
-        connection.execute(sql.SQL("LOCK TABLE ONLY {} IN SHARE UPDATE EXCLUSIVE MODE").format(_table(PARENT)))
-        connection.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(_table(DEFAULT_PARTITION)))
+        # transaction that read DEFAULT (due rows) and then inserts into it (a far occurrence).
+        connection.execute(sql.SQL("LOCK TABLE ONLY {} IN SHARE UPDATE EXCLUSIVE MODE").format(qualified(table.parent)))
+        connection.execute(sql.SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(qualified(table.default)))
         connection.execute(
             sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)").format(
-                _table(name), _table(PARENT)
+                qualified(name), qualified(table.parent)
             )
         )
         moved = connection.execute(
             sql.SQL(
-                "WITH moved AS (DELETE FROM {default} WHERE minute >= %(low)s AND minute < %(high)s RETURNING *) "
+                "WITH moved AS (DELETE FROM {default} WHERE {column} >= %(low)s AND {column} < %(high)s RETURNING *) "
                 "INSERT INTO {part} SELECT * FROM moved"
-            ).format(default=_table(DEFAULT_PARTITION), part=_table(name)),
+            ).format(default=qualified(table.default), column=sql.Identifier(table.column), part=qualified(name)),
             bounds,
         ).rowcount
         connection.execute(
             sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
-                _table(PARENT), _table(name), sql.Literal(bounds["low"]), sql.Literal(bounds["high"])
+                qualified(table.parent), qualified(name), sql.Literal(low), sql.Literal(high)
             )
         )
     return max(moved, 0)
@@ -170,14 +201,14 @@ def _drop(connection: psycopg.Connection[Any], name: str) -> bool:
     """Drop a past partition if no row in it is unfired; False when it must stay (or a lock timed out)."""
     try:
         with connection.transaction():
-            connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
-            connection.execute(sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(_table(PARENT)))
+            short_lock_timeout(connection)
+            connection.execute(sql.SQL("LOCK TABLE ONLY {} IN ACCESS EXCLUSIVE MODE").format(qualified(PARENT)))
             unfired = connection.execute(
-                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE fired_at IS NULL)").format(_table(name))
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE fired_at IS NULL)").format(qualified(name))
             ).fetchone()
             if unfired is None or unfired[0]:
                 return False
-            connection.execute(sql.SQL("DROP TABLE {}").format(_table(name)))
+            connection.execute(sql.SQL("DROP TABLE {}").format(qualified(name)))
             return True
     except psycopg.errors.LockNotAvailable:
         return False
@@ -187,10 +218,10 @@ def _purge_default(connection: psycopg.Connection[Any], *, before: datetime) -> 
     """Delete marked rows DEFAULT holds for minutes before `before` (records of a dropped past hour)."""
     try:
         with connection.transaction():
-            connection.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(LOCK_TIMEOUT)))
+            short_lock_timeout(connection)
             cursor = connection.execute(
                 sql.SQL("DELETE FROM {} WHERE minute < %(before)s AND fired_at IS NOT NULL").format(
-                    _table(DEFAULT_PARTITION)
+                    qualified(DEFAULT_PARTITION)
                 ),
                 {"before": before},
             )
