@@ -61,7 +61,7 @@ WATCH_CONDITIONS = frozenset({ConditionType.JOBS_OVERDUE, ConditionType.CHAIN_BR
 class QueueDeclarations(Protocol):
     """The queue store as this controller uses it (vigil.queue.store.QueueStore)."""
 
-    def migrate(self) -> None: ...
+    def migrate_apart(self) -> None: ...
     def declare(self, queue: str, declaration: QueueDeclaration, *, generation: int, now: datetime) -> None: ...
     def declared(self) -> dict[str, int]: ...
     def undeclare(self, queues: Sequence[str]) -> None: ...
@@ -272,7 +272,7 @@ class TaskQueueController:
         self, queues: Mapping[str, tuple[dict[str, Any], QueueDeclaration | None, str | None]], *, now: datetime
     ) -> dict[str, QueueStats]:
         if not self._migrated:
-            self.store.migrate()
+            self.store.migrate_apart()  # in a child process: the operator never holds alembic
             self._migrated = True
         for key, (obj, declaration, _) in queues.items():
             if declaration is not None and self._published.get(key) != declaration:

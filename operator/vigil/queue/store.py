@@ -173,6 +173,14 @@ class QueueStore:
         finally:
             engine.dispose()
 
+    def migrate_apart(self) -> None:
+        """`migrate()` in a child process, as the operator migrates: this process never imports alembic.
+
+        Raises QueueUnavailable when the store cannot be reached."""
+        from vigil.queue.migrating import migrate_apart  # it imports this module
+
+        migrate_apart(self.dsn)
+
     def connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn)
 
@@ -396,9 +404,7 @@ class QueueStore:
             if not self._migrated:
                 with self._migrating:
                     if not self._migrated:
-                        from vigil.queue.migrating import migrate_apart  # it imports this module
-
-                        migrate_apart(self.dsn)  # in a child: this process never imports alembic
+                        self.migrate_apart()
                         self._migrated = True
             yield
         except (psycopg.OperationalError, sa.exc.OperationalError) as error:
