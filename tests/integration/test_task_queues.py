@@ -174,6 +174,13 @@ def condition(obj: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == type_), None)
 
 
+def shown_condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    """The condition `type_` the status must show: failing, not None, when it does not."""
+    found = condition(obj, type_)
+    assert found is not None, f"no {type_} condition in {obj.get('status')}"
+    return found
+
+
 @pytest.mark.postgres
 def test_status_shows_ready_leased_dead_and_the_oldest_age(
     cluster: KubeCluster, namespace: str, queue_fleet: OperatorFleet, queue_dsn: str, metrics_port: int
@@ -208,9 +215,9 @@ def test_status_shows_ready_leased_dead_and_the_oldest_age(
     assert status["deadPerMinute"] == 1
     assert status["observedGeneration"] == 1
     obj = get(cluster, namespace, "work")
-    assert condition(obj, "Ready")["status"] == "True"  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
-    assert condition(obj, "Behind")["status"] == "True"  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
-    assert condition(obj, "Behind")["reason"] == "OldestReadyTooOld"  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
+    assert shown_condition(obj, "Ready")["status"] == "True"
+    assert shown_condition(obj, "Behind")["status"] == "True"
+    assert shown_condition(obj, "Behind")["reason"] == "OldestReadyTooOld"
     _, row = cluster.kubectl("get", "tq", "work", "-n", namespace).stdout.splitlines()
     assert row.split()[1:7] == ["3", "1", "1", status["oldestReadyAge"], "1m", "True"]
 
@@ -242,7 +249,7 @@ def test_what_only_the_operator_can_check_makes_the_queue_invalid_with_an_event(
 
     found = wait_for(invalid, timeout=60, what="the Invalid condition")
     assert "spec.retry.backoff" in found["message"] and "initial" in found["message"]
-    assert condition(get(cluster, namespace, "odd"), "Ready")["status"] == "False"  # type: ignore[index]  # the row or condition was just created: None would fail the test anyway
+    assert shown_condition(get(cluster, namespace, "odd"), "Ready")["status"] == "False"
     events = wait_for(
         lambda: [e for e in cluster.core.list_namespaced_event(namespace).items
                  if e.involved_object.name == "odd" and e.reason == "InvalidSpec"] or None,
@@ -281,8 +288,10 @@ def test_overdue_jobs_and_broken_chains_of_the_queue_show_as_its_conditions(
         def conditions(overdue: str, broken: str) -> dict[str, dict[str, Any]] | None:
             obj = get(cluster, namespace, "nightly")
             found = {t: condition(obj, t) for t in ("JobsOverdue", "ChainBroken")}
-            shown = {t: (c or {}).get("status") for t, c in found.items()}
-            return found if shown == {"JobsOverdue": overdue, "ChainBroken": broken} else None  # type: ignore[return-value]  # both found when the statuses match
+            shown = {t: c["status"] for t, c in found.items() if c is not None}
+            if shown != {"JobsOverdue": overdue, "ChainBroken": broken}:
+                return None
+            return {t: shown_condition(obj, t) for t in found}
 
         found = wait_for(lambda: conditions("True", "True"), timeout=90, what="JobsOverdue and ChainBroken True")
         assert found["JobsOverdue"]["reason"] == "OverdueJobs"

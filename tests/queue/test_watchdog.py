@@ -359,7 +359,10 @@ def test_a_head_lost_long_ago_comes_back_due_and_the_catch_up_policy_fires_or_re
     trigger.run_pass(now=now)
 
     assert [r.nominal for r in report.repaired] == [nominal]  # from the lost one, not from now
-    at = lambda minute: datetime(2026, 12, 1, 12, minute, tzinfo=UTC)  # noqa: E731
+
+    def at(minute: int) -> datetime:
+        return datetime(2026, 12, 1, 12, minute, tzinfo=UTC)
+
     # the gap goes through the job's catch-up policy: recorded Missed, or fired, never skipped
     assert outcomes(dsn, added.job_id) == {
         at(0): "Fired", at(10): "Missed", at(20): "Missed", at(30): "Missed", at(40): "Fired",
