@@ -149,8 +149,8 @@ class Dispatcher:
                     on_report(report)
             except Exception:
                 log.exception("dispatch pass failed; retrying")
-            stop.wait(MIN_PASS_GAP)
-            self._wake.wait(max(0.0, interval - MIN_PASS_GAP))
+            if not stop.wait(MIN_PASS_GAP):  # a stop wakes it too (`notify`), but may come before the clear
+                self._wake.wait(max(0.0, interval - MIN_PASS_GAP))
 
     def want(self, workflow: Key, bodies: list[dict[str, Any]], priority: str) -> None:
         """The step pods `workflow` wants started now (replacing what it wanted before)."""
