@@ -27,9 +27,13 @@ from __future__ import annotations
 
 import math
 import signal
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
+
+from kubernetes import watch
 
 from bench.reporting import Completion
 
@@ -40,6 +44,7 @@ RESUME_WAIT_PER_WORKFLOW_S = 0.06  # and at least this per workflow (1,000: 60 s
 FREEZE_BEFORE_DUE_S = 1.5  # the leader is frozen this long before the timers come due
 DUE_MARGIN_S = 0.5  # and ended this long after
 POLL_S = 0.5
+WATCH_TIMEOUT_S = 30  # a phase watch is restarted from its last version this often
 LEAD_DEADLINE_S = 120.0  # an operator that has not taken the Lease by then is reported, not waited for
 FINISH_DEADLINE_S = 900.0  # for all workflows to succeed (both sections)
 IN_FLIGHT_DEADLINE_S = 600.0  # for the resume section's workflows all to be Running before the kill
@@ -81,12 +86,60 @@ def _settings(opns: str, state: Any, name: str, *, pods: int = 0) -> str:
     )
 
 
-def _phases(b: BenchCluster, ns: str) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for item in b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "workflows")["items"]:
-        phase = (item.get("status") or {}).get("phase") or "New"
-        counts[phase] = counts.get(phase, 0) + 1
-    return counts
+class Phases:
+    """Each workflow's phase in a namespace, kept from a watch. Polling a LIST instead would have
+    the API server encode a thousand workflows with their histories twice a second, on the same
+    two cores as the operator whose figure it is."""
+
+    def __init__(self, b: BenchCluster, ns: str) -> None:
+        self._b, self._ns = b, ns
+        self._phases: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"phases-{ns}", daemon=True)
+        self._thread.start()
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(Counter(self._phases.values()))
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=WATCH_TIMEOUT_S + 5)
+
+    def _run(self) -> None:
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:  # (re)start from a list: the watch's own start, or after it expired
+                    listed = self._b.custom.list_namespaced_custom_object(GROUP, VERSION, self._ns, "workflows")
+                    with self._lock:
+                        self._phases = {item["metadata"]["name"]: _phase(item) for item in listed["items"]}
+                    version = listed["metadata"]["resourceVersion"]
+                stream = watch.Watch().stream(
+                    self._b.custom.list_namespaced_custom_object, GROUP, VERSION, self._ns, "workflows",
+                    resource_version=version, timeout_seconds=WATCH_TIMEOUT_S,
+                )  # fmt: skip
+                for event in stream:
+                    obj = event["object"]
+                    if event["type"] == "ERROR":  # 410 Gone: the version is too old
+                        version = None
+                        break
+                    version = obj["metadata"]["resourceVersion"]
+                    with self._lock:
+                        if event["type"] == "DELETED":
+                            self._phases.pop(obj["metadata"]["name"], None)
+                        else:
+                            self._phases[obj["metadata"]["name"]] = _phase(obj)
+                    if self._stop.is_set():
+                        return
+            except Exception:  # a dropped watch: list again
+                version = None
+                self._stop.wait(POLL_S)
+
+
+def _phase(obj: dict[str, Any]) -> str:
+    return (obj.get("status") or {}).get("phase") or "New"
 
 
 def _wait(done: Callable[[], bool], timeout: float) -> bool:
@@ -107,11 +160,11 @@ def _lead(b: BenchCluster, opns: str, name: str, proc: Any) -> float | None:
     return time.monotonic() - started
 
 
-def _finished(b: BenchCluster, ns: str, count: int, started: float) -> tuple[Completion, dict[str, int]]:
+def _finished(phases: Phases, count: int, started: float) -> tuple[Completion, dict[str, int]]:
     """Wait up to FINISH_DEADLINE_S for `count` workflows to succeed: what finished, and every phase."""
-    _wait(lambda: _phases(b, ns).get("Succeeded", 0) >= count, FINISH_DEADLINE_S)
-    phases = _phases(b, ns)
-    return Completion(phases.get("Succeeded", 0), count, time.monotonic() - started), phases
+    _wait(lambda: phases.counts().get("Succeeded", 0) >= count, FINISH_DEADLINE_S)
+    end = phases.counts()
+    return Completion(end.get("Succeeded", 0), count, time.monotonic() - started), end
 
 
 def _create(b: BenchCluster, ns: str, count: int, prefix: str, steps: list[dict[str, Any]]) -> None:
@@ -131,16 +184,18 @@ def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count
     """How many of `count` 10-step workflows succeeded in how long, and notes (phases at the end)."""
     ns, opns = b.namespace("bench-wf"), b.namespace("bench-wfop")
     proc, pidfile = b.start_operator("bench-wf", _settings(opns, state, "bench-wf", pods=count * 10))
+    phases = Phases(b, ns)
     try:
         lead = _lead(b, opns, "bench-wf", proc)
         started = time.monotonic()
         _create(b, ns, count, "w", ten_steps())
-        done, phases = _finished(b, ns, count, started)
-        notes = f"end {phases}"
+        done, end = _finished(phases, count, started)
+        notes = f"end {end}"
         if lead is None:
             notes += f"; the operator did not hold the Lease within {LEAD_DEADLINE_S:.0f}s of starting"
         return done, notes
     finally:
+        phases.close()
         stop(proc, pidfile)
 
 
@@ -154,12 +209,13 @@ def resume_time(
     first, first_pid = b.start_operator("bench-resume-1", settings)
     _lead(b, opns, "bench-resume-1", first)
     second, second_pid = b.start_operator("bench-resume-2", settings)  # the standby
+    phases = Phases(b, ns)
     try:
         due = math.ceil(time.time() + max(RESUME_WAIT_S, count * RESUME_WAIT_PER_WORKFLOW_S))
         until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due))
         _create(b, ns, count, "r", [{"id": "hold", "type": "wait", "wait": {"until": until}}])
-        _wait(lambda: _phases(b, ns).get("Running", 0) >= count, due - FREEZE_BEFORE_DUE_S - time.time())
-        running = _phases(b, ns).get("Running", 0)
+        _wait(lambda: phases.counts().get("Running", 0) >= count, due - FREEZE_BEFORE_DUE_S - time.time())
+        running = phases.counts().get("Running", 0)
         time.sleep(max(0.0, due - FREEZE_BEFORE_DUE_S - time.time()))  # frozen any earlier, the Lease would expire
         operators = {"bench-resume-1": first, "bench-resume-2": second}
         holder = b.lease_holder(opns)
@@ -176,7 +232,7 @@ def resume_time(
         else:
             leader.send_signal(signal.SIGKILL)
         lead = _lead(b, opns, standby_name, operators[standby_name])
-        done, phases = _finished(b, ns, count, started)
+        done, end = _finished(phases, count, started)
         how = "SIGTERM" if graceful else "SIGKILL"
         if lead is None:
             leadership = f"the standby did not hold the Lease within {LEAD_DEADLINE_S:.0f}s of the {how}"
@@ -185,8 +241,9 @@ def resume_time(
         in_flight = f"{running}/{count} Running when the leader was frozen"
         if running < count:
             in_flight += " (the rest were started by the standby too)"
-        return done, f"{leadership}; {in_flight}{moved}; end {phases}"
+        return done, f"{leadership}; {in_flight}{moved}; end {end}"
     finally:
+        phases.close()
         for proc in (first, second):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)  # a frozen one must be able to act on the SIGTERM
