@@ -29,7 +29,7 @@ import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from vigil import httpserver, logs, metrics
+from vigil import heap, httpserver, logs, metrics
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
 from vigil.core.ports import Clock
@@ -552,6 +552,7 @@ def run(settings: Settings) -> int:
         ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
         ("workflows", lambda: caches.when_synced(stop, lambda: engine.run(stop))),
         ("retention", lambda: every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
+        ("heap", lambda: caches.when_synced(stop, lambda: every(stop, heap.TRIM_EVERY_SECONDS, "heap trim", heap.trim))),
     ]
     threads += task_queue_threads(api, settings, events=events, clock=clock, stop=stop)
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
@@ -699,4 +700,5 @@ def run_watchdog(settings: Settings) -> int:
 
 def main(settings: Settings, *, watchdog_only: bool = False) -> int:
     logs.configure(level=settings.logging.level, format=settings.logging.format)
+    heap.limit_arenas()  # before the threads start: each would otherwise get a heap of its own to fragment
     return run_watchdog(settings) if watchdog_only else run(settings)
