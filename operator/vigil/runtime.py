@@ -60,7 +60,7 @@ from vigil.kube.shardleases import ShardLeases
 from vigil.kube.taskqueues import TaskQueueController, TaskQueueStatusWriter, taskqueue_cache
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflowpods import workflow_of
-from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine
+from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine, workflow_cache
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
 from vigil.queueapi import JobStore, QueueApi
@@ -531,6 +531,8 @@ def run(settings: Settings) -> int:
         admit=dispatcher.want,
         job_status=writer,
     )
+    workflow_watch = workflow_cache(api)
+    workflow_watch.add_handler(engine.seen)
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
     caches.workflow_pods.add_handler(lambda key, pod, deleted: _notify_workflow(engine, pod))
     job_controller = JobController(
@@ -550,7 +552,8 @@ def run(settings: Settings) -> int:
         ("dispatcher", lambda: caches.when_synced(
             stop, lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch))),
         ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
-        ("workflows", lambda: caches.when_synced(stop, lambda: engine.run(stop))),
+        ("workflows-cache", lambda: workflow_watch.run(stop)),
+        ("workflows", lambda: caches.when_synced(stop, lambda: engine.run(stop, fed=True))),
         ("retention", lambda: every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
         ("heap", lambda: caches.when_synced(stop, lambda: every(stop, heap.TRIM_EVERY_SECONDS, "heap trim", heap.trim))),
     ]

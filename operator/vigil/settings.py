@@ -120,8 +120,8 @@ class Workflows(_Section):
     rescan_seconds: float = Field(
         300.0,
         gt=0,
-        description="Seconds between full scans of the Workflows (paged): at start, how a new leader "
-        "resumes every in-flight workflow; after that only the safety net behind watches and timers.",
+        description="Seconds between full scans of the Workflows (paged): the safety net behind the "
+        "watch and timers (a new leader resumes every in-flight workflow from its watch's first list).",
     )
     ttl_after_finished: str = Field(
         "24h",

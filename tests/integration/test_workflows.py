@@ -42,7 +42,9 @@ from tests.integration.workflows import (
     wait_step,
 )
 from tests.waiting import wait_for
+from vigil.core.history import WorkflowEventRecord
 from vigil.core.ids import execution_id
+from vigil.core.ports import HistoryUnavailable
 from vigil.history.store import SqlHistory
 
 FAST_RETRY = {"maxAttempts": 2, "backoff": {"initial": "1s", "max": "2s"}}
@@ -291,14 +293,16 @@ def test_the_history_is_mirrored_into_the_history_database(
     create_workflow(cluster, namespace, "mirrored", steps=diamond_steps())
     done = wait_phase(cluster, namespace, "mirrored", "Succeeded", "Failed")
     history = SqlHistory(f"sqlite:///{fleet.workdir}/history.db", retention_days=30)
+
+    def mirrored() -> list[WorkflowEventRecord] | None:
+        try:  # written in the background: the workflow may finish before the first write made the table
+            found = history.workflow_events(namespace, "mirrored")
+        except HistoryUnavailable:
+            return None
+        return found if len(found) == len(done["status"]["history"]) else None
+
     try:
-        rows = wait_for(
-            lambda: (found := history.workflow_events(namespace, "mirrored"))
-            and len(found) == len(done["status"]["history"])
-            and found,
-            timeout=30,
-            what="every history entry in the database",
-        )
+        rows = wait_for(mirrored, timeout=30, what="every history entry in the database")
     finally:
         history.close()
     assert [dict(row.data) for row in rows] == done["status"]["history"]

@@ -1,6 +1,7 @@
 """What a watch-fed cache keeps of an object (`vigil.kube.informer.slim`): no write bookkeeping,
 no copies of the object, everything else equal, a copy of its own, and the caller's object left
-as it was; how much of a LIST it holds at once; and which objects it holds packed."""
+as it was; how much of a LIST it holds at once; which objects it holds packed; and a cache that
+keeps only identities while telling its handlers the whole object."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import tracemalloc
 from types import SimpleNamespace
 from typing import Any
 
-from vigil.kube.informer import COPY_ANNOTATIONS, Informer, always, slim
+from vigil.kube.informer import COPY_ANNOTATIONS, Informer, always, skeleton, slim, unmanaged
 
 
 def job(name: str) -> dict[str, Any]:
@@ -133,3 +134,29 @@ def test_a_cache_packs_only_the_objects_its_predicate_picks() -> None:
     running["metadata"]["resourceVersion"], running["status"]["phase"] = "43", "Succeeded"
     cache.observe(running)  # it finished: packed from now on
     assert cache.get("team-a", "busy") is not cache.get("team-a", "busy")
+
+
+def test_a_skeleton_cache_keeps_identities_and_tells_its_handlers_the_whole_object() -> None:
+    """Workflows: the engine keeps the bodies of those in flight its own way, so the cache keeps
+    each one's identity and version only, and tells the handlers the object without its
+    managedFields; a deletion found by a relist is told too, and an older version is not."""
+    holder: list[Informer] = []
+    first, second = job("a"), job("b")
+    pages = Pages(holder, [[first, second]])
+    cache = Informer(pages, what="workflows", label_selector="", transform=skeleton, announce=unmanaged)
+    holder.append(cache)
+    told: list[tuple[str, dict[str, Any], bool]] = []
+    cache.add_handler(lambda key, obj, deleted: told.append((key[1], obj, deleted)))
+    cache._relist()
+    assert [(name, deleted) for name, _, deleted in told] == [("a", False), ("b", False)]
+    assert told[0][1]["spec"] == first["spec"] and "managedFields" not in told[0][1]["metadata"]
+    assert cache.get("team-a", "a") == {"metadata": {"namespace": "team-a", "name": "a", "resourceVersion": "42"}}
+    told.clear()
+    pages.pages = [[first]]  # b was deleted while no watch ran
+    cache._relist()
+    assert [(name, deleted) for name, _, deleted in told] == [("a", False), ("b", True)]
+    told.clear()
+    older = job("a")
+    older["metadata"]["resourceVersion"] = "41"
+    cache._put(older, announce=True)
+    assert told == []

@@ -1,8 +1,9 @@
 """kopf's part: its settings, and the collaborators its handlers (`kube/workflowhandlers.py`) get.
 
-kopf follows Workflows and WorkflowDefinitions. ScheduledJobs, Executions and pods are not
-kopf's: the job controller (`kube/jobcontroller.py`) and the execution controller
-(`kube/executioncontroller.py`) follow them through the leader's own caches. kopf's own
+kopf follows WorkflowDefinitions only. ScheduledJobs, Executions, Workflows and pods are not
+kopf's: the job controller (`kube/jobcontroller.py`), the execution controller
+(`kube/executioncontroller.py`) and the workflow engine (`kube/workflows.py`) follow them through
+the leader's own caches. kopf's own
 bookkeeping lives in annotations (see `configure`), apart from the user-facing conditions.
 """
 

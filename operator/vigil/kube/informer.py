@@ -74,6 +74,20 @@ def slim(obj: dict[str, Any]) -> dict[str, Any]:
     return compact
 
 
+def unmanaged(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without its server-side apply bookkeeping (``metadata.managedFields``); a shallow
+    copy, for a reader that keeps the object its own way (it shares the rest with ``obj``)."""
+    meta = obj.get("metadata") or {}
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
+def skeleton(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a cache keeps of an object whose readers keep their own copy: the identity and version
+    only (enough to tell a newer version and a deletion apart, and to relist)."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in ("namespace", "name", "uid", "resourceVersion") if k in meta}}
+
+
 def pack(obj: Mapping[str, Any]) -> bytes:
     """The object as compact JSON: what a cache holds of an object it does not read often (a
     decoded dict costs about four times its JSON)."""
@@ -117,9 +131,14 @@ class Informer:
         request_timeout: float = 60.0,
         transform: Callable[[dict[str, Any]], dict[str, Any]] = slim,
         packed: Callable[[dict[str, Any]], bool] | None = None,
+        announce: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self._list = list_fn
         self._transform = transform
+        #: What handlers are told of a change: by default the object as the cache keeps it; a cache
+        #: that keeps little of each object (only what tells versions and deletions apart) may tell
+        #: its handlers more of it, which they keep in their own way.
+        self._told = announce
         self._packed = packed
         self._what = what
         self._selector = label_selector
@@ -187,8 +206,8 @@ class Informer:
         the handlers, now rather than at the watch's DELETED."""
         self._remove((namespace, name), announce=True, version=_version({"metadata": {"resourceVersion": version}}))
 
-    def _put(self, obj: dict[str, Any], *, announce: bool) -> None:
-        obj = self._transform(obj)
+    def _put(self, whole: dict[str, Any], *, announce: bool) -> None:
+        obj = self._transform(whole)
         key = key_of(obj)
         packed = self._pack(obj)
         with self._lock:
@@ -205,7 +224,7 @@ class Informer:
                 if value is not None:
                     self._indexes[name].setdefault(value, set()).add(key)
         if announce:
-            self._announce(key, obj, deleted=False)
+            self._announce(key, obj if self._told is None else self._told(whole), deleted=False)
 
     def _remove(self, key: Key, *, announce: bool, version: int = -1) -> None:
         with self._lock:

@@ -1,9 +1,8 @@
-"""kopf handlers for workflows: they only queue work for the engine, or report bad input.
+"""The kopf handler for WorkflowDefinitions: it reports bad input.
 
-Workflow changes and changes of workflow step pods queue the workflow for a pass
-of :class:`vigil.kube.workflows.WorkflowEngine`; the engine does everything
-else. Event handlers, not change handlers: kopf then keeps no annotation of its
-own on the objects, so the engine's conditional status writes race nothing.
+Workflows themselves are not kopf's: the leader's own watch (:func:`vigil.kube.workflows.workflow_cache`)
+queues them for the engine. An event handler, not a change handler: kopf then keeps no annotation
+of its own on the objects.
 
 A WorkflowDefinition is checked when it changes for what its schema cannot say
 (unknown dependencies, cycles): an ``Invalid`` condition and a Warning Event
@@ -25,20 +24,8 @@ from vigil.core.conditions import ConditionReason, ConditionType, set_condition
 from vigil.kube.events import WARNING
 from vigil.model import GROUP, VERSION
 from vigil.model.common import describe_validation_error
-from vigil.model.names import (
-    WORKFLOW_DEFINITIONS,
-    WORKFLOWS,
-)
+from vigil.model.names import WORKFLOW_DEFINITIONS
 from vigil.model.workflow import WorkflowDefinitionSpec
-
-
-@kopf.on.event(GROUP, VERSION, WORKFLOWS)
-def workflow_changed(body: kopf.Body, type: str | None, memo: Any, **_: Any) -> None:
-    meta = body["metadata"]
-    if type == "DELETED":
-        memo.workflows.forget(meta["namespace"], meta["name"])
-    else:
-        memo.workflows.changed(meta["namespace"], meta["name"], meta.get("resourceVersion"), body)
 
 
 def definition_problem(spec: Mapping[str, Any]) -> str | None:

@@ -19,7 +19,9 @@ Everything an action depends on is in the written status, so a crash at any
 point is repaired by the next pass — in this process or a new one.
 
 The status stays within etcd's object size. Entries are mirrored to the history
-database as they are recorded (``historyMirrored`` counts them from the first,
+database as they are recorded, by a background writer that puts many workflows' entries in one
+transaction (:mod:`vigil.kube.mirrorwriter`; ``historyMirrored`` counts them from the first once
+they are in,
 which carries the pinned definition, so the history can be read without the
 Workflow once it is deleted); past a budget the oldest mirrored entries are folded into ``status.checkpoint``
 and leave the status (:mod:`vigil.core.checkpoint`), and so do large step
@@ -84,8 +86,9 @@ from vigil.core.workflowpass import (
 from vigil.core.workflowttl import next_look
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
-from vigil.kube.informer import Informer, pack, unpack
+from vigil.kube.informer import Informer, pack, skeleton, unmanaged, unpack
 from vigil.kube.jobstatus import Change, JobStatusWriter, Step
+from vigil.kube.mirrorwriter import MirrorBook, MirrorWriter, Offer
 from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR, delete_pod
 from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
@@ -140,6 +143,18 @@ def workflow_priority(obj: Mapping[str, Any]) -> str:
 
 
 LIST_PAGE = 100  # Workflows per page of a rescan
+
+
+def workflow_cache(api: client.ApiClient) -> Informer:
+    """The leader's watch of every Workflow: it keeps only each one's identity and version (the
+    engine keeps the bodies of those in flight, packed) and tells :meth:`WorkflowEngine.seen` the
+    whole object, without its managedFields."""
+    custom = client.CustomObjectsApi(api)
+
+    def list_fn(**kwargs: Any) -> Any:
+        return custom.list_cluster_custom_object(GROUP, VERSION, WORKFLOWS, **kwargs)
+
+    return Informer(list_fn, what=WORKFLOWS, label_selector="", transform=skeleton, announce=unmanaged)
 
 
 class WorkflowApi:
@@ -285,11 +300,12 @@ class WorkflowEngine:
         #: workflows with their histories were 15 MiB as dicts.
         self._handled: dict[Key, str] = {}
         self._bodies: dict[Key, bytes] = {}
-        #: Of each unfinished workflow: (uid, how many entries from the first this process has
-        #: written to the history database). Its status's historyMirrored lags one pass behind
-        #: (the entries a pass records are mirrored after its write), and without this every
-        #: pass wrote the previous pass's entries again: two database writes a pass, not one.
-        self._mirrored: dict[Key, tuple[str, int]] = {}
+        #: Of each workflow: the entries this process wrote or offered that its status may not
+        #: count yet (its historyMirrored lags at least a pass behind).
+        self._mirrored = MirrorBook()
+        #: Writes the entries passes record, many workflows' in one transaction; used once the
+        #: engine runs (a pass called directly, by a tool or a test, writes its own).
+        self._writer = None if history is None else MirrorWriter(history, done=self._mirror_written)
         #: Outputs read back from the database, by (workflow uid, seq), oldest first.
         self._outputs: dict[tuple[str, int], Any] = {}
 
@@ -327,14 +343,15 @@ class WorkflowEngine:
             else:
                 self._handled.pop(key, None)
                 self._bodies.pop(key, None)
-                self._mirrored.pop(key, None)
+        if not keep:
+            self._mirrored.settle(key, str(meta["uid"]), int((obj.get("status") or {}).get("historyMirrored") or 0))
 
     def forget(self, namespace: str, name: str) -> None:
         """The workflow was deleted: nothing it wanted started is started any more."""
         with self._lock:
             self._handled.pop((namespace, name), None)
             self._bodies.pop((namespace, name), None)
-            self._mirrored.pop((namespace, name), None)
+        self._mirrored.forget((namespace, name))
         if self._admit is not None:
             self._admit((namespace, name), [], "normal")
 
@@ -344,14 +361,31 @@ class WorkflowEngine:
     def idle(self) -> bool:
         return self._queue.idle()
 
+    def seen(self, key: Key, obj: dict[str, Any], deleted: bool) -> None:
+        """The leader's workflow cache saw a change (its first list included: that is how a new
+        leader resumes every workflow in flight): a pass is queued when the workflow needs one,
+        as the rescan judges; a deletion is forgotten."""
+        if deleted:
+            self.forget(*key)
+        elif self._needs_pass(obj, self._clock.now()):
+            self.changed(key[0], key[1], obj["metadata"].get("resourceVersion"), obj)
+
+    def _needs_pass(self, obj: Mapping[str, Any], now: datetime) -> bool:
+        """Its spec changed since a pass saw it (a finished workflow's ``spec.requests`` may retry a
+        step), or unfinished, not yet mirrored, or finished and past its ttlAfterFinished
+        (:func:`vigil.core.workflowpass.needs_pass`)."""
+        status = obj.get("status") or {}
+        if obj["metadata"].get("generation") != status.get("observedGeneration"):
+            return True
+        expired = self._ttl is not None and self._ttl.due(obj, now)
+        return needs_pass(status, mirroring=self._history is not None, expired=expired)
+
     def rescan(self) -> int:
-        """Queue every workflow that is unfinished, not yet mirrored, or finished and past its
-        ttlAfterFinished (:func:`vigil.core.workflowpass.needs_pass`); the count queued."""
+        """Queue every workflow that needs a pass (:meth:`_needs_pass`); the count queued."""
         queued = 0
         now = self._clock.now()
         for obj in self.api.list_all():
-            expired = self._ttl is not None and self._ttl.due(obj, now)
-            if needs_pass(obj.get("status") or {}, mirroring=self._history is not None, expired=expired):
+            if self._needs_pass(obj, now):
                 meta = obj["metadata"]
                 key = (meta["namespace"], meta["name"])
                 with self._lock:
@@ -361,9 +395,15 @@ class WorkflowEngine:
                 queued += 1
         return queued
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, *, fed: bool = False) -> None:
+        """Passes until ``stop``, and a rescan every rescanSeconds; ``fed``: a workflow cache feeds
+        :meth:`seen`, whose first list queues what a first rescan would, so the first waits."""
+        if self._writer is not None:
+            threading.Thread(target=self._writer.run, args=(stop,), name="workflow-history", daemon=True).start()
         self._running = True
         threading.Thread(target=self._queue.run, args=(stop,), name="workflow-queue", daemon=True).start()
+        if fed:
+            stop.wait(self._rescan_seconds)
         while not stop.is_set():
             try:
                 self.rescan()
@@ -432,7 +472,7 @@ class WorkflowEngine:
             except HistoryFull as full:
                 raise RuntimeError(f"workflow {namespace}/{name}: {full}; try again") from None
             self._write(obj, new_status)  # Conflict: read again, record again
-            self._mirror(obj, pinned, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
+            self._mirror(obj, pinned, recorded.base, entries, mirrored, finished=state.finished)
             self._announce(obj, added, (), status)
             self._report(obj, added, (), state)
             if self._running:
@@ -463,7 +503,7 @@ class WorkflowEngine:
             now=now,
         )
         stuck = tuple(stuck_steps(definition, state, now=now))
-        mirrored = self._mirror(obj, pinned, recorded.base, recorded.entries, recorded.mirrored)
+        mirrored = self._mirror(obj, pinned, recorded.base, recorded.entries, recorded.mirrored, finished=state.finished)
         entries = [*recorded.entries, *new]
         try:
             new_status = self._status(obj, definition, state, recorded, entries, mirrored, stuck, now)
@@ -472,9 +512,10 @@ class WorkflowEngine:
                         meta["name"], full)  # fmt: skip
             return now + RETRY_AFTER_ERROR
         if self._write(obj, new_status):
-            # Now recorded: mirror them at once, best effort. The counter in status catches up on
-            # a later pass (rewriting is idempotent), and after an outage that pass writes them.
-            self._mirror(obj, pinned, recorded.base, entries, recorded.base + len(recorded.entries), finished=state.finished)
+            # Now recorded: mirror them (offered to the background writer while the engine runs).
+            # The counter in status catches up on a later pass, and after an outage that pass
+            # offers them again (rewriting is idempotent).
+            self._mirror(obj, pinned, recorded.base, entries, mirrored, finished=state.finished)
         self._act(obj, pinned, definition, state, pods)
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
@@ -580,36 +621,48 @@ class WorkflowEngine:
         *,
         finished: bool = False,
     ) -> int:
-        """Write the recorded-but-unmirrored entries to the database (the rows:
-        :func:`vigil.core.workflowmirror.history_rows`); the new mirrored count.
+        """Send the recorded-but-unmirrored entries to the database (the rows:
+        :func:`vigil.core.workflowmirror.history_rows`); how many from the first are in it now.
 
         ``entries`` are the history from seq ``base`` on; ``mirrored`` entries from the first
-        are in the database already, and so are those this process wrote.
-        ``finished``: the workflow has ended, so what was written is not remembered (a later pass
-        over it, the rescan's, writes those rows again, idempotently, and brings the count up).
+        are in the database already, and so are those this process wrote. While the engine runs,
+        the rows are offered to the background writer and counted by a later pass once written;
+        otherwise they are written here. ``finished``: the workflow has ended, so no pass comes by
+        itself: once the background writer has its entries in, it is passed again to count them;
+        what a direct write wrote is not remembered (a later pass over it, the rescan's, writes
+        those rows again, idempotently, and brings the count up).
         """
         end = base + len(entries)
         if self._history is None:
             return mirrored
         meta = obj["metadata"]
-        key = (meta["namespace"], meta["name"])
-        with self._lock:
-            uid, written = self._mirrored.get(key, ("", 0))
-        if uid == meta["uid"]:
-            mirrored = max(mirrored, min(written, end))  # written by this process already
+        key, uid = (meta["namespace"], meta["name"]), str(meta["uid"])
+        mirrored = self._mirrored.counted(key, uid, mirrored, end)
         if mirrored >= end:
+            return mirrored
+        if self._running and self._writer is not None:
+            start = self._mirrored.claim(key, uid, mirrored, end)
+            if start < end:
+                rows = history_rows(entries, base=base, mirrored=start, meta=meta, pinned=pinned)
+                self._writer.offer(Offer(key, uid, start, end, rows, finished=finished))
             return mirrored
         rows = history_rows(entries, base=base, mirrored=mirrored, meta=meta, pinned=pinned)
         try:
             self._history.write_workflow_events(rows)
         except HistoryUnavailable:
             return mirrored  # kept in status; written on a later pass
-        with self._lock:
-            if finished:
-                self._mirrored.pop(key, None)
-            else:
-                self._mirrored[key] = (meta["uid"], end)
+        if finished:
+            self._mirrored.forget(key)
+        else:
+            self._mirrored.wrote(key, uid, end)
         return end
+
+    def _mirror_written(self, offer: Offer, written: bool) -> None:
+        """The background writer's answer. A finished workflow is passed again once its entries
+        are in, so its status counts them (and its ttlAfterFinished may then delete it)."""
+        self._mirrored.done(offer, written)
+        if written and offer.finished:
+            self.notify(*offer.key)
 
     def _status(
         self,
