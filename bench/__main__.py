@@ -28,7 +28,9 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
    Executions and `--rss-workflows` Workflows (bench/rss.py).
 10. **history** — history inserts per second (SQLite, PostgreSQL); needs no cluster.
 11. **onboarding** — `--onboard` new ScheduledJobs (10,000) until every one has a nextRun:
-   jobs/s beside the 200/s target, bucket and API writes per job (bench/onboarding.py).
+   jobs/s beside the 200/s target, bucket and API writes per job (bench/onboarding.py); once
+   created while the operator runs (bounded by the creating client too), once all waiting when
+   it takes the Lease (its own pace).
 12. **queue** — the volume tier: `--queue-executions` no-op executions end to end through
    `vigil worker` processes beside pgqueuer's on the same PostgreSQL, over 1, 2 and 4 worker
    processes (bench/queue.py); needs no cluster.
@@ -593,11 +595,13 @@ def main(argv: list[str] | None = None) -> int:
         history_bench.main(["--records", str(args.history_records)])
 
     if "onboarding" in chosen:
-        print(f"\n## onboarding: {args.onboard} new ScheduledJobs until every one has a nextRun")
-        with fresh_cluster("onboarding") as b:
-            onboarded, said = onboarding_bench.onboarding(b, b.api, b.state, stop_process, args.onboard)
-        run.add(f"onboarding: {args.onboard} new ScheduledJobs to nextRun", onboarding_bench.report(onboarded, said),
-                target=f">= {onboarding_bench.TARGET_RATE:.0f} jobs/s")  # fmt: skip
+        for waiting in (False, True):
+            how = "waiting when the operator takes the Lease" if waiting else "created while it runs"
+            print(f"\n## onboarding: {args.onboard} new ScheduledJobs {how}, until every one has a nextRun")
+            with fresh_cluster("onboarding-waiting" if waiting else "onboarding") as b:
+                onboarded, said = onboarding_bench.onboarding(b, b.api, b.state, stop_process, args.onboard, waiting=waiting)
+            run.add(f"onboarding: {args.onboard} ScheduledJobs {'waiting' if waiting else 'new'} to nextRun",
+                    onboarding_bench.report(onboarded, said), target=f">= {onboarding_bench.TARGET_RATE:.0f} jobs/s")  # fmt: skip
 
     if "queue" in chosen:
         print()
