@@ -284,3 +284,27 @@ def test_the_writer_keeps_nothing_of_a_batch_once_written(group_committing: Buck
     del futures
     gc.collect()
     assert [r for r in refs if r() is not None] == []
+
+
+@pytest.mark.integration
+def test_an_insert_read_from_a_stale_cache_conflicts_and_lands_beside_the_other_writers_entry(
+    request: pytest.FixtureRequest,
+) -> None:
+    """The leader's store reads a bucket from its cache before writing it; a cache left behind by
+    another writer's change (its watch never runs here) makes the conditional write a conflict, and
+    the retry reads the API server: every entry lands once, none overwritten."""
+    from tests.integration.conftest import KubeCluster
+    from vigil.kube.buckets import KubeBucketStore, bucket_cache
+
+    cluster: KubeCluster = request.getfixturevalue("cluster")
+    namespace: str = request.getfixturevalue("namespace")
+    cache = bucket_cache(cluster.api, namespace=namespace)
+    cache._relist()  # listed once and never followed: it learns only the store's own writes
+    cached = KubeBucketStore(cluster.api, namespace=namespace, shards=1, max_per_bucket=MAX_PER_BUCKET, cache=cache)
+    other = KubeBucketStore(cluster.api, namespace=namespace, shards=1, max_per_bucket=MAX_PER_BUCKET)
+    first, second, third = (entry(MINUTE_0 + timedelta(seconds=s)) for s in (0, 10, 20))
+    name = cached.insert(first)
+    assert other.insert(second) == name  # the cache does not know of it
+    assert cached.insert(third) == name
+    assert keys(cached.read_minute(MINUTE_0)) == {first.key, second.key, third.key}
+    assert keys(other.read_minute(MINUTE_0)) == {first.key, second.key, third.key}

@@ -6,7 +6,7 @@ bytes of them (with their future markers), far below etcd's 1.5 MB object
 limit; a hot minute overflows into more shards. Inserts are read-modify-write on the spec with the object's
 resourceVersion (a conflict re-reads and tries again), group-committed: the
 inserts that wait while one is written go together in the next write, one read
-and one write per bucket touched. One writer thread makes every bucket write; callers
+(from the cache, on the leader) and one write per bucket touched. One writer thread makes every bucket write; callers
 queue an entry and wait on a future (`insert_later`), so a caller that does not block
 a thread while it waits — the asynchronous ScheduledJob handler, of which kopf runs one
 per new job at once — lets thousands of first occurrences go in with a few writes. Fired markers live in the
@@ -21,16 +21,21 @@ label-selected on `pending=true`, so only buckets with work left are held): a tr
 times a second reads its minute without a request. The store's own writes go into the cache as
 the API server answered them, so what this process wrote it reads back at once; a copy the
 cache holds that is older than the bucket only costs a Conflict at the mark, which reads the
-bucket and puts it in the cache before the trigger reads it again. Until the cache has listed
-once, and without one (tools, tests), every read goes to the API server.
+bucket and puts it in the cache before the trigger reads it again. The writer reads the buckets
+it inserts into from the cache too (a bucket of 2,000 entries is most of a megabyte, and a GET of
+it before each write doubled what ten thousand new jobs cost the API server); a stale copy is a
+Conflict at the write, and the retry reads the API server. Until the cache has listed once, and
+without one (tools, tests), every read goes to the API server.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import itertools
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from typing import Any
@@ -230,6 +235,12 @@ class KubeBucketStore:
         self._observe(obj)
         return obj
 
+    def _read_cached(self, name: str) -> dict[str, Any] | None:
+        """The bucket as the cache holds it, else from the API server (None: there is none)."""
+        cache = self._cached()
+        found = cache.get(self._namespace, name) if cache is not None else None
+        return found if found is not None else self._get(name)
+
     def _observe(self, obj: dict[str, Any]) -> None:
         """The API server's answer to this store goes into the cache (kept if newer), or out of
         it once the bucket is no longer pending. Nothing here changes an object it has read
@@ -301,57 +312,54 @@ class KubeBucketStore:
             by_minute.setdefault(minute_of(waiter.entry.fire_at), []).append(waiter)
         for minute, waiters in by_minute.items():
             try:
-                retry_on_conflict(functools.partial(self._insert_group, minute, waiters), tries=INSERT_RETRIES)
+                group = functools.partial(self._insert_group, minute, waiters, itertools.count())
+                retry_on_conflict(group, tries=INSERT_RETRIES)
             except Exception as error:  # every caller of this minute hears of it
                 for waiter in waiters:
                     waiter.error = error
 
-    def _insert_group(self, minute: datetime, waiters: list[_Insert]) -> None:
+    def _insert_group(self, minute: datetime, waiters: list[_Insert], tries: Iterator[int]) -> None:
         """Place each entry in its first shard with room (or where its key already is); write
-        each touched bucket once. A conflict leaves what was written: a retry finds those keys."""
-        objects: dict[str, dict[str, Any] | None] = {}
-        added: dict[str, list[BucketEntry]] = {}
-        shards: dict[str, int] = {}
-        weights: dict[str, int] = {}  # bytes each bucket holds, present and queued
+        each touched bucket once. A conflict leaves what was written: a retry finds those keys.
+        The first of the ``tries`` reads the buckets from the cache where it holds them (it has
+        this store's own last write, and the write is conditional on the version read, so a stale
+        one is a conflict); a retry reads them from the API server."""
+        group = _Group(read=self._read_cached if next(tries) == 0 else self._get)
         for waiter in waiters:
-            waiter.bucket = self._place(minute, waiter.entry, objects, added, shards, weights)
-        for name, entries in added.items():
+            waiter.bucket = self._place(minute, waiter.entry, group)
+        for name, entries in group.added.items():
             if not entries:
                 continue
-            obj = objects[name]
+            obj = group.objects[name]
             if obj is None:
-                self._create(name, minute, shards[name], entries)
+                self._create(name, minute, group.shards[name], entries)
             else:
                 occurrences = [*(obj["spec"].get("occurrences") or []), *(entry_to_dict(e) for e in entries)]
                 self._replace(name, _changed(obj, occurrences))
 
-    def _place(
-        self,
-        minute: datetime,
-        entry: BucketEntry,
-        objects: dict[str, dict[str, Any] | None],
-        added: dict[str, list[BucketEntry]],
-        shards: dict[str, int],
-        weights: dict[str, int],
-    ) -> str:
+    def _place(self, minute: datetime, entry: BucketEntry, group: _Group) -> str:
         for shard in shard_candidates(entry.uid, self._shards):
             name = bucket_name(minute, shard)
-            shards[name] = shard
-            if name not in objects:
-                objects[name] = self._get(name)
-            obj = objects[name]
+            group.shards[name] = shard
+            if name not in group.objects:
+                group.objects[name] = group.read(name)
+            obj = group.objects[name]
             present = (obj["spec"].get("occurrences") or []) if obj is not None else []
-            queued = added.setdefault(name, [])
-            if any(o["key"] == entry.key for o in present) or any(e.key == entry.key for e in queued):
+            queued = group.added.setdefault(name, [])
+            if name not in group.keys:
+                group.keys[name] = {o["key"] for o in present}
+            keys = group.keys[name]
+            if entry.key in keys:
                 return name
             if len(present) + len(queued) >= self._max:
                 continue
-            if name not in weights:
-                weights[name] = sum(entry_from_dict(o).weight for o in present)
-            if weights[name] + entry.weight > self._max_bytes:
+            if name not in group.weights:
+                group.weights[name] = sum(entry_from_dict(o).weight for o in present)
+            if group.weights[name] + entry.weight > self._max_bytes:
                 continue
-            weights[name] += entry.weight
+            group.weights[name] += entry.weight
             queued.append(entry)
+            keys.add(entry.key)
             return name
         raise RuntimeError(f"minute {minute.isoformat()} is full in every shard")
 
@@ -427,6 +435,19 @@ class KubeBucketStore:
 
         with self._lock:
             retry_on_conflict(remove_once, tries=INSERT_RETRIES)
+
+
+@dataclasses.dataclass
+class _Group:
+    """One minute's inserts as they are placed: the buckets read (None: none yet), the entries
+    each gets, its shard, and the bytes and keys each holds, present and queued."""
+
+    read: Callable[[str], dict[str, Any] | None]
+    objects: dict[str, dict[str, Any] | None] = dataclasses.field(default_factory=dict)
+    added: dict[str, list[BucketEntry]] = dataclasses.field(default_factory=dict)
+    shards: dict[str, int] = dataclasses.field(default_factory=dict)
+    weights: dict[str, int] = dataclasses.field(default_factory=dict)
+    keys: dict[str, set[str]] = dataclasses.field(default_factory=dict)
 
 
 def _changed(obj: Mapping[str, Any], occurrences: list[dict[str, Any]]) -> dict[str, Any]:
