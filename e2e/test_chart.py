@@ -454,9 +454,13 @@ def test_the_other_replica_takes_over_within_lease_plus_one_second(
     old = wait_for(lambda: leader_among(kube, names), timeout=60, what="a leader")
     standby = next(n for n in names if n != old)
     release.follow()
+    # The renewal last seen before the deletion: the old leader, killed with SIGTERM first, may
+    # release the Lease (clear its holder) and the standby take it before the first look below.
+    held = lease(kube)
+    assert held.spec.holder_identity == old, held.spec.holder_identity
+    last_renewal: list[datetime] = [held.spec.renew_time]
     deleted_at = datetime.now(UTC)
     kube.kubectl("delete", "pod", old, "-n", NAMESPACE, "--grace-period=0", "--force")
-    last_renewal: list[datetime] = []
 
     def taken_over() -> Any:
         seen = lease(kube)
