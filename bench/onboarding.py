@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ def _settings(opns: str, state: Path) -> str:
     )
 
 
-def _make(b: BenchCluster, ns: str) -> Any:
+def _make(b: BenchCluster, ns: str) -> Callable[[int], None]:
     """A function creating ScheduledJob number i in `ns` (retrying what a loaded API server refuses)."""
 
     def make(i: int) -> None:

@@ -6,10 +6,11 @@ a transaction per few hundred rows) and then says, per offer, whether it is in. 
 an entry as mirrored only once it is in, so ``historyMirrored`` never claims a row the database
 lacks, and a write that fails leaves its entries to be offered again by a later pass.
 
-Why a thread: the passes' own transactions, four workers each opening one or two a pass, spent
-most of a pass's wall time waiting for the interpreter lock between the many small calls of a
-transaction (SQLite's, on a machine busy with the API server). Resuming a thousand workflows
-after a failover wrote two thousand transactions; written here, it is a handful.
+Why a thread: a pass should never wait for the database. Before, every pass opened one or two
+transactions of its own, so the workers all waited for the first use's migration (a child
+process), for a slow or unreachable PostgreSQL, and for each other on SQLite's single writer
+lock; resuming a thousand workflows after a failover wrote two thousand transactions, and here a
+handful. (The resume figure itself moved little: the API server's status writes bound it.)
 """
 
 from __future__ import annotations

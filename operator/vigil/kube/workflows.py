@@ -377,7 +377,9 @@ class WorkflowEngine:
         status = obj.get("status") or {}
         if obj["metadata"].get("generation") != status.get("observedGeneration"):
             return True
-        expired = self._ttl is not None and self._ttl.due(obj, now)
+        # Every watch event asks this: the TTL is worked out only for a finished workflow.
+        finished = status.get("phase") in TERMINAL_WORKFLOW_PHASES
+        expired = finished and self._ttl is not None and self._ttl.due(obj, now)
         return needs_pass(status, mirroring=self._history is not None, expired=expired)
 
     def rescan(self) -> int:
