@@ -35,6 +35,7 @@ starts a Workflow instead of an Execution.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +54,7 @@ from vigil.core.ports import JobCatalogue, Launch, Launcher, Ledger
 from vigil.core.schedule import Schedule, next_occurrences, occurrence_at
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.executions import ExecutionStore, execution_cache, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import ExecutionLauncher
 from vigil.kube.ledger import KubeLedger
@@ -167,19 +168,23 @@ class KubeHome:
     def __init__(self, cluster: KubeCluster, namespace: str) -> None:
         self.namespace = namespace
         self.custom = cluster.custom
+        self.api = cluster.api
+        self.core = cluster.core
         self.store = ExecutionStore(cluster.api)
         self.clock = FakeClock(datetime.now(UTC))
-        events = EventRecorder(cluster.api, instance="contract")
+        self.events = EventRecorder(cluster.api, instance="contract")
         self.catalogue = KubeCatalogue(cluster.api)
-        self.launcher = ExecutionLauncher(
-            store=self.store,
+        self.launcher = self.launcher_on(self.store)
+        self.ledger = KubeLedger(cluster.api, catalogue=self.catalogue, events=self.events)
+
+    def launcher_on(self, store: ExecutionStore) -> ExecutionLauncher:
+        return ExecutionLauncher(
+            store=store,
             catalogue=self.catalogue,
             clock=self.clock,
-            results=JobResults(cluster.api, store=self.store, events=events, clock=self.clock),
-            pods=cluster.core,
+            results=JobResults(self.api, store=store, events=self.events, clock=self.clock),
+            pods=self.core,
         )
-        self.ledger = KubeLedger(cluster.api, catalogue=self.catalogue, events=events)
-        self.api = cluster.api
 
     def create(self, name: str, **spec: Any) -> JobView:
         runs = {"template": POD_TEMPLATE} if "workflowTemplate" not in spec else {}
@@ -410,6 +415,19 @@ def test_forbid_repeats_its_own_launch_and_starts_the_next_once_the_first_ended(
     assert launch(kube, job, first) == Launch(created=False), "a repeated launch never skips itself"
     kube.end(execution_id(job.uid, first))
     assert launch(kube, job, then) == Launch(created=True)
+
+
+def test_a_new_leader_whose_cache_has_not_listed_yet_still_forbids(kube: KubeHome) -> None:
+    """A new leader fires before its Execution cache has listed: the running execution is read
+    from the API server then, and Forbid still skips the next occurrence."""
+    job = kube.create("exclusive-after-failover", concurrencyPolicy="Forbid")
+    first, then = nominals(job, 2)
+    launch(kube, job, first)
+    store = ExecutionStore(kube.api, cache=execution_cache(kube.api))  # never run: not listed yet
+    leader = copy.copy(kube)
+    leader.store, leader.launcher = store, kube.launcher_on(store)
+    assert launch(leader, job, then) == Launch(created=False, skipped="ConcurrencyForbid")
+    assert kube.executions() == {execution_id(job.uid, first)}
 
 
 def test_a_workflow_job_starts_one_workflow_per_occurrence_and_no_execution(kube: KubeHome) -> None:

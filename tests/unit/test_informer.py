@@ -160,3 +160,31 @@ def test_a_skeleton_cache_keeps_identities_and_tells_its_handlers_the_whole_obje
     older["metadata"]["resourceVersion"] = "41"
     cache._put(older, announce=True)
     assert told == []
+
+
+def test_an_object_created_while_the_cache_lists_is_kept_and_its_watch_event_not_ignored() -> None:
+    """A new leader fires before its Execution cache has listed: the create's answer reaches the
+    cache (`observe`) after the API server took the list's snapshot, so the list lacks it. The
+    relist must not drop it as deleted (nor remember it as deleted, which would make the watch's
+    ADDED look like a late answer): it stays, and the watch's event for it is applied. An object
+    the list lacks and that is no newer than the list is gone."""
+    holder: list[Informer] = []
+    made_meanwhile = job("made-while-listing")
+    made_meanwhile["metadata"]["resourceVersion"] = "100"  # after the list's snapshot at 99
+    stale = job("deleted-before-the-list")  # resourceVersion 42
+
+    class CreateDuringList(Pages):
+        def __call__(self, **kwargs: Any) -> Any:
+            holder[0].observe(made_meanwhile)
+            return super().__call__(**kwargs)
+
+    informer = Informer(CreateDuringList(holder, [[job("a")]]), what="executions", label_selector="x=y")
+    holder.append(informer)
+    informer.observe(stale)
+    informer._relist()
+    assert sorted(obj["metadata"]["name"] for obj in informer.items()) == ["a", "made-while-listing"]
+    updated = job("made-while-listing")
+    updated["metadata"]["resourceVersion"] = "101"
+    updated["status"] = {"phase": "Succeeded"}
+    informer._put(updated, announce=True)  # the watch from version 99 brings it
+    assert (informer.get("team-a", "made-while-listing") or {}).get("status") == {"phase": "Succeeded"}

@@ -152,8 +152,10 @@ class ExecutionStore:
         return [o for o in self.every() if phase_of(o) in wanted]
 
     def of_job(self, namespace: str, job_uid: str) -> list[dict[str, Any]]:
-        """The job's Executions: what retention kept and what is in flight."""
-        if self.cache is not None:
+        """The job's Executions: what retention kept and what is in flight. Until the cache has
+        listed once they come from the API server: a new leader fires at once, and an empty cache
+        would let `Forbid` start a second execution beside one still running."""
+        if self.cache is not None and self.cache.synced.is_set():
             return self.cache.by_index(BY_JOB, job_uid)
         return self.select(selector=f"{LABEL_JOB_UID}={job_uid}", namespace=namespace)
 

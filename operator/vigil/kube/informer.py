@@ -286,8 +286,17 @@ class Informer:
             for obj in page:
                 listed.add(key_of(obj))
                 self._put(obj, announce=True)
+        # Not listed but newer than the list: a writer's own answer (`observe`) to a create made
+        # while the list was read. It is not gone, and the watch from the list's version brings
+        # its events; dropped here, it would also be tombstoned at that version, the watch's
+        # ADDED ignored as a late answer, and the object never seen (an Execution never started).
+        snapshot = _version({"metadata": {"resourceVersion": version}})
         with self._lock:
-            gone = [k for k in self._items if k not in listed]
+            gone = [
+                k
+                for k in self._items
+                if k not in listed and (snapshot < 0 or _version(self._unpack(self._items[k])) <= snapshot)
+            ]
         for key in gone:
             self._remove(key, announce=True)
         self.synced.set()
