@@ -10,7 +10,7 @@ counts the ScheduleBucket writes (each ADDED or MODIFIED event is one), which sa
 first occurrences went in group-committed (few writes) or one bucket write per job; and the API
 server's own `apiserver_request_total` is read before and after, so every write to ScheduledJobs
 and ScheduleBuckets is printed per job by verb and subresource (the creates are the bench's own;
-the rest are the operator's: kopf's annotations, the status, the buckets). That is where the time
+the rest are the operator's: the status, the buckets). That is where the time
 goes on a machine whose API server is the bottleneck.
 
 The creating client (the Python client, eight threads, on the same two cores) can be slower than

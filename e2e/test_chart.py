@@ -88,7 +88,7 @@ POSTGRES_PORT = 5432
 TICK = timedelta(seconds=3)
 ROLLOUT_TIMEOUT = 180  # two operator pods starting on 2 shared cores
 OUTCOME_TIMEOUT = 120
-#: A 403 in any form the operator logs one (kopf's APIForbiddenError, the client's "(403)").
+#: A 403 in any form the operator logs one (the client's "(403)", a status of 403).
 FORBIDDEN = re.compile(r"forbidden|\(403\)|\b403\b", re.IGNORECASE)
 LOG_TIMESTAMP = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")  # its milliseconds may read 403
 

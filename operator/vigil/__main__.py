@@ -7,11 +7,11 @@ keep the CLI from ever importing the runtime: the CLI parses the two verbs (so
 `--help` lists them) and hands them back through the `serve` it is given.
 
 The runtime is imported only when one of its verbs is asked for, so a plugin
-verb does not pay for loading kopf, the HTTP API and every adapter.
+verb does not pay for loading the HTTP API and every adapter.
 
 `vigil worker` runs the volume tier's worker SDK (`vigil.worker.command`). It is
-dispatched before the CLI is imported: a worker process loads neither kopf nor
-a Kubernetes client.
+dispatched before the CLI is imported: a worker process loads no
+Kubernetes client.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-QUIET = ("kopf.objects", "kubernetes.client.rest", "urllib3")  # a line per handler call or request is noise
+QUIET = ("kubernetes.client.rest", "urllib3")  # a line per handler call or request is noise
 
 
 class JsonFormatter(logging.Formatter):

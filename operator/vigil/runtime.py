@@ -8,13 +8,13 @@ report becomes as metrics in `vigil.metrics`.
 
 `run(settings)` starts the health/metrics endpoints, then campaigns for the
 leader Lease. Standbys stay warm (imported, connected, serving health) and wait.
-The leader starts the trigger thread and the kopf operator; if it ever loses
-the Lease it exits at once, and its Deployment restarts it as a standby.
+The leader starts its caches, controllers and passes, each a thread, and waits
+for SIGTERM; if it ever loses the Lease it exits at once, and its Deployment
+restarts it as a standby.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import signal
@@ -25,7 +25,6 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-import kopf
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
@@ -37,11 +36,11 @@ from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
 from vigil.history.migrating import MigratingHistory
 from vigil.httpapi import ApiServer, ApprovalCallback, Guard
-from vigil.kube import handlers, workflowhandlers  # noqa: F401  (importing registers the kopf handlers)
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
 from vigil.kube.buckets import bucket_cache
+from vigil.kube.definitions import DefinitionController, definition_cache
 from vigil.kube.dispatcher import Dispatcher
 from vigil.kube.events import EventRecorder
 from vigil.kube.executioncontroller import ExecutionCaches, ExecutionController
@@ -78,7 +77,7 @@ PASSIVE_SUFFIX = "-cache"  # threads named so only fill a cache: a handover need
 STOP_POLL_SECONDS = 0.5  # how often a standby waiting for the Lease looks whether it was told to stop
 
 
-API_CONNECTIONS = 64  # the trigger (32 workers), dispatcher, controllers, watchdog, history and kopf's handler threads share it
+API_CONNECTIONS = 64  # the trigger (32 workers), dispatcher, controllers, watchdog and history share it
 ELECTION_CONNECTIONS = 2  # the elector's own pool: renewals never queue behind other requests
 
 
@@ -391,16 +390,17 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
 
 
 def stop_on_sigterm() -> threading.Event:
-    """An Event that SIGTERM (a pod being deleted, `docker stop`) sets, from the process's start.
+    """An Event that SIGTERM (a pod being deleted, `docker stop`) or SIGINT (Ctrl-C) sets, from
+    the process's start.
 
     In a container the operator is PID 1, and the kernel drops every signal PID 1 has no handler
-    for. kopf installs its handler only once it runs, so without this one a SIGTERM to a standby,
-    to a leader still starting, or to the watchdog is lost, and the pod waits out its whole grace
-    period for SIGKILL (its Lease, if it held one, then expires instead of being released).
+    for: without this one a SIGTERM is lost, and the pod waits out its whole grace period for
+    SIGKILL (its Lease, if it held one, then expires instead of being released).
     """
     stopping = threading.Event()
     if threading.current_thread() is threading.main_thread():  # only the main thread may
-        signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stopping.set())
     return stopping
 
 
@@ -410,30 +410,6 @@ def wait_until_leader(elector: LeaderElector, stopping: threading.Event) -> bool
         if elector.wait_until_leader(timeout=STOP_POLL_SECONDS):
             return True
     return False
-
-
-async def operate(stopping: threading.Event, registry: kopf.OperatorRegistry, **options: Any) -> None:
-    """`kopf.operator(**options)`, which also stops for a SIGTERM that came before kopf took the
-    signal over: from here until kopf installs its own handler, this loop's handler stands in."""
-    loop = asyncio.get_running_loop()
-    stop: asyncio.Future[None] = loop.create_future()
-
-    def request_stop() -> None:
-        if not stop.done():
-            stop.set_result(None)
-
-    async def settle_stop_flag(**_: Any) -> None:
-        # kopf waits 5 s for any task still running once it has stopped, and when a signal
-        # stopped it, its waiter on this flag is one: without this, every graceful handover
-        # held the Lease 5 s longer.
-        request_stop()
-
-    if threading.current_thread() is threading.main_thread():
-        loop.add_signal_handler(signal.SIGTERM, request_stop)
-    if stopping.is_set():
-        request_stop()
-    kopf.on.cleanup(registry=registry)(settle_stop_flag)
-    await kopf.operator(stop_flag=stop, registry=registry, **options)
 
 
 def run(settings: Settings) -> int:
@@ -538,6 +514,8 @@ def run(settings: Settings) -> int:
     job_controller = JobController(
         jobs=jobs, writer=writer, store=store, events=events, clock=clock, queue_enabled=bool(settings.queue.dsn)
     )
+    definitions = definition_cache(api)
+    definition_controller = DefinitionController(api, definitions=definitions, events=events, clock=clock)
     stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
         ("jobs-cache", lambda: jobs.run(stop)),
@@ -553,6 +531,8 @@ def run(settings: Settings) -> int:
             stop, lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch))),
         ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
         ("workflows-cache", lambda: workflow_watch.run(stop)),
+        ("definitions-cache", lambda: definitions.run(stop)),
+        ("definitions", lambda: definition_controller.queue.run(stop)),
         ("workflows", lambda: caches.when_synced(stop, lambda: engine.run(stop, fed=True))),
         ("retention", lambda: every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
         ("heap", lambda: caches.when_synced(stop, lambda: every(stop, heap.TRIM_EVERY_SECONDS, "heap trim", heap.trim))),
@@ -569,26 +549,10 @@ def run(settings: Settings) -> int:
     for thread in started:
         thread.start()
 
-    wiring = handlers.Wiring(store=store, events=events, clock=clock)
-    registry = kopf.get_default_registry()
-
-    @kopf.on.startup(registry=registry)
-    def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
-        handlers.configure(settings, request_timeout=lease.request_timeout)
-
     try:
-        asyncio.run(
-            operate(
-                stopping,
-                registry=registry,
-                clusterwide=True,
-                standalone=True,
-                # Ours, not kopf's default (user@host from the passwd database): the image runs
-                # as a uid with no passwd entry (65532, or any uid a cluster assigns).
-                identity=me,
-                memo=kopf.Memo(wiring=wiring, workflows=engine),
-            )
-        )
+        while not stopping.wait(STOP_POLL_SECONDS):
+            pass  # the threads act; this one only waits to be told to stop
+        log.info("%s stopping (SIGTERM): handing over", me)
     finally:
         if shards is not None:
             shards.release()
@@ -651,7 +615,7 @@ def _hand_over(
     flush: Callable[[float], None] = lambda deadline: None,
     wake: Callable[[], None] = lambda: None,
 ) -> None:
-    """A graceful stop (kopf ends on SIGTERM): stop acting — the trigger finishes the pass it is in
+    """A graceful stop (SIGTERM): stop acting — the trigger finishes the pass it is in
     — then release the Lease, so a standby leads at its next poll instead of after a whole lease.
 
     The threads that act get one deadline between them (not one each: ten threads of 5 s each

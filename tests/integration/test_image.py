@@ -116,8 +116,8 @@ def test_the_operator_in_the_image_leads_and_stops_cleanly(
         start_operator(daemon, tag, name=standby, etc=config_dir(fleet, tmp_path / "b", api_port=standby_port))
         wait_for(lambda: ready(standby_port), timeout=90, what="the standby to serve /readyz")
 
-        # PID 1 in its container, which drops signals it has no handler for: a standby, not yet
-        # running kopf, must still stop at once and cleanly.
+        # PID 1 in its container, which drops signals it has no handler for: a standby, still
+        # waiting for the Lease, must stop at once and cleanly.
         assert stop(daemon, standby) == ("0", "false")
         assert stop(daemon, leader) == ("0", "false")
         assert fleet.holder() is None, "the Lease was not released on SIGTERM"

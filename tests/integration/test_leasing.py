@@ -46,7 +46,7 @@ TAKEOVER_TIMEOUT = RENEW_SECONDS / 2 + LEASE_SECONDS + RENEW_SECONDS + MARGIN_SE
 FIRST_LEADER_TIMEOUT = 10.0
 SAMPLE_INTERVAL = 0.05
 OPERATOR_LEASE_SECONDS = 3  # tests/integration/operators.py's shortened Lease
-OPERATOR_FAILOVER_TIMEOUT = 30.0  # process start-up (imports, kopf) plus the Lease expiring
+OPERATOR_FAILOVER_TIMEOUT = 30.0  # process start-up (imports) plus the Lease expiring
 
 
 class Candidate:
@@ -187,10 +187,9 @@ def test_of_two_operator_processes_one_holds_the_lease_and_the_other_takes_over_
 OPERATOR_RENEW_SECONDS = 1  # tests/integration/operators.py's renew period: a standby polls at half
 #: Smaller than MARGIN_SECONDS: it must stay below the 2 s an unreleased Lease takes at the least.
 HANDOVER_MARGIN_SECONDS = 1.0
-#: From SIGTERM to the standby holding the Lease: kopf's stop, the passes in flight ending (the
-#: dispatcher's wait is cut short), the release and the standby's next poll (half a renew period),
-#: with room for a loaded 2-core machine. kopf used to add 5 s of its own here: it waited that long
-#: for its waiter on the operator's stop flag, which only a signal had left pending.
+#: From SIGTERM to the standby holding the Lease: the main thread's next look at the stop flag, the
+#: passes in flight ending (the dispatcher's wait is cut short), the release and the standby's next
+#: poll (half a renew period), with room for a loaded 2-core machine.
 HANDOVER_SECONDS = 4.0
 
 

@@ -62,7 +62,7 @@ RENEW_DEADLINE = LEASE_SECONDS * 2 / 3
 #: Added to bounds derived from the election's settings: this 2-core machine runs the API server,
 #: etcd, the operators and the test at once, and a starved thread can lose a second or two.
 MARGIN_SECONDS = 2.0
-OPERATOR_START_TIMEOUT = 60.0  # imports, kopf, the first Lease write
+OPERATOR_START_TIMEOUT = 60.0  # imports, the first Lease write
 JSON_LOGS = {"format": "json", "level": "INFO"}
 ONE_SECOND = timedelta(seconds=1)
 

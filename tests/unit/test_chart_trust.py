@@ -77,8 +77,6 @@ CLUSTER_ALLOWLIST = (
     | grants("", ("events",), ("create", "patch"))
     | grants("authorization.k8s.io", ("subjectaccessreviews",), ("create",))
     | grants("", ("configmaps",), ("get",))
-    | grants("", ("namespaces",), VIGIL_READ)
-    | grants("apiextensions.k8s.io", ("customresourcedefinitions",), VIGIL_READ)
 )
 #: What it may do in the release namespace only (its Role): leadership, buckets, the signing key.
 RELEASE_NAMESPACE_ALLOWLIST = (

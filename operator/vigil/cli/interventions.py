@@ -2,7 +2,7 @@
 
 The CLI never writes an execution's status — that is the operator's. It pulls
 the levers the spec offers (`spec.retryRequests`, `spec.cancel`) and the
-operator's handlers react (vigil.kube.handlers). A retry is a read-modify-write
+operator's controllers react (vigil.kube.executioncontroller). A retry is a read-modify-write
 of a counter, so the patch carries the resourceVersion it read and starts over
 on 409: two people retrying at once cannot lose an increment. Each verb
 refuses, with exit 2, what the operator would ignore (retrying a live

@@ -47,7 +47,7 @@ from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 TOO_MANY_REQUESTS = 429
-#: Seconds a watch that names no `timeoutSeconds` is expected to last (kopf's own server timeout).
+#: Seconds a watch that names no `timeoutSeconds` is expected to last (the caches' own server timeout).
 WATCH_SECONDS = 300.0
 
 

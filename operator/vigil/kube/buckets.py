@@ -7,9 +7,9 @@ limit; a hot minute overflows into more shards. Inserts are read-modify-write on
 resourceVersion (a conflict re-reads and tries again), group-committed: the
 inserts that wait while one is written go together in the next write, one read
 (from the cache, on the leader) and one write per bucket touched. One writer thread makes every bucket write; callers
-queue an entry and wait on a future (`insert_later`), so a caller that does not block
-a thread while it waits — the asynchronous ScheduledJob handler, of which kopf runs one
-per new job at once — lets thousands of first occurrences go in with a few writes. Fired markers live in the
+queue an entry and get a future (`insert_later`), so a caller that does not block
+a thread while it waits — the job controller, which goes on to the next new job and
+writes the status when the future is done — lets thousands of first occurrences go in with a few writes. Fired markers live in the
 status subresource and are written with a merge patch that carries the
 resourceVersion read — the API server refuses it with 409 if anything changed in
 between, which is what makes marking single-fire without any lock. A merge patch

@@ -14,7 +14,7 @@ delivers the event.
 
 What the cache keeps is slimmed first (`slim`, or the cache's own `transform`):
 the server-side apply bookkeeping (`metadata.managedFields`) and the copies of
-the whole object that kubectl and kopf keep are never read from the cache and
+the whole object that kubectl (and earlier versions of Vigil) keep are never read from the cache and
 would otherwise be most of its memory. What is left is held as a copy of its own, so a
 caller that hands its object to `observe` may go on using it.
 
@@ -54,7 +54,8 @@ PAGE = 500
 WATCH_SECONDS = 300  # the server ends each watch after this; the cache resumes from its version
 RELIST_BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0)
 TOMBSTONES = 10_000  # deleted keys remembered, so a late answer to a write cannot bring one back
-#: Annotations holding a copy of the object: kubectl's client-side apply and kopf's diff base.
+#: Annotations holding a copy of the object: kubectl's client-side apply, and the diff base the
+#: kopf framework left on objects an earlier version of Vigil handled.
 COPY_ANNOTATIONS = (
     "kubectl.kubernetes.io/last-applied-configuration",
     "kopf.vigil.dev/last-handled-configuration",

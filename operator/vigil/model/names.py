@@ -1,7 +1,7 @@
 """Every name Vigil writes on the API server, declared once.
 
 The API group and version, each resource's plural (what URLs, RBAC rules and
-kopf handlers name), and the label and annotation keys put on the objects
+the caches name), and the label and annotation keys put on the objects
 Vigil creates. The models' `ResourceKind`s, the adapters, the CLI and the HTTP
 API all take them from here, as the CronJob controller and kueue keep theirs
 in one module: a rename is one edit, and a search finds every use.

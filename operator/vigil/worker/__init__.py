@@ -9,7 +9,7 @@
 
 `vigil worker --queue Q --tasks myapp.tasks` imports `myapp.tasks` and runs its
 tasks (vigil.worker.command); `Worker` is the loop itself (vigil.worker.running).
-Installed with the extra `vigil[worker]`; it imports neither kopf nor a
+Installed with the extra `vigil[worker]`; it imports no
 Kubernetes client (an import contract in pyproject.toml keeps it so).
 """
 
