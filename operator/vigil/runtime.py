@@ -40,6 +40,7 @@ from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
 from vigil.kube.buckets import bucket_cache
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.definitions import DefinitionController, definition_cache
 from vigil.kube.dispatcher import Dispatcher
 from vigil.kube.events import EventRecorder
@@ -222,7 +223,7 @@ def build_approvals(
     workflows = WorkflowApi(api)
     rotation = parse_duration(approvals.key_rotation.period)
     key = SigningKey(
-        client.CoreV1Api(api),
+        CoreApi(api),
         namespace=settings.namespace,
         clock=clock,
         name=approvals.key_secret,
@@ -465,7 +466,7 @@ def run(settings: Settings) -> int:
         pods=caches.pods,
         started=caches.started,
         results=results,
-        core=client.CoreV1Api(api),
+        core=CoreApi(api),
         clock=clock,
         wake_dispatcher=dispatcher.notify,
         running_after=timedelta(seconds=settings.dispatch.running_after_seconds),
@@ -480,7 +481,7 @@ def run(settings: Settings) -> int:
             catalogue=catalogue,
             clock=clock,
             results=results,
-            pods=client.CoreV1Api(api),
+            pods=CoreApi(api),
             on_ready=dispatcher.notify,
             as_started=dispatcher.as_started,
             tasks=task_submitter(settings, clock),

@@ -1,6 +1,6 @@
 """The approval key's rotation and the tokens' delivery (vigil.kube.approvals), with in-memory twins.
 
-A fake CoreV1Api keeps the key Secret (create, read, conditional replace: a stale
+A fake of the core API (vigil.kube.coreapi) keeps the key Secret (create, read, conditional replace: a stale
 resourceVersion is a 409, as on the API server) and a fake clock moves time, so the rotation is
 checked without a cluster: the key is created when missing; once older than the period it is
 replaced, the old one kept as `previous`; both verify during the overlap and only the new one
@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.unit.workflowsim import World
@@ -51,34 +50,34 @@ class FakeCore:
     """The key Secret's store: create, read and replace conditional on the resourceVersion."""
 
     def __init__(self) -> None:
-        self.secret: client.V1Secret | None = None
+        self.secret: dict[str, Any] | None = None
         self.version = 0
         self.writes = 0
         #: Answers to the next reads, before the stored Secret: what a replica read earlier.
-        self.stale: list[client.V1Secret] = []
+        self.stale: list[dict[str, Any]] = []
 
-    def read_namespaced_secret(self, name: str, namespace: str) -> client.V1Secret:
+    def read_namespaced_secret(self, name: str, namespace: str) -> dict[str, Any]:
         if self.stale:
             return self.stale.pop(0)
         if self.secret is None:
             raise ApiException(status=404)
         return copy.deepcopy(self.secret)
 
-    def create_namespaced_secret(self, namespace: str, body: client.V1Secret) -> client.V1Secret:
+    def create_namespaced_secret(self, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
         if self.secret is not None:
             raise ApiException(status=409)
         return self._store(body)
 
-    def replace_namespaced_secret(self, name: str, namespace: str, body: client.V1Secret) -> client.V1Secret:
-        if self.secret is None or body.metadata.resource_version != self.secret.metadata.resource_version:
+    def replace_namespaced_secret(self, name: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        if self.secret is None or body["metadata"].get("resourceVersion") != self.secret["metadata"]["resourceVersion"]:
             raise ApiException(status=409)
         return self._store(body)
 
-    def _store(self, body: client.V1Secret) -> client.V1Secret:
+    def _store(self, body: dict[str, Any]) -> dict[str, Any]:
         self.version += 1
         self.writes += 1
         stored = copy.deepcopy(body)
-        stored.metadata.resource_version = str(self.version)
+        stored["metadata"]["resourceVersion"] = str(self.version)
         self.secret = stored
         return copy.deepcopy(stored)
 
@@ -99,8 +98,8 @@ def test_the_key_is_created_when_missing_and_kept_until_the_period_ends() -> Non
     core, clock = FakeCore(), Clock()
     key = key_of(core, clock)
     first = key.current()
-    assert core.secret is not None and core.secret.metadata.name == KEY_SECRET
-    assert core.secret.metadata.annotations[ANNOTATION_ROTATED_AT] == "2026-11-01T12:00:00Z"
+    assert core.secret is not None and core.secret["metadata"]["name"] == KEY_SECRET
+    assert core.secret["metadata"]["annotations"][ANNOTATION_ROTATED_AT] == "2026-11-01T12:00:00Z"
     clock.at += PERIOD - timedelta(seconds=1)
     assert key.current() == first and key.keys() == [first] and core.writes == 1
 
@@ -113,7 +112,7 @@ def test_an_old_key_is_rotated_and_the_previous_one_verifies_during_the_overlap(
     second = key.current()
     assert second != first
     assert key.keys() == [second, first]
-    assert core.secret is not None and set(core.secret.data) == {"key", "previous"}
+    assert core.secret is not None and set(core.secret["data"]) == {"key", "previous"}
     clock.at += OVERLAP - timedelta(seconds=1)
     assert key.keys() == [second, first]
     clock.at += timedelta(seconds=1)

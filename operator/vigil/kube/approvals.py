@@ -64,7 +64,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.access import Access, User
@@ -87,6 +86,7 @@ from vigil.core.workflow import (
     records_from_data,
 )
 from vigil.kube.conflicts import retry_on_conflict
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.workflows import Pass
 from vigil.model import GROUP
 from vigil.model.names import (
@@ -129,7 +129,7 @@ class SigningKey:
 
     def __init__(
         self,
-        core: client.CoreV1Api,
+        core: CoreApi,
         *,
         namespace: str,
         clock: Clock,
@@ -210,47 +210,51 @@ class SigningKey:
         log.info("created approval key Secret %s/%s", self._namespace, self._name)
         return KeyRing(key, None, now)
 
-    def _rotate(self, secret: Any, ring: KeyRing) -> KeyRing:
+    def _rotate(self, secret: dict[str, Any], ring: KeyRing) -> KeyRing:
         now = self._clock.now()
         key = secrets.token_bytes(KEY_BYTES)
         body = self._body(key, ring.current, now)
-        body.metadata.resource_version = secret.metadata.resource_version
+        body["metadata"]["resourceVersion"] = secret["metadata"]["resourceVersion"]
         self._core.replace_namespaced_secret(self._name, self._namespace, body)
         log.info("rotated approval key %s/%s; the previous key verifies until %s",
                  self._namespace, self._name, format_rfc3339(now + self._overlap))  # fmt: skip
         return KeyRing(key, ring.current, now)
 
-    def _body(self, key: bytes, previous: bytes | None, rotated_at: datetime) -> client.V1Secret:
+    def _body(self, key: bytes, previous: bytes | None, rotated_at: datetime) -> dict[str, Any]:
         data = {KEY_FIELD: _b64(key)}
         if previous is not None:
             data[PREVIOUS_FIELD] = _b64(previous)
-        return client.V1Secret(
-            metadata=client.V1ObjectMeta(
-                name=self._name,
-                namespace=self._namespace,
-                labels={LABEL_MANAGED: MANAGED_BY_APPROVALS},
-                annotations={
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {
+                "name": self._name,
+                "namespace": self._namespace,
+                "labels": {LABEL_MANAGED: MANAGED_BY_APPROVALS},
+                "annotations": {
                     ANNOTATION_PURPOSE: "HMAC keys of approval tokens; delete to refuse every token at once",
                     ANNOTATION_ROTATED_AT: format_rfc3339(rotated_at),
                 },
-            ),
-            type="Opaque",
-            data=data,
-        )
+            },
+            "type": "Opaque",
+            "data": data,
+        }
 
-    def _ring_of(self, secret: Any) -> KeyRing:
-        data = secret.data or {}
+    def _ring_of(self, secret: dict[str, Any]) -> KeyRing:
+        data = secret.get("data") or {}
         key = _key_field(data, KEY_FIELD)
         if key is None:
             raise KeyUnavailable(
                 f"its '{KEY_FIELD}' has fewer than {MIN_KEY_BYTES} bytes "
                 "(delete the Secret and the operator creates a new key)"
             )
-        stamp = (secret.metadata.annotations or {}).get(ANNOTATION_ROTATED_AT)
+        meta = secret.get("metadata") or {}
+        created = parse_rfc3339(meta["creationTimestamp"]) if meta.get("creationTimestamp") else None
+        stamp = (meta.get("annotations") or {}).get(ANNOTATION_ROTATED_AT)
         try:
-            rotated_at = parse_rfc3339(stamp) if stamp else secret.metadata.creation_timestamp
+            rotated_at = parse_rfc3339(stamp) if stamp else created
         except ValueError:
-            rotated_at = secret.metadata.creation_timestamp
+            rotated_at = created
         if rotated_at is None:
             rotated_at = self._clock.now()
         return KeyRing(key, _key_field(data, PREVIOUS_FIELD), rotated_at)
@@ -262,8 +266,8 @@ def _key_field(data: Mapping[str, str], field: str) -> bytes | None:
     return key if len(key) >= MIN_KEY_BYTES else None
 
 
-def _read_secret(core: client.CoreV1Api, namespace: str, name: str) -> Any:
-    """The Secret (a V1Secret), or None when there is none of that name."""
+def _read_secret(core: CoreApi, namespace: str, name: str) -> dict[str, Any] | None:
+    """The Secret, or None when there is none of that name."""
     try:
         return core.read_namespaced_secret(name, namespace)
     except ApiException as error:

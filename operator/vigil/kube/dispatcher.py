@@ -28,6 +28,7 @@ from vigil.core.executions import Execution, Phase, as_candidate, running_counts
 from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.ports import Clock
 from vigil.core.timeparse import parse_rfc3339
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.executions import ExecutionStore, readable
 from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
@@ -122,7 +123,7 @@ class Dispatcher:
         capacity: Capacity,
         workflow_pods: Informer | None = None,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._workflow_pods = workflow_pods
         self._requests_lock = threading.Lock()
         self._requests: dict[Key, dict[Key, PodRequest]] = {}  # workflow -> pod -> request

@@ -17,6 +17,9 @@ from typing import Any
 
 from kubernetes import client
 
+from vigil.core.timeparse import format_rfc3339
+from vigil.kube.coreapi import CoreApi
+
 log = logging.getLogger(__name__)
 
 COMPONENT = "vigil-operator"
@@ -28,9 +31,9 @@ QUEUED_EVENTS = 10_000  # waiting to be posted, when posted in the background
 
 class EventRecorder:
     def __init__(self, api: client.ApiClient, *, instance: str, background: bool = False) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._instance = instance
-        self._queue: queue.Queue[tuple[str, client.CoreV1Event]] | None = None
+        self._queue: queue.Queue[tuple[str, dict[str, Any]]] | None = None
         self._dropped = 0
         if background:
             self._queue = queue.Queue(maxsize=QUEUED_EVENTS)
@@ -57,39 +60,39 @@ class EventRecorder:
 
     def _event(
         self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str
-    ) -> tuple[str, client.CoreV1Event]:
+    ) -> tuple[str, dict[str, Any]]:
         meta = obj["metadata"]
         now = datetime.now(UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(
-                name=f"{meta['name'][:200]}.{uuid.uuid4().hex[:16]}", namespace=meta["namespace"]
-            ),
-            involved_object=client.V1ObjectReference(
-                api_version=obj.get("apiVersion"),
-                kind=obj.get("kind"),
-                name=meta["name"],
-                namespace=meta["namespace"],
-                uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion"),
-            ),
-            reason=reason,
-            message=message[:MAX_MESSAGE],
-            type=type_,
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=self._instance,
-            first_timestamp=now,
-            last_timestamp=now,
-            event_time=now.replace(microsecond=now.microsecond or 1),
-            action=reason,
-            count=1,
-        )
+        stamp = format_rfc3339(now)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{meta['name'][:200]}.{uuid.uuid4().hex[:16]}", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": obj.get("apiVersion"),
+                "kind": obj.get("kind"),
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "reason": reason,
+            "message": message[:MAX_MESSAGE],
+            "type": type_,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self._instance,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "eventTime": now.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),  # a MicroTime
+            "action": reason,
+            "count": 1,
+        }
         return meta["namespace"], body
 
-    def _post(self, namespace: str, body: client.CoreV1Event) -> None:
+    def _post(self, namespace: str, body: dict[str, Any]) -> None:
         try:
             self._core.create_namespaced_event(namespace, body)
         except Exception as err:  # best effort: a lost Event is logged, never raised
-            ref = body.involved_object
-            log.warning("event %s on %s/%s not posted: %s", body.reason, namespace, ref.name,
+            log.warning("event %s on %s/%s not posted: %s", body["reason"], namespace, body["involvedObject"]["name"],
                         getattr(err, "reason", None) or err)  # fmt: skip

@@ -83,7 +83,7 @@ class ExecutionController:
         pods: Informer,
         started: Started,
         results: JobResults,
-        core: Any,  # CoreV1Api: deletes pods
+        core: Any,  # CoreApi (or the client's CoreV1Api): deletes pods
         clock: Clock,
         wake_dispatcher: Callable[[], None],
         running_after: timedelta = timedelta(seconds=5),

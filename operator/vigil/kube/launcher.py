@@ -343,7 +343,7 @@ class ExecutionLauncher:
         catalogue: KubeCatalogue,
         clock: Clock,
         results: JobResults,
-        pods: Any,  # CoreV1Api: deletes the pods of replaced executions
+        pods: Any,  # CoreApi (or the client's CoreV1Api): deletes the pods of replaced executions
         on_ready: Callable[[], None] = lambda: None,
         as_started: Callable[[Execution], Execution] = lambda ex: ex,
         tasks: TaskSubmitter | None = None,  # None: the volume tier is off (no queue.dsn)

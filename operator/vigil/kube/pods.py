@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.informer import Informer, slim
 from vigil.model import GROUP, VERSION
 
@@ -164,9 +164,8 @@ def compact_pod(pod: dict[str, Any]) -> dict[str, Any]:
 
 def pod_cache(api: Any) -> Informer:
     """The operator's cache of its executions' pods (not workflow pods: they have their own manager)."""
-    core = client.CoreV1Api(api)
     return Informer(
-        core.list_pod_for_all_namespaces,
+        CoreApi(api).list_pod_for_all_namespaces,
         what="pods",
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY},{LABEL_EXECUTION}",
         indexes={BY_EXECUTION: execution_key_of},

@@ -20,6 +20,7 @@ from kubernetes import client
 
 from vigil.core.retention import Finished, to_delete
 from vigil.core.timeparse import parse_rfc3339
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.executions import ExecutionStore, readable
 from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
@@ -53,7 +54,7 @@ class Pruner:
         written: Callable[[Mapping[str, Any]], bool],
         pods: Informer | None = None,
     ) -> None:
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._store = store
         self._catalogue = catalogue
         self._written = written

@@ -29,6 +29,7 @@ from vigil.core.progress import TriggerProgress
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.watchdog import JobFacts
 from vigil.kube.buckets import KubeBucketStore
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.informer import Informer, list_pages, slim
 from vigil.kube.progress import LeaseProgress
@@ -66,7 +67,7 @@ class FactGatherer:
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._jobs = jobs
-        self._core = client.CoreV1Api(api)
+        self._core = CoreApi(api)
         self._buckets = buckets
         self._executions = executions
         self._progress = progress
@@ -191,7 +192,7 @@ class FactGatherer:
             cm = self._core.read_namespaced_config_map(ref.name, namespace)
         except ApiException as err:
             return None, f"ConfigMap {namespace}/{ref.name}: {err.reason}"
-        value = (cm.data or {}).get(ref.key)
+        value = (cm.get("data") or {}).get(ref.key)
         if not value:
             return None, f"ConfigMap {namespace}/{ref.name} has no key {ref.key}"
         try:

@@ -17,11 +17,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-
 from vigil.core.orchestrator import WantedPod
 from vigil.core.podstatus import PodPhase, classify_pod
 from vigil.core.workflow import Event, Record, parse_output
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.informer import Informer
 from vigil.kube.pods import build_pod, label_value
 from vigil.model.names import (
@@ -117,9 +116,8 @@ def workflow_of(pod: Mapping[str, Any]) -> tuple[str, str] | None:
 
 def workflow_pod_cache(api: Any) -> Informer:
     """The leader's cache of workflow step pods, indexed by workflow uid."""
-    core = client.CoreV1Api(api)
     return Informer(
-        core.list_pod_for_all_namespaces,
+        CoreApi(api).list_pod_for_all_namespaces,
         what="workflow pods",
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY_WORKFLOWS},{LABEL_WORKFLOW}",
         indexes={BY_WORKFLOW: lambda pod: (pod["metadata"].get("labels") or {}).get(LABEL_WORKFLOW_UID)},

@@ -85,6 +85,7 @@ from vigil.core.workflowpass import (
 )
 from vigil.core.workflowttl import next_look
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
+from vigil.kube.coreapi import CoreApi
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.informer import Informer, pack, skeleton, unmanaged, unpack
 from vigil.kube.jobstatus import Change, JobStatusWriter, Step
@@ -162,7 +163,7 @@ class WorkflowApi:
 
     def __init__(self, api: client.ApiClient, *, pod_cache: Informer | None = None) -> None:
         self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
+        self.core = CoreApi(api)
         self.pod_cache = pod_cache  # the leader's: step pods read from it, never listed per pass
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -230,11 +231,7 @@ class WorkflowApi:
         if self.pod_cache is not None:
             return {p["metadata"]["name"]: p for p in self.pod_cache.by_index(BY_WORKFLOW, uid)}
         listed = self.core.list_namespaced_pod(namespace, label_selector=f"{LABEL_WORKFLOW_UID}={uid}")
-        found: dict[str, dict[str, Any]] = {}
-        for pod in listed.items:
-            data: dict[str, Any] = self.core.api_client.sanitize_for_serialization(pod)
-            found[data["metadata"]["name"]] = data
-        return found
+        return {pod["metadata"]["name"]: pod for pod in listed.get("items") or []}
 
     def create_pod(self, namespace: str, body: dict[str, Any]) -> None:
         try:

@@ -1,0 +1,110 @@
+"""The operator's core/v1 requests (`vigil.kube.coreapi.CoreApi`) against the real API server.
+
+Each request the operator makes answers what the generated client answers, as JSON: a pod is
+created (a second create is a 409), listed by selector (paged, and followed by a watch through
+the pod cache), and deleted (a missing one is a 404); a Secret is created, read and replaced
+conditionally (a stale resourceVersion is a 409); a ConfigMap is read; an Event is posted and is
+then what `kubectl get events` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from tests.integration.conftest import KubeCluster
+from tests.waiting import wait_for
+from vigil.kube.coreapi import CoreApi
+from vigil.kube.events import WARNING, EventRecorder
+from vigil.kube.informer import Informer
+
+pytestmark = pytest.mark.integration
+
+LABEL = "vigil.dev/coreapi-test"
+
+
+def pod(name: str, tag: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {LABEL: tag}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
+    }
+
+
+def test_pods_are_created_listed_watched_and_deleted_as_the_generated_client_does(
+    cluster: KubeCluster, namespace: str
+) -> None:
+    core = CoreApi(cluster.api)
+    tag = uuid.uuid4().hex[:8]
+    made = core.create_namespaced_pod(namespace, pod("a", tag))
+    assert made["metadata"]["name"] == "a" and made["metadata"]["namespace"] == namespace
+    with pytest.raises(ApiException) as again:
+        core.create_namespaced_pod(namespace, pod("a", tag))
+    assert again.value.status == 409
+    core.create_namespaced_pod(namespace, pod("b", tag), _preload_content=False).release_conn()
+
+    listed = core.list_namespaced_pod(namespace, label_selector=f"{LABEL}={tag}")
+    assert sorted(p["metadata"]["name"] for p in listed["items"]) == ["a", "b"]
+    raw = core.list_pod_for_all_namespaces(label_selector=f"{LABEL}={tag}", limit=1, _preload_content=False)
+    page = json.loads(raw.data)
+    assert len(page["items"]) == 1 and page["metadata"].get("continue"), "the first of two pages"
+
+    cache = Informer(core.list_pod_for_all_namespaces, what="pods", label_selector=f"{LABEL}={tag}")
+    stop = threading.Event()
+    threading.Thread(target=cache.run, args=(stop,), daemon=True).start()
+    try:
+        wait_for(lambda: len(cache) == 2, timeout=30, what="the cache to list both pods")
+        core.create_namespaced_pod(namespace, pod("c", tag))
+        wait_for(lambda: cache.get(namespace, "c") is not None, timeout=30, what="the watch to bring the new pod")
+        core.delete_namespaced_pod("c", namespace, grace_period_seconds=0)
+        wait_for(lambda: cache.get(namespace, "c") is None, timeout=30, what="the watch to bring the deletion")
+    finally:
+        stop.set()
+    with pytest.raises(ApiException) as gone:
+        core.delete_namespaced_pod("never-made", namespace)
+    assert gone.value.status == 404
+
+
+def test_a_secret_is_replaced_only_from_the_version_read_and_a_config_map_is_read(
+    cluster: KubeCluster, namespace: str
+) -> None:
+    core = CoreApi(cluster.api)
+    body = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "key"}, "type": "Opaque", "data": {"k": "YQ=="}}
+    made = core.create_namespaced_secret(namespace, body)
+    read = core.read_namespaced_secret("key", namespace)
+    assert read["data"] == {"k": "YQ=="} and read["metadata"]["resourceVersion"] == made["metadata"]["resourceVersion"]
+    newer = {**read, "data": {"k": "Yg=="}}
+    core.replace_namespaced_secret("key", namespace, newer)
+    with pytest.raises(ApiException) as stale:
+        core.replace_namespaced_secret("key", namespace, {**read, "data": {"k": "Yw=="}})  # the old version
+    assert stale.value.status == 409
+    assert core.read_namespaced_secret("key", namespace)["data"] == {"k": "Yg=="}
+    with pytest.raises(ApiException) as missing:
+        core.read_namespaced_secret("no-such-secret", namespace)
+    assert missing.value.status == 404
+
+    cluster.core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="out"), data={"at": "2026-12-01T00:00:00Z"})
+    )
+    assert core.read_namespaced_config_map("out", namespace)["data"] == {"at": "2026-12-01T00:00:00Z"}
+
+
+def test_an_event_is_posted_about_the_object_it_names(cluster: KubeCluster, namespace: str) -> None:
+    subject = cluster.core.create_namespaced_config_map(
+        namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="subject"))
+    )
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "subject", "namespace": namespace,
+                                                                  "uid": subject.metadata.uid}}  # fmt: skip
+    EventRecorder(cluster.api, instance="test").emit(obj, type_=WARNING, reason="InvalidSpec", message="m" * 2000)
+    events = cluster.core.list_namespaced_event(namespace).items
+    assert [(e.reason, e.type, e.involved_object.uid, len(e.message)) for e in events] == [
+        ("InvalidSpec", WARNING, subject.metadata.uid, 1024)
+    ]
+    assert events[0].event_time is not None and events[0].first_timestamp is not None
