@@ -11,6 +11,9 @@ import tracemalloc
 from types import SimpleNamespace
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from vigil.kube.informer import COPY_ANNOTATIONS, Informer, always, skeleton, slim, unmanaged
 
 
@@ -188,3 +191,25 @@ def test_an_object_created_while_the_cache_lists_is_kept_and_its_watch_event_not
     updated["status"] = {"phase": "Succeeded"}
     informer._put(updated, announce=True)  # the watch from version 99 brings it
     assert (informer.get("team-a", "made-while-listing") or {}).get("status") == {"phase": "Succeeded"}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.sampled_from(["x", "y", "z", None]), st.booleans()), max_size=40))
+def test_an_index_answers_what_a_scan_of_the_cache_would(steps: list[tuple[str, str | None, bool]]) -> None:
+    """Whatever objects come, change their indexed value and go, each index value answers exactly
+    the objects that have it now (the index keeps one key per value as the key itself, several as a
+    set, and must move between the two both ways)."""
+    informer = Informer(Pages([], [[]]), what="things", label_selector="", indexes={"by": lambda o: o.get("by")})
+    version = 0
+    for name, value, remove in steps:
+        version += 1
+        if remove:
+            informer.forget("team-a", name)
+            continue
+        obj = job(name)
+        obj["metadata"]["resourceVersion"] = str(version)
+        obj["by"] = value
+        informer._put(obj, announce=False)
+    for value in ("x", "y", "z"):
+        expected = sorted(o["metadata"]["name"] for o in informer.items() if o.get("by") == value)
+        assert sorted(o["metadata"]["name"] for o in informer.by_index("by", value)) == expected

@@ -147,7 +147,9 @@ class Informer:
         self._lock = threading.Lock()
         self._items: dict[Key, Any] = {}  # the slimmed object, or (packed) its compact JSON as bytes
         self._index_fns = dict(indexes or {})
-        self._indexes: dict[str, dict[str, set[Key]]] = {name: {} for name in self._index_fns}
+        #: index → value → the one key with that value, or the set of them (most values have one: a
+        #: set for each of 10,000 job uids would be about 2 MiB of empty set slots).
+        self._indexes: dict[str, dict[str, Key | set[Key]]] = {name: {} for name in self._index_fns}
         self._handlers: list[Handler] = []
         self._tombstones: OrderedDict[Key, int] = OrderedDict()  # the last version of what was deleted
         self.synced = threading.Event()
@@ -174,7 +176,8 @@ class Informer:
 
     def by_index(self, index: str, value: str) -> list[dict[str, Any]]:
         with self._lock:
-            keys = self._indexes[index].get(value) or set()
+            found = self._indexes[index].get(value)
+            keys = {found} if isinstance(found, tuple) else found or set()
             held = [self._items[k] for k in keys if k in self._items]
         return [self._unpack(h) for h in held]
 
@@ -223,7 +226,7 @@ class Informer:
             for name, fn in self._index_fns.items():
                 value = fn(obj)
                 if value is not None:
-                    self._indexes[name].setdefault(value, set()).add(key)
+                    self._index_add(self._indexes[name], value, key)
         if announce:
             self._announce(key, obj if self._told is None else self._told(whole), deleted=False)
 
@@ -248,11 +251,24 @@ class Informer:
             value = fn(old)
             if value is None:
                 continue
-            keys = self._indexes[name].get(value)
-            if keys is not None:
+            index = self._indexes[name]
+            keys = index.get(value)
+            if keys == key:
+                del index[value]
+            elif isinstance(keys, set):
                 keys.discard(key)
-                if not keys:
-                    del self._indexes[name][value]
+                if len(keys) == 1:
+                    index[value] = keys.pop()
+
+    @staticmethod
+    def _index_add(index: dict[str, Key | set[Key]], value: str, key: Key) -> None:
+        keys = index.get(value)
+        if keys is None or keys == key:
+            index[value] = key
+        elif isinstance(keys, set):
+            keys.add(key)
+        else:
+            index[value] = {keys, key}
 
     def _announce(self, key: Key, obj: dict[str, Any], *, deleted: bool) -> None:
         for handler in self._handlers:
