@@ -61,10 +61,17 @@ class CoreApi:
         body: Any = None,
         options: Mapping[str, Any] | None = None,
         preload: bool = True,
+        decode: bool = True,
         timeout: Any = None,
     ) -> Any:
-        """One request: the decoded answer, or (``preload=False``) the raw response to read or
-        stream (a watch), which the caller must release."""
+        """One request: the decoded answer (None with ``decode=False``: read, then dropped), or
+        (``preload=False``) the raw response to read or stream (a watch), which the caller must
+        read to its end or close.
+
+        A raw response released with its answer unread must never go back to the pool: the
+        next request on that connection would meet the leftover bytes (BadStatusLine,
+        ResponseNotReady), and urllib3 would send it again after the API server may already
+        have acted on it. So an answer a caller does not need is still read, only not decoded."""
         method, url, headers, _, _ = self.api_client.param_serialize(
             method=method,
             resource_path=path,
@@ -83,7 +90,7 @@ class CoreApi:
         if not preload:
             return answer.response
         data = answer.read()
-        return json.loads(data) if data else None
+        return json.loads(data) if data and decode else None
 
     # -- pods -------------------------------------------------------------------------------------
 
@@ -96,6 +103,11 @@ class CoreApi:
             body=body,
             preload=_preload_content,
         )
+
+    def create_pod(self, namespace: str, body: Mapping[str, Any]) -> None:
+        """A pod created, its answer read off the connection but not decoded: for a caller that
+        needs only to know it was made (a refusal is still an `ApiException`)."""
+        self.request("POST", f"/api/v1/namespaces/{quote(namespace)}/pods", body=body, decode=False)
 
     def list_namespaced_pod(self, namespace: str, **options: Any) -> dict[str, Any]:
         listed: dict[str, Any] = self.request(

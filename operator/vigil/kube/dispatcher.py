@@ -253,7 +253,7 @@ class Dispatcher:
             body["metadata"].setdefault("labels", {})[LABEL_PRIORITY] = str(request.priority)
             namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
             try:
-                self._core.create_namespaced_pod(namespace, body, _preload_content=False).release_conn()
+                self._core.create_pod(namespace, body)
             except ApiException as err:
                 if err.status != 409:
                     log.warning("workflow pod %s/%s not created: %s %s", namespace, name, err.status, err.reason)
@@ -305,7 +305,7 @@ class Dispatcher:
             return False
         name = pod["metadata"]["name"]
         try:
-            created = self._core.create_namespaced_pod(ex.namespace, pod, _preload_content=False)
+            self._core.create_pod(ex.namespace, pod)
         except ApiException as err:
             if err.status != 409:
                 # Refused (its namespace is being deleted, a quota, a webhook): this one waits for
@@ -313,8 +313,6 @@ class Dispatcher:
                 log.warning("execution %s/%s: pod %s not created: %s %s", ex.namespace, ex.execution_id,
                             name, err.status, err.reason)  # fmt: skip
                 return False
-        else:
-            created.release_conn()
         self._started.mark((ex.namespace, obj["metadata"]["name"]), Mark(attempt=ex.attempt, pod=name, at=now))
         log.info("started %s/%s attempt %d as pod %s", ex.namespace, ex.execution_id, ex.attempt, name)
         return True
