@@ -24,7 +24,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from vigil.core.buckets import Bucket, Mark, Outcome
+from vigil.core.buckets import Bucket, Mark, Outcome, shard_candidates
 from vigil.core.chain import (
     CatchUp,
     CatchUpPolicy,
@@ -201,6 +201,50 @@ def test_a_hot_minute_applied_by_several_workers_fires_each_occurrence_once() ->
     assert len(w.launcher.creations) == len(w.launcher.executions) == 200 * 4
     assert w.launcher.attempts == len(w.launcher.creations)
     assert len([k for k in w.ledger.outcomes if k[3] == "Fired"]) == 200 * 4
+
+
+class MeetingLauncher(MemoryLauncher):
+    """Launches that go through only when `parties` of them are in flight at once."""
+
+    def __init__(self, parties: int) -> None:
+        super().__init__()
+        self.meeting = threading.Barrier(parties, timeout=5)
+
+    def launch(self, fire: Fire) -> Launch:
+        self.meeting.wait()
+        return super().launch(fire)
+
+
+class MeetingStore(CrashableStore):
+    """Marks that are written only when `parties` of them are in flight at once."""
+
+    def __init__(self, parties: int) -> None:
+        super().__init__(shards=2)
+        self.meeting = threading.Barrier(parties, timeout=5)
+
+    def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+        self.meeting.wait()
+        return super().mark(bucket, marks, version=version)
+
+
+def test_a_minutes_buckets_are_launched_and_marked_side_by_side() -> None:
+    """Two jobs due in one minute, in its two buckets: their launches are in flight together,
+    and so are the two buckets' marks (one bucket after the other made a pass as slow as the sum
+    of its buckets' round trips). A serial pass breaks the barriers and launches nothing."""
+    w = world(workers=2, launcher=MeetingLauncher(2))
+    w.store = MeetingStore(2)
+    w.trigger = Trigger(store=w.store, catalogue=w.catalogue, launcher=w.launcher, ledger=w.ledger,
+                        clock=w.clock, workers=2)  # fmt: skip
+    first_shards = {}  # the first two jobs whose uids land in different shards
+    for name in (f"job{i}" for i in range(100)):
+        first_shards.setdefault(shard_candidates(f"uid-{name}", 2)[0], name)
+    for name in first_shards.values():
+        w.add(every_job(name, every=timedelta(minutes=1)))
+    w.clock.advance(timedelta(minutes=1))
+    report = w.trigger.tick()
+    assert report.errors == 0
+    assert report.created == len(w.launcher.executions) >= 2
+    assert all(not b.pending() for b in w.store.read_minute(T0 + timedelta(minutes=1)))
 
 
 def test_a_second_trigger_ticking_between_passes_launches_nothing_again() -> None:

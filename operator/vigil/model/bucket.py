@@ -83,7 +83,9 @@ class ScheduleBucketSpec(SpecModel):
         default_factory=list,
         max_length=BUCKET_MAX_OCCURRENCES,
         description="The occurrences, keyed by key.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["key"]},
+        # Atomic, not a map list: the API server then tracks the list as one field. Tracked per
+        # entry, a bucket of 250 entries carried 75 kB of managedFields that every write rebuilt.
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
 
     @field_validator("minute")
@@ -125,6 +127,7 @@ class ScheduleBucketStatus(StatusModel):
         default_factory=dict,
         max_length=BUCKET_MAX_OCCURRENCES,
         description="Fired markers by occurrence key.",
+        json_schema_extra={"x-kubernetes-map-type": "atomic"},  # one tracked field, as above
     )
 
 
