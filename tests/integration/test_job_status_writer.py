@@ -104,3 +104,47 @@ def test_a_begin_with_no_end_is_written_once_it_has_waited_its_time(
         what="the begin written without its end",
     )
     assert writer.pending() == 0
+
+
+class Behind:
+    """The trigger's `behind`, as a switch that counts how often the writer asked it."""
+
+    def __init__(self) -> None:
+        self.on = True
+        self.asked = 0
+
+    def __call__(self) -> bool:
+        self.asked += 1
+        return self.on
+
+
+def test_while_the_trigger_is_behind_a_due_write_waits_until_it_catches_up(
+    cluster: KubeCluster, namespace: str, stop: threading.Event
+) -> None:
+    uid = create_job(cluster, namespace, "held", every="1h")["metadata"]["uid"]
+    behind = Behind()
+    writer = JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api), interval=0.05, hold=behind, hold_max=600)
+    threading.Thread(target=writer.queue.run, args=(stop,), daemon=True).start()
+    written: list[float] = []
+    writer.add((namespace, "held"), Change(uid, _sets(schedule="every 1h"), lambda job: written.append(time.monotonic())))
+    wait_for(lambda: behind.asked >= 3, timeout=10, what="the writer holding the due write more than once")
+    assert written == [] and writer.pending() == 1
+    caught_up = time.monotonic()
+    behind.on = False
+    wait_for(lambda: written, timeout=10, what="the write once the trigger caught up")
+    assert written[0] >= caught_up
+    assert (get_job(cluster, namespace, "held").get("status") or {}).get("schedule") == "every 1h"
+
+
+def test_a_write_held_for_its_longest_hold_goes_out_though_the_trigger_is_still_behind(
+    cluster: KubeCluster, namespace: str, stop: threading.Event
+) -> None:
+    uid = create_job(cluster, namespace, "capped", every="1h")["metadata"]["uid"]
+    behind = Behind()
+    writer = JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api), interval=0.05, hold=behind, hold_max=1.5)
+    threading.Thread(target=writer.queue.run, args=(stop,), daemon=True).start()
+    written: list[float] = []
+    added = time.monotonic()
+    writer.add((namespace, "capped"), Change(uid, _sets(schedule="every 1h"), lambda job: written.append(time.monotonic())))
+    wait_for(lambda: written, timeout=10, what="the held write at its longest hold")
+    assert written[0] - added >= 1.5 and behind.asked >= 2 and behind.on

@@ -18,13 +18,14 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from vigil.core.buckets import Bucket, Mark, Outcome, shard_candidates
+from vigil.core.buckets import Bucket, BucketEntry, Mark, Outcome, shard_candidates
 from vigil.core.chain import (
     CatchUp,
     CatchUpPolicy,
@@ -43,7 +44,7 @@ from vigil.core.memory import (
 )
 from vigil.core.ports import Launch
 from vigil.core.schedule import Schedule
-from vigil.core.trigger import RETRY_MAX, Trigger
+from vigil.core.trigger import BEHIND_BACKLOG, RETRY_MAX, Trigger
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -245,6 +246,37 @@ def test_a_minutes_buckets_are_launched_and_marked_side_by_side() -> None:
     assert report.errors == 0
     assert report.created == len(w.launcher.executions) >= 2
     assert all(not b.pending() for b in w.store.read_minute(T0 + timedelta(minutes=1)))
+
+
+class AskingLauncher(MemoryLauncher):
+    """Asks the trigger, at each launch, whether it is behind."""
+
+    trigger: Trigger | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answers: list[bool] = []
+
+    def launch(self, fire: Fire) -> Launch:
+        assert self.trigger is not None
+        self.answers.append(self.trigger.behind())
+        return super().launch(fire)
+
+
+def test_the_trigger_says_it_is_behind_while_a_burst_is_left_and_not_otherwise() -> None:
+    launcher = AskingLauncher()
+    w = world(workers=4, launcher=launcher)
+    launcher.trigger = w.trigger
+    for i in range(BEHIND_BACKLOG + 40):
+        w.add(every_job(f"job{i}", every=timedelta(minutes=1)))
+    w.clock.advance(timedelta(minutes=1))
+    w.trigger.tick()
+    assert launcher.answers[0] and not launcher.answers[-1], "behind at the burst's start, not at its end"
+    assert not w.trigger.behind()
+    launcher.answers.clear()
+    w.add(every_job("alone", every=timedelta(seconds=5)))
+    w.run_until(w.clock.now() + 10 * SECOND)
+    assert launcher.answers and not any(launcher.answers), "a few entries due are no burst"
 
 
 def test_a_second_trigger_ticking_between_passes_launches_nothing_again() -> None:
@@ -458,6 +490,64 @@ def test_a_launch_failing_for_now_is_retried_with_backoff_and_holds_up_no_one_el
     w.run_until(T0 + SIX_HOURS + timedelta(minutes=3), step=TICK)
     poison = {n for (_, job, n, _o) in w.ledger.outcomes if job == "poison"}
     assert set(every_minute) <= poison, "every occurrence of the failing job ends with an outcome"
+
+
+class LateInsertStore(CrashableStore):
+    """A store whose inserts land only once a launch has gone out (the API server's round trip
+    overlapping it), or never (`refuse`: the write fails)."""
+
+    def __init__(self) -> None:
+        super().__init__(shards=2)
+        self.waiting: list[tuple[Future[str], BucketEntry]] = []
+        self.refuse = False
+
+    def insert_later(self, entry: BucketEntry) -> Future[str]:
+        future: Future[str] = Future()
+        self.waiting.append((future, entry))
+        return future
+
+    def land(self) -> None:
+        for future, entry in self.waiting:
+            if self.refuse:
+                future.set_exception(RuntimeError("the bucket write failed"))
+            else:
+                future.set_result(self.insert(entry))
+        self.waiting = []
+
+
+class LandingLauncher(MemoryLauncher):
+    """Each launch lets the inserts begun before it land, then records whether they had."""
+
+    def __init__(self, store: LateInsertStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def launch(self, fire: Fire) -> Launch:
+        self.store.land()
+        return super().launch(fire)
+
+
+def test_the_next_occurrence_goes_in_while_the_launch_goes_out_and_is_in_before_the_record() -> None:
+    """The insert of the next occurrence overlaps the launch (one round trip, not two, before the
+    record); the record and the mark wait for it, and an insert that fails records and marks
+    nothing: the entry is tried again, and the chain keeps its link."""
+    w = world()
+    store = LateInsertStore()
+    w.store, w.launcher = store, LandingLauncher(store)
+    w.trigger = Trigger(store=store, catalogue=w.catalogue, launcher=w.launcher, ledger=w.ledger, clock=w.clock)
+    w.catalogue.put(every_job(every=timedelta(seconds=5)))
+    head = first_entry(w.job(), now=w.clock.now())
+    assert head is not None
+    store.insert(head)
+    store.refuse = True
+    w.clock.advance(head.fire_at - w.clock.now())
+    report = w.trigger.tick()
+    assert (report.errors, report.recorded, len(w.launcher.executions)) == (1, 0, 1)
+    assert [b for b in store.read_minute(T0) if b.pending()], "nothing marked while the next entry is not in"
+    store.refuse = False
+    w.run_until(T0 + 20 * SECOND)
+    assert w.outcomes("Fired") == nominals(head.nominal, T0 + 20 * SECOND, 5 * SECOND)
+    assert w.launched() == w.outcomes("Fired"), "the retried entry was launched once"
 
 
 def test_an_occurrence_skipped_at_launch_is_recorded_as_skipped() -> None:

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import threading
 from collections.abc import Mapping
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 
 from vigil.core.buckets import (
@@ -102,6 +103,15 @@ class MemoryBucketStore:
                     stored.complete = False
                     return name
         raise RuntimeError(f"minute {minute.isoformat()} is full in every shard")
+
+    def insert_later(self, entry: BucketEntry) -> Future[str]:
+        """`insert`, done before it returns (nothing here waits on a round trip)."""
+        future: Future[str] = Future()
+        try:
+            future.set_result(self.insert(entry))
+        except Exception as error:
+            future.set_exception(error)
+        return future
 
     def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
         with self._lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from concurrent.futures import Future
 from datetime import datetime
 from typing import Protocol
 
@@ -43,6 +44,10 @@ class BucketStore(Protocol):
 
     def insert(self, entry: BucketEntry) -> str:
         """Add an entry to its minute's bucket; idempotent by key. Returns the bucket name."""
+        ...
+
+    def insert_later(self, entry: BucketEntry) -> Future[str]:
+        """`insert`, begun: the future gives the bucket name (or the error) once the entry is in."""
         ...
 
     def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:

@@ -8,7 +8,7 @@ a crash anywhere harmless:
 
 1. insert the job's next occurrence (idempotent by key),
 2. create each execution (named from its execution id: a repeat gets "exists"),
-3. record outcomes on the job (idempotent by nominal time),
+3. once the insert is in (it overlaps step 2), record outcomes on the job (idempotent by nominal time),
 4. write the fired markers with a version precondition (first writer wins).
 
 A pass that dies between any two steps is repaired by the next pass repeating
@@ -64,6 +64,8 @@ RETRY_MAX = timedelta(seconds=60)
 REVISITS_PER_TICK = 8
 #: How often a past minute waiting only behind a failing entry elsewhere is read anyway.
 REVISIT_IDLE = timedelta(minutes=5)
+#: Due entries left in a pass beyond which the trigger reports itself behind (`Trigger.behind`).
+BEHIND_BACKLOG = 64
 
 
 @dataclasses.dataclass
@@ -179,6 +181,13 @@ class Trigger:
         self._backlog = 0
         self._publish()
         return report
+
+    def behind(self) -> bool:
+        """Whether the pass in flight has more due entries left than one round of its workers
+        applies (a burst): the writes that can wait (a job's summary) wait, and the dispatcher
+        starts fewer pods at once, so the occurrences are recorded first."""
+        with self._retry_lock:
+            return self._backlog > BEHIND_BACKLOG
 
     def progress(self) -> TriggerProgress:
         """What the trigger reports about itself now (see vigil.core.progress)."""
@@ -320,8 +329,8 @@ class Trigger:
             self._failing[(entry.namespace, entry.name)] = entry.key
 
     def _apply(self, plan: EntryPlan, now: datetime, report: TickReport) -> EntryPlan:
-        if plan.insert is not None:
-            self._store.insert(plan.insert)
+        # The next occurrence goes in while the launches go out; it is in before anything is recorded.
+        inserted = self._store.insert_later(plan.insert) if plan.insert is not None else None
         launched: dict[str, bool] = {}
         unlaunched: dict[str, Unlaunched] = {}
         for fire in plan.fires:
@@ -337,6 +346,8 @@ class Trigger:
             if result.created:
                 report.created += 1
                 report.lags.append((self._clock.now() - fire.occurrence.fire_at).total_seconds())
+        if inserted is not None:
+            inserted.result()
         plan = settle_unlaunched(plan, unlaunched, now=now)
         self._ledger.record(plan, launched=launched, now=now)
         report.recorded += len(plan.records)

@@ -6,7 +6,7 @@ bytes of them (with their future markers), far below etcd's 1.5 MB object
 limit; a hot minute overflows into more shards. Inserts are read-modify-write on the spec with the object's
 resourceVersion (a conflict re-reads and tries again), group-committed: the
 inserts that wait while one is written go together in the next write, one read
-(from the cache, on the leader) and one write per bucket touched. One writer thread makes every bucket write; callers
+(from the cache, on the leader) and one write per bucket touched, the buckets written side by side. One writer thread makes every bucket insert; callers
 queue an entry and get a future (`insert_later`), so a caller that does not block
 a thread while it waits — the job controller, which goes on to the next new job and
 writes the status when the future is done — lets thousands of first occurrences go in with a few writes. Fired markers live in the
@@ -36,7 +36,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,6 +77,7 @@ class _Insert:
 
 
 INSERT_RETRIES = 10
+WRITE_CONCURRENCY = 8  # buckets one group commit writes at once (a minute has `shards` of them, or more)
 BY_MINUTE = "minute"  # the bucket cache's index: the minute label
 
 
@@ -181,6 +182,7 @@ class KubeBucketStore:
         self._queued = threading.Condition()
         self._queue: list[_Insert] = []  # inserts waiting for the writer (see insert_later)
         self._writer: threading.Thread | None = None
+        self._writes = ThreadPoolExecutor(max_workers=WRITE_CONCURRENCY, thread_name_prefix="bucket-write")
 
     # --- reads ---
 
@@ -327,15 +329,27 @@ class KubeBucketStore:
         group = _Group(read=self._read_cached if next(tries) == 0 else self._get)
         for waiter in waiters:
             waiter.bucket = self._place(minute, waiter.entry, group)
-        for name, entries in group.added.items():
-            if not entries:
-                continue
+
+        def write(name: str, entries: list[BucketEntry]) -> None:
             obj = group.objects[name]
             if obj is None:
                 self._create(name, minute, group.shards[name], entries)
             else:
                 occurrences = [*(obj["spec"].get("occurrences") or []), *(entry_to_dict(e) for e in entries)]
                 self._replace(name, _changed(obj, occurrences))
+
+        self._side_by_side([functools.partial(write, name, entries) for name, entries in group.added.items() if entries])
+
+    def _side_by_side(self, writes: list[Callable[[], None]]) -> None:
+        """Run writes of different buckets at once; once all have ended, raise what one raised (an
+        error before a conflict: a conflict is retried, an error is for the callers)."""
+        if len(writes) <= 1:
+            for write in writes:
+                write()
+            return
+        errors = [error for error in (f.exception() for f in [self._writes.submit(w) for w in writes]) if error]
+        for error in sorted(errors, key=lambda error: isinstance(error, Conflict)):
+            raise error
 
     def _place(self, minute: datetime, entry: BucketEntry, group: _Group) -> str:
         for shard in shard_candidates(entry.uid, self._shards):
