@@ -264,16 +264,6 @@ def build_approvals(
     return publisher, callback
 
 
-class TriggerBehind:
-    """`Trigger.behind`, for the writer and the dispatcher that yield to it (they are built before
-    the trigger, which needs them): False until the trigger is bound."""
-
-    trigger: Trigger | None = None
-
-    def __call__(self) -> bool:
-        return self.trigger is not None and self.trigger.behind()
-
-
 def _flush_history(flusher: HistoryFlusher) -> None:
     flusher.flush()
     metrics.HISTORY_BUFFER.set(flusher.pending)
@@ -452,8 +442,7 @@ def run(settings: Settings) -> int:
     catalogue = KubeCatalogue(api, cache=jobs, queue_enabled=bool(settings.queue.dsn))
     events = EventRecorder(api, instance=me, background=True)
     caches = ExecutionCaches.build(api, executions)
-    behind = TriggerBehind()
-    writer = JobStatusWriter(api, catalogue=catalogue, hold=behind)
+    writer = JobStatusWriter(api, catalogue=catalogue)
     results = JobResults(
         api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition,
         writer=writer, catalogue=catalogue,
@@ -471,7 +460,6 @@ def run(settings: Settings) -> int:
             per_namespace_max=settings.dispatch.per_namespace_max,
         ),
         workflow_pods=caches.workflow_pods,
-        yield_to=behind,
     )
     controller = ExecutionController(
         store=executions,
@@ -503,7 +491,6 @@ def run(settings: Settings) -> int:
         workers=settings.trigger.workers,
         on_progress=trigger_progress(api, settings, identity=me).publish,
     )
-    behind.trigger = trigger
     flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.prune(*job))
     pruner = Pruner(api, store=executions, catalogue=catalogue, written=flusher.written, pods=caches.pods)
     caches.executions.add_handler(controller.execution_changed)

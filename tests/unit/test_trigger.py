@@ -44,7 +44,7 @@ from vigil.core.memory import (
 )
 from vigil.core.ports import Launch
 from vigil.core.schedule import Schedule
-from vigil.core.trigger import BEHIND_BACKLOG, RETRY_MAX, Trigger
+from vigil.core.trigger import RETRY_MAX, Trigger
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -246,37 +246,6 @@ def test_a_minutes_buckets_are_launched_and_marked_side_by_side() -> None:
     assert report.errors == 0
     assert report.created == len(w.launcher.executions) >= 2
     assert all(not b.pending() for b in w.store.read_minute(T0 + timedelta(minutes=1)))
-
-
-class AskingLauncher(MemoryLauncher):
-    """Asks the trigger, at each launch, whether it is behind."""
-
-    trigger: Trigger | None = None
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.answers: list[bool] = []
-
-    def launch(self, fire: Fire) -> Launch:
-        assert self.trigger is not None
-        self.answers.append(self.trigger.behind())
-        return super().launch(fire)
-
-
-def test_the_trigger_says_it_is_behind_while_a_burst_is_left_and_not_otherwise() -> None:
-    launcher = AskingLauncher()
-    w = world(workers=4, launcher=launcher)
-    launcher.trigger = w.trigger
-    for i in range(BEHIND_BACKLOG + 40):
-        w.add(every_job(f"job{i}", every=timedelta(minutes=1)))
-    w.clock.advance(timedelta(minutes=1))
-    w.trigger.tick()
-    assert launcher.answers[0] and not launcher.answers[-1], "behind at the burst's start, not at its end"
-    assert not w.trigger.behind()
-    launcher.answers.clear()
-    w.add(every_job("alone", every=timedelta(seconds=5)))
-    w.run_until(w.clock.now() + 10 * SECOND)
-    assert launcher.answers and not any(launcher.answers), "a few entries due are no burst"
 
 
 def test_a_second_trigger_ticking_between_passes_launches_nothing_again() -> None:

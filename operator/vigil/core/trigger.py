@@ -64,8 +64,6 @@ RETRY_MAX = timedelta(seconds=60)
 REVISITS_PER_TICK = 8
 #: How often a past minute waiting only behind a failing entry elsewhere is read anyway.
 REVISIT_IDLE = timedelta(minutes=5)
-#: Due entries left in a pass beyond which the trigger reports itself behind (`Trigger.behind`).
-BEHIND_BACKLOG = 64
 
 
 @dataclasses.dataclass
@@ -181,13 +179,6 @@ class Trigger:
         self._backlog = 0
         self._publish()
         return report
-
-    def behind(self) -> bool:
-        """Whether the pass in flight has more due entries left than one round of its workers
-        applies (a burst): the writes that can wait (a job's summary) wait, and the dispatcher
-        starts fewer pods at once, so the occurrences are recorded first."""
-        with self._retry_lock:
-            return self._backlog > BEHIND_BACKLOG
 
     def progress(self) -> TriggerProgress:
         """What the trigger reports about itself now (see vigil.core.progress)."""

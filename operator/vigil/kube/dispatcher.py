@@ -12,11 +12,10 @@ the pod, and records Running only for a pod still running after a while.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -41,7 +40,6 @@ from vigil.model.names import LABEL_PRIORITY
 log = logging.getLogger(__name__)
 
 START_CONCURRENCY = 8  # pods created at once within a pass
-START_CONCURRENCY_BEHIND = 2  # ... while the trigger is behind: the occurrences are recorded first
 MIN_PASS_GAP = 0.05  # seconds between two passes at least: a burst of wake-ups becomes one pass
 
 Key = tuple[str, str]
@@ -94,24 +92,6 @@ def as_started(ex: Execution, *, pods: Informer, started: Started) -> Execution:
     return ex
 
 
-class Yielding:
-    """A gate for pod creates: while `yield_to()` says so (the trigger is behind in a burst), at
-    most `slots` pass at once, so the API server's time goes first to the Executions that record
-    the occurrences; otherwise every one passes."""
-
-    def __init__(self, yield_to: Callable[[], bool], slots: int) -> None:
-        self._yield_to = yield_to
-        self._slots = threading.Semaphore(slots)
-
-    @contextlib.contextmanager
-    def __call__(self) -> Iterator[None]:
-        if not self._yield_to():
-            yield
-            return
-        with self._slots:
-            yield
-
-
 @dataclasses.dataclass(frozen=True)
 class PodRequest:
     """A workflow step's pod waiting for a slot."""
@@ -142,10 +122,8 @@ class Dispatcher:
         clock: Clock,
         capacity: Capacity,
         workflow_pods: Informer | None = None,
-        yield_to: Callable[[], bool] = lambda: False,
     ) -> None:
         self._core = CoreApi(api)
-        self._yielding = Yielding(yield_to, START_CONCURRENCY_BEHIND)
         self._workflow_pods = workflow_pods
         self._requests_lock = threading.Lock()
         self._requests: dict[Key, dict[Key, PodRequest]] = {}  # workflow -> pod -> request
@@ -299,8 +277,7 @@ class Dispatcher:
 
         def start_one(item: tuple[dict[str, Any], Execution]) -> bool:
             obj, ex = item
-            with self._yielding():
-                return self._start(obj, ex, now, job=jobs[(ex.namespace, obj["spec"]["job"]["name"])])
+            return self._start(obj, ex, now, job=jobs[(ex.namespace, obj["spec"]["job"]["name"])])
 
         if len(chosen) <= 1:
             return sum(map(start_one, chosen))

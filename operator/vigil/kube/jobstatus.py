@@ -20,10 +20,6 @@ anything else, is written within the interval. A plan that must be on the job be
 is marked (`ledger.urgent`), and a reconcile of the job's spec, are written at once with
 whatever waits for the job.
 
-While the trigger is behind (a burst: `hold` says so), a write that has come due waits, up to
-`HOLD_MAX_SECONDS` after its first change, so that the API server's time goes to recording the
-occurrences and starting their pods; the summary follows.
-
 A leader stopping gracefully writes whatever waits before it releases its Lease (`flush`);
 what waits here is lost only on a crash. It is only the job's summary and the Fired entries of its
 ledger: every Execution holds its own truth and the history database keeps every attempt.
@@ -58,8 +54,6 @@ log = logging.getLogger(__name__)
 WRITE_INTERVAL_SECONDS = 1.0  # at most one status write per job this often
 BEGIN_WAIT_SECONDS = 10.0  # how long a fire or a start may wait for its execution's end
 LOCK_STRIPES = 64
-HOLD_MAX_SECONDS = 30.0  # how long a due write may wait while the trigger is behind
-HOLD_RECHECK_SECONDS = 0.5
 
 Key = tuple[str, str]
 #: What to do once the change is on the job (its Events), given the job as written.
@@ -105,19 +99,14 @@ class JobStatusWriter:
         interval: float = WRITE_INTERVAL_SECONDS,
         begin_wait: float = BEGIN_WAIT_SECONDS,
         workers: int = 8,
-        hold: Callable[[], bool] = lambda: False,
-        hold_max: float = HOLD_MAX_SECONDS,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._catalogue = catalogue
         self._interval = interval
-        self._hold = hold
-        self._hold_max = hold_max
         self._begin_wait = max(begin_wait, interval)
         self._lock = threading.Lock()
         self._waiting: dict[Key, list[Change]] = {}
         self._due: dict[Key, float] = {}  # when each job with changes waiting is written (monotonic)
-        self._since: dict[Key, float] = {}  # when the oldest change waiting for each job came
         self._last: dict[Key, float] = {}  # when each job was last written (monotonic)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]  # one job's writes in order
         self.queue: WorkQueue[Key] = WorkQueue("job-status", self._flush, workers=workers)
@@ -177,14 +166,12 @@ class JobStatusWriter:
             wait = self._begin_wait if change.begins else self._interval
             due = max(now + wait, self._last.get(key, float("-inf")) + self._interval)
             self._due[key] = min(self._due.get(key, due), due)
-            self._since.setdefault(key, now)
             self._waiting.setdefault(key, []).append(change)
         self.queue.add(key)
 
     def _take(self, key: Key) -> list[Change]:
         with self._lock:
             self._due.pop(key, None)
-            self._since.pop(key, None)
             return self._waiting.pop(key, [])
 
     def _stripe(self, key: Key) -> threading.Lock:
@@ -194,13 +181,9 @@ class JobStatusWriter:
 
     def _flush(self, key: Key) -> float | None:
         with self._lock:
-            now = time.monotonic()
-            left = self._due.get(key, 0.0) - now
-            held = now - self._since.get(key, now) < self._hold_max
+            left = self._due.get(key, 0.0) - time.monotonic()
         if left > 0:
             return left
-        if held and self._hold():
-            return HOLD_RECHECK_SECONDS
         with self._stripe(key):
             changes = self._take(key)
             if not changes:
@@ -217,7 +200,6 @@ class JobStatusWriter:
         with self._lock:
             self._waiting[key] = [*changes, *self._waiting.get(key, [])]
             self._due[key] = time.monotonic()  # they were due: the queue's retry delay paces them
-            self._since[key] = self._due[key] - self._hold_max  # and hold no longer
 
     def _write(self, key: Key, changes: list[Change]) -> None:
         """Fold `changes` into the job and write it once (read again on a conflict)."""
