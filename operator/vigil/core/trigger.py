@@ -240,9 +240,9 @@ class Trigger:
             for key, mark in part_marks.items():
                 for index in owners[key]:
                     marks[index][key] = mark
-        return self._map(
-            lambda item: self._mark(*item) if item[1] else item[0], list(zip(buckets, marks, strict=True))
-        )
+        touched = [index for index, bucket_marks in enumerate(marks) if bucket_marks]
+        marked = dict(zip(touched, self._map(lambda index: self._mark(buckets[index], marks[index]), touched), strict=True))
+        return [marked.get(index, bucket) for index, bucket in enumerate(buckets)]
 
     def _map(self, fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
         """`fn` over `items` in order, on the pool when there is one and more than one item."""
