@@ -124,3 +124,30 @@ def test_without_a_cache_the_jobs_are_listed_in_pages_and_slimmed(cluster: KubeC
     mine = [job for job in gatherer.jobs() if job["metadata"]["namespace"] == namespace]
     assert sorted(job["metadata"]["name"] for job in mine) == ["paged-0", "paged-1", "paged-2"]
     assert all("managedFields" not in job["metadata"] for job in mine)
+
+
+def test_a_job_its_controller_has_not_handled_is_written_only_once_it_has(cluster: KubeCluster, namespace: str) -> None:
+    """At takeover the watchdog's first pass met thousands of jobs waiting for their first
+    occurrence, and wrote each one's "nothing wrong yet" conditions: a write per job, ahead of the
+    controller's own. Until the controller has handled a job's spec, only an alarm is written (a
+    suspension too long is, above, on a job no controller handled)."""
+    create_job(cluster, namespace, "fresh", every="1h")
+    store = KubeBucketStore(cluster.api, namespace=namespace, shards=1, max_per_bucket=10)
+    watchdog = Watchdog(
+        writer=JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api)),
+        gatherer=FactGatherer(cluster.api, buckets=store, executions=ExecutionStore(cluster.api)),
+        events=EventRecorder(cluster.api, instance="test-watchdog"),
+        clock=SystemClock(), suspended_max_age=timedelta(days=1),
+    )  # fmt: skip
+    [judged] = watchdog.check(audit=True, keep=lambda a: a.facts.namespace == namespace)
+    assert judged.report.chain.reason == "NotYetScheduled"  # judged, and kept for `kubectl vigil audit`
+    before = get_job(cluster, namespace, "fresh")
+    assert condition(before, "ScheduleChainBroken") is None, "a job no controller handled yet was written"
+
+    meta = before["metadata"]
+    cluster.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, SCHEDULED_JOBS, "fresh", {"status": {"observedGeneration": meta["generation"]}}
+    )  # as its controller does
+    watchdog.check(audit=True)
+    chain = condition(get_job(cluster, namespace, "fresh"), "ScheduleChainBroken")
+    assert chain is not None and (chain["status"], chain["reason"]) == ("False", "RecentlyEnabled"), chain

@@ -157,6 +157,12 @@ class Watchdog:
             f for f in item.report.findings
             if f.kind.watchdog_writes_condition and (audit or f is not item.report.chain)
         ]  # fmt: skip
+        if not item.facts.scheduled and not any(f.applicable and f.status for f in findings):
+            # Its controller has not handled the job's spec yet: nothing is wrong to say, and
+            # writing that nothing is would cost each new job a write of its own while thousands
+            # wait for their first (the controller's status follows within seconds; the next
+            # pass writes the conditions then). An alarm is written at once.
+            return
         cached = (item.job.get("status") or {}).get("conditions") or []
         generation = int(item.job["metadata"].get("generation", 0))
         if _conditions(cached, findings, generation, now) == cached:
