@@ -243,9 +243,53 @@ def test_a_minutes_buckets_are_launched_and_marked_side_by_side() -> None:
         w.add(every_job(name, every=timedelta(minutes=1)))
     w.clock.advance(timedelta(minutes=1))
     report = w.trigger.tick()
+    w.trigger.drain()  # the marks go on after the pass
     assert report.errors == 0
     assert report.created == len(w.launcher.executions) >= 2
     assert all(not b.pending() for b in w.store.read_minute(T0 + timedelta(minutes=1)))
+
+
+class HeldStore(CrashableStore):
+    """Marks that wait until the test lets them through; `failures` of them fail instead."""
+
+    def __init__(self) -> None:
+        super().__init__(shards=2)
+        self.release = threading.Event()
+        self.failures = 0
+
+    def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+        assert self.release.wait(timeout=5), "the marks were never let through"
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("the API server did not answer the mark")
+        return super().mark(bucket, marks, version=version)
+
+
+def test_the_next_pass_goes_on_while_the_marks_are_written_and_repeats_none_in_flight() -> None:
+    """A pass no longer waits for its marks: the next one starts at once, counts the markers in
+    flight as written (it launches nothing again), and waits for a bucket's write only to write
+    that bucket again. A mark that fails brings its entries back, and they are repeated harmlessly."""
+    w = world(workers=2)
+    w.store = HeldStore()
+    w.trigger = Trigger(store=w.store, catalogue=w.catalogue, launcher=w.launcher, ledger=w.ledger,
+                        clock=w.clock, workers=2)  # fmt: skip
+    for i in range(4):
+        w.add(every_job(f"job{i}"))
+    w.clock.advance(5 * SECOND)
+    assert w.trigger.tick().created == 4  # returned with every mark held
+    assert all(b.pending() for b in w.store.read_minute(T0) if b.entries), "a mark got through while held"
+    assert w.trigger.tick().entries == 0, "an entry whose mark was in flight was applied again"
+    assert w.launcher.attempts == 4
+
+    w.store.failures = 1  # one bucket's write fails once it is let through
+    w.store.release.set()
+    w.trigger.drain()
+    report = w.trigger.tick()  # the failed bucket's entries came due again
+    w.trigger.drain()
+    assert report.entries >= 1 and report.created == 0, "the repeat created what already existed"
+    assert all(not b.due(w.clock.now()) for b in w.store.read_minute(T0))
+    assert len(w.launcher.creations) == 4
+    assert sorted(w.outcomes("Fired")) == [T0 + 5 * SECOND] * 4
 
 
 def test_a_second_trigger_ticking_between_passes_launches_nothing_again() -> None:

@@ -11,6 +11,11 @@ a crash anywhere harmless:
 3. once the insert is in (it overlaps step 2), record outcomes on the job (idempotent by nominal time),
 4. write the fired markers with a version precondition (first writer wins).
 
+With a pool of workers, step 4 goes on while the next pass begins: that pass counts the markers
+in flight as written, and waits for a bucket's last ones before it marks the bucket again, or
+closes its minute. A marker write that fails brings its entries due again, and the next pass
+repeats steps 1-4 for them.
+
 A pass that dies between any two steps is repaired by the next pass repeating
 them. Two leaders overlapping during a failover both reach step 2 with the same
 names, so one execution results; step 4's precondition settles the marker.
@@ -39,7 +44,7 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -64,6 +69,14 @@ RETRY_MAX = timedelta(seconds=60)
 REVISITS_PER_TICK = 8
 #: How often a past minute waiting only behind a failing entry elsewhere is read anyway.
 REVISIT_IDLE = timedelta(minutes=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Marking:
+    """A bucket's markers in flight: written by `done`, counted as written meanwhile."""
+
+    marks: dict[str, Mark]
+    done: Future[Bucket]
 
 
 @dataclasses.dataclass
@@ -134,6 +147,8 @@ class Trigger:
         # Entries of different jobs are independent, so a hot minute is applied `workers` jobs at a
         # time; one job's entries stay in order on one thread (its ledger is read-modify-write).
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trigger") if workers > 1 else None
+        #: Each bucket's markers in flight (with a pool): only the pass's own thread touches it.
+        self._marking: dict[str, _Marking] = {}
 
     @property
     def cursor(self) -> datetime | None:
@@ -156,6 +171,9 @@ class Trigger:
         report = TickReport(now=now)
         self._held = set()
         self._backlog = 0
+        for name in [name for name, marking in self._marking.items() if marking.done.done()]:
+            if self._landed(self._marking.pop(name)) is None:
+                report.errors += 1
         due = sorted(m for m, at in self._revisit.items() if m < self._cursor and at <= now)
         for minute in due[:REVISITS_PER_TICK]:
             if self._visit_minute(minute, now, report):
@@ -168,7 +186,7 @@ class Trigger:
         while minute <= current and report.minutes < MAX_MINUTES_PER_TICK:
             report.minutes += 1
             settled = self._visit_minute(minute, now, report)
-            if not settled and now >= minute + MINUTE + COMPLETE_GRACE:
+            if not settled and _closed(minute, now):
                 self._revisit[minute] = self._next_look(minute, now)  # held by failing entries: move on
             elif not settled and next_cursor is None:
                 next_cursor = minute
@@ -179,6 +197,11 @@ class Trigger:
         self._backlog = 0
         self._publish()
         return report
+
+    def drain(self) -> None:
+        """Wait for every marker in flight (a leader stopping, a test reading the buckets)."""
+        for name in list(self._marking):
+            self._landed(self._marking.pop(name))
 
     def progress(self) -> TriggerProgress:
         """What the trigger reports about itself now (see vigil.core.progress)."""
@@ -201,9 +224,15 @@ class Trigger:
 
     def _visit_minute(self, minute: datetime, now: datetime, report: TickReport) -> bool:
         """Process one minute; True when every entry in it is marked and it can be left behind."""
-        closed = now >= minute + MINUTE + COMPLETE_GRACE
+        closed = _closed(minute, now)
         settled = closed
         buckets = self._store.read_minute(minute)
+        if closed and any(bucket.name in self._marking for bucket in buckets):
+            for bucket in buckets:  # a minute is completed on its markers as written, not in flight
+                if bucket.name in self._marking:
+                    self._landed(self._marking.pop(bucket.name))
+            buckets = self._store.read_minute(minute)
+        buckets = [self._with_marks_in_flight(bucket) for bucket in buckets]
         self._release_settled(minute, buckets, now)
         with self._retry_lock:
             self._backlog += sum(len(bucket.due(now)) for bucket in buckets)
@@ -221,8 +250,9 @@ class Trigger:
         """Apply the minute's due entries, every bucket's at once, then mark each bucket once.
 
         The jobs' groups go to the pool together, earliest fire time first, and the buckets'
-        marks are written side by side: a pass costs one launch and one mark of round trip, not
-        one of each per bucket (a mark rewrites a large object, and a minute has several)."""
+        marks are written side by side, while the next pass begins: a pass costs one launch of
+        round trip, not one launch and one mark per bucket (a mark rewrites a large object, and
+        a minute has several)."""
         by_job: dict[tuple[str, str], dict[str, BucketEntry]] = {}
         owners: dict[str, list[int]] = {}  # entry key -> the buckets holding it (one, but a key is a key)
         for index, bucket in enumerate(buckets):
@@ -240,9 +270,33 @@ class Trigger:
             for key, mark in part_marks.items():
                 for index in owners[key]:
                     marks[index][key] = mark
-        touched = [index for index, bucket_marks in enumerate(marks) if bucket_marks]
-        marked = dict(zip(touched, self._map(lambda index: self._mark(buckets[index], marks[index]), touched), strict=True))
-        return [marked.get(index, bucket) for index, bucket in enumerate(buckets)]
+        return [
+            self._marked(bucket, marks[index], now) if marks[index] else bucket for index, bucket in enumerate(buckets)
+        ]
+
+    def _marked(self, bucket: Bucket, marks: dict[str, Mark], now: datetime) -> Bucket:
+        """The bucket with `marks` on it. With a pool, in a minute still open, they go out on it
+        and the bucket is returned as it will be; else they are written now. One write per
+        bucket is in flight at a time: a bucket still being marked is waited for, and built on."""
+        prior = self._marking.pop(bucket.name, None)
+        base = (self._landed(prior) if prior is not None else None) or bucket
+        if self._pool is None or _closed(bucket.minute, now):  # a closed minute is completed at once
+            return self._mark(base, marks)
+        self._marking[bucket.name] = _Marking(marks, self._pool.submit(self._mark, base, marks))
+        return dataclasses.replace(bucket, marks={**bucket.marks, **marks})
+
+    def _with_marks_in_flight(self, bucket: Bucket) -> Bucket:
+        marking = self._marking.get(bucket.name)
+        return dataclasses.replace(bucket, marks={**bucket.marks, **marking.marks}) if marking else bucket
+
+    def _landed(self, marking: _Marking) -> Bucket | None:
+        """The bucket as marked, once its write is in; None when the write failed (its entries
+        come due again: the next pass repeats them, and a repeat is harmless)."""
+        try:
+            return marking.done.result()
+        except Exception:
+            log.exception("trigger: %d markers not written; their entries come due again", len(marking.marks))
+            return None
 
     def _map(self, fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
         """`fn` over `items` in order, on the pool when there is one and more than one item."""
@@ -357,3 +411,8 @@ class Trigger:
                     raise
                 bucket = fresh[0]
         raise Conflict(f"bucket {bucket.name}: markers not written after {MARK_RETRIES} conflicts")
+
+
+def _closed(minute: datetime, now: datetime) -> bool:
+    """Whether the minute is closed: no late insert can land in it any more."""
+    return now >= minute + MINUTE + COMPLETE_GRACE

@@ -51,6 +51,7 @@ def trigger_loop(
             except Exception:
                 log.exception("bucket rescan failed")
         stop.wait(max(0.0, interval - (time.monotonic() - started)))
+    trigger.drain()  # what it fired is marked before a successor reads the buckets
 
 
 def every(stop: threading.Event, interval: float, what: str, step: Callable[[], object]) -> None:
