@@ -25,7 +25,7 @@ and ends Dead. Job pods run the busybox image written by e2e/cluster/images.py.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -112,26 +112,30 @@ def pod_dict(cluster: KubeCluster, pod: Any) -> dict[str, Any]:
 
 
 def main_terminated(pod: dict[str, Any]) -> dict[str, Any]:
-    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == "main")
+    """How the main container ended, or {} while it has not (or before the node has reported it)."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    status = next((s for s in statuses if s["name"] == "main"), {"state": {}})
     return dict(status["state"].get("terminated") or {})
 
 
 class PodRecord(Follower):
-    """The last state of each pod of a namespace seen by a watch, kept after the pod is deleted."""
+    """Every state of each pod of a namespace seen by a watch, kept after the pod is deleted."""
 
     def __init__(self, cluster: KubeCluster, namespace: str) -> None:
         self.cluster = cluster
-        self.seen: dict[str, dict[str, Any]] = {}
+        self.seen: dict[str, list[dict[str, Any]]] = {}
         self.lock = threading.Lock()
         super().__init__(cluster.core.list_namespaced_pod, namespace)
 
     def on_event(self, kind: str, obj: Any) -> None:
         with self.lock:
-            self.seen[obj.metadata.name] = pod_dict(self.cluster, obj)
+            self.seen.setdefault(obj.metadata.name, []).append(pod_dict(self.cluster, obj))
 
-    def last(self, name: str) -> dict[str, Any] | None:
+    def first(self, name: str, matches: Callable[[dict[str, Any]], Any]) -> dict[str, Any] | None:
+        """The earliest state of the pod that matches (later ones may differ: the kubelet's own
+        final delete sets the pod's grace period to 0)."""
         with self.lock:
-            return self.seen.get(name)
+            return next((pod for pod in self.seen.get(name, []) if matches(pod)), None)
 
 
 def test_a_container_over_its_memory_limit_is_oomkilled_and_retried(
@@ -243,11 +247,7 @@ def test_cancelling_sends_sigterm_then_sigkill_after_the_grace_period(
         cancelled = wait_execution_phase(kubelet_cluster, node_namespace, ex_id, "Cancelled", timeout=30)
         assert execution_status(cancelled)["reason"] == "CancelledByUser"
 
-        def killed() -> dict[str, Any] | None:
-            pod = record.last(f"{ex_id}-1")
-            return pod if pod and main_terminated(pod) else None
-
-        pod = wait_for(killed, timeout=60, what="the pod's container to end")
+        pod = wait_for(lambda: record.first(f"{ex_id}-1", main_terminated), timeout=60, what="the pod's container to end")
         record.check()
     finally:
         record.stop()
