@@ -56,11 +56,11 @@ class Marker:
                 self._pool.submit(self._run, bucket.name)
             pending.waiting.update(marks)
 
-    def in_flight(self, name: str) -> dict[str, Mark]:
-        """The bucket's markers not yet written."""
+    def in_flight(self) -> dict[str, dict[str, Mark]]:
+        """Each bucket's markers not yet written. Taken before the buckets are read: a write
+        that lands in between is in what is read (a store's answer goes to what it reads)."""
         with self._lock:
-            pending = self._buckets.get(name)
-            return {**pending.writing, **pending.waiting} if pending else {}
+            return {name: {**p.writing, **p.waiting} for name, p in self._buckets.items()}
 
     def wait(self, names: Iterable[str]) -> bool:
         """Wait until the buckets have nothing in flight; True if any had."""

@@ -217,11 +217,14 @@ class Trigger:
         """Process one minute; True when every entry in it is marked and it can be left behind."""
         closed = _closed(minute, now)
         settled = closed
-        buckets = self._store.read_minute(minute)
-        if self._marker is not None:
+        if self._marker is None:
+            buckets = self._store.read_minute(minute)
+        else:
+            in_flight = self._marker.in_flight()
+            buckets = self._store.read_minute(minute)
             if closed and self._marker.wait(bucket.name for bucket in buckets):
-                buckets = self._store.read_minute(minute)  # closed on its markers as written
-            buckets = [self._with_marks(bucket, self._marker.in_flight(bucket.name)) for bucket in buckets]
+                in_flight, buckets = {}, self._store.read_minute(minute)  # closed on markers as written
+            buckets = [self._with_marks(bucket, in_flight.get(bucket.name, {})) for bucket in buckets]
         self._release_settled(minute, buckets, now)
         with self._retry_lock:
             self._backlog += sum(len(bucket.due(now)) for bucket in buckets)

@@ -406,7 +406,12 @@ class KubeBucketStore:
             raise
 
     def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
-        current = self._at_version(bucket, version) or self._get(bucket)  # _get puts a newer one in the cache
+        cached = self._cached_bucket(bucket)
+        if cached is not None and cached["metadata"]["resourceVersion"] != version:
+            # The cache holds every answer this store had and only moves forward: the version
+            # is stale, and the caller reads the bucket again from it (no GET of a large object).
+            raise Conflict(f"bucket {bucket}: version {version} is stale")
+        current = cached or self._get(bucket)  # _get puts a newer one in the cache
         if current is None:
             raise Conflict(f"bucket {bucket} no longer exists")
         if current["metadata"]["resourceVersion"] != version:
@@ -429,12 +434,10 @@ class KubeBucketStore:
         self._observe(obj)
         return bucket_from_object(obj)
 
-    def _at_version(self, bucket: str, version: str) -> dict[str, Any] | None:
-        """The cached bucket if the cache holds it at `version` (its markers are then the ones the
-        precondition guards), else None."""
+    def _cached_bucket(self, bucket: str) -> dict[str, Any] | None:
+        """The bucket as the cache holds it (a pending one), else None."""
         cache = self._cached()
-        found = cache.get(self._namespace, bucket) if cache is not None else None
-        return found if found is not None and found["metadata"]["resourceVersion"] == version else None
+        return cache.get(self._namespace, bucket) if cache is not None else None
 
     def complete(self, bucket: str) -> None:
         body = {"metadata": {"labels": {LABEL_PENDING: "false"}}}
