@@ -11,10 +11,10 @@ a crash anywhere harmless:
 3. once the insert is in (it overlaps step 2), record outcomes on the job (idempotent by nominal time),
 4. write the fired markers with a version precondition (first writer wins).
 
-With a pool of workers, step 4 goes on behind the passes (`vigil.core.marking`): a pass counts
-the markers in flight as written, markers given while their bucket's write is in flight go in its
-next write, and a minute is closed only on markers as written. A marker write that fails brings
-its entries due again, and the next pass repeats steps 1-4 for them.
+With a pool of workers, step 4 goes on while the next pass begins: that pass counts the markers
+in flight as written, and waits for a bucket's last ones before it marks the bucket again, or
+closes its minute. A marker write that fails brings its entries due again, and the next pass
+repeats steps 1-4 for them.
 
 A pass that dies between any two steps is repaired by the next pass repeating
 them. Two leaders overlapping during a failover both reach step 2 with the same
@@ -44,13 +44,12 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from vigil.core.buckets import MINUTE, Bucket, BucketEntry, Mark, Outcome, minute_of
 from vigil.core.chain import EntryPlan, Reason, Unlaunched, plan_entry, settle_unlaunched
-from vigil.core.marking import Marker
 from vigil.core.ports import BucketStore, Clock, Conflict, JobCatalogue, Launcher, Ledger
 from vigil.core.progress import RETRYING_PUBLISHED, TriggerProgress, job_key
 
@@ -70,6 +69,14 @@ RETRY_MAX = timedelta(seconds=60)
 REVISITS_PER_TICK = 8
 #: How often a past minute waiting only behind a failing entry elsewhere is read anyway.
 REVISIT_IDLE = timedelta(minutes=5)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Marking:
+    """A bucket's markers in flight: written by `done`, counted as written meanwhile."""
+
+    marks: dict[str, Mark]
+    done: Future[Bucket]
 
 
 @dataclasses.dataclass
@@ -140,8 +147,8 @@ class Trigger:
         # Entries of different jobs are independent, so a hot minute is applied `workers` jobs at a
         # time; one job's entries stay in order on one thread (its ledger is read-modify-write).
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trigger") if workers > 1 else None
-        #: With a pool, the markers are written behind the passes.
-        self._marker = Marker(self._mark) if self._pool is not None else None
+        #: Each bucket's markers in flight (with a pool): only the pass's own thread touches it.
+        self._marking: dict[str, _Marking] = {}
 
     @property
     def cursor(self) -> datetime | None:
@@ -164,7 +171,9 @@ class Trigger:
         report = TickReport(now=now)
         self._held = set()
         self._backlog = 0
-        report.errors += self._marker.failures() if self._marker is not None else 0
+        for name in [name for name, marking in self._marking.items() if marking.done.done()]:
+            if self._landed(self._marking.pop(name)) is None:
+                report.errors += 1
         due = sorted(m for m, at in self._revisit.items() if m < self._cursor and at <= now)
         for minute in due[:REVISITS_PER_TICK]:
             if self._visit_minute(minute, now, report):
@@ -191,8 +200,8 @@ class Trigger:
 
     def drain(self) -> None:
         """Wait for every marker in flight (a leader stopping, a test reading the buckets)."""
-        if self._marker is not None:
-            self._marker.drain()
+        for name in list(self._marking):
+            self._landed(self._marking.pop(name))
 
     def progress(self) -> TriggerProgress:
         """What the trigger reports about itself now (see vigil.core.progress)."""
@@ -217,14 +226,13 @@ class Trigger:
         """Process one minute; True when every entry in it is marked and it can be left behind."""
         closed = _closed(minute, now)
         settled = closed
-        if self._marker is None:
+        buckets = self._store.read_minute(minute)
+        if closed and any(bucket.name in self._marking for bucket in buckets):
+            for bucket in buckets:  # a minute is completed on its markers as written, not in flight
+                if bucket.name in self._marking:
+                    self._landed(self._marking.pop(bucket.name))
             buckets = self._store.read_minute(minute)
-        else:
-            in_flight = self._marker.in_flight()
-            buckets = self._store.read_minute(minute)
-            if closed and self._marker.wait(bucket.name for bucket in buckets):
-                in_flight, buckets = {}, self._store.read_minute(minute)  # closed on markers as written
-            buckets = [self._with_marks(bucket, in_flight.get(bucket.name, {})) for bucket in buckets]
+        buckets = [self._with_marks_in_flight(bucket) for bucket in buckets]
         self._release_settled(minute, buckets, now)
         with self._retry_lock:
             self._backlog += sum(len(bucket.due(now)) for bucket in buckets)
@@ -267,16 +275,28 @@ class Trigger:
         ]
 
     def _marked(self, bucket: Bucket, marks: dict[str, Mark], now: datetime) -> Bucket:
-        """The bucket with `marks` on it: written behind the passes while its minute is open
-        (the bucket is returned as it will be), else now."""
-        if self._marker is None or _closed(bucket.minute, now):
-            return self._mark(bucket, marks)
-        self._marker.add(bucket, marks)
-        return self._with_marks(bucket, marks)
+        """The bucket with `marks` on it. With a pool, in a minute still open, they go out on it
+        and the bucket is returned as it will be; else they are written now. One write per
+        bucket is in flight at a time: a bucket still being marked is waited for, and built on."""
+        prior = self._marking.pop(bucket.name, None)
+        base = (self._landed(prior) if prior is not None else None) or bucket
+        if self._pool is None or _closed(bucket.minute, now):  # a closed minute is completed at once
+            return self._mark(base, marks)
+        self._marking[bucket.name] = _Marking(marks, self._pool.submit(self._mark, base, marks))
+        return dataclasses.replace(bucket, marks={**bucket.marks, **marks})
 
-    @staticmethod
-    def _with_marks(bucket: Bucket, marks: dict[str, Mark]) -> Bucket:
-        return dataclasses.replace(bucket, marks={**bucket.marks, **marks}) if marks else bucket
+    def _with_marks_in_flight(self, bucket: Bucket) -> Bucket:
+        marking = self._marking.get(bucket.name)
+        return dataclasses.replace(bucket, marks={**bucket.marks, **marking.marks}) if marking else bucket
+
+    def _landed(self, marking: _Marking) -> Bucket | None:
+        """The bucket as marked, once its write is in; None when the write failed (its entries
+        come due again: the next pass repeats them, and a repeat is harmless)."""
+        try:
+            return marking.done.result()
+        except Exception:
+            log.exception("trigger: %d markers not written; their entries come due again", len(marking.marks))
+            return None
 
     def _map(self, fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
         """`fn` over `items` in order, on the pool when there is one and more than one item."""
