@@ -171,9 +171,7 @@ class Trigger:
         report = TickReport(now=now)
         self._held = set()
         self._backlog = 0
-        for name in [name for name, marking in self._marking.items() if marking.done.done()]:
-            if self._landed(self._marking.pop(name)) is None:
-                report.errors += 1
+        report.errors += self._land([name for name, marking in self._marking.items() if marking.done.done()])
         due = sorted(m for m, at in self._revisit.items() if m < self._cursor and at <= now)
         for minute in due[:REVISITS_PER_TICK]:
             if self._visit_minute(minute, now, report):
@@ -200,8 +198,7 @@ class Trigger:
 
     def drain(self) -> None:
         """Wait for every marker in flight (a leader stopping, a test reading the buckets)."""
-        for name in list(self._marking):
-            self._landed(self._marking.pop(name))
+        self._land(list(self._marking))
 
     def progress(self) -> TriggerProgress:
         """What the trigger reports about itself now (see vigil.core.progress)."""
@@ -227,10 +224,9 @@ class Trigger:
         closed = _closed(minute, now)
         settled = closed
         buckets = self._store.read_minute(minute)
-        if closed and any(bucket.name in self._marking for bucket in buckets):
-            for bucket in buckets:  # a minute is completed on its markers as written, not in flight
-                if bucket.name in self._marking:
-                    self._landed(self._marking.pop(bucket.name))
+        in_flight = [bucket.name for bucket in buckets if bucket.name in self._marking]
+        if closed and in_flight:  # a minute is completed on its markers as written, not in flight
+            report.errors += self._land(in_flight)
             buckets = self._store.read_minute(minute)
         buckets = [self._with_marks_in_flight(bucket) for bucket in buckets]
         self._release_settled(minute, buckets, now)
@@ -288,6 +284,10 @@ class Trigger:
     def _with_marks_in_flight(self, bucket: Bucket) -> Bucket:
         marking = self._marking.get(bucket.name)
         return dataclasses.replace(bucket, marks={**bucket.marks, **marking.marks}) if marking else bucket
+
+    def _land(self, names: list[str]) -> int:
+        """Wait for these buckets' markers in flight; how many of their writes failed."""
+        return sum(self._landed(self._marking.pop(name)) is None for name in names)
 
     def _landed(self, marking: _Marking) -> Bucket | None:
         """The bucket as marked, once its write is in; None when the write failed (its entries
