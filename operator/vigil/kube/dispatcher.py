@@ -13,9 +13,10 @@ the pod, and records Running only for a pod still running after a while.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
@@ -213,7 +214,7 @@ class Dispatcher:
         chosen = choose(ready, running, self._capacity)
         executions = [flight[(c.namespace, c.execution_id)] for c in chosen if (c.namespace, c.execution_id) in flight]
         pods = [requests[(c.namespace, c.execution_id)] for c in chosen if (c.namespace, c.execution_id) in requests]
-        report.started = self._start_all(executions, now) + self._start_requests(pods, now)
+        report.started = self._start_all(executions, pods, now)
         report.duplicates = self._count_duplicates(busy)
         return report
 
@@ -246,43 +247,45 @@ class Dispatcher:
                         held[key] = r.priority
         return [(key[0], priority) for key, priority in held.items()]
 
-    def _start_requests(self, chosen: list[PodRequest], now: datetime) -> int:
-        started = 0
-        for request in chosen:
-            body = request.body
-            body["metadata"].setdefault("labels", {})[LABEL_PRIORITY] = str(request.priority)
-            namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-            try:
-                self._core.create_pod(namespace, body)
-            except ApiException as err:
-                if err.status != 409:
-                    log.warning("workflow pod %s/%s not created: %s %s", namespace, name, err.status, err.reason)
-                    continue
-            self._started.mark((namespace, name), Mark(attempt=0, pod=name, at=now))
-            started += 1
-        return started
-
-    def _start_all(self, chosen: list[tuple[dict[str, Any], Execution]], now: datetime) -> int:
-        """Start the chosen executions, several at once; returns how many started.
+    def _start_all(
+        self, executions: list[tuple[dict[str, Any], Execution]], requests: list[PodRequest], now: datetime
+    ) -> int:
+        """Create the chosen pods, executions' and workflow steps' alike, several at once; returns
+        how many started.
 
         A first attempt uses the job as the trigger read it when it fired; a retry reads it
         again (its template may have been fixed since). Each job is read at most once a pass.
         """
-        fresh = {(ex.namespace, obj["spec"]["job"]["name"]) for obj, ex in chosen if ex.attempt > 1}
-        names = {(ex.namespace, obj["spec"]["job"]["name"]) for obj, ex in chosen}
+        fresh = {(ex.namespace, obj["spec"]["job"]["name"]) for obj, ex in executions if ex.attempt > 1}
+        names = {(ex.namespace, obj["spec"]["job"]["name"]) for obj, ex in executions}
         jobs = {
             key: (None if key in fresh else self._catalogue.cached(*key)) or self._catalogue.fetch(*key)
             for key in names
         }
+        starts: list[Callable[[], bool]] = [
+            functools.partial(self._start, obj, ex, now, job=jobs[(ex.namespace, obj["spec"]["job"]["name"])])
+            for obj, ex in executions
+        ]
+        starts += [functools.partial(self._start_request, request, now) for request in requests]
+        if len(starts) <= 1:
+            return sum(start_one() for start_one in starts)
+        with ThreadPoolExecutor(max_workers=min(START_CONCURRENCY, len(starts))) as pool:
+            return sum(pool.map(lambda start_one: start_one(), starts))
 
-        def start_one(item: tuple[dict[str, Any], Execution]) -> bool:
-            obj, ex = item
-            return self._start(obj, ex, now, job=jobs[(ex.namespace, obj["spec"]["job"]["name"])])
-
-        if len(chosen) <= 1:
-            return sum(map(start_one, chosen))
-        with ThreadPoolExecutor(max_workers=min(START_CONCURRENCY, len(chosen))) as pool:
-            return sum(pool.map(start_one, chosen))
+    def _start_request(self, request: PodRequest, now: datetime) -> bool:
+        """Create a workflow step's pod (one that exists already is adopted: its name is its
+        step's execution id and attempt)."""
+        body = request.body
+        body["metadata"].setdefault("labels", {})[LABEL_PRIORITY] = str(request.priority)
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        try:
+            self._core.create_pod(namespace, body)
+        except ApiException as err:
+            if err.status != 409:
+                log.warning("workflow pod %s/%s not created: %s %s", namespace, name, err.status, err.reason)
+                return False
+        self._started.mark((namespace, name), Mark(attempt=0, pod=name, at=now))
+        return True
 
     def _start(self, obj: Mapping[str, Any], ex: Execution, now: datetime, *, job: dict[str, Any] | None) -> bool:
         spec_obj = obj["spec"]
