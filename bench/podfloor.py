@@ -46,6 +46,12 @@ class Floor:
         return Completion(len(self.observed), self.count, max(self.observed, default=self.window))
 
     @property
+    def succeeded_per_s(self) -> Completion:
+        """Pods run to Succeeded per second: what a chain of steps, each waiting for the last
+        one's result, can reach at most."""
+        return Completion(len(self.succeeded), self.count, max(self.succeeded, default=self.window))
+
+    @property
     def observed_p99(self) -> float | None:
         """The reference for the burst figures; None when censored."""
         value = self.p(0.99)

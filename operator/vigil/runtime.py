@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kubernetes import client, config
 from prometheus_client import start_http_server
@@ -59,7 +59,6 @@ from vigil.kube.retention import Pruner
 from vigil.kube.shardleases import ShardLeases
 from vigil.kube.taskqueues import TaskQueueController, TaskQueueStatusWriter, taskqueue_cache
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
-from vigil.kube.workflowpods import workflow_of
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine, workflow_cache
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
@@ -267,12 +266,6 @@ def build_approvals(
 def _flush_history(flusher: HistoryFlusher) -> None:
     flusher.flush()
     metrics.HISTORY_BUFFER.set(flusher.pending)
-
-
-def _notify_workflow(engine: WorkflowEngine, pod: dict[str, Any]) -> None:
-    owner = workflow_of(pod)
-    if owner is not None:
-        engine.notify(*owner)
 
 
 def _record_workflow_pass(done: Pass) -> None:
@@ -511,7 +504,7 @@ def run(settings: Settings) -> int:
     workflow_watch = workflow_cache(api)
     workflow_watch.add_handler(engine.seen)
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
-    caches.workflow_pods.add_handler(lambda key, pod, deleted: _notify_workflow(engine, pod))
+    caches.workflow_pods.add_handler(engine.pod_changed)
     job_controller = JobController(
         jobs=jobs, writer=writer, store=store, events=events, clock=clock, queue_enabled=bool(settings.queue.dsn)
     )

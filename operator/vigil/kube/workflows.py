@@ -29,7 +29,8 @@ outputs, which a dependent's pod then reads back from the database. While the
 database is behind, entries stay, up to a hard cap: a pass that would pass it
 records nothing and tries again later, so the workflow waits rather than
 writing a status the API server would refuse on every pass. Passes are
-level-triggered: pod and Workflow changes queue the workflow, timers queue it
+level-triggered: a step pod's result (:meth:`WorkflowEngine.pod_changed`) and Workflow
+changes queue the workflow, timers queue it
 at their recorded time, and a periodic rescan queues every unfinished one (that
 is also how a fresh operator resumes all in-flight workflows). A finished
 workflow leaves once its ttlAfterFinished has passed and its whole history is in
@@ -57,6 +58,7 @@ from vigil.core.checkpoint import (
 )
 from vigil.core.conditions import ConditionReason
 from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
+from vigil.core.podstatus import classify_pod
 from vigil.core.ports import Clock, Conflict, HistoryUnavailable, WorkflowHistorySink
 from vigil.core.workflow import (
     TERMINAL_WORKFLOW_PHASES,
@@ -92,7 +94,7 @@ from vigil.kube.jobstatus import Change, JobStatusWriter, Step
 from vigil.kube.mirrorwriter import MirrorBook, MirrorWriter, Offer
 from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR, delete_pod
 from vigil.kube.results import RECENT_SIZE
-from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_pod
+from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_of, workflow_pod
 from vigil.kube.workflowttl import WorkflowTtl
 from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
@@ -114,6 +116,9 @@ from vigil.model.workflowspec import (
 
 log = logging.getLogger(__name__)
 
+#: A step pod that finished while others of its workflow still run: its pass waits this long, so
+#: the results of a fan that ends together are recorded in one status write, not one each.
+SIBLINGS_SETTLE_SECONDS = 0.2
 PASS_TRIES = 8  # concurrent status writers tolerated in one pass
 RETRY_AFTER_ERROR = timedelta(seconds=5)
 #: Entries kept in a cache of outputs read back from the database.
@@ -354,6 +359,23 @@ class WorkflowEngine:
 
     def notify(self, namespace: str, name: str) -> None:
         self._queue.add((namespace, name))
+
+    def pod_changed(self, key: Key, pod: Mapping[str, Any], deleted: bool) -> None:
+        """The step pod cache's handler: a pass for the pod's workflow once the pod has a result
+        to record (it finished, or is gone or going); a moment later while other step pods of the
+        workflow still run (`SIBLINGS_SETTLE_SECONDS`), so that a fan ending together is one write.
+        A pod created, bound or started tells a pass nothing it would act on: the dispatcher, not
+        the pass, sees that it exists."""
+        owner = workflow_of(pod)
+        now = self._clock.now()
+        if owner is None or not (deleted or classify_pod(pod, now=now).finished):
+            return
+        uid = (pod["metadata"].get("labels") or {}).get(LABEL_WORKFLOW_UID)
+        siblings = self.api.pod_cache.by_index(BY_WORKFLOW, uid) if self.api.pod_cache and uid else []
+        if any(not classify_pod(p, now=now).finished for p in siblings if p["metadata"]["name"] != key[1]):
+            self._queue.add_after(owner, SIBLINGS_SETTLE_SECONDS)
+        else:
+            self.notify(*owner)
 
     def idle(self) -> bool:
         return self._queue.idle()
