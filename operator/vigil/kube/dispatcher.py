@@ -3,8 +3,10 @@
 Each pass reads what is in flight from the watch-fed caches (never a list from
 the API server), asks `vigil.core.dispatch.choose` which Ready ones may start —
 global cap, reserved high-priority slots, per-namespace caps, round-robin across
-namespaces — and creates their pods (named from execution id and attempt, so a
-repeat is a 409). Creating the pod is the start: no status is written for it.
+namespaces — and hands their pods to a few create workers (named from execution id and
+attempt, so a repeat is a 409), without waiting for them: what becomes Ready meanwhile is
+chosen by the next pass and waits only for a free worker. Creating the pod is the start: no
+status is written for it; until its create ends an execution holds its slot.
 An execution whose current attempt has a pod (in the cache, or just created by
 this process) occupies a slot; the execution controller records what becomes of
 the pod, and records Running only for a pod still running after a while.
@@ -16,6 +18,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -30,7 +33,7 @@ from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.ports import Clock
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.coreapi import CoreApi
-from vigil.kube.executions import ExecutionStore, readable
+from vigil.kube.executions import ExecutionStore, execution_from_object, phase_of, readable
 from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import PodFactory
@@ -40,8 +43,9 @@ from vigil.model.names import LABEL_PRIORITY
 
 log = logging.getLogger(__name__)
 
-START_CONCURRENCY = 8  # pods created at once within a pass
+START_CONCURRENCY = 8  # pod creates under way at once (the create workers)
 MIN_PASS_GAP = 0.05  # seconds between two passes at least: a burst of wake-ups becomes one pass
+PASS_COST_SPACING = 3.0  # and at least this many times the last pass's own duration
 
 Key = tuple[str, str]
 
@@ -136,6 +140,12 @@ class Dispatcher:
         self._capacity = capacity
         self._factory = PodFactory()
         self._wake = threading.Event()
+        #: Pod creates go out on these workers while the passes go on: a pass hands what it chose
+        #: to them and returns, so what becomes Ready meanwhile waits for a free worker, not for
+        #: the slowest create of the pass before (`_creating` holds what is handed and not done).
+        self._pool = ThreadPoolExecutor(max_workers=START_CONCURRENCY, thread_name_prefix="dispatch-start")
+        self._creating_lock = threading.Lock()
+        self._creating: dict[Key, Priority] = {}
         self._duplicates_seen: set[tuple[str, str, int]] = set()
 
     def notify(self) -> None:
@@ -145,14 +155,19 @@ class Dispatcher:
     def run(self, stop: threading.Event, *, interval: float, on_report: Any = None) -> None:
         while not stop.is_set():
             self._wake.clear()
+            began = time.monotonic()
             try:
                 report = self.dispatch()
                 if on_report is not None:
                     on_report(report)
             except Exception:
                 log.exception("dispatch pass failed; retrying")
-            if not stop.wait(MIN_PASS_GAP):  # a stop wakes it too (`notify`), but may come before the clear
-                self._wake.wait(max(0.0, interval - MIN_PASS_GAP))
+            # Every create's end wakes a pass: while thousands are in flight, passes (which read
+            # them all) are spaced by their own cost, so they take at most a quarter of the time.
+            gap = max(MIN_PASS_GAP, PASS_COST_SPACING * (time.monotonic() - began))
+            if not stop.wait(gap):  # a stop wakes it too (`notify`), but may come before the clear
+                self._wake.wait(max(0.0, interval - gap))
+        self._pool.shutdown(wait=True, cancel_futures=True)  # the creates under way end; no new one starts
 
     def want(self, workflow: Key, bodies: list[dict[str, Any]], priority: str) -> None:
         """The step pods `workflow` wants started now (replacing what it wanted before)."""
@@ -196,10 +211,11 @@ class Dispatcher:
             (ex.namespace, o["metadata"]["name"]): (o, ex)
             for o, ex in readable(self._store.in_phase(Phase.READY, Phase.RUNNING))
         }
+        creating = self._creating_now()
         busy: list[Execution] = []
         ready = []
-        for _, ex in flight.values():
-            if self.occupies(ex):
+        for key, (_, ex) in flight.items():
+            if key in creating or self.occupies(ex):
                 busy.append(dataclasses.replace(ex, phase=Phase.RUNNING) if ex.phase is Phase.READY else ex)
             else:
                 ready.append(as_candidate(ex))
@@ -214,7 +230,7 @@ class Dispatcher:
         chosen = choose(ready, running, self._capacity)
         executions = [flight[(c.namespace, c.execution_id)] for c in chosen if (c.namespace, c.execution_id) in flight]
         pods = [requests[(c.namespace, c.execution_id)] for c in chosen if (c.namespace, c.execution_id) in requests]
-        report.started = self._start_all(executions, pods, now)
+        report.started = self._hand_out(executions, pods, now)
         report.duplicates = self._count_duplicates(busy)
         return report
 
@@ -222,15 +238,18 @@ class Dispatcher:
         """Requested step pods not made yet (neither in the cache nor just created here)."""
         with self._requests_lock:
             every = {key: r for wanted in self._requests.values() for key, r in wanted.items()}
+        creating = self._creating_now()
         return {
             key: r
             for key, r in every.items()
             if self._started.get(key) is None
+            and key not in creating
             and (self._workflow_pods is None or self._workflow_pods.get(*key) is None)
         }
 
     def _workflow_running(self) -> list[tuple[str, Priority]]:
-        """The step pods holding slots: live in the cache, or created here and not seen yet."""
+        """The step pods holding slots: live in the cache, or being or just created here and not
+        seen yet."""
         if self._workflow_pods is None:
             return []
         held = {
@@ -240,18 +259,25 @@ class Dispatcher:
             for p in self._workflow_pods.items()
             if live(p)
         }
+        creating = self._creating_now()
         with self._requests_lock:
             for wanted in self._requests.values():
                 for key, r in wanted.items():
-                    if key not in held and self._started.get(key) is not None and self._workflow_pods.get(*key) is None:
+                    made = key in creating or self._started.get(key) is not None
+                    if key not in held and made and self._workflow_pods.get(*key) is None:
                         held[key] = r.priority
         return [(key[0], priority) for key, priority in held.items()]
 
-    def _start_all(
+    def _creating_now(self) -> dict[Key, Priority]:
+        with self._creating_lock:
+            return dict(self._creating)
+
+    def _hand_out(
         self, executions: list[tuple[dict[str, Any], Execution]], requests: list[PodRequest], now: datetime
     ) -> int:
-        """Create the chosen pods, executions' and workflow steps' alike, several at once; returns
-        how many started.
+        """Hand the chosen pods, executions' and workflow steps' alike, to the create workers;
+        how many. Until its create ends each holds its slot (`_creating`), and its end wakes the
+        next pass (a refused one leaves its slot to another).
 
         A first attempt uses the job as the trigger read it when it fired; a retry reads it
         again (its template may have been fixed since). Each job is read at most once a pass.
@@ -262,22 +288,51 @@ class Dispatcher:
             key: (None if key in fresh else self._catalogue.cached(*key)) or self._catalogue.fetch(*key)
             for key in names
         }
-        starts: list[Callable[[], bool]] = [
-            functools.partial(self._start, obj, ex, now, job=jobs[(ex.namespace, obj["spec"]["job"]["name"])])
+        starts: list[tuple[Key, Priority, Callable[[], bool]]] = [
+            (
+                (ex.namespace, obj["metadata"]["name"]),
+                ex.priority,
+                functools.partial(self._start, obj, ex, now, job=jobs[(ex.namespace, obj["spec"]["job"]["name"])]),
+            )
             for obj, ex in executions
         ]
-        starts += [functools.partial(self._start_request, request, now) for request in requests]
-        if len(starts) <= 1:
-            return sum(start_one() for start_one in starts)
-        with ThreadPoolExecutor(max_workers=min(START_CONCURRENCY, len(starts))) as pool:
-            return sum(pool.map(lambda start_one: start_one(), starts))
+        starts += [
+            ((r.body["metadata"]["namespace"], r.body["metadata"]["name"]), r.priority,
+             functools.partial(self._start_request, r, now))
+            for r in requests
+        ]  # fmt: skip
+        with self._creating_lock:
+            self._creating.update((key, priority) for key, priority, _ in starts)
+        for key, _, start_one in starts:
+            self._pool.submit(self._create, key, start_one)
+        return len(starts)
+
+    def _create(self, key: Key, start_one: Callable[[], bool]) -> None:
+        try:
+            start_one()
+        except Exception:
+            log.exception("pod create for %s/%s failed; a later pass tries again", *key)
+        finally:
+            with self._creating_lock:
+                self._creating.pop(key, None)
+            self.notify()
+
+    def _still_ready(self, obj: Mapping[str, Any], ex: Execution) -> bool:
+        """Whether the execution is still Ready at the attempt it was chosen at, as the cache has it now."""
+        current = self._store.cached(ex.namespace, obj["metadata"]["name"])
+        if current is None or phase_of(current) != str(Phase.READY):
+            return False
+        return execution_from_object(current).attempt == ex.attempt
 
     def _start_request(self, request: PodRequest, now: datetime) -> bool:
         """Create a workflow step's pod (one that exists already is adopted: its name is its
-        step's execution id and attempt)."""
+        step's execution id and attempt), unless its workflow stopped wanting it meanwhile."""
         body = request.body
         body["metadata"].setdefault("labels", {})[LABEL_PRIORITY] = str(request.priority)
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        with self._requests_lock:
+            if not any((namespace, name) in wanted for wanted in self._requests.values()):
+                return False
         try:
             self._core.create_pod(namespace, body)
         except ApiException as err:
@@ -288,6 +343,8 @@ class Dispatcher:
         return True
 
     def _start(self, obj: Mapping[str, Any], ex: Execution, now: datetime, *, job: dict[str, Any] | None) -> bool:
+        if not self._still_ready(obj, ex):
+            return False  # cancelled, replaced or gone while it waited for a create worker
         spec_obj = obj["spec"]
         if job is None or job["metadata"]["uid"] != spec_obj["job"]["uid"]:
             return False  # the job is gone; garbage collection removes its executions
