@@ -68,10 +68,14 @@ class Trigger(_Section):
     )
     shards: int = Field(4, ge=1, le=64, description="Bucket objects per minute before overflow shards.")
     max_occurrences_per_bucket: int = Field(
-        2000,
+        64,
         ge=1,
         le=5000,
-        description="Occurrences per bucket object (~400 B each keeps it far below etcd's 1.5 MB).",
+        description="Occurrences per bucket object before the minute spills into further shards. "
+        "Every marker written and every occurrence added rewrites the whole object on the API "
+        "server, so small objects keep a busy minute cheap: 1,000 jobs on one minute fired with a "
+        "pod lag p99 of 1.5 s at 64 against 2.6-2.9 s at 2,000. A minute holds at most "
+        "shards x 256 x this many.",
     )
     workers: int = Field(
         32, ge=1, le=64, description="Jobs whose due occurrences one pass applies at once (API round trips overlap)."

@@ -62,7 +62,7 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
         "leaseDurationSeconds": 15,
         "renewPeriodSeconds": 5,
     },
-    "trigger": {"tickMilliseconds": 250, "shards": 4, "maxOccurrencesPerBucket": 2000, "workers": 32},
+    "trigger": {"tickMilliseconds": 250, "shards": 4, "maxOccurrencesPerBucket": 64, "workers": 32},
     "dispatch": {"maxRunning": 100, "reservedHigh": 10, "perNamespaceMax": 50, "runningAfterSeconds": 5, "pendingLimitSeconds": 300, "imagePullLimitSeconds": 60},
     "workflows": {"workers": 4, "rescanSeconds": 300, "ttlAfterFinished": "24h"},
     "approvals": {

@@ -111,7 +111,12 @@ def base_shard(uid: str, shards: int) -> int:
     return int.from_bytes(hashlib.sha256(uid.encode()).digest()[:4], "big") % shards
 
 
-def shard_candidates(uid: str, shards: int, *, limit: int = 64) -> list[int]:
+#: Shards a minute may spill into, per configured shard: with the defaults a minute holds
+#: 4 x 256 x 64 = 65,536 occurrences.
+OVERFLOW_SHARDS = 256
+
+
+def shard_candidates(uid: str, shards: int, *, limit: int = OVERFLOW_SHARDS) -> list[int]:
     """Home shard first, then overflow shards past the configured count for hot minutes."""
     home = base_shard(uid, shards)
     return [home + k * shards for k in range(limit)]

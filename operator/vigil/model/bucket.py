@@ -30,8 +30,8 @@ from vigil.model.names import SCHEDULE_BUCKETS
 from vigil.model.scheduledjob import OccurrenceOutcome
 
 #: Most occurrences the API server accepts in one bucket: the upper bound of the operator's
-#: ``trigger.maxOccurrencesPerBucket`` setting. (The setting's default is what keeps a bucket,
-#: at about 450 bytes per occurrence and marker, well under etcd's ~1.5 MB limit.)
+#: ``trigger.maxOccurrencesPerBucket`` setting. (The bucket store's byte budget, 1 MB of
+#: occurrences with their markers, is what keeps a bucket under etcd's ~1.5 MB limit.)
 BUCKET_MAX_OCCURRENCES = 5000
 #: Longest occurrence key (``vigil.core.buckets.entry_key``: uid, timestamp, hash, suffix).
 OCCURRENCE_KEY_MAX_LENGTH = 128
