@@ -81,6 +81,9 @@ def step_pod(name: str) -> dict[str, Any]:
 
 
 def dispatcher(creates: GatedCreates, *, max_running: int = 10) -> Dispatcher:
+    # The ignores below: the stubs are not the declared classes (ApiClient, ExecutionStore,
+    # Informer, KubeCatalogue, CoreApi) but carry the few methods these passes call; no API
+    # client is needed (the creates go to the stub) and no execution is in flight to read a job for.
     d = Dispatcher(
         None,  # type: ignore[arg-type]
         store=NoExecutions(),  # type: ignore[arg-type]

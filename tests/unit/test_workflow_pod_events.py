@@ -65,6 +65,7 @@ class Api:
 
 
 def engine(*pods: dict[str, Any]) -> WorkflowEngine:
+    # The ignore: `Api` is not a WorkflowApi, only the `pod_cache` the handler reads.
     return WorkflowEngine(api=Api(list(pods)), clock=FixedClock(), events=None)  # type: ignore[arg-type]
 
 
