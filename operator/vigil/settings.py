@@ -96,8 +96,9 @@ class Dispatch(_Section):
         5.0,
         ge=0,
         le=3600,
-        description="An attempt's pod still running after this long is recorded Running on its "
-        "Execution; one that ends sooner goes from Ready straight to its outcome (one write).",
+        description="An attempt's pod on its node this long and not ended is recorded Running on "
+        "its Execution; one that ends sooner goes from Ready straight to its outcome (one write). "
+        "Time waiting for the scheduler or the node does not count.",
     )
     pending_limit_seconds: float = Field(
         300.0,

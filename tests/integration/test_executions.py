@@ -310,6 +310,45 @@ def test_cancelling_a_running_execution_deletes_its_pod_and_never_retries(
     assert history_states(dsn, ex_id) == [(1, str(AttemptState.CANCELLED))]
 
 
+class PhasesSeen(Follower):
+    """Every phase each Execution of a namespace was written with, in order, recorded by a watch."""
+
+    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
+        self.seen: dict[str, list[str]] = {}
+        super().__init__(cluster.custom.list_namespaced_custom_object, GROUP, VERSION, namespace, EXECUTIONS)
+
+    def on_event(self, kind: str, obj: Any) -> None:
+        phases = self.seen.setdefault(obj["metadata"]["name"], [])
+        phase = execution_status(obj).get("phase") or "Ready"  # a fresh Execution is Ready
+        if not phases or phases[-1] != phase:
+            phases.append(phase)
+
+
+def test_an_attempt_whose_pod_no_node_takes_is_not_recorded_running_and_fails_at_its_pending_limit(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    """Running means on a node: a pod the scheduler cannot place leaves its Execution Ready, with
+    no write (a burst's pods wait for the scheduler too), however long `runningAfterSeconds` has
+    passed, until `pendingLimitSeconds` fails the attempt as StuckPending and deletes the pod."""
+    fleet.start(dispatch={"runningAfterSeconds": 0, "pendingLimitSeconds": 3})
+    fleet.leader()
+    phases = PhasesSeen(cluster, namespace)
+    nowhere = {"nodeSelector": {"vigil.dev/test-node": "none-has-this"}, "containers": [
+        {"name": "main", "image": "busybox", "command": ["true"]}]}  # fmt: skip
+    try:
+        ex_id = one_off(cluster, namespace, "nowhere", template={"spec": nowhere},
+                        retry=retry_spec(max_attempts=1, initial="1s"))  # fmt: skip
+        dead = wait_execution_phase(cluster, namespace, ex_id, "Dead", timeout=60)
+        wait_for(lambda: not execution_pods(cluster, namespace, ex_id), timeout=60, what="the pod deleted")
+    finally:
+        phases.stop()
+    phases.check()
+    attempts = execution_status(dead)["attempts"]
+    assert [(a["outcome"], a["reason"]) for a in attempts] == [("Failed", "StuckPending")]
+    assert "Unschedulable" in attempts[0]["message"]
+    assert phases.seen[ex_id] == ["Ready", "Dead"]
+
+
 def _every_3s_sleeping(cluster: KubeCluster, namespace: str, name: str, policy: str) -> None:
     create_job(cluster, namespace, name, every="3s", jitter="0s", command="sleep 20", concurrencyPolicy=policy)
 

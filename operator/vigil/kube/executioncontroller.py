@@ -7,9 +7,10 @@ the reconcile reads both from the caches and decides with the pure core:
 * a retry whose stored time has come (Backoff → Ready), else a look again then;
 * the current attempt's pod: ended → the attempt's outcome (Succeeded, Backoff
   with a stored retry time, Dead); gone → a failed attempt; pending past the limit
-  → a failed attempt and the pod deleted; still running after `running_after` →
-  Running recorded. A pod that ends sooner is recorded straight from Ready, with
-  its start taken from the pod: a short attempt costs one status write.
+  → a failed attempt and the pod deleted; on its node for `running_after` and not
+  ended → Running recorded. A pod that ends sooner is recorded straight from Ready,
+  with its start taken from the pod: a short attempt costs one status write, and so
+  does one that waited for the scheduler or its node (a burst's pods wait there).
 
 A write that conflicts is retried by the queue with backoff, reading afresh.
 Seeing the same pod state twice changes nothing: an attempt is recorded once.
@@ -56,6 +57,7 @@ from vigil.kube.pods import (
     ended,
     live,
     pod_cache,
+    pod_on_node_since,
     pod_started_at,
 )
 from vigil.kube.results import JobResults
@@ -196,15 +198,17 @@ class ExecutionController:
             if verdict.stop_pod:  # failed while Pending (stuck, or an image it will never run)
                 delete_pod(self._core, ex.namespace, name, grace=0)
             return None
-        if ex.phase is Phase.READY:
-            assert running.started_at is not None
-            age = now - running.started_at
-            if age < self._running_after:
-                return (self._running_after - age).total_seconds()
-            self._store.write(obj, running)
         recheck = RECHECK.total_seconds()
         if verdict.fails_at is not None:  # a pod waiting on a limit is looked at when it runs out
             recheck = min(recheck, max(0.05, (verdict.fails_at - now).total_seconds()))
+        if ex.phase is Phase.READY:
+            on_node = pod_on_node_since(pod)
+            if on_node is None:  # waiting for the scheduler or its node: the node's write is an event
+                return recheck
+            age = now - on_node
+            if age < self._running_after:
+                return min(recheck, (self._running_after - age).total_seconds())
+            self._store.write(obj, running)
         return recheck
 
     def _end(self, obj: Mapping[str, Any], running: Execution, verdict: PodVerdict) -> None:

@@ -195,7 +195,13 @@ def live(pod: Mapping[str, Any]) -> bool:
     return phase in ("Pending", "Running") and not pod["metadata"].get("deletionTimestamp")
 
 
+def pod_on_node_since(pod: Mapping[str, Any]) -> datetime | None:
+    """When the pod's node took it (its `startTime`), or None while it waits for the scheduler or
+    the node."""
+    stamp = (pod.get("status") or {}).get("startTime")
+    return parse_rfc3339(stamp) if stamp else None
+
+
 def pod_started_at(pod: Mapping[str, Any]) -> datetime:
     """When an attempt started: its pod's start, else the pod's creation."""
-    stamp = (pod.get("status") or {}).get("startTime") or pod["metadata"]["creationTimestamp"]
-    return parse_rfc3339(stamp)
+    return pod_on_node_since(pod) or parse_rfc3339(pod["metadata"]["creationTimestamp"])
