@@ -103,6 +103,12 @@ class ExecutionController:
         self._running_after = running_after
         self._pending_limit = pending_limit
         self._image_pull_limit = image_pull_limit
+        #: When this process first saw each Ready execution's pod on its node. Running is counted
+        #: from there, not from the pod's `startTime`: an API server under load delivers pod events
+        #: seconds late, the start and the end alike, and a short attempt seen on its node late is
+        #: not written Running on a view that its end will overtake. (One entry per Ready execution
+        #: with a pod on a node; single dict operations, which the queue's workers share safely.)
+        self._seen_on_node: dict[Key, datetime] = {}
         self.queue: WorkQueue[Key] = WorkQueue(EXECUTIONS, self.reconcile, workers=workers)
 
     # -- what queues a key ------------------------------------------------------------------------
@@ -110,6 +116,7 @@ class ExecutionController:
     def execution_changed(self, key: Key, obj: Mapping[str, Any], deleted: bool) -> None:
         if deleted:
             self._started.drop(key)
+            self._seen_on_node.pop(key, None)
             return
         self.queue.add(key)
 
@@ -128,8 +135,11 @@ class ExecutionController:
         found = readable([obj]) if obj is not None else []
         if not found:
             self._started.drop(key)
+            self._seen_on_node.pop(key, None)
             return None
         obj, ex = found[0]
+        if ex.phase is not Phase.READY:
+            self._seen_on_node.pop(key, None)
         try:
             return self._reconcile(obj, ex)
         except Conflict:
@@ -202,10 +212,9 @@ class ExecutionController:
         if verdict.fails_at is not None:  # a pod waiting on a limit is looked at when it runs out
             recheck = min(recheck, max(0.05, (verdict.fails_at - now).total_seconds()))
         if ex.phase is Phase.READY:
-            on_node = pod_on_node_since(pod)
-            if on_node is None:  # waiting for the scheduler or its node: the node's write is an event
-                return recheck
-            age = now - on_node
+            if pod_on_node_since(pod) is None:
+                return recheck  # waiting for the scheduler or its node: the node's write is an event
+            age = now - self._seen_on_node.setdefault((ex.namespace, obj["metadata"]["name"]), now)
             if age < self._running_after:
                 return min(recheck, (self._running_after - age).total_seconds())
             self._store.write(obj, running)
@@ -221,6 +230,7 @@ class ExecutionController:
         )
         self._results.record(obj, ended)
         self._started.drop((running.namespace, obj["metadata"]["name"]))
+        self._seen_on_node.pop((running.namespace, obj["metadata"]["name"]), None)
         self._wake()
 
     # -- the user's levers ------------------------------------------------------------------------
