@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from vigil.core.executions import Execution, Phase
+from vigil.core.memory import FakeClock
 from vigil.kube.dispatcher import Started
 from vigil.kube.executioncontroller import ExecutionController
 
@@ -30,14 +31,6 @@ POD = "ex-abc-1"
 
 def ts(at: datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class Clock:
-    def __init__(self, at: datetime) -> None:
-        self.at = at
-
-    def now(self) -> datetime:
-        return self.at
 
 
 class Executions:
@@ -79,7 +72,7 @@ def running_pod(*, on_node_at: datetime) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def controller(clock: Clock, executions: Executions, pods: Pods) -> ExecutionController:
+def controller(clock: FakeClock, executions: Executions, pods: Pods) -> ExecutionController:
     # The ignores: the stubs stand in for ExecutionStore, Informer and JobResults with only what
     # a reconcile of a Ready execution with a running pod calls; nothing here deletes a pod or
     # records an end, so those collaborators are never reached.
@@ -96,7 +89,7 @@ def controller(clock: Clock, executions: Executions, pods: Pods) -> ExecutionCon
 
 
 def test_a_pod_first_seen_on_its_node_long_after_its_start_is_not_written_running_at_once() -> None:
-    clock, executions, pods = Clock(CREATED + timedelta(seconds=20)), Executions(), Pods()
+    clock, executions, pods = FakeClock(CREATED + timedelta(seconds=20)), Executions(), Pods()
     pods.pod = running_pod(on_node_at=CREATED + timedelta(seconds=1))  # seen 19 s late
     ctl = controller(clock, executions, pods)
 
@@ -104,35 +97,35 @@ def test_a_pod_first_seen_on_its_node_long_after_its_start_is_not_written_runnin
     assert executions.written == []
     assert again == RUNNING_AFTER.total_seconds()
 
-    clock.at += RUNNING_AFTER
+    clock.advance(RUNNING_AFTER)
     ctl.reconcile(KEY)
     assert executions.written == [str(Phase.RUNNING)]
 
 
 def test_the_count_starts_once_per_attempt_and_not_again_on_every_look() -> None:
-    clock, executions, pods = Clock(CREATED + timedelta(seconds=2)), Executions(), Pods()
+    clock, executions, pods = FakeClock(CREATED + timedelta(seconds=2)), Executions(), Pods()
     pods.pod = running_pod(on_node_at=CREATED + timedelta(seconds=1))
     ctl = controller(clock, executions, pods)
 
     ctl.reconcile(KEY)
-    clock.at += timedelta(seconds=3)
+    clock.advance(timedelta(seconds=3))
     again = ctl.reconcile(KEY)  # a later event (say, the container started) does not restart it
     assert executions.written == []
     assert again == (RUNNING_AFTER - timedelta(seconds=3)).total_seconds()
 
-    clock.at += timedelta(seconds=2)
+    clock.advance(timedelta(seconds=2))
     ctl.reconcile(KEY)
     assert executions.written == [str(Phase.RUNNING)]
 
 
 def test_a_pod_waiting_for_a_node_is_never_written_running() -> None:
-    clock, executions, pods = Clock(CREATED + timedelta(minutes=1)), Executions(), Pods()
+    clock, executions, pods = FakeClock(CREATED + timedelta(minutes=1)), Executions(), Pods()
     waiting = running_pod(on_node_at=CREATED)
     waiting["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
     pods.pod = waiting
     ctl = controller(clock, executions, pods)
 
     ctl.reconcile(KEY)
-    clock.at += timedelta(minutes=1)
+    clock.advance(timedelta(minutes=1))
     ctl.reconcile(KEY)
     assert executions.written == []
