@@ -33,7 +33,7 @@ from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.ports import Clock
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.coreapi import CoreApi
-from vigil.kube.executions import ExecutionStore, execution_from_object, phase_of, readable
+from vigil.kube.executions import ExecutionStore, Readings, execution_from_object, phase_of
 from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import PodFactory
@@ -151,6 +151,7 @@ class Dispatcher:
         self._creating_lock = threading.Lock()
         self._creating: dict[Key, Priority] = {}
         self._duplicates_seen: set[tuple[str, str, int]] = set()
+        self._readings = Readings()  # the passes' reading of the executions in flight
 
     def notify(self) -> None:
         """Something became Ready or a slot freed: run a pass now rather than at the next interval."""
@@ -213,7 +214,7 @@ class Dispatcher:
         report = DispatchReport()
         flight = {
             (ex.namespace, o["metadata"]["name"]): (o, ex)
-            for o, ex in readable(self._store.in_phase(Phase.READY, Phase.RUNNING))
+            for o, ex in self._readings.read(self._store.in_phase(Phase.READY, Phase.RUNNING))
         }
         creating = self._creating_now()
         busy: list[Execution] = []
