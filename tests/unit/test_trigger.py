@@ -506,8 +506,8 @@ def test_a_launch_failing_for_now_is_retried_with_backoff_and_holds_up_no_one_el
 
 
 class LateInsertStore(CrashableStore):
-    """A store whose inserts land only once a launch has gone out (the API server's round trip
-    overlapping it), or never (`refuse`: the write fails)."""
+    """A store whose inserts land once a launch has gone out (the API server's round trip
+    overlapping it) or once someone waits for them, or never (`refuse`: the write fails)."""
 
     def __init__(self) -> None:
         super().__init__(shards=2)
@@ -515,7 +515,7 @@ class LateInsertStore(CrashableStore):
         self.refuse = False
 
     def insert_later(self, entry: BucketEntry) -> Future[str]:
-        future: Future[str] = Future()
+        future = _LandsWhenAwaited(self)
         self.waiting.append((future, entry))
         return future
 
@@ -526,6 +526,18 @@ class LateInsertStore(CrashableStore):
             else:
                 future.set_result(self.insert(entry))
         self.waiting = []
+
+
+class _LandsWhenAwaited(Future[str]):
+    """An insert in flight that a wait lets land (a repeat of a recorded entry launches nothing)."""
+
+    def __init__(self, store: LateInsertStore) -> None:
+        super().__init__()
+        self.store = store
+
+    def result(self, timeout: float | None = None) -> str:
+        self.store.land()
+        return super().result(timeout)
 
 
 class LandingLauncher(MemoryLauncher):
@@ -540,10 +552,10 @@ class LandingLauncher(MemoryLauncher):
         return super().launch(fire)
 
 
-def test_the_next_occurrence_goes_in_while_the_launch_goes_out_and_is_in_before_the_record() -> None:
-    """The insert of the next occurrence overlaps the launch (one round trip, not two, before the
-    record); the record and the mark wait for it, and an insert that fails records and marks
-    nothing: the entry is tried again, and the chain keeps its link."""
+def test_the_next_occurrence_goes_in_while_the_launch_goes_out_and_is_in_before_the_mark() -> None:
+    """The insert of the next occurrence overlaps the launch and the record, and no worker waits
+    for it; the mark does, and an insert that fails marks nothing: the entry is tried again (its
+    repeat launches into "exists" and records idempotently), and the chain keeps its link."""
     w = world()
     store = LateInsertStore()
     w.store, w.launcher = store, LandingLauncher(store)
@@ -555,7 +567,8 @@ def test_the_next_occurrence_goes_in_while_the_launch_goes_out_and_is_in_before_
     store.refuse = True
     w.clock.advance(head.fire_at - w.clock.now())
     report = w.trigger.tick()
-    assert (report.errors, report.recorded, len(w.launcher.executions)) == (1, 0, 1)
+    assert (report.errors, len(w.launcher.executions)) == (1, 1)
+    assert w.outcomes("Fired") == [head.nominal], "recorded while the insert was in flight"
     assert [b for b in store.read_minute(T0) if b.pending()], "nothing marked while the next entry is not in"
     store.refuse = False
     w.run_until(T0 + 20 * SECOND)
