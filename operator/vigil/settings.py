@@ -64,7 +64,10 @@ class LeaderElection(_Section):
 
 class Trigger(_Section):
     tick_milliseconds: int = Field(
-        250, ge=10, description="Milliseconds between trigger passes: bounds fire lag from above."
+        250,
+        ge=10,
+        description="Milliseconds between trigger passes at most; a pass also starts when an occurrence in "
+        "its minute comes due, so this bounds only the wait for one inserted after the last pass.",
     )
     shards: int = Field(4, ge=1, le=64, description="Bucket objects per minute before overflow shards.")
     max_occurrences_per_bucket: int = Field(

@@ -576,6 +576,23 @@ def test_the_next_occurrence_goes_in_while_the_launch_goes_out_and_is_in_before_
     assert w.launched() == w.outcomes("Fired"), "the retried entry was launched once"
 
 
+def test_a_pass_says_when_the_next_occurrence_comes_due() -> None:
+    """The trigger loop starts the next pass at `next_fire` instead of the next tick: it is the
+    earliest fire time ahead in the open minute, and the next minute's start when none is."""
+    w = world(T0 + SECOND, workers=4)
+    w.add(every_job("soon", every=5 * SECOND))
+    w.add(every_job("later", every=2 * timedelta(minutes=1)))
+    assert w.trigger.tick().next_fire == T0 + 5 * SECOND
+    w.clock.advance(4 * SECOND)
+    report = w.trigger.tick()
+    assert report.fired == 1
+    assert report.next_fire == T0 + 10 * SECOND  # the occurrence just inserted
+    del w.catalogue.jobs[("ns", "soon")]
+    w.clock.advance(5 * SECOND)
+    w.trigger.tick()  # its last entry is settled (the job is gone); nothing in this minute is ahead
+    assert w.trigger.tick().next_fire == T0 + timedelta(minutes=1)
+
+
 def test_an_occurrence_skipped_at_launch_is_recorded_as_skipped() -> None:
     w = world()
     w.add(every_job())

@@ -98,6 +98,10 @@ class TickReport:
     pending_buckets: int = 0  # buckets left holding occurrences whose fire time has come
     lags: list[float] = dataclasses.field(default_factory=list)  # seconds, creation - fire time
     outcomes: Counter[str] = dataclasses.field(default_factory=Counter)
+    #: When the next pass has something to fire: the earliest fire time ahead in the minutes still
+    #: open (among them the occurrences this pass inserted), or the next minute's start. None when
+    #: this pass did not reach the present (a catch-up walk).
+    next_fire: datetime | None = None
 
     def merge(self, other: TickReport) -> None:
         """Add the counts of a part of this pass (one job's entries) into this report."""
@@ -108,6 +112,12 @@ class TickReport:
         self.errors += other.errors
         self.lags.extend(other.lags)
         self.outcomes.update(other.outcomes)
+        if other.next_fire is not None:
+            self.expect(other.next_fire)
+
+    def expect(self, fire_at: datetime) -> None:
+        """An occurrence ahead fires at `fire_at`: the next pass is due by then."""
+        self.next_fire = fire_at if self.next_fire is None else min(self.next_fire, fire_at)
 
 
 @dataclasses.dataclass
@@ -205,6 +215,8 @@ class Trigger:
         self._cursor = next_cursor or minute
         # Every minute up to now was walked (or, cut short, up to the first one not visited).
         self._handled_before = now if minute > current else minute
+        if minute > current:
+            report.expect(current + MINUTE)
         self._backlog = 0
         self._publish()
         return report
@@ -247,6 +259,9 @@ class Trigger:
             self._backlog += sum(len(bucket.due(now)) for bucket in buckets)
         for bucket in self._process(buckets, now, report):
             report.buckets += 1
+            ahead = None if closed else bucket.next_fire(now)
+            if ahead is not None:
+                report.expect(ahead)
             if bucket.due(now):
                 report.pending_buckets += 1
             if bucket.pending():
@@ -412,6 +427,8 @@ class Trigger:
         1,000-job burst, waiting here was 61 % of each trigger worker's time (every insert waits
         for the group commit before it), and held the launches to 50 a second."""
         inserted = self._store.insert_later(plan.insert) if plan.insert is not None else None
+        if plan.insert is not None and plan.insert.fire_at > now:
+            report.expect(plan.insert.fire_at)
         launched: dict[str, bool] = {}
         unlaunched: dict[str, Unlaunched] = {}
         for fire in plan.fires:

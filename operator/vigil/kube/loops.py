@@ -20,6 +20,8 @@ from vigil.settings import Settings
 
 log = logging.getLogger("vigil")
 
+MIN_PASS_GAP = 0.01  # seconds from one trigger pass's start to the next's, at least
+
 
 class TickRecorder(Protocol):
     def __call__(self, report: TickReport, *, duration_seconds: float) -> None: ...
@@ -32,16 +34,28 @@ def _ignore_tick(report: TickReport, *, duration_seconds: float) -> None:
 def trigger_loop(
     trigger: Trigger, settings: Settings, stop: threading.Event, *, on_tick: TickRecorder = _ignore_tick
 ) -> None:
-    """A trigger pass every tick; a rescan for pending buckets behind the cursor every rescan period."""
+    """A trigger pass every tick, or sooner when an occurrence comes due before it; a rescan for
+    pending buckets behind the cursor every rescan period.
+
+    A pass says when its minute has the next occurrence to fire (`TickReport.next_fire`), and the
+    next pass starts then, not at the next tick: with jitter, fires are spread over the minute,
+    and each would otherwise wait for the tick after its fire time (up to a whole interval, an
+    eighth of a second on average at the default). Passes are at least `MIN_PASS_GAP` apart, so
+    fire times close together are fired by one pass. The interval still bounds the wait, for
+    what a pass cannot see yet (an occurrence inserted meanwhile).
+    """
     interval = settings.trigger.tick_milliseconds / 1000
     rescan_every = settings.trigger.rescan_seconds
     last_rescan = time.monotonic()
     trigger.rescan()
     while not stop.is_set():
         started = time.monotonic()
+        wait = interval
         try:
             report = trigger.tick()
             on_tick(report, duration_seconds=time.monotonic() - started)
+            if report.next_fire is not None:
+                wait = min(wait, max(MIN_PASS_GAP, (report.next_fire - report.now).total_seconds()))
         except Exception:
             log.exception("trigger pass failed; retrying next tick")
         if time.monotonic() - last_rescan > rescan_every:
@@ -50,7 +64,7 @@ def trigger_loop(
                 trigger.rescan()
             except Exception:
                 log.exception("bucket rescan failed")
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        stop.wait(max(0.0, wait - (time.monotonic() - started)))
     trigger.drain()  # what it fired is marked before a successor reads the buckets
 
 
