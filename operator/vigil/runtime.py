@@ -39,10 +39,10 @@ from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
 from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
-from vigil.kube.buckets import bucket_cache
+from vigil.kube.buckets import WRITE_CONCURRENCY, bucket_cache
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.definitions import DefinitionController, definition_cache
-from vigil.kube.dispatcher import Dispatcher
+from vigil.kube.dispatcher import START_CONCURRENCY, Dispatcher
 from vigil.kube.events import EventRecorder
 from vigil.kube.executioncontroller import ExecutionCaches, ExecutionController
 from vigil.kube.executions import ExecutionStore
@@ -77,7 +77,12 @@ PASSIVE_SUFFIX = "-cache"  # threads named so only fill a cache: a handover need
 STOP_POLL_SECONDS = 0.5  # how often a standby waiting for the Lease looks whether it was told to stop
 
 
-API_CONNECTIONS = 64  # the trigger (32 workers), dispatcher, controllers, watchdog and history share it
+#: Requesters that may each hold a connection at once beside the trigger's workers, the pod create
+#: workers and the bucket writer's: the controllers' and status writers' workers, the watchdog, the
+#: history flusher, and every informer's watch (each holds one for minutes). A request finding the
+#: pool full gets a connection of its own, closed after it: a TLS handshake per request, and under
+#: a burst there were dozens of them.
+OTHER_REQUESTERS = 32
 ELECTION_CONNECTIONS = 2  # the elector's own pool: renewals never queue behind other requests
 
 
@@ -101,12 +106,18 @@ def lease_config(settings: Settings, *, lease_name: str, me: str) -> LeaseConfig
     )
 
 
-def api_client(lease: LeaseConfig | None = None) -> client.ApiClient:
+def api_connections(settings: Settings) -> int:
+    """Connections the operator's pool keeps: one for each requester that may be waiting on the
+    API server at the same time."""
+    return settings.trigger.workers + START_CONCURRENCY + WRITE_CONCURRENCY + OTHER_REQUESTERS
+
+
+def api_client(lease: LeaseConfig | None = None, *, connections: int = OTHER_REQUESTERS) -> client.ApiClient:
     """The operator's client: every request bounded by the lease's request timeout (the
     defaults' without one), 429s waited out up to the renew deadline and counted."""
     lease = lease or LeaseConfig(namespace="", name="", identity="")
     configuration = _kube_configuration()
-    configuration.connection_pool_maxsize = API_CONNECTIONS
+    configuration.connection_pool_maxsize = connections
     policy = RequestPolicy(timeout_seconds=lease.request_timeout, retry_after_cap_seconds=lease.renew_deadline)
     return build_client(configuration, policy, on_throttled=metrics.API_THROTTLED.labels(client="operator").inc)
 
@@ -410,7 +421,7 @@ def run(settings: Settings) -> int:
     stopping = stop_on_sigterm()
     me = identity()
     lease = lease_config(settings, lease_name=settings.leader_election.lease_name, me=me)
-    api = api_client(lease)
+    api = api_client(lease, connections=api_connections(settings))
     clock = SystemClock()
     publisher: TokenPublisher | None = None
     callback: ApprovalCallback | None = None
