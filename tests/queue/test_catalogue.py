@@ -522,6 +522,54 @@ def test_the_trigger_loop_keeps_partitions_and_fires_until_stopped(dsn: str, cat
     assert trigger_metric("lag_seconds_count") == lags_before + 1  # 2 minutes late: the clock says 12:02
 
 
+def fire_time(dsn: str, job_id: str) -> datetime:
+    [[fire_at]] = rows(
+        dsn, "SELECT fire_at FROM vigil_queue.schedule_buckets WHERE job_id = %(j)s AND fired_at IS NULL", {"j": job_id}
+    )
+    assert isinstance(fire_at, datetime) and fire_at.tzinfo is not None  # timestamptz: aware
+    return fire_at
+
+
+def test_a_pass_says_when_the_shards_next_occurrence_comes_due(dsn: str, catalogue: Catalogue, trigger: Any) -> None:
+    """Of the unfired rows in the pass's minute and the next: further ahead, the interval decides."""
+    added = catalogue.add(hourly(), now=T0)
+    fire_at = fire_time(dsn, added.job_id)
+    report = trigger.run_pass(now=fire_at - timedelta(seconds=1))
+    assert (report.fired, report.next_fire) == ([], fire_at)
+    assert trigger.run_pass(now=fire_at - timedelta(minutes=2)).next_fire is None
+    report = trigger.run_pass(now=fire_at)
+    assert len(report.fired) == 1 and report.next_fire is None  # the next one is an hour away
+
+
+def test_the_loop_starts_the_next_pass_when_an_occurrence_comes_due_not_a_whole_interval_later(
+    dsn: str, catalogue: Catalogue
+) -> None:
+    """The clock stands still 50 ms before the fire time, so each pass says "in 50 ms"; with a
+    one-minute interval, a loop that waited for it would not reach a second pass in time."""
+    added = catalogue.add(hourly(), now=T0)
+    before = fire_time(dsn, added.job_id) - timedelta(milliseconds=50)
+    stop = threading.Event()
+    passes: list[trigger_module.PassReport] = []
+
+    def on_pass(report: trigger_module.PassReport) -> None:
+        passes.append(report)
+        if len(passes) == 3:
+            stop.set()
+
+    loop = threading.Thread(
+        target=trigger_module.run,
+        args=(ShardTrigger(dsn, shard=0),),
+        kwargs={"clock": lambda: before, "stop": stop, "interval": timedelta(minutes=1), "on_pass": on_pass},
+    )
+    loop.start()
+    stop.wait(30)
+    stop.set()
+    loop.join(timeout=30)
+    assert not loop.is_alive()
+    assert len(passes) == 3, f"{len(passes)} passes: the loop waited for its interval"
+    assert all(p.fired == [] and p.next_fire == before + timedelta(milliseconds=50) for p in passes)
+
+
 def test_the_loop_logs_and_counts_occurrences_an_outage_recorded_missed(
     dsn: str, catalogue: Catalogue, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -1,6 +1,7 @@
 """The trigger pass: walk the due minutes, fire what has come due, mark it once.
 
-The leader calls `Trigger.tick()` every few hundred milliseconds. A pass reads
+The leader calls `Trigger.tick()` when the last pass said its next occurrence comes due
+(`TickReport.next_fire`), and at least every few hundred milliseconds. A pass reads
 the clock once, then visits every minute from the cursor — the oldest minute
 that may still hold an unmarked entry — up to now. For each due entry it asks
 `chain.plan_entry` what to do and applies the plan in the one order that makes
@@ -63,6 +64,10 @@ _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 COMPLETE_GRACE = timedelta(seconds=5)  # a minute is closed this long after it ends (late inserts)
+#: Seconds from one trigger pass's start to the next one's, at least, in either tier: a pass starts
+#: when the last one said an occurrence comes due (`TickReport.next_fire`), so fire times close
+#: together are fired by one pass rather than one pass each.
+MIN_PASS_GAP = 0.01
 MAX_MINUTES_PER_TICK = 120  # a long outage is walked over several ticks, two hours at a time
 MARK_RETRIES = 5
 #: An entry whose handling failed (the API server busy or throttling, a timeout) is retried after

@@ -14,13 +14,11 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from vigil.core.trigger import TickReport, Trigger
+from vigil.core.trigger import MIN_PASS_GAP, TickReport, Trigger
 from vigil.kube.watchdog import Watchdog
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil")
-
-MIN_PASS_GAP = 0.01  # seconds from one trigger pass's start to the next's, at least
 
 
 class TickRecorder(Protocol):

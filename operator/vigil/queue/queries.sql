@@ -458,6 +458,13 @@ ORDER BY b.fire_at
 LIMIT %(limit)s
 FOR UPDATE OF b SKIP LOCKED;
 
+-- name: trigger_next
+-- The earliest fire time ahead of now among one shard's unfired rows of this minute and the next
+-- (two partitions at most, through the partial index of unfired rows): when the next pass is due.
+SELECT min(fire_at) FROM vigil_queue.schedule_buckets
+WHERE shard = %(shard)s AND fired_at IS NULL AND fire_at > %(now)s
+  AND minute >= %(minute)s AND minute <= %(horizon)s;
+
 -- name: trigger_apply
 -- One statement, so one transaction: mark the due rows (conditionally: a row already marked is not
 -- marked again, and nothing keyed to it happens), then, for the rows this statement marked only,

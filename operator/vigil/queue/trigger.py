@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from vigil.core.buckets import BucketEntry, Outcome, minute_of
+from vigil.core.buckets import MINUTE, BucketEntry, Outcome, minute_of
 from vigil.core.chain import (
     CatchUp,
     CatchUpPolicy,
@@ -51,6 +51,7 @@ from vigil.core.payload import PayloadError, occurrence_variables, render_payloa
 from vigil.core.recurring import cron_schedule
 from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
+from vigil.core.trigger import MIN_PASS_GAP
 from vigil.queue import attempt_days, partitions
 from vigil.queue.store import QUERIES
 
@@ -71,6 +72,9 @@ class PassReport:
     failed: int = 0  # occurrences whose payload could not be rendered
     lost_races: int = 0  # rows another trigger marked first (planned here, applied there)
     lags: list[float] = dataclasses.field(default_factory=list)  # per fire: seconds from its fire_at to the pass's now
+    #: The earliest unfired fire time ahead of the pass, in its minute or the next: `run` starts
+    #: the next pass then rather than a whole interval later. None: nothing due that soon.
+    next_fire: datetime | None = None
 
     def merge(self, other: PassReport) -> None:
         self.fired += other.fired
@@ -133,7 +137,14 @@ class ShardTrigger:
             done, read, marked = self._batch(now)
             report.merge(done)
             if read < self.batch or marked == 0:  # all read, or no progress (another trigger has them)
+                report.next_fire = self._next_fire(now)
                 return report
+
+    def _next_fire(self, now: datetime) -> datetime | None:
+        minute = minute_of(now)
+        params = {"shard": self.shard, "now": now, "minute": minute, "horizon": minute + MINUTE}
+        row = self.connection().execute(QUERIES["trigger_next"], params).fetchone()
+        return row[0] if row else None
 
     def maintain(self, *, now: datetime, ahead: timedelta = partitions.DEFAULT_AHEAD) -> partitions.Maintenance:
         """Create partitions ahead and drop fully fired ones behind (one maintainer at a time)."""
@@ -351,8 +362,9 @@ def run(
     on_pass: Callable[[PassReport], None] | None = None,
     on_error: Callable[[], None] | None = None,
 ) -> None:
-    """Run `trigger` until `stop` is set: a pass every `interval`, partition upkeep (buckets and
-    attempts) every `maintain_every`.
+    """Run `trigger` until `stop` is set: a pass every `interval`, or sooner when the last pass
+    said an occurrence comes due before that (`PassReport.next_fire`; passes at least
+    `MIN_PASS_GAP` apart), partition upkeep (buckets and attempts) every `maintain_every`.
 
     For a thread of an operator replica that leads the shard. A failed pass (the database
     restarting, or anything else) is logged and retried on the next tick on a fresh connection:
@@ -362,6 +374,7 @@ def run(
     try:
         while not stop.is_set():
             now = clock()
+            wait = interval.total_seconds()
             try:
                 if maintained is None or now - maintained >= maintain_every:
                     trigger.maintain(now=now)
@@ -375,6 +388,8 @@ def run(
                     )  # fmt: skip
                 if on_pass is not None:
                     on_pass(report)
+                if report.next_fire is not None:
+                    wait = min(wait, max(MIN_PASS_GAP, (report.next_fire - clock()).total_seconds()))
             except psycopg.OperationalError as err:  # the database restarting, a cut connection
                 log.warning("trigger shard %d: %s; retrying on a fresh connection", trigger.shard, err)
                 trigger.close()
@@ -385,7 +400,7 @@ def run(
                 trigger.close()
                 if on_error is not None:
                     on_error()
-            stop.wait(interval.total_seconds())
+            stop.wait(wait)
     finally:
         trigger.close()
 
