@@ -92,10 +92,6 @@ class Bucket:
     def due(self, now: datetime) -> list[BucketEntry]:
         return sorted((e for e in self.pending() if e.fire_at <= now), key=lambda e: e.fire_at)
 
-    def next_fire(self, now: datetime) -> datetime | None:
-        """The earliest fire time still ahead of `now` among the unmarked entries."""
-        return min((e.fire_at for e in self.pending() if e.fire_at > now), default=None)
-
 
 def minute_of(at: datetime) -> datetime:
     """The bucket minute holding an instant: UTC, seconds dropped."""

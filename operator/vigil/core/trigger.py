@@ -68,6 +68,14 @@ COMPLETE_GRACE = timedelta(seconds=5)  # a minute is closed this long after it e
 #: when the last one said an occurrence comes due (`TickReport.next_fire`), so fire times close
 #: together are fired by one pass rather than one pass each.
 MIN_PASS_GAP = 0.01
+
+
+def seconds_to_next_pass(*, interval: float, next_fire: datetime | None, now: datetime) -> float:
+    """How long a trigger loop waits after a pass that ran at `now` (either tier): the interval,
+    or less when the pass said an occurrence fires sooner, but never under `MIN_PASS_GAP`."""
+    if next_fire is None:
+        return interval
+    return min(interval, max(MIN_PASS_GAP, (next_fire - now).total_seconds()))
 MAX_MINUTES_PER_TICK = 120  # a long outage is walked over several ticks, two hours at a time
 MARK_RETRIES = 5
 #: An entry whose handling failed (the API server busy or throttling, a timeout) is retried after
@@ -264,12 +272,13 @@ class Trigger:
             self._backlog += sum(len(bucket.due(now)) for bucket in buckets)
         for bucket in self._process(buckets, now, report):
             report.buckets += 1
-            ahead = None if closed else bucket.next_fire(now)
-            if ahead is not None:
-                report.expect(ahead)
-            if bucket.due(now):
+            pending = bucket.pending()  # one reading of the bucket: passes come as often as fires
+            ahead = [e.fire_at for e in pending if e.fire_at > now]
+            if ahead and not closed:
+                report.expect(min(ahead))
+            if len(ahead) < len(pending):  # some of them have come due
                 report.pending_buckets += 1
-            if bucket.pending():
+            if pending:
                 settled = False
             elif closed:
                 self._store.complete(bucket.name)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from vigil.core.trigger import MIN_PASS_GAP, TickReport, Trigger
+from vigil.core.trigger import TickReport, Trigger, seconds_to_next_pass
 from vigil.kube.watchdog import Watchdog
 from vigil.settings import Settings
 
@@ -38,7 +38,7 @@ def trigger_loop(
     A pass says when its minute has the next occurrence to fire (`TickReport.next_fire`), and the
     next pass starts then, not at the next tick: with jitter, fires are spread over the minute,
     and each would otherwise wait for the tick after its fire time (up to a whole interval, an
-    eighth of a second on average at the default). Passes are at least `MIN_PASS_GAP` apart, so
+    eighth of a second on average at the default). Passes are at least `core.trigger.MIN_PASS_GAP` apart, so
     fire times close together are fired by one pass. The interval still bounds the wait, for
     what a pass cannot see yet (an occurrence inserted meanwhile).
     """
@@ -52,8 +52,7 @@ def trigger_loop(
         try:
             report = trigger.tick()
             on_tick(report, duration_seconds=time.monotonic() - started)
-            if report.next_fire is not None:
-                wait = min(wait, max(MIN_PASS_GAP, (report.next_fire - report.now).total_seconds()))
+            wait = seconds_to_next_pass(interval=interval, next_fire=report.next_fire, now=report.now)
         except Exception:
             log.exception("trigger pass failed; retrying next tick")
         if time.monotonic() - last_rescan > rescan_every:

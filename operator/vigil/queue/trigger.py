@@ -51,7 +51,7 @@ from vigil.core.payload import PayloadError, occurrence_variables, render_payloa
 from vigil.core.recurring import cron_schedule
 from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
-from vigil.core.trigger import MIN_PASS_GAP
+from vigil.core.trigger import seconds_to_next_pass
 from vigil.queue import attempt_days, partitions
 from vigil.queue.store import QUERIES
 
@@ -364,7 +364,7 @@ def run(
 ) -> None:
     """Run `trigger` until `stop` is set: a pass every `interval`, or sooner when the last pass
     said an occurrence comes due before that (`PassReport.next_fire`; passes at least
-    `MIN_PASS_GAP` apart), partition upkeep (buckets and attempts) every `maintain_every`.
+    `core.trigger.MIN_PASS_GAP` apart), partition upkeep (buckets and attempts) every `maintain_every`.
 
     For a thread of an operator replica that leads the shard. A failed pass (the database
     restarting, or anything else) is logged and retried on the next tick on a fresh connection:
@@ -388,8 +388,7 @@ def run(
                     )  # fmt: skip
                 if on_pass is not None:
                     on_pass(report)
-                if report.next_fire is not None:
-                    wait = min(wait, max(MIN_PASS_GAP, (report.next_fire - clock()).total_seconds()))
+                wait = seconds_to_next_pass(interval=wait, next_fire=report.next_fire, now=clock())
             except psycopg.OperationalError as err:  # the database restarting, a cut connection
                 log.warning("trigger shard %d: %s; retrying on a fresh connection", trigger.shard, err)
                 trigger.close()
