@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
@@ -44,7 +45,7 @@ from vigil.core.memory import (
 )
 from vigil.core.ports import Launch
 from vigil.core.schedule import Schedule
-from vigil.core.trigger import RETRY_MAX, Trigger
+from vigil.core.trigger import MARK_SPACING, RETRY_MAX, Trigger
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -290,6 +291,38 @@ def test_the_next_pass_goes_on_while_the_marks_are_written_and_repeats_none_in_f
     assert all(not b.due(w.clock.now()) for b in w.store.read_minute(T0))
     assert len(w.launcher.creations) == 4
     assert sorted(w.outcomes("Fired")) == [T0 + 5 * SECOND] * 4
+
+
+class CountingStore(CrashableStore):
+    """The in-memory store, counting the marker writes of each bucket."""
+
+    def __init__(self) -> None:
+        super().__init__(shards=2)
+        self.mark_writes: Counter[str] = Counter()
+
+    def mark(self, bucket: str, marks: Mapping[str, Mark], *, version: str) -> Bucket:
+        self.mark_writes[bucket] += 1
+        return super().mark(bucket, marks, version=version)
+
+
+def test_with_jitter_a_bucket_is_marked_once_a_second_not_once_a_fire() -> None:
+    """300 jobs whose jitter spreads their fires over 30 s of one minute, a pass every 100 ms:
+    each bucket's markers go out at most once per MARK_SPACING while the minute is open (a write
+    rewrites the whole bucket), not once per pass that fired something. The markers in between
+    are counted as written (nothing fires twice) and are all written by the drain."""
+    w = world(workers=2)
+    w.store = CountingStore()
+    w.trigger = Trigger(store=w.store, catalogue=w.catalogue, launcher=w.launcher, ledger=w.ledger,
+                        clock=w.clock, workers=2)  # fmt: skip
+    minute = T0 + timedelta(minutes=1)
+    for i in range(300):
+        w.add(dataclasses.replace(every_job(f"job{i}", every=timedelta(minutes=1)), jitter=30 * SECOND))
+    w.run_until(minute + 40 * SECOND, step=timedelta(milliseconds=100))
+    w.trigger.drain()
+    assert len(w.launcher.creations) == w.launcher.attempts == 300
+    assert all(not b.pending() for b in w.store.read_minute(minute))
+    spread = 30 / MARK_SPACING.total_seconds()
+    assert w.store.mark_writes and max(w.store.mark_writes.values()) <= spread + 2, w.store.mark_writes
 
 
 def test_a_second_trigger_ticking_between_passes_launches_nothing_again() -> None:

@@ -17,8 +17,10 @@ worker, which goes on to the next job meanwhile. An insert that fails leaves its
 it comes due again and steps 1-4 are repeated for it.
 
 With a pool of workers, step 4 goes on while the next pass begins: that pass counts the markers
-in flight as written, and waits for a bucket's last ones before it marks the bucket again, or
-closes its minute. A marker write that fails brings its entries due again, and the next pass
+in flight as written. A bucket has one marker write in flight at a time, and in a minute still
+open one per `MARK_SPACING` (5 s) at most, as each rewrites the whole bucket; the markers of the
+passes in between are queued and go out together in the next. A minute is closed only on its
+markers as written. A marker write that fails brings its entries due again, and the next pass
 repeats steps 1-4 for them.
 
 A pass that dies between any two steps is repaired by the next pass repeating
@@ -69,13 +71,13 @@ COMPLETE_GRACE = timedelta(seconds=5)  # a minute is closed this long after it e
 #: together are fired by one pass rather than one pass each.
 MIN_PASS_GAP = 0.01
 
-
-def seconds_to_next_pass(*, interval: float, next_fire: datetime | None, now: datetime) -> float:
-    """How long a trigger loop waits after a pass that ran at `now` (either tier): the interval,
-    or less when the pass said an occurrence fires sooner, but never under `MIN_PASS_GAP`."""
-    if next_fire is None:
-        return interval
-    return min(interval, max(MIN_PASS_GAP, (next_fire - now).total_seconds()))
+#: In a minute still open, a bucket's markers go out at most once per this long (with a pool). A
+#: marker write rewrites the whole bucket (64 entries by default: about 20 ms of the API server's
+#: CPU on 2 cores), and with jitter the fires of a minute are spread over it, so one write per
+#: fire would be one per pass that fired in that bucket. Markers not yet written are counted as
+#: written by this process; a leader that stops first repeats steps 1-3 for their entries, which
+#: is harmless, and a minute is closed only once they are all written.
+MARK_SPACING = timedelta(seconds=5)
 MAX_MINUTES_PER_TICK = 120  # a long outage is walked over several ticks, two hours at a time
 MARK_RETRIES = 5
 #: An entry whose handling failed (the API server busy or throttling, a timeout) is retried after
@@ -88,12 +90,35 @@ REVISITS_PER_TICK = 8
 REVISIT_IDLE = timedelta(minutes=5)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Marking:
-    """A bucket's markers in flight: written by `done`, counted as written meanwhile."""
+def seconds_to_next_pass(*, interval: float, next_fire: datetime | None, now: datetime) -> float:
+    """How long a trigger loop waits after a pass that ran at `now` (either tier): the interval,
+    or less when the pass said an occurrence fires sooner, but never under `MIN_PASS_GAP`."""
+    if next_fire is None:
+        return interval
+    return min(interval, max(MIN_PASS_GAP, (next_fire - now).total_seconds()))
 
-    marks: dict[str, Mark]
+
+@dataclasses.dataclass
+class _Marking:
+    """A bucket's markers not yet written, counted as written meanwhile: `sent` in the write
+    `done`, begun at `began` on `base`, and `queued` for the next write, which goes out once
+    that one is in and `MARK_SPACING` after it began. It is kept that long even with nothing
+    queued, so that the next markers queue rather than go out at once."""
+
+    sent: dict[str, Mark]
     done: Future[Bucket]
+    began: datetime
+    base: Bucket
+    queued: dict[str, Mark] = dataclasses.field(default_factory=dict)
+
+    @property
+    def marks(self) -> dict[str, Mark]:
+        return {**self.sent, **self.queued}
+
+    def over(self, now: datetime) -> bool:
+        """Whether this write is in and `MARK_SPACING` has passed since it began: the queued
+        markers may go out (until then, new ones queue behind it)."""
+        return self.done.done() and now - self.began >= MARK_SPACING
 
 
 @dataclasses.dataclass
@@ -207,7 +232,7 @@ class Trigger:
         report = TickReport(now=now)
         self._held = set()
         self._backlog = 0
-        report.errors += self._land([name for name, marking in self._marking.items() if marking.done.done()])
+        report.errors += self._send_queued(now)
         due = sorted(m for m, at in self._revisit.items() if m < self._cursor and at <= now)
         for minute in due[:REVISITS_PER_TICK]:
             if self._visit_minute(minute, now, report):
@@ -230,6 +255,9 @@ class Trigger:
         self._handled_before = now if minute > current else minute
         if minute > current:
             report.expect(current + MINUTE)
+            for marking in self._marking.values():
+                if marking.queued:
+                    report.expect(marking.began + MARK_SPACING)
         self._backlog = 0
         self._publish()
         return report
@@ -316,21 +344,59 @@ class Trigger:
     def _marked(self, bucket: Bucket, marks: dict[str, Mark], now: datetime) -> Bucket:
         """The bucket with `marks` on it. With a pool, in a minute still open, they go out on it
         and the bucket is returned as it will be; else they are written now. One write per
-        bucket is in flight at a time: a bucket still being marked is waited for, and built on."""
-        prior = self._marking.pop(bucket.name, None)
-        base = (self._landed(prior) if prior is not None else None) or bucket
+        bucket is in flight at a time, and one per `MARK_SPACING`: markers that come meanwhile
+        are queued for the next (`_send_queued`)."""
         if self._pool is None or _closed(bucket.minute, now):  # a closed minute is completed at once
-            return self._mark(base, marks)
-        self._marking[bucket.name] = _Marking(marks, self._pool.submit(self._mark, base, marks))
+            prior = self._marking.pop(bucket.name, None)
+            if prior is None:
+                return self._mark(bucket, marks)
+            base = self._landed(prior) or prior.base
+            return self._mark(base, {**prior.queued, **marks})
+        marking = self._marking.get(bucket.name)
+        if marking is None:
+            self._marking[bucket.name] = self._send(bucket, marks, now)
+        else:
+            marking.queued.update(marks)
         return dataclasses.replace(bucket, marks={**bucket.marks, **marks})
+
+    def _send(self, base: Bucket, marks: dict[str, Mark], now: datetime) -> _Marking:
+        assert self._pool is not None
+        return _Marking(marks, self._pool.submit(self._mark, base, marks), now, base)
+
+    def _send_queued(self, now: datetime) -> int:
+        """Land the marker writes that are over (`_Marking.over`), and send what was queued
+        behind them; how many writes failed."""
+        errors = 0
+        for name, marking in list(self._marking.items()):
+            if not marking.over(now):
+                continue
+            landed = self._landed(marking)
+            errors += landed is None
+            if marking.queued:
+                self._marking[name] = self._send(landed or marking.base, marking.queued, now)
+            else:
+                del self._marking[name]
+        return errors
 
     def _with_marks_in_flight(self, bucket: Bucket) -> Bucket:
         marking = self._marking.get(bucket.name)
         return dataclasses.replace(bucket, marks={**bucket.marks, **marking.marks}) if marking else bucket
 
     def _land(self, names: list[str]) -> int:
-        """Wait for these buckets' markers in flight; how many of their writes failed."""
-        return sum(self._landed(self._marking.pop(name)) is None for name in names)
+        """Write these buckets' markers, in flight and queued, and wait for them; how many of
+        the writes failed."""
+        errors = 0
+        for name in names:
+            marking = self._marking.pop(name)
+            landed = self._landed(marking)
+            errors += landed is None
+            if marking.queued:
+                try:
+                    self._mark(landed or marking.base, marking.queued)
+                except Exception:
+                    log.exception("trigger: %d markers not written; their entries come due again", len(marking.queued))
+                    errors += 1
+        return errors
 
     def _landed(self, marking: _Marking) -> Bucket | None:
         """The bucket as marked, once its write is in; None when the write failed (its entries
@@ -338,7 +404,7 @@ class Trigger:
         try:
             return marking.done.result()
         except Exception:
-            log.exception("trigger: %d markers not written; their entries come due again", len(marking.marks))
+            log.exception("trigger: %d markers not written; their entries come due again", len(marking.sent))
             return None
 
     def _map(self, fn: Callable[[_T], _R], items: list[_T]) -> list[_R]:
