@@ -5,9 +5,9 @@ and an execution's beginning waits for its end so both cost one write.
 server refuses that write (here the CRD schema rejects the caller's change), the changes it took
 must wait again for the next write, not vanish with the refused one.
 
-A change that only says an execution began (a fire, a start) may wait `begin_wait` for the end:
-in a burst each execution is a different job's, and writing the fire and the end apart would cost
-every execution two job status writes.
+A change that only says an execution began (a fire, a start) may wait `begin_wait` after the last
+such change for the end: in a burst each execution is a different job's, and writing the fire and
+the end apart would cost every execution two job status writes.
 """
 
 from __future__ import annotations
@@ -104,3 +104,32 @@ def test_a_begin_with_no_end_is_written_once_it_has_waited_its_time(
         what="the begin written without its end",
     )
     assert writer.pending() == 0
+
+
+def test_a_start_after_the_fire_waits_again_for_the_end(cluster: KubeCluster, namespace: str, stop: threading.Event) -> None:
+    """Under load a pod starts long after its fire and ends later still: the start's own wait
+    keeps the fire, the start and the end in one write (timing the wait from the fire alone wrote
+    the fire and the start at `begin_wait`, and the end apart)."""
+    uid = create_job(cluster, namespace, "s", every="1h")["metadata"]["uid"]
+    writer = _running(cluster, stop, begin_wait=4)
+    written: list[str] = []
+
+    def seen(job: Mapping[str, Any]) -> None:
+        written.append(job["metadata"]["resourceVersion"])
+
+    fired = time.monotonic()
+    writer.add((namespace, "s"), Change(uid, _sets(schedule="every 1h"), seen, begins=True))
+    wait_for(lambda: time.monotonic() > fired + 1.0, timeout=10, what="a second after the fire")
+    writer.add((namespace, "s"), Change(uid, _sets(lastScheduleTime="2026-12-04T00:00:00Z"), seen, begins=True))
+    wait_for(
+        lambda: time.monotonic() > fired + 4.5 and writer.queue.idle(),
+        timeout=20,
+        what="past the fire's own wait, the writer idle",
+    )
+    assert written == [], "the fire was written at its own wait, though the start came later"
+
+    writer.add((namespace, "s"), Change(uid, _sets(observedGeneration=1), seen))
+    wait_for(lambda: len(written) == 3, timeout=10, what="the fire, the start and the end written")
+    assert len(set(written)) == 1, "the fire, the start and the end took more than one write"
+    status = get_job(cluster, namespace, "s")["status"]
+    assert (status["schedule"], status["observedGeneration"]) == ("every 1h", 1)

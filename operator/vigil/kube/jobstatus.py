@@ -13,10 +13,11 @@ status with the pure `ledger_patch` and `transition_patch`, and writes the chang
 conditional on the version read (a conflict reads it again from the API server and folds again).
 The first change after a quiet spell waits one interval too, so a short execution's fire and its
 end usually share one write. A change that only says an execution began (a plan of fires, a
-transition that is not an end) may wait longer, `BEGIN_WAIT_SECONDS`, for that execution's end
-to share its write: in a burst every execution is another job's, and its fire and its end would
-otherwise cost two writes. LAST SCHEDULED, NEXT RUN and ACTIVE may lag that long; an end, and
-anything else, is written within the interval. A plan that must be on the job before its bucket
+transition that is not an end) may wait longer, `BEGIN_WAIT_SECONDS` after the last such
+change (the fire, then the start) and at most twice that after the first, for that execution's
+end to share its write: in a burst every execution is another job's, and its fire and its end
+would otherwise cost two writes. LAST SCHEDULED, NEXT RUN and ACTIVE may lag that long; an end,
+and anything else, is written within the interval. A plan that must be on the job before its bucket
 is marked (`ledger.urgent`), and a reconcile of the job's spec, are written at once with
 whatever waits for the job.
 
@@ -107,6 +108,7 @@ class JobStatusWriter:
         self._lock = threading.Lock()
         self._waiting: dict[Key, list[Change]] = {}
         self._due: dict[Key, float] = {}  # when each job with changes waiting is written (monotonic)
+        self._first: dict[Key, float] = {}  # when the first of them was added (monotonic)
         self._last: dict[Key, float] = {}  # when each job was last written (monotonic)
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]  # one job's writes in order
         self.queue: WorkQueue[Key] = WorkQueue("job-status", self._flush, workers=workers)
@@ -160,18 +162,26 @@ class JobStatusWriter:
             return sum(len(w) for w in self._waiting.values())
 
     def add(self, key: Key, change: Change) -> None:
-        """Queue a change for the job's next write."""
+        """Queue a change for the job's next write: within the interval, or, while every change
+        waiting only says an execution began, `begin_wait` after the last of them (the fire, then
+        the start: under load the end often comes more than `begin_wait` after the fire) and at
+        most twice that after the first."""
         with self._lock:
             now = time.monotonic()
-            wait = self._begin_wait if change.begins else self._interval
-            due = max(now + wait, self._last.get(key, float("-inf")) + self._interval)
-            self._due[key] = min(self._due.get(key, due), due)
-            self._waiting.setdefault(key, []).append(change)
+            waiting = self._waiting.setdefault(key, [])
+            first = self._first.setdefault(key, now)
+            if change.begins and all(c.begins for c in waiting):
+                due = min(max(now + self._begin_wait, self._due.get(key, now)), first + 2 * self._begin_wait)
+            else:
+                due = min(self._due.get(key, now + self._interval), now + self._interval)
+            self._due[key] = max(due, self._last.get(key, float("-inf")) + self._interval)
+            waiting.append(change)
         self.queue.add(key)
 
     def _take(self, key: Key) -> list[Change]:
         with self._lock:
             self._due.pop(key, None)
+            self._first.pop(key, None)
             return self._waiting.pop(key, [])
 
     def _stripe(self, key: Key) -> threading.Lock:
@@ -200,6 +210,7 @@ class JobStatusWriter:
         with self._lock:
             self._waiting[key] = [*changes, *self._waiting.get(key, [])]
             self._due[key] = time.monotonic()  # they were due: the queue's retry delay paces them
+            self._first.setdefault(key, self._due[key])
 
     def _write(self, key: Key, changes: list[Change]) -> None:
         """Fold `changes` into the job and write it once (read again on a conflict)."""
