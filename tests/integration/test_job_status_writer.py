@@ -24,7 +24,7 @@ from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import create_job, get_job
 from tests.waiting import wait_for
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import Change, JobStatusWriter
+from vigil.kube.jobstatus import Change, JobStatusWriter, Then
 
 
 def _sets(**fields: Any) -> Any:
@@ -66,16 +66,23 @@ def _running(cluster: KubeCluster, stop: threading.Event, *, begin_wait: float) 
     return writer
 
 
-def test_an_executions_begin_waits_for_its_end_and_both_share_one_write(
-    cluster: KubeCluster, namespace: str, stop: threading.Event
-) -> None:
-    uid = create_job(cluster, namespace, "b", every="1h")["metadata"]["uid"]
-    writer = _running(cluster, stop, begin_wait=600)
+def _versions_written() -> tuple[list[str], Then]:
+    """A list, and a `then` that appends to it the resourceVersion of each write it is told of:
+    two changes written together show the same version."""
     written: list[str] = []
 
     def seen(job: Mapping[str, Any]) -> None:
         written.append(job["metadata"]["resourceVersion"])
 
+    return written, seen
+
+
+def test_an_executions_begin_waits_for_its_end_and_both_share_one_write(
+    cluster: KubeCluster, namespace: str, stop: threading.Event
+) -> None:
+    uid = create_job(cluster, namespace, "b", every="1h")["metadata"]["uid"]
+    writer = _running(cluster, stop, begin_wait=600)
+    written, seen = _versions_written()
     added = time.monotonic()
     writer.add((namespace, "b"), Change(uid, _sets(schedule="every 1h"), seen, begins=True))
     wait_for(
@@ -112,11 +119,7 @@ def test_a_start_after_the_fire_waits_again_for_the_end(cluster: KubeCluster, na
     the fire and the start at `begin_wait`, and the end apart)."""
     uid = create_job(cluster, namespace, "s", every="1h")["metadata"]["uid"]
     writer = _running(cluster, stop, begin_wait=4)
-    written: list[str] = []
-
-    def seen(job: Mapping[str, Any]) -> None:
-        written.append(job["metadata"]["resourceVersion"])
-
+    written, seen = _versions_written()
     fired = time.monotonic()
     writer.add((namespace, "s"), Change(uid, _sets(schedule="every 1h"), seen, begins=True))
     wait_for(lambda: time.monotonic() > fired + 1.0, timeout=10, what="a second after the fire")
