@@ -305,7 +305,7 @@ class CountingStore(CrashableStore):
         return super().mark(bucket, marks, version=version)
 
 
-def test_with_jitter_a_bucket_is_marked_once_a_second_not_once_a_fire() -> None:
+def test_with_jitter_a_bucket_is_marked_once_per_spacing_not_once_a_fire() -> None:
     """300 jobs whose jitter spreads their fires over 30 s of one minute, a pass every 100 ms:
     each bucket's markers go out at most once per MARK_SPACING while the minute is open (a write
     rewrites the whole bucket), not once per pass that fired something. The markers in between
