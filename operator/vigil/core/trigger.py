@@ -347,11 +347,9 @@ class Trigger:
         bucket is in flight at a time, and one per `MARK_SPACING`: markers that come meanwhile
         are queued for the next (`_send_queued`)."""
         if self._pool is None or _closed(bucket.minute, now):  # a closed minute is completed at once
-            prior = self._marking.pop(bucket.name, None)
-            if prior is None:
-                return self._mark(bucket, marks)
-            base = self._landed(prior) or prior.base
-            return self._mark(base, {**prior.queued, **marks})
+            if bucket.name in self._marking:  # (its visit landed them already: kept for safety)
+                self._land([bucket.name])  # what is in flight and queued first; a stale version re-reads
+            return self._mark(bucket, marks)
         marking = self._marking.get(bucket.name)
         if marking is None:
             self._marking[bucket.name] = self._send(bucket, marks, now)
