@@ -63,6 +63,10 @@ INPUT_ROUNDS = 10
 STUCK_MARGIN = timedelta(seconds=1)
 #: An invalid workflow is looked at again this often (a missing definition may appear).
 INVALID_RECHECK = timedelta(seconds=30)
+#: Step pods' successes that start nothing, while other step pods of the workflow still run, wait
+#: at most this long to be recorded: with the next result that does start something, or ends the
+#: workflow, they are one status write (:func:`results_can_wait`).
+QUIET_RESULTS_WAIT = timedelta(seconds=5)
 
 
 class HistoryFull(Exception):
@@ -227,6 +231,19 @@ def next_pass(definition: Definition, state: WorkflowState, now: datetime) -> da
             if due > now:
                 wakes.append(due + STUCK_MARGIN)
     return min(wakes) if wakes else None
+
+
+def results_can_wait(definition: Definition, state: WorkflowState, new: Sequence[Record]) -> bool:
+    """Whether what a pass found may wait to be recorded with the next result: only step pods'
+    successes, which decided nothing (no step started, the workflow did not end), while pods of
+    other steps are still wanted, so another result is coming. ``state`` is folded over ``new``.
+
+    Each status write rewrites the whole workflow on the API server, and a fan's pods end
+    spread over seconds when they started so: recorded one by one, a fan of 8 was up to 8
+    writes. A failure is never held (it may retry, compensate or cancel), and neither is a
+    success that lets a dependent start."""
+    quiet = bool(new) and all(record.event is Event.POD_SUCCEEDED for record in new)
+    return quiet and bool(wanted_pods(definition, state))
 
 
 def needs_pass(status: Mapping[str, Any], *, mirroring: bool, expired: bool) -> bool:

@@ -35,6 +35,12 @@ at their recorded time, and a periodic rescan queues every unfinished one (that
 is also how a fresh operator resumes all in-flight workflows). A finished
 workflow leaves once its ttlAfterFinished has passed and its whole history is in
 the database (:mod:`vigil.kube.workflowttl`, asked after each pass on it).
+
+Every status write rewrites the whole Workflow on the API server, so a pass writes only what
+changes what happens next at once: step pods' successes that start nothing, while other step
+pods of the workflow still run, are held back (for QUIET_RESULTS_WAIT at most) and recorded with
+the next result (:func:`vigil.core.workflowpass.results_can_wait`). A fan whose pods end over a
+few seconds is then one write, not one per pod.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ from vigil.core.workflowmirror import history_rows
 from vigil.core.workflowpass import (
     INVALID_RECHECK,
     JOB_OUTCOMES,
+    QUIET_RESULTS_WAIT,
     STATUS_LIMITS,
     HistoryFull,
     Recorded,
@@ -81,6 +88,7 @@ from vigil.core.workflowpass import (
     needs_pass,
     next_pass,
     plan_pods,
+    results_can_wait,
     start,
     started_status,
     wanted_pod_name,
@@ -310,6 +318,8 @@ class WorkflowEngine:
         self._writer = None if history is None else MirrorWriter(history, done=self._mirror_written)
         #: Outputs read back from the database, by (workflow uid, seq), oldest first.
         self._outputs: dict[tuple[str, int], Any] = {}
+        #: Of each workflow whose passes hold results back (:meth:`_hold`): since when.
+        self._held_since: dict[Key, datetime] = {}
 
     # --- queueing -----------------------------------------------------------------------------
 
@@ -353,6 +363,7 @@ class WorkflowEngine:
         with self._lock:
             self._handled.pop((namespace, name), None)
             self._bodies.pop((namespace, name), None)
+            self._held_since.pop((namespace, name), None)
         self._mirrored.forget((namespace, name))
         if self._admit is not None:
             self._admit((namespace, name), [], "normal")
@@ -523,6 +534,9 @@ class WorkflowEngine:
             result_of=lambda wanted: _result(pods, wanted, now),
             now=now,
         )
+        held = self._hold(obj, definition, state, new, now)
+        if held is not None:
+            return held
         stuck = tuple(stuck_steps(definition, state, now=now))
         mirrored = self._mirror(obj, pinned, recorded.base, recorded.entries, recorded.mirrored, finished=state.finished)
         entries = [*recorded.entries, *new]
@@ -545,6 +559,26 @@ class WorkflowEngine:
         if self._ttl is None or not state.finished:
             return wake
         return next_look(wake, self._ttl.after_pass(obj, new_status, now))  # the status as it now stands
+
+    def _hold(
+        self, obj: Mapping[str, Any], definition: Definition, state: WorkflowState, new: Sequence[Record], now: datetime
+    ) -> datetime | None:
+        """When the results a pass found may wait for the next (:func:`results_can_wait`), and
+        the first of them waited less than QUIET_RESULTS_WAIT: nothing is recorded or done, and
+        the time of the pass that records them at the latest. None: the pass goes on. Held
+        results stay in their pods, and a new leader finds them there."""
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        with self._lock:
+            if not results_can_wait(definition, state, new):
+                self._held_since.pop(key, None)
+                return None
+            due = self._held_since.setdefault(key, now) + QUIET_RESULTS_WAIT
+            if now >= due:
+                self._held_since.pop(key, None)
+                return None
+        self._handled_at(obj, keep=True)
+        wake = next_pass(definition, state, now)
+        return due if wake is None else min(wake, due)
 
     def _write(self, obj: Mapping[str, Any], new_status: dict[str, Any]) -> bool:
         """The Workflow's one status writer: the status built from the folded state, compared

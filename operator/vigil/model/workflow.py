@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Self
 
-from pydantic import Field, StringConstraints, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from vigil.core.workflow import (
     OUTPUT_MAX_BYTES,
@@ -649,6 +649,12 @@ class WorkflowSpec(WorkflowTemplate, json_schema_extra=_WORKFLOW_SPEC_RULES):
 class WorkflowStatus(StatusModel):
     """What the orchestrator knows about the workflow. `history` is the record of truth; the
     rest can be rebuilt from it."""
+
+    # One field to the API server, as a bucket's markers are: the engine is its one writer and
+    # writes it whole. Tracked field by field (each step, each key of the pinned definition),
+    # every write had the API server rebuild that tracking: a 10-step workflow's status write
+    # cost it about 17 ms of CPU, and 14 ms as one field.
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-map-type": "atomic"})
 
     observed_generation: int | None = Field(
         default=None, ge=0, description="The metadata.generation last acted on."
