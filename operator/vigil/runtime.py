@@ -446,11 +446,6 @@ def run(settings: Settings) -> int:
     catalogue = KubeCatalogue(api, cache=jobs, queue_enabled=bool(settings.queue.dsn))
     events = EventRecorder(api, instance=me, background=True)
     caches = ExecutionCaches.build(api, executions)
-    writer = JobStatusWriter(api, catalogue=catalogue)
-    results = JobResults(
-        api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition,
-        writer=writer, catalogue=catalogue,
-    )  # fmt: skip
     dispatcher = Dispatcher(
         api,
         store=executions,
@@ -465,6 +460,11 @@ def run(settings: Settings) -> int:
         ),
         workflow_pods=caches.workflow_pods,
     )
+    writer = JobStatusWriter(api, catalogue=catalogue, hold=dispatcher.starting)
+    results = JobResults(
+        api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition,
+        writer=writer, catalogue=catalogue,
+    )  # fmt: skip
     controller = ExecutionController(
         store=executions,
         pods=caches.pods,

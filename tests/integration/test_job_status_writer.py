@@ -8,13 +8,16 @@ must wait again for the next write, not vanish with the refused one.
 A change that only says an execution began (a fire, a start) may wait `begin_wait` after the last
 such change for the end: in a burst each execution is a different job's, and writing the fire and
 the end apart would cost every execution two job status writes.
+
+While the dispatcher has pods to create (`hold`), due changes wait for them, at most twice
+`begin_wait` after the first: the API server starts due work before it takes the summaries.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -60,8 +63,11 @@ def stop() -> Iterator[threading.Event]:
     event.set()
 
 
-def _running(cluster: KubeCluster, stop: threading.Event, *, begin_wait: float) -> JobStatusWriter:
-    writer = JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api), interval=0.05, begin_wait=begin_wait)
+def _running(
+    cluster: KubeCluster, stop: threading.Event, *, begin_wait: float, hold: Callable[[], bool] = lambda: False
+) -> JobStatusWriter:
+    catalogue = KubeCatalogue(cluster.api)
+    writer = JobStatusWriter(cluster.api, catalogue=catalogue, interval=0.05, begin_wait=begin_wait, hold=hold)
     threading.Thread(target=writer.queue.run, args=(stop,), daemon=True).start()
     return writer
 
@@ -136,3 +142,40 @@ def test_a_start_after_the_fire_waits_again_for_the_end(cluster: KubeCluster, na
     assert len(set(written)) == 1, "the fire, the start and the end took more than one write"
     status = get_job(cluster, namespace, "s")["status"]
     assert (status["schedule"], status["observedGeneration"]) == ("every 1h", 1)
+
+
+def test_while_pods_are_being_created_due_changes_wait_for_them_or_twice_begin_wait(
+    cluster: KubeCluster, namespace: str, stop: threading.Event
+) -> None:
+    uid = create_job(cluster, namespace, "h", every="1h")["metadata"]["uid"]
+    key = (namespace, "h")
+    creating = threading.Event()
+    creating.set()
+    writer = _running(cluster, stop, begin_wait=1.5, hold=creating.is_set)
+    written, seen = _versions_written()
+
+    added = time.monotonic()
+    writer.add(key, Change(uid, _sets(observedGeneration=1), seen))  # an end: due within the interval
+    wait_for(
+        lambda: time.monotonic() > added + 1.0 and writer.queue.idle(),
+        timeout=10,
+        what="a second of pods being created (20 intervals), the writer idle",
+    )
+    assert written == [], "a due change was written while pods waited to be created"
+    writer.write_now(key, Change(uid, _sets(schedule="every 1h"), seen))  # a plan that must be on the job
+    assert len(written) == 2, "write_now waited for the pods"
+    creating.clear()
+    assert (get_job(cluster, namespace, "h")["status"]["observedGeneration"]) == 1  # it went with write_now
+
+    creating.set()
+    added = time.monotonic()
+    writer.add(key, Change(uid, _sets(observedGeneration=2), seen))
+    wait_for(lambda: len(written) == 3, timeout=10, what="the change written though pods are still being created")
+    assert time.monotonic() - added >= 2 * 1.5, "written before it had waited twice begin_wait"
+    assert get_job(cluster, namespace, "h")["status"]["observedGeneration"] == 2
+
+    creating.clear()
+    added = time.monotonic()
+    writer.add(key, Change(uid, _sets(observedGeneration=3), seen))
+    wait_for(lambda: len(written) == 4, timeout=10, what="the change written with no pods to create")
+    assert time.monotonic() - added < 2 * 1.5

@@ -157,6 +157,12 @@ class Dispatcher:
         """Something became Ready or a slot freed: run a pass now rather than at the next interval."""
         self._wake.set()
 
+    def starting(self) -> bool:
+        """Whether pods chosen to start are still being created (what the job status writer
+        gives way to)."""
+        with self._creating_lock:
+            return bool(self._creating)
+
     def run(self, stop: threading.Event, *, interval: float, on_report: Any = None) -> None:
         while not stop.is_set():
             self._wake.clear()

@@ -21,6 +21,13 @@ and anything else, is written within the interval. A plan that must be on the jo
 is marked (`ledger.urgent`), and a reconcile of the job's spec, are written at once with
 whatever waits for the job.
 
+While the dispatcher has pods to create (`hold`), every job's waiting changes wait too, at most
+twice `BEGIN_WAIT_SECONDS` after the first: in a burst the API server is the bottleneck, and
+starting due work comes before summarising work that started or ended. Each job status write
+rewrites the whole ScheduledJob (its ledger and recent list too); in a 1,000-job burst with
+jitter off, a thousand of them came while pods waited to be created, and holding them moved
+the pods' observed p99 from 25.0 s to 17.8 s (one run each, `make bench`).
+
 A leader stopping gracefully writes whatever waits before it releases its Lease (`flush`);
 what waits here is lost only on a crash. It is only the job's summary and the Fired entries of its
 ledger: every Execution holds its own truth and the history database keeps every attempt.
@@ -54,6 +61,7 @@ log = logging.getLogger(__name__)
 
 WRITE_INTERVAL_SECONDS = 1.0  # at most one status write per job this often
 BEGIN_WAIT_SECONDS = 10.0  # how long a fire or a start may wait for its execution's end
+HOLD_RECHECK_SECONDS = 0.5  # a job held back while pods are being created is looked at this often
 LOCK_STRIPES = 64
 
 Key = tuple[str, str]
@@ -100,11 +108,14 @@ class JobStatusWriter:
         interval: float = WRITE_INTERVAL_SECONDS,
         begin_wait: float = BEGIN_WAIT_SECONDS,
         workers: int = 8,
+        hold: Callable[[], bool] = lambda: False,
     ) -> None:
         self._custom = client.CustomObjectsApi(api)
         self._catalogue = catalogue
         self._interval = interval
         self._begin_wait = max(begin_wait, interval)
+        #: Whether pods are waiting to be created (the dispatcher's): due writes wait meanwhile.
+        self._hold = hold
         self._lock = threading.Lock()
         self._waiting: dict[Key, list[Change]] = {}
         self._due: dict[Key, float] = {}  # when each job with changes waiting is written (monotonic)
@@ -191,9 +202,14 @@ class JobStatusWriter:
 
     def _flush(self, key: Key) -> float | None:
         with self._lock:
-            left = self._due.get(key, 0.0) - time.monotonic()
+            now = time.monotonic()
+            left = self._due.get(key, 0.0) - now
+            first = self._first.get(key)
+            held = first is not None and now < first + 2 * self._begin_wait
         if left > 0:
             return left
+        if held and self._hold():
+            return HOLD_RECHECK_SECONDS
         with self._stripe(key):
             changes = self._take(key)
             if not changes:
