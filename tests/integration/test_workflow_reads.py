@@ -11,22 +11,21 @@ a subclass that calls through.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.workflows import GROUP, VERSION, WORKFLOWS, create_workflow, get_workflow
+from tests.integration.workflows import (
+    GROUP,
+    VERSION,
+    WORKFLOWS,
+    MovableClock,
+    create_workflow,
+    get_workflow,
+)
 from vigil.kube.workflows import WorkflowApi, WorkflowEngine
 
 WAIT = timedelta(seconds=10)
-
-
-class MovableClock:
-    def __init__(self) -> None:
-        self.at = datetime.now(UTC).replace(microsecond=0)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 class CountingApi(WorkflowApi):

@@ -23,14 +23,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.workflows import Outage, create_workflow, get_workflow, pod_step
+from tests.integration.workflows import (
+    MovableClock,
+    Outage,
+    create_workflow,
+    get_workflow,
+    pod_step,
+)
 from vigil.core.checkpoint import chain, entry_bytes
 from vigil.core.workflow import Event, Record, records_from_data
 from vigil.core.workflowpass import HISTORY_MAX_BYTES
@@ -42,14 +48,6 @@ STEPS = ("probe", "encode", "package", "publish")
 ATTEMPTS = 100  # the most a step's retry policy allows
 MESSAGE = "E" * 4000  # a termination message is at most 4 KiB
 OUTPUT = {"manifest": "m" * 4000}
-
-
-class MovableClock:
-    def __init__(self) -> None:
-        self.at = datetime.now(UTC).replace(microsecond=0)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 class NoPods(WorkflowApi):

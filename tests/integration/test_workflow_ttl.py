@@ -28,6 +28,7 @@ from tests.integration.workflows import (
     GROUP,
     VERSION,
     WORKFLOWS,
+    MovableClock,
     Outage,
     create_workflow,
     get_workflow,
@@ -129,14 +130,6 @@ def test_a_scheduled_workflow_takes_its_ttl_from_the_template_and_the_job_still_
 
 
 # --- the engine in this process, with a clock the test moves ------------------------------------
-
-
-class MovableClock:
-    def __init__(self) -> None:
-        self.at = datetime.now(UTC).replace(microsecond=0)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 class InNamespace(WorkflowApi):

@@ -18,23 +18,15 @@ which is what its pod cache would say.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import KubeCluster
-from tests.integration.workflows import create_workflow, get_workflow, pod_step
+from tests.integration.workflows import MovableClock, create_workflow, get_workflow, pod_step
 from vigil.core.workflowpass import QUIET_RESULTS_WAIT
 from vigil.kube.workflows import WorkflowApi, WorkflowEngine
-
-
-class MovableClock:
-    def __init__(self) -> None:
-        self.at = datetime.now(UTC).replace(microsecond=0)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 class StepPods(WorkflowApi):
@@ -67,6 +59,9 @@ class StepPods(WorkflowApi):
         self.created[name] = {**self.created[name], "status": status}
 
 
+Setup = tuple[WorkflowEngine, StepPods, MovableClock]
+
+
 def fan(width: int) -> list[dict[str, Any]]:
     """``s0``, then ``f0`` … ``f<width-1>`` all after it."""
     return [pod_step("s0"), *(pod_step(f"f{i}", "s0") for i in range(width))]
@@ -78,27 +73,48 @@ def step_phases(cluster: KubeCluster, namespace: str, name: str) -> dict[str, st
 
 
 @pytest.fixture
-def engine_and_pods(cluster: KubeCluster) -> tuple[WorkflowEngine, StepPods, MovableClock]:
+def engine_and_pods(cluster: KubeCluster) -> Setup:
     api, clock = StepPods(cluster), MovableClock()
     return WorkflowEngine(api, clock=clock, events=None), api, clock
 
 
-def fanned_out(
-    cluster: KubeCluster, namespace: str, setup: tuple[WorkflowEngine, StepPods, MovableClock], width: int
-) -> None:
-    """A workflow ``w`` of a fan of ``width``, run until every fan pod is running."""
-    engine, pods, clock = setup
+def fanned_out(cluster: KubeCluster, namespace: str, setup: Setup, width: int) -> int:
+    """A workflow ``w`` of a fan of ``width``, run until every fan pod is running; the status
+    writes so far."""
+    engine, pods, _ = setup
     create_workflow(cluster, namespace, "w", steps=fan(width))
     engine.reconcile(namespace, "w")  # started: s0's pod
-    pods.end("s0")
-    clock.at += timedelta(seconds=1)
-    engine.reconcile(namespace, "w")  # s0's success starts the fan: recorded at once
+    recorded(setup, namespace, "s0")  # s0's success starts the fan: recorded at once
     assert step_phases(cluster, namespace, "w") == {"s0": "Succeeded", **{f"f{i}": "Running" for i in range(width)}}
     assert len(pods.created) == 1 + width
+    return pods.writes
+
+
+
+def held(setup: Setup, namespace: str, step: str) -> datetime | None:
+    """``step``'s pod succeeds a second later and a pass runs: it writes nothing (the result is
+    held); when it wants the next pass."""
+    engine, pods, clock = setup
+    written = pods.writes
+    pods.end(step)
+    clock.at += timedelta(seconds=1)
+    wake = engine.reconcile(namespace, "w")
+    assert pods.writes == written, f"{step}'s success was written at once"
+    return wake
+
+
+def recorded(setup: Setup, namespace: str, step: str, phase: str = "Succeeded") -> None:
+    """``step``'s pod ends (``phase``) a second later and a pass runs: it writes once."""
+    engine, pods, clock = setup
+    written = pods.writes
+    pods.end(step, phase)
+    clock.at += timedelta(seconds=1)
+    engine.reconcile(namespace, "w")
+    assert pods.writes == written + 1, f"{step}'s end and what waited took {pods.writes - written} writes"
 
 
 def test_what_the_api_server_tracks_of_a_workflow_status_does_not_grow_with_its_steps(
-    cluster: KubeCluster, namespace: str, engine_and_pods: tuple[WorkflowEngine, StepPods, MovableClock]
+    cluster: KubeCluster, namespace: str, engine_and_pods: Setup
 ) -> None:
     """The engine writes the status whole, so the API server tracks it as one field: a status
     of 21 steps leaves the same managedFields entry as one of 1 (field by field, it held the
@@ -118,42 +134,32 @@ def test_what_the_api_server_tracks_of_a_workflow_status_does_not_grow_with_its_
 
 
 def test_a_fans_successes_that_start_nothing_are_recorded_with_the_last_one(
-    cluster: KubeCluster, namespace: str, engine_and_pods: tuple[WorkflowEngine, StepPods, MovableClock]
+    cluster: KubeCluster, namespace: str, engine_and_pods: Setup
 ) -> None:
-    engine, pods, clock = engine_and_pods
+    _, _, clock = engine_and_pods
     fanned_out(cluster, namespace, engine_and_pods, 3)
-    written = pods.writes
-
-    for step in ("f0", "f1"):
-        pods.end(step)
-        clock.at += timedelta(seconds=1)
-        wake = engine.reconcile(namespace, "w")
-        assert pods.writes == written  # held: f2 still runs, and nothing waits for these
+    for step in ("f0", "f1"):  # held: f2 still runs, and nothing waits for these
+        wake = held(engine_and_pods, namespace, step)
         assert wake is not None and wake <= clock.now() + QUIET_RESULTS_WAIT
     assert step_phases(cluster, namespace, "w")["f0"] == "Running"
 
-    pods.end("f2")
-    clock.at += timedelta(seconds=1)
-    engine.reconcile(namespace, "w")
-    assert pods.writes == written + 1
+    recorded(engine_and_pods, namespace, "f2")
     done = get_workflow(cluster, namespace, "w")["status"]
     assert done["phase"] == "Succeeded"
     assert {step: summary["phase"] for step, summary in done["steps"].items()} == dict.fromkeys(
         ("s0", "f0", "f1", "f2"), "Succeeded"
     )
-    recorded = [entry["step"] for entry in done["history"] if entry["event"] == "PodSucceeded"]
-    assert sorted(recorded) == ["f0", "f1", "f2", "s0"]  # each result once
+    succeeded = [entry["step"] for entry in done["history"] if entry["event"] == "PodSucceeded"]
+    assert sorted(succeeded) == ["f0", "f1", "f2", "s0"]  # each result once
 
 
 def test_a_held_success_is_recorded_once_it_has_waited_long_enough(
-    cluster: KubeCluster, namespace: str, engine_and_pods: tuple[WorkflowEngine, StepPods, MovableClock]
+    cluster: KubeCluster, namespace: str, engine_and_pods: Setup
 ) -> None:
     engine, pods, clock = engine_and_pods
-    fanned_out(cluster, namespace, engine_and_pods, 2)
-    written = pods.writes
-    pods.end("f0")
-    wake = engine.reconcile(namespace, "w")
-    assert pods.writes == written and wake == clock.now() + QUIET_RESULTS_WAIT
+    written = fanned_out(cluster, namespace, engine_and_pods, 2)
+    wake = held(engine_and_pods, namespace, "f0")
+    assert wake == clock.now() + QUIET_RESULTS_WAIT
 
     clock.at = wake
     engine.reconcile(namespace, "w")
@@ -162,18 +168,10 @@ def test_a_held_success_is_recorded_once_it_has_waited_long_enough(
 
 
 def test_a_failure_is_recorded_at_once_with_the_successes_held_before_it(
-    cluster: KubeCluster, namespace: str, engine_and_pods: tuple[WorkflowEngine, StepPods, MovableClock]
+    cluster: KubeCluster, namespace: str, engine_and_pods: Setup
 ) -> None:
-    engine, pods, clock = engine_and_pods
     fanned_out(cluster, namespace, engine_and_pods, 3)
-    written = pods.writes
-    pods.end("f0")
-    engine.reconcile(namespace, "w")
-    assert pods.writes == written  # held
-
-    pods.end("f1", "Failed")
-    clock.at += timedelta(seconds=1)
-    engine.reconcile(namespace, "w")
-    assert pods.writes == written + 1
+    held(engine_and_pods, namespace, "f0")
+    recorded(engine_and_pods, namespace, "f1", "Failed")
     phases = step_phases(cluster, namespace, "w")
     assert phases["f0"] == "Succeeded" and phases["f1"] != "Running"

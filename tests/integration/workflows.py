@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -18,6 +19,16 @@ from vigil.history.store import SqlHistory
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 WORKFLOWS, DEFINITIONS = "workflows", "workflowdefinitions"
 FINISHED = ("Succeeded", "Failed", "Compensated", "Cancelled")
+
+
+class MovableClock:
+    """A clock the test moves (``at``), from now to the second."""
+
+    def __init__(self) -> None:
+        self.at = datetime.now(UTC).replace(microsecond=0)
+
+    def now(self) -> datetime:
+        return self.at
 
 
 def pod_step(step_id: str, *deps: str, command: str = "true", **extra: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ twice `BEGIN_WAIT_SECONDS` after the first: in a burst the API server is the bot
 starting due work comes before summarising work that started or ended. Each job status write
 rewrites the whole ScheduledJob (its ledger and recent list too); in a 1,000-job burst with
 jitter off, a thousand of them came while pods waited to be created, and holding them moved
-the pods' observed p99 from 25.0 s to 17.8 s (one run each, `make bench`).
+the pods' observed p99 from 25.0 s to 14.3 s (one run each, `make bench`).
 
 A leader stopping gracefully writes whatever waits before it releases its Lease (`flush`);
 what waits here is lost only on a crash. It is only the job's summary and the Fired entries of its
