@@ -133,9 +133,11 @@ def wait_step(step: str, *needs: str) -> dict[str, Any]:
     return {"id": step, "type": "wait", "wait": {"duration": "1s"}, "dependsOn": list(needs)}
 
 
-# Well-formed steps whose dependencies the schema cannot judge: fine, a cycle, a self-loop.
+# Well-formed steps whose graph the schema cannot judge: fine, a cycle, a self-loop, a repeated
+# id (a workflow's steps are one atomic list, so the API server does not key them by id).
 shaped_steps = st.sampled_from([
     [wait_step("a"), wait_step("b", "a")],
+    [wait_step("a"), wait_step("a")],
     [wait_step("a", "c"), wait_step("b", "a"), wait_step("c", "b")],
     [wait_step("a", "a")],
     [wait_step("a"), wait_step("b", "a"), wait_step("c", "a", "b")],

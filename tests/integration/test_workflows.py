@@ -158,22 +158,27 @@ def test_a_failing_step_compensates_the_finished_ones_in_reverse_order(
     assert [e["step"] for e in events_of(done, "StepFailed")] == ["ship"]
 
 
-def test_a_cyclic_workflow_is_invalid_and_names_the_cycle(
+def test_a_cyclic_workflow_or_one_repeating_a_step_id_is_invalid_and_names_why(
     cluster: KubeCluster, namespace: str, fleet: OperatorFleet
 ) -> None:
     fleet.start()
     fleet.leader()
     create_workflow(cluster, namespace, "loop", steps=[pod_step("a", "b"), pod_step("b", "a")])
+    # A workflow's steps are one atomic list, so the API server admits a repeated id.
+    create_workflow(cluster, namespace, "twice", steps=[pod_step("a"), pod_step("a")])
     create_workflow(cluster, namespace, "fine", steps=[pod_step("only")])
 
-    def invalid() -> dict[str, object] | None:
-        status = get_workflow(cluster, namespace, "loop").get("status") or {}
+    def invalid(name: str) -> dict[str, object] | None:
+        status = get_workflow(cluster, namespace, name).get("status") or {}
         found = [c for c in status.get("conditions") or [] if c["type"] == "Invalid" and c["status"] == "True"]
         return found[0] if found else None
 
-    condition = wait_for(invalid, timeout=60, what="Invalid condition")
+    condition = wait_for(lambda: invalid("loop"), timeout=60, what="Invalid condition")
     assert "cycle" in str(condition["message"]) and "a -> b -> a" in str(condition["message"])
+    condition = wait_for(lambda: invalid("twice"), timeout=60, what="Invalid condition")
+    assert "spec.steps" in str(condition["message"]) and "duplicate step id 'a'" in str(condition["message"])
     assert wait_phase(cluster, namespace, "fine", "Succeeded")["status"]["phase"] == "Succeeded"
+    assert pods_per_step(cluster, namespace, "twice") == {}
 
 
 def test_a_running_instance_keeps_its_pinned_definition_when_the_definition_is_edited(

