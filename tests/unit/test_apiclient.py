@@ -1,6 +1,8 @@
 """The operator's Kubernetes client (kube/apiclient.py) against a real HTTP server on loopback.
 
-Covers: a 429 is waited out — what Retry-After says, capped — and retried for every method,
+Covers: a plain JSON body is sent as it is (not walked), a model object as JSON; the loaded
+credentials are re-applied at most once a second; a 429 is waited out — what Retry-After says,
+capped — and retried for every method,
 each one counted; after the last retry the caller gets ApiException(429); a request the server
 never answers gives up after the default timeout, and is not sent again; a call's own timeout
 wins over the default; a watch's default allows its server-side duration.
@@ -17,15 +19,24 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.kube.apiclient import RequestPolicy, build_client, default_timeout
+from vigil.kube.apiclient import (
+    AUTH_REFRESH_SECONDS,
+    PlainJsonClient,
+    RequestPolicy,
+    build_client,
+    default_timeout,
+    spaced,
+)
 
 CONFIG_MAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}}
+POLICY = RequestPolicy(timeout_seconds=5, retry_after_cap_seconds=1)
 #: Seconds of slack on a measured wait: this machine is shared and a thread can be late.
 SLACK = 1.0
 
@@ -38,6 +49,7 @@ class Script:
         self.retry_after: str | None = "1"
         self.hang = False
         self.arrivals: list[tuple[str, float]] = []
+        self.bodies: list[object] = []
         self.released = threading.Event()
 
 
@@ -47,7 +59,8 @@ def handler_for(script: Script) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(length)
+            data = self.rfile.read(length)
+            script.bodies.append(json.loads(data) if data else None)
             script.arrivals.append((self.command, time.monotonic()))
             if script.hang:
                 script.released.wait(30)  # forwards nothing: the client must give up by itself
@@ -189,3 +202,43 @@ def test_a_watch_may_last_its_server_side_duration() -> None:
     assert default_timeout("https://k/api/v1/pods?limit=5", 2.0) == 2.0
     assert default_timeout("https://k/api/v1/pods?watch=true&timeoutSeconds=60", 2.0) == (2.0, 62.0)
     assert default_timeout("https://k/api/v1/pods?watch=1", 2.0) == (2.0, 302.0)
+
+def test_a_plain_json_body_is_sent_as_it_is_and_a_model_object_or_a_datetime_still_as_json(
+    server: str, script: Script
+) -> None:
+    api = PlainJsonClient(client.Configuration(host=server))
+    plain = {"metadata": {"name": "c"}, "spec": {"n": [1, 2.5, None, True, {"a": ["b"]}]}}
+    assert api.sanitize_for_serialization(plain) is plain  # not walked, not copied
+    body = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "c", "labels": {"a": "b"}},
+        "data": {"k": "v"},
+    }
+    stamped = {"at": datetime(2026, 12, 4, 12, 0, tzinfo=UTC)}
+    assert api.sanitize_for_serialization(stamped) == {"at": "2026-12-04T12:00:00+00:00"}
+    core_api = client.CoreV1Api(build_client(client.Configuration(host=server), POLICY))
+    core_api.create_namespaced_config_map("ns", body)
+    core_api.create_namespaced_config_map(
+        "ns", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="m"), data={"k": "v"})
+    )
+    assert script.bodies == [body, {"metadata": {"name": "m"}, "data": {"k": "v"}}]  # as JSON, both
+
+
+def test_the_loaded_credentials_are_applied_again_at_most_once_a_second(server: str) -> None:
+    applied = Counter()
+    configuration = client.Configuration(host=server)
+    configuration.api_key = {"BearerToken": "t"}
+    configuration.refresh_api_key_hook = lambda _: applied()
+    core_api = client.CoreV1Api(build_client(configuration, POLICY))
+    for _ in range(5):
+        core_api.read_namespaced_config_map("c", "ns")
+    assert 1 <= applied.count <= 2  # once, or twice if a second passed between the five reads
+
+    now = [0.0]
+    ran = Counter()
+    hook = spaced(lambda _: ran(), AUTH_REFRESH_SECONDS, clock=lambda: now[0])
+    for at in (0.0, 0.5, 0.99, 1.0, 1.5, 2.2):
+        now[0] = at
+        hook(configuration)
+    assert ran.count == 3  # at 0, 1.0 and 2.2

@@ -26,6 +26,18 @@ official client does nothing about by default:
   answer is reported to `on_throttled`, which the composition root counts in a
   metric.
 
+Two costs of the official client that an operator writing hundreds of objects a second cannot
+carry (together about 4 ms of the operator's CPU per request, on the 2 cores it shares with the
+API server: measured on 50 10-step workflows):
+
+* **A body is walked in Python before it is sent** (`sanitize_for_serialization`, meant for the
+  generated model objects). The operator's bodies are plain JSON already: `PlainJsonClient`
+  sends them as they are, and walks only what is not (a model object, a datetime).
+* **A loaded kubeconfig or in-cluster token is re-applied before every request** (its
+  `refresh_api_key_hook`), and re-applying sets the host, which reads every proxy variable of
+  the environment again. `build_client` lets it run once per `AUTH_REFRESH_SECONDS`: a token that
+  expires or rotates is still picked up within that second.
+
 A read that timed out is not retried: the request may have been processed, the
 caller's loop repeats it (idempotently, with what it reads next), and retrying
 here would multiply the wait the timeout bounds. A connection that fails or
@@ -36,6 +48,9 @@ closed) is tried once more, as urllib3 does by default.
 from __future__ import annotations
 
 import dataclasses
+import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -47,6 +62,8 @@ from urllib3.exceptions import ReadTimeoutError
 from urllib3.util.retry import Retry
 
 TOO_MANY_REQUESTS = 429
+#: Seconds between two re-applications of the loaded credentials (see the module docstring).
+AUTH_REFRESH_SECONDS = 1.0
 #: Seconds a watch that names no `timeoutSeconds` is expected to last (the caches' own server timeout).
 WATCH_SECONDS = 300.0
 
@@ -163,7 +180,41 @@ def build_client(
 ) -> client.ApiClient:
     """An ApiClient whose every request is bounded by `policy` and waits out 429s."""
     configuration.retries = throttle_retry(policy, on_throttled)
-    api = client.ApiClient(configuration)
+    if configuration.refresh_api_key_hook is not None:
+        configuration.refresh_api_key_hook = spaced(configuration.refresh_api_key_hook, AUTH_REFRESH_SECONDS)
+    api = PlainJsonClient(configuration)
     api.rest_client.close()
     api.rest_client = BoundedRestClient(configuration, timeout_seconds=policy.timeout_seconds)
     return api
+
+
+class PlainJsonClient(client.ApiClient):  # type: ignore[misc]  # the client is untyped
+    """The ApiClient, sending a body that is plain JSON as it is (see the module docstring)."""
+
+    def sanitize_for_serialization(self, obj: Any) -> Any:
+        if isinstance(obj, dict | list):
+            try:
+                json.dumps(obj)  # in C: plain JSON throughout, or TypeError at the first that is not
+            except (TypeError, ValueError):
+                pass
+            else:
+                return obj
+        return super().sanitize_for_serialization(obj)
+
+
+def spaced(
+    hook: Callable[[client.Configuration], None], seconds: float, *, clock: Callable[[], float] = time.monotonic
+) -> Callable[[client.Configuration], None]:
+    """`hook`, run at most once every `seconds` (the first call always runs it)."""
+    lock = threading.Lock()
+    last: list[float | None] = [None]
+
+    def refresh(configuration: client.Configuration) -> None:
+        now = clock()
+        with lock:
+            if last[0] is not None and now - last[0] < seconds:
+                return
+            last[0] = now
+        hook(configuration)
+
+    return refresh
