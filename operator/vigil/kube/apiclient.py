@@ -26,9 +26,10 @@ official client does nothing about by default:
   answer is reported to `on_throttled`, which the composition root counts in a
   metric.
 
-Two costs of the official client that an operator writing hundreds of objects a second cannot
-carry (together about 4 ms of the operator's CPU per request, on the 2 cores it shares with the
-API server: measured on 50 10-step workflows):
+Two costs of the official client, per request, that an operator writing hundreds of objects a
+second need not carry (a profiler put them at about 4 ms of the operator's CPU per request under
+50 10-step workflows; a profiler inflates small calls, and the operator's CPU in that benchmark
+fell by little):
 
 * **A body is walked in Python before it is sent** (`sanitize_for_serialization`, meant for the
   generated model objects). The operator's bodies are plain JSON already: `PlainJsonClient`
