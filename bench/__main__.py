@@ -180,7 +180,9 @@ def executions_rate(b: Bench, count: int) -> Completion:
 
     One operator (dispatch cap 100), a job whose pod runs `true`; the executions are
     created at once (as a backfill would) and the clock runs from the first creation to
-    the last Succeeded, or to the deadline with some still unfinished.
+    the last Succeeded, or to the deadline with some still unfinished. The job keeps every
+    one of them (`retention`): with the default (3) retention deleted the Succeeded ones
+    before they were counted, and the section read 3 of 300 finished.
     """
     ns = b.namespace("bench-exec")
     opns = b.namespace("bench-execop")
@@ -191,7 +193,8 @@ def executions_rate(b: Bench, count: int) -> Completion:
     try:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": "throughput"},
-            "spec": {"every": "24h", "template": {"spec": {"containers": [CONTAINER]}}},
+            "spec": {"every": "24h", "template": {"spec": {"containers": [CONTAINER]}},
+                     "retention": {"succeeded": min(count, 1000), "failed": min(count, 1000)}},  # the most it takes
         }  # fmt: skip
         job = b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs", body)
         base = datetime(2026, 1, 1, tzinfo=UTC)
