@@ -37,6 +37,8 @@ def job_body(name: str, *, command: str = "true", **spec: Any) -> dict[str, Any]
         "retention": KEEP_EVERY_EXECUTION,
     }
     body.update(spec)
+    if "workflowTemplate" in spec or "task" in spec:
+        del body["template"]  # exactly one of the three
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": name}, "spec": body}
 
 

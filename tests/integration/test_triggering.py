@@ -219,6 +219,9 @@ def test_suspend_then_resume_catches_up_without_double_fire(
     assert not missing, f"catch-up after resume left gaps: {missing}"
 
 
+WAIT_A = {"id": "a", "type": "wait", "wait": {"duration": "1s"}}
+
+
 def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
     cluster: KubeCluster, namespace: str, fleet: OperatorFleet
 ) -> None:
@@ -233,6 +236,8 @@ def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
         "template": ({"every": "5s", "payloadTemplate": {"date": "{{ periodStart | date "}}, "payloadTemplate"),
         "unknown-var": ({"every": "5s", "payloadTemplate": {"d": "{{ yesterday }}"}}, "payloadTemplate"),
         "huge": ({"every": "5s", "payload": {"blob": "x" * 40_000}}, "spec.payload"),
+        # A workflowTemplate's steps are one atomic list: the API server admits a repeated id.
+        "twice": ({"every": "5s", "workflowTemplate": {"steps": [WAIT_A, WAIT_A]}}, "spec.workflowTemplate.steps"),
     }
     for name, (spec, _) in bad.items():
         create_job(cluster, namespace, name, **spec)

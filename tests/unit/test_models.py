@@ -421,6 +421,7 @@ SCHEDULED_JOB_ERRORS = [
     ("freshness-without-max-age", setting(freshness={"configMap": {"name": "report", "key": "at"}}), "spec.freshness.maxAge: Field required"),
     ("freshness-bad-config-map", setting(freshness={"configMap": {"name": "Report!", "key": "at"}, "maxAge": "2d"}), "spec.freshness.configMap.name: String should match pattern"),
     ("workflow-template-with-cycle", replacing("template", workflowTemplate={"steps": [pod_step("a", "b"), pod_step("b", "a")]}), "spec.workflowTemplate.steps: steps form a cycle: a -> b -> a"),
+    ("workflow-template-repeating-a-step-id", replacing("template", workflowTemplate={"steps": [pod_step("a"), pod_step("a")]}), "spec.workflowTemplate.steps: duplicate step id 'a'"),
 ]
 
 
