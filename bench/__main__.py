@@ -126,6 +126,8 @@ NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
 EXECUTIONS_DEADLINE_S = 600.0  # the executions section stops waiting this long after creating them
 WRITES_BUDGET = 3  # Vigil's own API writes per execution (DESIGN, "The controller shape")
+JOB_STATUS = frozenset({"scheduledjobs/status"})  # the job's status: its own budget, one per job per s
+PER_EXECUTION = frozenset({"executions", "executions/status", "pods"})  # the execution's own objects
 RSS_BUDGET_MIB = 200
 
 
@@ -395,6 +397,13 @@ def print_requests(run: Run, lag: Lag, count: int) -> None:
     for line in req.breakdown(per=n, user=lag.user, verbs=READ_VERBS)[:8]:
         print(f"      {line}")
     run.add(f"burst ({count}): Vigil writes/execution", f"{writes / n:.2f}", target=f"<= {WRITES_BUDGET}")
+    # The split the issue's own example suggests: the execution's objects, then the job's status (each
+    # of the burst's jobs fires once, so at most one write per job per second is one per execution),
+    # then what the rest is (bucket entries, Leases): so each run shows where the budget goes.
+    own, job = req.writes(lag.user, resources=PER_EXECUTION), req.writes(lag.user, resources=JOB_STATUS)
+    run.add("  of them: Execution and pod", f"{own / n:.2f}", target="-")
+    run.add("  of them: the job's status", f"{job / n:.2f} ({job} for {count} jobs)", target="<= 1/job/s")
+    run.add("  of them: the rest (buckets, Leases, Events)", f"{(writes - own - job) / n:.2f}", target="-")
     run.add(f"burst ({count}): Vigil reads/execution", f"{reads / n:.2f}", target="from caches")
     everyone = req.writes() / n
     print(f"  every client's API writes per execution: {everyone:.2f}")

@@ -123,8 +123,12 @@ class Tally:
     def total(self, *, verbs: frozenset[str], user: str | None = None) -> int:
         return sum(n for (u, verb, _), n in self.counts.items() if verb in verbs and (user is None or u == user))
 
-    def writes(self, user: str | None = None) -> int:
-        return self.total(verbs=WRITE_VERBS, user=user)
+    def writes(self, user: str | None = None, *, resources: frozenset[str] | None = None) -> int:
+        """Writes (of `user`, to `resources` if given)."""
+        if resources is None:
+            return self.total(verbs=WRITE_VERBS, user=user)
+        return sum(n for (u, verb, resource), n in self.counts.items()
+                   if verb in WRITE_VERBS and resource in resources and (user is None or u == user))  # fmt: skip
 
     def reads(self, user: str | None = None) -> int:
         return self.total(verbs=READ_VERBS, user=user)
