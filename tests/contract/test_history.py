@@ -24,7 +24,8 @@ from tests.contract.historydb import RETENTION_DAYS, fresh_dsn
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.migrations import VERSION_TABLE
-from vigil.history.store import SqlHistory, attempts, load_blocks
+from vigil.history.store import SqlHistory, attempts
+from vigil.sqlfiles import load_blocks
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "operator" / "vigil" / "history" / "schema.sql"
 SCHEDULED = datetime(2026, 5, 1, 2, 0, tzinfo=UTC)

@@ -71,6 +71,7 @@ from vigil.core.history import (
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.migrations import SCRIPT_LOCATION
 from vigil.history.precedence import STAGES, TERMINAL_STAGE, key_of, updated_at_of, winners
+from vigil.sqlfiles import load_queries
 
 log = logging.getLogger(__name__)
 
@@ -154,20 +155,7 @@ UPDATED_BY_UPSERT = [
 ]
 
 
-def load_blocks(text: str) -> dict[str, str]:
-    """Split a file of `-- name: NAME` blocks into {NAME: SQL}, comments and blank lines removed."""
-    blocks: dict[str, list[str]] = {}
-    current: list[str] | None = None
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("-- name:"):
-            current = blocks.setdefault(stripped.removeprefix("-- name:").strip(), [])
-        elif current is not None and stripped and not stripped.startswith("--"):
-            current.append(line)
-    return {name: "\n".join(lines).strip() for name, lines in blocks.items()}
-
-
-QUERIES = load_blocks(QUERIES_FILE.read_text(encoding="utf-8"))
+QUERIES = load_queries(QUERIES_FILE)
 
 # The workflow_events named queries, their binds and result columns typed as the table's.
 WORKFLOW_EVENT_TYPES: dict[str, sa.types.TypeEngine[Any]] = {

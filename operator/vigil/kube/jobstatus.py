@@ -9,7 +9,7 @@ from the leader or from a watchdog process with a writer of its own: every write
 on the version read and folded again on the job as it is, so no writer undoes another's.
 All of them come here per job, in order. A job is written at most once an
 interval: the queue takes it, reads it from the cache, folds every waiting change into the
-status with the pure `ledger_patch` and `transition_patch`, and writes the changed fields once,
+status with the pure folds of `model/jobpatches.py`, and writes the changed fields once,
 conditional on the version read (a conflict reads it again from the API server and folds again).
 The first change after a quiet spell waits one interval too, so a short execution's fire and its
 end usually share one write. A change that only says an execution began (a plan of fires, a
@@ -18,7 +18,7 @@ change (the fire, then the start) and at most twice that after the first, for th
 end to share its write: in a burst every execution is another job's, and its fire and its end
 would otherwise cost two writes. LAST SCHEDULED, NEXT RUN and ACTIVE may lag that long; an end,
 and anything else, is written within the interval. A plan that must be on the job before its bucket
-is marked (`ledger.urgent`), and a reconcile of the job's spec, are written at once with
+is marked (`urgent`), and a reconcile of the job's spec, are written at once with
 whatever waits for the job.
 
 While the dispatcher has pods to create (`hold`), every job's waiting changes wait too, at most
@@ -51,10 +51,9 @@ from vigil.core.executions import Execution
 from vigil.core.ports import Conflict
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.ledger import ledger_patch, urgent
-from vigil.kube.results import transition_patch
 from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
+from vigil.model.jobpatches import ledger_patch, transition_patch
 from vigil.model.names import SCHEDULED_JOBS
 
 log = logging.getLogger(__name__)
@@ -271,6 +270,16 @@ class JobStatusWriter:
             return
         if self._catalogue.cache is not None:
             self._catalogue.cache.observe(written)
+
+
+def urgent(plan: EntryPlan) -> bool:
+    """Whether the plan must be on the job before its bucket is marked: anything but fires.
+
+    A Missed, Skipped, Failed or Suspended occurrence exists nowhere else, so it is written before
+    the walk moves on. A fire's record is its Execution (named from the execution id, created
+    before the mark), so its ledger entry may follow in the job's next coalesced status write.
+    """
+    return bool(plan.records) or plan.pause_at is not None
 
 
 def _plan_step(plan: EntryPlan, now: datetime) -> Step:

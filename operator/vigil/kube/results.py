@@ -15,29 +15,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
+from vigil.core.conditions import ConditionReason, EventReason
 from vigil.core.executions import Execution, Phase
 from vigil.core.ports import Clock, Conflict
-from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.core.timeparse import format_rfc3339
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.jobstatus import JobStatusWriter
 from vigil.model import GROUP, VERSION
+from vigil.model.jobpatches import transition_patch
 from vigil.model.names import SCHEDULED_JOBS
 
-if TYPE_CHECKING:
-    from vigil.kube.jobstatus import JobStatusWriter
-
 log = logging.getLogger(__name__)
-
-RECENT_SIZE = 20
 
 
 class JobResults:
@@ -158,53 +154,3 @@ class JobResults:
         elif ex.phase is Phase.CANCELLED:
             self._events.emit(job, type_=NORMAL, reason=EventReason.CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
         log.info("execution %s/%s -> %s (%s)", ex.namespace, ex.execution_id, ex.phase, detail)
-
-
-def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: int, now: datetime) -> dict[str, Any]:
-    """The job status fields one execution's transition changes, given the status so far."""
-    patch: dict[str, Any] = {}
-    active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
-    if not ex.phase.terminal:
-        entry = {
-            "executionId": ex.execution_id,
-            "attempt": ex.attempt,
-            "scheduledFor": format_rfc3339(ex.scheduled_for),
-        }
-        # Waiting in Backoff (or Ready) the next attempt has no pod and no start yet; an empty
-        # pod name is not a name, and the API server would refuse the whole status patch.
-        if ex.pod:
-            entry["pod"] = ex.pod
-        if ex.started_at is not None:
-            entry["startedAt"] = format_rfc3339(ex.started_at)
-        active.append(entry)
-    patch["active"] = active
-    last = ex.attempts[-1] if ex.attempts else None
-    if last is not None:
-        entry = {
-            "executionId": ex.execution_id,
-            "attempt": last.attempt,
-            "outcome": str(last.outcome),
-            "scheduledFor": format_rfc3339(ex.scheduled_for),
-            "finishedAt": format_rfc3339(last.finished_at or now),
-            "reason": last.reason,
-        }
-        recent = [
-            r for r in status.get("recent") or []
-            if (r.get("executionId"), r.get("attempt")) != (ex.execution_id, last.attempt)
-        ]  # fmt: skip
-        patch["recent"] = [*recent, entry][-RECENT_SIZE:]
-    if ex.phase is Phase.SUCCEEDED and ex.finished_at is not None:
-        previous = status.get("lastSuccessfulTime")
-        if previous is None or parse_rfc3339(previous) < ex.finished_at:
-            patch["lastSuccessfulTime"] = format_rfc3339(ex.finished_at)
-    if ex.phase is Phase.DEAD:
-        patch["conditions"] = set_condition(
-            status.get("conditions") or [],
-            type_=ConditionType.DEAD_LETTERED,
-            status=True,
-            reason=ConditionReason.DEAD_LETTERED,
-            message=f"execution {ex.execution_id} exhausted {ex.attempt} attempts: {ex.reason}",
-            generation=generation,
-            now=now,
-        )
-    return patch

@@ -101,11 +101,11 @@ from vigil.kube.informer import Informer, pack, skeleton, unmanaged, unpack
 from vigil.kube.jobstatus import Change, JobStatusWriter, Step
 from vigil.kube.mirrorwriter import MirrorBook, MirrorWriter, Offer
 from vigil.kube.pods import ANNOTATION_SCHEDULED_FOR, delete_pod
-from vigil.kube.results import RECENT_SIZE
 from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_of, workflow_pod
 from vigil.kube.workflowttl import WorkflowTtl
 from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
+from vigil.model.jobpatches import RECENT_SIZE
 from vigil.model.names import (
     LABEL_PRIORITY,
     LABEL_WORKFLOW_UID,

@@ -31,7 +31,7 @@ from vigil.core.jitter import jitter_offset
 from vigil.core.queue import DEFAULT_MAX_ATTEMPTS
 from vigil.core.recurring import AddedJob, RecurringJob, field_error
 from vigil.core.timeparse import require_aware
-from vigil.queue.store import QUERIES
+from vigil.queue.queries import QUERIES
 
 #: A batch of `add_many` is one transaction and one statement; larger lists are cut into batches.
 ADD_BATCH = 5000

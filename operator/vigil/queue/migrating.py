@@ -3,7 +3,7 @@
 `python -m vigil.queue.migrating` reads the DSN on its standard input (never a command line,
 where `ps` shows it) and brings the `vigil_queue` schema up to date. Alembic brings mako and
 pygments, megabytes the operator would otherwise hold for its whole life to use once; tests and
-`vigil worker --migrate` call `QueueStore.migrate()` in their own process instead.
+`vigil worker --migrate` call `QueueStore.migrate()` (`migrate` here) in their own process instead.
 """
 
 from __future__ import annotations
@@ -16,9 +16,28 @@ import sqlalchemy as sa
 
 from vigil import apart
 from vigil.core.queue import QueueUnavailable
-from vigil.queue.store import QueueStore
+from vigil.queue.migrations import SCRIPT_LOCATION
+from vigil.queue.queries import QUERIES
 
 MIGRATE_TIMEOUT_SECONDS = 300.0  # includes waiting for another replica's migrations (a DDL lock)
+
+
+def migrate(dsn: str) -> None:
+    """Bring the queue schema to the newest migration in this process; a no-op when it is there
+    already. Another replica migrating meanwhile is waited for (a DDL lock)."""
+    import alembic.command  # here only: alembic brings mako and pygments, megabytes held for life
+    import alembic.config
+
+    config = alembic.config.Config()
+    config.set_main_option("script_location", str(SCRIPT_LOCATION))
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql(QUERIES["lock_ddl"])
+            config.attributes["connection"] = connection
+            alembic.command.upgrade(config, "head")
+    finally:
+        engine.dispose()
 
 
 def migrate_apart(dsn: str, *, timeout: float = MIGRATE_TIMEOUT_SECONDS) -> None:
@@ -34,7 +53,7 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
     logging.getLogger("alembic.runtime.migration").setLevel(logging.INFO)  # "Running upgrade …" only
     try:
-        QueueStore(sys.stdin.read().strip()).migrate()
+        migrate(sys.stdin.read().strip())
     except (psycopg.OperationalError, sa.exc.OperationalError) as err:
         print(err, file=sys.stderr)
         return apart.EXIT_UNAVAILABLE

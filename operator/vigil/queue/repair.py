@@ -30,7 +30,7 @@ from psycopg.rows import dict_row
 
 from vigil.core.buckets import minute_of
 from vigil.core.queuewatch import ChainRestart, chain_restart
-from vigil.queue.store import QUERIES
+from vigil.queue.queries import QUERIES
 from vigil.queue.trigger import row_view
 
 log = logging.getLogger(__name__)

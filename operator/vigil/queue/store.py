@@ -31,7 +31,6 @@ import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -75,29 +74,15 @@ from vigil.core.queue import (
 )
 from vigil.core.recurring import AddedJob, RecurringJob
 from vigil.core.timeparse import require_aware
-from vigil.queue import attempt_days, partitions
-from vigil.queue.migrations import SCRIPT_LOCATION
+from vigil.queue import attempt_days, migrating, partitions
+from vigil.queue.catalogue import Catalogue
+from vigil.queue.queries import QUERIES
 
-QUERIES_FILE = Path(__file__).parent / "queries.sql"
 NOTIFY_CHANNEL = "vigil_queue"  # submit notifies it with the queue's name; workers LISTEN
 EXPIRY_BATCH = 500  # expired leases returned to the queue per statement
 PURGE_BATCH = 1000  # dead executions past their retention deleted per queue and pass
 
 
-def load_queries(path: Path = QUERIES_FILE) -> dict[str, str]:
-    """The `-- name: X` blocks of queries.sql, by name."""
-    queries: dict[str, str] = {}
-    name: str | None = None
-    for line in path.read_text().splitlines():
-        if line.startswith("-- name:"):
-            name = line.removeprefix("-- name:").strip()
-            queries[name] = ""
-        elif name is not None and not line.startswith("--"):
-            queries[name] += line + "\n"
-    return {key: text.strip() for key, text in queries.items()}
-
-
-QUERIES = load_queries()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,10 +124,6 @@ class SettleReport:
     stale: list[Finished]  # ran to the end after their lease expired: duplicates
 
 
-def _engine(dsn: str) -> sa.Engine:
-    return sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
-
-
 class QueueStore:
     """Migrate, submit and inspect (see the module docstring). `dsn`: libpq string or URL."""
 
@@ -159,27 +140,13 @@ class QueueStore:
         """Bring the queue schema to the newest migration; a no-op when it is there already.
 
         In this process: the operator runs it in a child instead (vigil.queue.migrating)."""
-        import alembic.command  # here only: alembic brings mako and pygments, megabytes held for life
-        import alembic.config
-
-        config = alembic.config.Config()
-        config.set_main_option("script_location", str(SCRIPT_LOCATION))
-        engine = _engine(self.dsn)
-        try:
-            with engine.begin() as connection:
-                connection.exec_driver_sql(QUERIES["lock_ddl"])
-                config.attributes["connection"] = connection
-                alembic.command.upgrade(config, "head")
-        finally:
-            engine.dispose()
+        migrating.migrate(self.dsn)
 
     def migrate_apart(self) -> None:
         """`migrate()` in a child process, as the operator migrates: this process never imports alembic.
 
         Raises QueueUnavailable when the store cannot be reached."""
-        from vigil.queue.migrating import migrate_apart  # it imports this module
-
-        migrate_apart(self.dsn)
+        migrating.migrate_apart(self.dsn)
 
     def connect(self) -> psycopg.Connection[Any]:
         return psycopg.connect(self.dsn)
@@ -304,8 +271,6 @@ class QueueStore:
     def add_recurring(self, job: RecurringJob, *, now: datetime) -> AddedJob:
         """Catalogue a recurring job with its first occurrence (`vigil.queue.catalogue`); a
         known (queue, idempotency key) returns the first job, created False."""
-        from vigil.queue.catalogue import Catalogue  # it reads this module's queries
-
         with self._reachable():
             return Catalogue(self.dsn, shards=self.shards).add(job, now=now)
 

@@ -53,7 +53,7 @@ from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
 from vigil.core.trigger import seconds_to_next_pass
 from vigil.queue import attempt_days, partitions
-from vigil.queue.store import QUERIES
+from vigil.queue.queries import QUERIES
 
 log = logging.getLogger(__name__)
 

@@ -41,8 +41,8 @@ from vigil.core.queuewatch import (
     summarise,
 )
 from vigil.core.watchdog import FindingKind
+from vigil.queue.queries import QUERIES
 from vigil.queue.repair import repair_chains
-from vigil.queue.store import QUERIES
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,180 @@
+"""The ScheduledJob status fields each change brings: pure folds from core objects to the status.
+
+A job's status is changed by the trigger's plans (the ledger of occurrences, the chain's progress,
+LAST SCHEDULED, NEXT RUN, LaunchFailing) and by its executions' transitions (active, recent,
+LAST SUCCESS, DeadLettered). Each fold here takes the status as it is and one change, and returns
+only the fields that change, so the job's one status writer (`kube/jobstatus.py`) can fold every
+waiting change into one write, and fold them again on a fresher status after a conflict. The
+tools' and tests' writers without it (`kube/ledger.py`, `kube/results.py`) fold the same way.
+Every list here has a bound: the history database keeps what falls off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from vigil.core.buckets import Outcome
+from vigil.core.chain import EntryPlan, Fire, Record
+from vigil.core.conditions import ConditionReason, ConditionType, condition_status, set_condition
+from vigil.core.executions import Execution, Phase
+from vigil.core.ids import pod_name
+from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+
+LEDGER_SIZE = 50  # occurrences kept in status; the history database keeps the rest
+ACTIVE_SIZE = 20
+RECENT_SIZE = 20
+
+
+def _fired_entry(fire: Fire, now: datetime) -> dict[str, Any]:
+    return {
+        "nominal": format_rfc3339(fire.occurrence.nominal),
+        "fireAt": format_rfc3339(fire.occurrence.fire_at),
+        "executionId": fire.execution_id,
+        "outcome": str(Outcome.FIRED),
+        "at": format_rfc3339(now),
+        "reason": "Late" if fire.late else "",
+    }
+
+
+def _record_entry(record: Record, now: datetime) -> dict[str, Any]:
+    return {
+        "nominal": format_rfc3339(record.occurrence.nominal),
+        "fireAt": format_rfc3339(record.occurrence.fire_at),
+        "outcome": str(record.outcome),
+        "at": format_rfc3339(now),
+        "reason": str(record.reason),
+    }
+
+
+def merge_ledger(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Existing entries plus new ones, one per (nominal time, outcome), oldest first.
+
+    Keyed on the outcome too: after a schedule edit one nominal time can be both
+    Superseded (old schedule) and Fired (new schedule), and both are true.
+    """
+    by_key = {(e["nominal"], e["outcome"]): e for e in existing}
+    for entry in new:
+        by_key[(entry["nominal"], entry["outcome"])] = entry
+    ordered = sorted(by_key.values(), key=lambda e: parse_rfc3339(e["nominal"]))
+    return ordered[-LEDGER_SIZE:]
+
+
+def _launch_failing(
+    status: Mapping[str, Any], plan: EntryPlan, now: datetime, *, generation: int
+) -> list[dict[str, Any]] | None:
+    """The conditions with LaunchFailing set by this plan, or None when it says nothing new.
+
+    True when an occurrence was refused for good (settled Failed), with the API server's words;
+    False again at the next occurrence that launches.
+    """
+    refused = [r for r in plan.records if r.outcome is Outcome.FAILED]
+    conditions = list(status.get("conditions") or [])
+    if refused:
+        latest = max(refused, key=lambda r: r.occurrence.nominal)
+        message = f"{format_rfc3339(latest.occurrence.nominal)} was refused: {latest.message}"
+        return set_condition(
+            conditions, type_=ConditionType.LAUNCH_FAILING, status=True, reason=ConditionReason.LAUNCH_REFUSED,
+            message=message, generation=generation, now=now,
+        )  # fmt: skip
+    if plan.fires and condition_status(conditions, ConditionType.LAUNCH_FAILING) == "True":
+        return set_condition(
+            conditions, type_=ConditionType.LAUNCH_FAILING, status=False, reason=ConditionReason.LAUNCHED,
+            message="", generation=generation, now=now,
+        )  # fmt: skip
+    return None
+
+
+def active_entry(fire: Fire, now: datetime) -> dict[str, Any]:
+    return {
+        "executionId": fire.execution_id,
+        "attempt": 1,
+        "pod": pod_name(fire.execution_id, 1),
+        "scheduledFor": format_rfc3339(fire.occurrence.nominal),
+        "startedAt": format_rfc3339(now),
+    }
+
+
+def ledger_patch(status: Mapping[str, Any], plan: EntryPlan, now: datetime, *, generation: int) -> dict[str, Any]:
+    """The status fields a plan changes, given the status so far. `chain` holds only the keys
+    this plan changes (merged into the stored ones): the handler owns the rest."""
+    chain: dict[str, Any] = {}
+    new = [_fired_entry(f, now) for f in plan.fires] + [_record_entry(r, now) for r in plan.records]
+    patch: dict[str, Any] = {"occurrences": merge_ledger(status.get("occurrences") or [], new)}
+    handled = plan.handled_through
+    if handled is not None:
+        previous = (status.get("chain") or {}).get("lastNominal")
+        if previous is None or parse_rfc3339(previous) < handled:
+            chain["lastNominal"] = format_rfc3339(handled)
+    if plan.fires:
+        newest = max(f.occurrence.nominal for f in plan.fires)
+        last = status.get("lastScheduleTime")
+        if last is None or parse_rfc3339(last) < newest:
+            patch["lastScheduleTime"] = format_rfc3339(newest)
+        active = {a["executionId"]: a for a in status.get("active") or []}
+        for fire in plan.fires:
+            active.setdefault(fire.execution_id, active_entry(fire, now))
+        patch["active"] = list(active.values())[-ACTIVE_SIZE:]
+    if plan.pause_at is not None:
+        chain["pausedAt"] = format_rfc3339(plan.pause_at)
+    if plan.insert is not None:
+        patch["nextRun"] = format_rfc3339(plan.insert.fire_at)
+    elif plan.fires or plan.pause_at is not None:
+        patch["nextRun"] = None
+    if chain:
+        patch["chain"] = chain
+    launch_failing = _launch_failing(status, plan, now, generation=generation)
+    if launch_failing is not None:
+        patch["conditions"] = launch_failing
+    return patch
+
+
+def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: int, now: datetime) -> dict[str, Any]:
+    """The job status fields one execution's transition changes, given the status so far."""
+    patch: dict[str, Any] = {}
+    active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
+    if not ex.phase.terminal:
+        entry = {
+            "executionId": ex.execution_id,
+            "attempt": ex.attempt,
+            "scheduledFor": format_rfc3339(ex.scheduled_for),
+        }
+        # Waiting in Backoff (or Ready) the next attempt has no pod and no start yet; an empty
+        # pod name is not a name, and the API server would refuse the whole status patch.
+        if ex.pod:
+            entry["pod"] = ex.pod
+        if ex.started_at is not None:
+            entry["startedAt"] = format_rfc3339(ex.started_at)
+        active.append(entry)
+    patch["active"] = active
+    last = ex.attempts[-1] if ex.attempts else None
+    if last is not None:
+        entry = {
+            "executionId": ex.execution_id,
+            "attempt": last.attempt,
+            "outcome": str(last.outcome),
+            "scheduledFor": format_rfc3339(ex.scheduled_for),
+            "finishedAt": format_rfc3339(last.finished_at or now),
+            "reason": last.reason,
+        }
+        recent = [
+            r for r in status.get("recent") or []
+            if (r.get("executionId"), r.get("attempt")) != (ex.execution_id, last.attempt)
+        ]  # fmt: skip
+        patch["recent"] = [*recent, entry][-RECENT_SIZE:]
+    if ex.phase is Phase.SUCCEEDED and ex.finished_at is not None:
+        previous = status.get("lastSuccessfulTime")
+        if previous is None or parse_rfc3339(previous) < ex.finished_at:
+            patch["lastSuccessfulTime"] = format_rfc3339(ex.finished_at)
+    if ex.phase is Phase.DEAD:
+        patch["conditions"] = set_condition(
+            status.get("conditions") or [],
+            type_=ConditionType.DEAD_LETTERED,
+            status=True,
+            reason=ConditionReason.DEAD_LETTERED,
+            message=f"execution {ex.execution_id} exhausted {ex.attempt} attempts: {ex.reason}",
+            generation=generation,
+            now=now,
+        )
+    return patch
