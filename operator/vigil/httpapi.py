@@ -130,8 +130,9 @@ WorkflowHistory = Callable[[str, str, int, WorkflowCursor | None], WorkflowHisto
 
 @dataclasses.dataclass(frozen=True)
 class ApprovalCallback:
-    """What the approval callback needs: the keys, a clock, the workflow engine's two calls, and
-    the API server's word on the verb.
+    """The approval callback (`POST /approvals/{token}/...`): a decision checked against the
+    token, the workflow as it is and the approver's RBAC, then recorded. It holds what that
+    needs: the keys, a clock, the workflow engine's two calls, and the API server's word on the verb.
 
     ``keys`` are the keys that verify now (the current one, and the previous one during a
     rotation's overlap). ``submit`` records an input the way ``WorkflowEngine.submit`` does (a
@@ -145,6 +146,100 @@ class ApprovalCallback:
     find_workflow: Callable[[str, str], Mapping[str, Any] | None]
     submit: Callable[[str, str, Record], Sequence[Record]]
     may_approve: Callable[[str, str, str], bool]
+
+    def decide(self, token: str, action: str, raw: bytes) -> Answer:
+        """(status, content type, body) for a decision (`action`) posted with an approval token."""
+        try:
+            keys = self.keys()
+        except Exception as error:
+            log.warning("approval callback: no signing key: %s", error)
+            return _error(503, "the signing key is unavailable; try again", "KeyUnavailable")
+        now = self.clock.now()
+        try:
+            claims = verify_any(keys, token, now=now)
+        except InvalidToken as error:
+            return _error(403, str(error), str(error.problem))
+        try:
+            by, reason = decision_body(raw)
+        except ValueError as error:
+            return _error(400, str(error), "BadBody")
+        if not claims_identity(claims.approver, by):
+            return _error(
+                403, f"the token is {claims.approver}'s: it decides in no other name than theirs", IDENTITY_MISMATCH
+            )
+        refused = self._not_waiting(claims) or self._not_authorized(claims)
+        if refused is not None:
+            return refused
+        record = token_decision(claims, DECIDE_EVENTS[action], now=now, reason=reason)
+        try:
+            added = list(self.submit(claims.namespace, claims.workflow, record))
+        except LookupError as error:
+            return _error(404, str(error), "WorkflowNotFound")
+        except RuntimeError as error:  # the status kept changing under it
+            return _error(503, f"{error}", "Conflict")
+        refusal = next((r for r in added if r.event is Event.REQUEST_REFUSED), None)
+        if refusal is not None:
+            return _error(409, str(refusal.detail.get("message", "")), str(refusal.detail.get("reason", "")))
+        log.info(
+            "approval callback: step %s of %s/%s %s by %s (token)",
+            claims.step, claims.namespace, claims.workflow, DECISIONS[action][1], record.detail["by"],
+        )
+        return _json(
+            200,
+            {
+                "namespace": claims.namespace,
+                "workflow": claims.workflow,
+                "step": claims.step,
+                "decision": DECISIONS[action][1],
+                "by": record.detail["by"],
+                "approver": claims.approver,
+                "at": record.to_data()["at"],
+                "tokenLevel": claims.level,
+                "records": [r.to_data() for r in added],
+            },
+        )
+
+    def _not_authorized(self, claims: Claims) -> Answer | None:
+        """403 unless the token's approver holds the verb `approve` on the workflow: the same
+        check admission makes of a `kubectl vigil approve`."""
+        try:
+            allowed = self.may_approve(claims.namespace, claims.workflow, claims.approver)
+        except Exception as error:
+            log.warning("approval callback: the verb of %s could not be checked: %s", claims.approver, error)
+            return _error(503, "the approver's RBAC could not be checked; try again", "AuthorizationUnavailable")
+        if allowed:
+            return None
+        return _error(
+            403,
+            f"{claims.approver} may not decide: deciding an approval needs the 'approve' verb on "
+            f"workflows.vigil.dev (workflow {claims.namespace}/{claims.workflow})",
+            NOT_AUTHORIZED,
+        )
+
+    def _not_waiting(self, claims: Claims) -> Answer | None:
+        """404 or 409 when the token's step cannot be decided now: checked before any write,
+        so a replayed token cannot grow the workflow's history (the engine re-checks in its
+        conditional write)."""
+        where = f"workflow {claims.namespace}/{claims.workflow}"
+        obj = self.find_workflow(claims.namespace, claims.workflow)
+        if obj is None:
+            return _error(404, f"{where} not found", "WorkflowNotFound")
+        if obj["metadata"].get("uid") != claims.uid:
+            return _error(
+                404, f"{where} was deleted and created again: the token is for the old one", "WorkflowNotFound"
+            )
+        step = ((obj.get("status") or {}).get("steps") or {}).get(claims.step) or {}
+        if step.get("phase") != "Running":
+            phase = step.get("phase", "unknown")
+            return _error(409, f"step {claims.step} of {where} is not waiting ({phase})", str(Reason.NOT_WAITING))
+        if step.get("attempts") != claims.attempt:
+            return _error(
+                409,
+                f"step {claims.step} of {where} waits in attempt {step.get('attempts')}; the token is for "
+                f"attempt {claims.attempt}: use the token published for it",
+                SUPERSEDED,
+            )
+        return None
 
 
 def _json(status: int, body: Mapping[str, Any]) -> Answer:
@@ -420,106 +515,13 @@ class ApiServer:
         match = APPROVAL_PATH.match(path)
         if match is None or self._approvals is None:
             return 404, "text/plain", b"not found\n"
-        return self._decide(self._approvals, match.group(1), match.group(2), body)
+        return self._approvals.decide(match.group(1), match.group(2), body)
 
     def answer_delete(self, path: str, token: str | None) -> Answer:
         """(status, content type, body) for a DELETE of `path` by the holder of `token`."""
         if self._queue_api is not None and self._queue_api.serves(path):
             return self._queue_api.answer("DELETE", path, token=token)
         return 405, "text/plain", b"DELETE is served only under /v1/\n"
-
-    def _decide(self, callback: ApprovalCallback, token: str, action: str, raw: bytes) -> Answer:
-        try:
-            keys = callback.keys()
-        except Exception as error:
-            log.warning("approval callback: no signing key: %s", error)
-            return _error(503, "the signing key is unavailable; try again", "KeyUnavailable")
-        now = callback.clock.now()
-        try:
-            claims = verify_any(keys, token, now=now)
-        except InvalidToken as error:
-            return _error(403, str(error), str(error.problem))
-        try:
-            by, reason = decision_body(raw)
-        except ValueError as error:
-            return _error(400, str(error), "BadBody")
-        if not claims_identity(claims.approver, by):
-            return _error(
-                403, f"the token is {claims.approver}'s: it decides in no other name than theirs", IDENTITY_MISMATCH
-            )
-        refused = self._not_waiting(callback, claims) or self._not_authorized(callback, claims)
-        if refused is not None:
-            return refused
-        record = token_decision(claims, DECIDE_EVENTS[action], now=now, reason=reason)
-        try:
-            added = list(callback.submit(claims.namespace, claims.workflow, record))
-        except LookupError as error:
-            return _error(404, str(error), "WorkflowNotFound")
-        except RuntimeError as error:  # the status kept changing under it
-            return _error(503, f"{error}", "Conflict")
-        refusal = next((r for r in added if r.event is Event.REQUEST_REFUSED), None)
-        if refusal is not None:
-            return _error(409, str(refusal.detail.get("message", "")), str(refusal.detail.get("reason", "")))
-        log.info(
-            "approval callback: step %s of %s/%s %s by %s (token)",
-            claims.step, claims.namespace, claims.workflow, DECISIONS[action][1], record.detail["by"],
-        )
-        return _json(
-            200,
-            {
-                "namespace": claims.namespace,
-                "workflow": claims.workflow,
-                "step": claims.step,
-                "decision": DECISIONS[action][1],
-                "by": record.detail["by"],
-                "approver": claims.approver,
-                "at": record.to_data()["at"],
-                "tokenLevel": claims.level,
-                "records": [r.to_data() for r in added],
-            },
-        )
-
-    def _not_authorized(self, callback: ApprovalCallback, claims: Claims) -> Answer | None:
-        """403 unless the token's approver holds the verb `approve` on the workflow: the same
-        check admission makes of a `kubectl vigil approve`."""
-        try:
-            allowed = callback.may_approve(claims.namespace, claims.workflow, claims.approver)
-        except Exception as error:
-            log.warning("approval callback: the verb of %s could not be checked: %s", claims.approver, error)
-            return _error(503, "the approver's RBAC could not be checked; try again", "AuthorizationUnavailable")
-        if allowed:
-            return None
-        return _error(
-            403,
-            f"{claims.approver} may not decide: deciding an approval needs the 'approve' verb on "
-            f"workflows.vigil.dev (workflow {claims.namespace}/{claims.workflow})",
-            NOT_AUTHORIZED,
-        )
-
-    def _not_waiting(self, callback: ApprovalCallback, claims: Claims) -> Answer | None:
-        """404 or 409 when the token's step cannot be decided now: checked before any write,
-        so a replayed token cannot grow the workflow's history (the engine re-checks in its
-        conditional write)."""
-        where = f"workflow {claims.namespace}/{claims.workflow}"
-        obj = callback.find_workflow(claims.namespace, claims.workflow)
-        if obj is None:
-            return _error(404, f"{where} not found", "WorkflowNotFound")
-        if obj["metadata"].get("uid") != claims.uid:
-            return _error(
-                404, f"{where} was deleted and created again: the token is for the old one", "WorkflowNotFound"
-            )
-        step = ((obj.get("status") or {}).get("steps") or {}).get(claims.step) or {}
-        if step.get("phase") != "Running":
-            phase = step.get("phase", "unknown")
-            return _error(409, f"step {claims.step} of {where} is not waiting ({phase})", str(Reason.NOT_WAITING))
-        if step.get("attempts") != claims.attempt:
-            return _error(
-                409,
-                f"step {claims.step} of {where} waits in attempt {step.get('attempts')}; the token is for "
-                f"attempt {claims.attempt}: use the token published for it",
-                SUPERSEDED,
-            )
-        return None
 
     def _execution_in(self, guard: Guard, user: User, namespace: str, execution_id: str) -> Answer:
         """The execution asked for in `namespace`: authorised first, then looked up there only."""
