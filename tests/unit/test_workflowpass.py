@@ -46,7 +46,6 @@ from vigil.core.workflowpass import (
     build_status,
     gather_inputs,
     invalid_status,
-    job_recent,
     needs_pass,
     next_pass,
     plan_pods,
@@ -181,25 +180,6 @@ class TestAnnouncements:
         assert "reason: ExitCode1" in said[0].message
         was_stuck = {"conditions": [{"type": ConditionType.STUCK, "status": "True"}]}
         assert announcements([], stuck=("c",), before=was_stuck) == []
-
-
-class TestJobRecent:
-    def test_an_end_is_recorded_bounded_and_once_per_workflow(self) -> None:
-        job = {"recent": [{"executionId": f"w{i}"} for i in range(5)], "lastSuccessfulTime": format_rfc3339(T0)}
-        later = T0 + timedelta(minutes=1)
-        patch = job_recent(job, workflow="w4", scheduled_for=None, new=[Record(Event.WORKFLOW_SUCCEEDED, later)], size=3)
-        assert patch is not None
-        assert [r["executionId"] for r in patch["recent"]] == ["w2", "w3", "w4"]
-        assert patch["recent"][-1]["outcome"] == "Succeeded"
-        assert patch["lastSuccessfulTime"] == format_rfc3339(later)
-
-    def test_no_end_no_patch_and_a_failure_keeps_the_last_success(self) -> None:
-        assert job_recent({}, workflow="w", scheduled_for=None, new=[Record(Event.STEP_FAILED, T0, "a")], size=3) is None
-        patch = job_recent({}, workflow="w", scheduled_for="s", new=[Record(Event.WORKFLOW_FAILED, T0)], size=3)
-        assert patch == {"recent": [{
-            "executionId": "w", "attempt": 1, "outcome": "Failed", "scheduledFor": "s",
-            "finishedAt": format_rfc3339(T0), "reason": "WorkflowFailed",
-        }]}  # fmt: skip
 
 
 def pod_in(phase: str, *, deleting: bool = False) -> dict[str, Any]:

@@ -17,7 +17,8 @@ functions of (definition, folded state, what was read, ``now``):
 * :func:`plan_pods` — which wanted pods to start, and which running pods to stop;
 * :func:`needs_pass` — which workflows a full rescan queues;
 * :func:`announcements` — the Events a pass's records deserve;
-* :func:`job_recent` — how a workflow's end reads in its ScheduledJob's ``recent``.
+* :data:`JOB_OUTCOMES` — how a workflow's end reads in its ScheduledJob's ``recent``
+  (the patch itself: :mod:`vigil.model.jobpatches`).
 
 No clock (``now`` is passed in), no Kubernetes, no I/O: the engine reads ``now``
 once per pass and hands it down, so every rule here is a unit test away.
@@ -41,7 +42,7 @@ from vigil.core.orchestrator import (
     timers,
     wanted_pods,
 )
-from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import (
     RULES,
     TERMINAL_WORKFLOW_PHASES,
@@ -481,34 +482,3 @@ JOB_OUTCOMES = {
     Event.WORKFLOW_COMPENSATED: "Failed",
     Event.WORKFLOW_CANCELLED: "Cancelled",
 }
-
-
-def job_recent(
-    job_status: Mapping[str, Any],
-    *,
-    workflow: str,
-    scheduled_for: str | None,
-    new: Sequence[Record],
-    size: int,
-) -> dict[str, Any] | None:
-    """The ScheduledJob status patch recording that its workflow ``workflow`` ended (its
-    ``recent`` list, and ``lastSuccessfulTime`` that the watchdog reads); None when ``new``
-    holds no end."""
-    ended = [r for r in new if r.event in JOB_OUTCOMES]
-    if not ended:
-        return None
-    record = ended[-1]
-    entry = {
-        "executionId": workflow,
-        "attempt": 1,
-        "outcome": JOB_OUTCOMES[record.event],
-        "scheduledFor": scheduled_for or format_rfc3339(record.at),
-        "finishedAt": format_rfc3339(record.at),
-        "reason": str(record.event),
-    }
-    recent = [r for r in job_status.get("recent") or [] if r.get("executionId") != workflow]
-    patch: dict[str, Any] = {"recent": [*recent, entry][-size:]}
-    previous = job_status.get("lastSuccessfulTime")
-    if record.event is Event.WORKFLOW_SUCCEEDED and (previous is None or parse_rfc3339(previous) < record.at):
-        patch["lastSuccessfulTime"] = format_rfc3339(record.at)
-    return patch

@@ -84,7 +84,6 @@ from vigil.core.workflowpass import (
     build_status,
     gather_inputs,
     invalid_status,
-    job_recent,
     needs_pass,
     next_pass,
     plan_pods,
@@ -105,7 +104,7 @@ from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_of, workfl
 from vigil.kube.workflowttl import WorkflowTtl
 from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
-from vigil.model.jobpatches import RECENT_SIZE
+from vigil.model.jobpatches import workflow_end_patch
 from vigil.model.names import (
     LABEL_PRIORITY,
     LABEL_WORKFLOW_UID,
@@ -604,7 +603,7 @@ class WorkflowEngine:
         scheduled_for = (meta.get("annotations") or {}).get(ANNOTATION_SCHEDULED_FOR)
 
         def ended(status: Mapping[str, Any], _: int) -> dict[str, Any]:
-            return job_recent(status, workflow=meta["name"], scheduled_for=scheduled_for, new=new, size=RECENT_SIZE) or {}
+            return workflow_end_patch(status, workflow=meta["name"], scheduled_for=scheduled_for, new=new) or {}
 
         if self._job_status is not None:  # the leader: through the job's one status writer
             change = Change(str(owner.get("uid")), ended, lambda job: None)

@@ -2,7 +2,8 @@
 
 A job's status is changed by the trigger's plans (the ledger of occurrences, the chain's progress,
 LAST SCHEDULED, NEXT RUN, LaunchFailing) and by its executions' transitions (active, recent,
-LAST SUCCESS, DeadLettered). Each fold here takes the status as it is and one change, and returns
+LAST SUCCESS, DeadLettered), and by the ends of the workflows it started (recent, LAST SUCCESS).
+Each fold here takes the status as it is and one change, and returns
 only the fields that change, so the job's one status writer (`kube/jobstatus.py`) can fold every
 waiting change into one write, and fold them again on a fresher status after a conflict. The
 tools' and tests' writers without it (`kube/ledger.py`, `kube/results.py`) fold the same way.
@@ -11,7 +12,7 @@ Every list here has a bound: the history database keeps what falls off.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +22,9 @@ from vigil.core.conditions import ConditionReason, ConditionType, condition_stat
 from vigil.core.executions import Execution, Phase
 from vigil.core.ids import pod_name
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
+from vigil.core.workflow import Event
+from vigil.core.workflow import Record as WorkflowRecord
+from vigil.core.workflowpass import JOB_OUTCOMES
 
 LEDGER_SIZE = 50  # occurrences kept in status; the history database keeps the rest
 ACTIVE_SIZE = 20
@@ -158,15 +162,12 @@ def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: in
             "finishedAt": format_rfc3339(last.finished_at or now),
             "reason": last.reason,
         }
-        recent = [
-            r for r in status.get("recent") or []
-            if (r.get("executionId"), r.get("attempt")) != (ex.execution_id, last.attempt)
-        ]  # fmt: skip
-        patch["recent"] = [*recent, entry][-RECENT_SIZE:]
+        key = (ex.execution_id, last.attempt)  # one entry per attempt
+        patch["recent"] = _with_recent(
+            status, entry, replaces=lambda r: (r.get("executionId"), r.get("attempt")) == key
+        )
     if ex.phase is Phase.SUCCEEDED and ex.finished_at is not None:
-        previous = status.get("lastSuccessfulTime")
-        if previous is None or parse_rfc3339(previous) < ex.finished_at:
-            patch["lastSuccessfulTime"] = format_rfc3339(ex.finished_at)
+        patch.update(_last_success(status, ex.finished_at))
     if ex.phase is Phase.DEAD:
         patch["conditions"] = set_condition(
             status.get("conditions") or [],
@@ -178,3 +179,51 @@ def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: in
             now=now,
         )
     return patch
+
+
+def workflow_end_patch(
+    status: Mapping[str, Any],
+    *,
+    workflow: str,
+    scheduled_for: str | None,
+    new: Sequence[WorkflowRecord],
+    size: int = RECENT_SIZE,
+) -> dict[str, Any] | None:
+    """The job status fields that its workflow ``workflow`` ending changes (its ``recent`` list,
+    one entry per workflow, and ``lastSuccessfulTime`` that the watchdog reads); None when
+    ``new`` holds no end."""
+    ended = [r for r in new if r.event in JOB_OUTCOMES]
+    if not ended:
+        return None
+    record = ended[-1]
+    entry = {
+        "executionId": workflow,
+        "attempt": 1,
+        "outcome": JOB_OUTCOMES[record.event],
+        "scheduledFor": scheduled_for or format_rfc3339(record.at),
+        "finishedAt": format_rfc3339(record.at),
+        "reason": str(record.event),
+    }
+    recent = _with_recent(status, entry, replaces=lambda r: r.get("executionId") == workflow, size=size)
+    patch: dict[str, Any] = {"recent": recent}
+    if record.event is Event.WORKFLOW_SUCCEEDED:
+        patch.update(_last_success(status, record.at))
+    return patch
+
+
+def _with_recent(
+    status: Mapping[str, Any],
+    entry: dict[str, Any],
+    *,
+    replaces: Callable[[Mapping[str, Any]], bool],
+    size: int = RECENT_SIZE,
+) -> list[dict[str, Any]]:
+    """The ``recent`` list with ``entry`` last, in place of the entries it ``replaces``; the
+    newest ``size`` kept."""
+    return [*(r for r in status.get("recent") or [] if not replaces(r)), entry][-size:]
+
+
+def _last_success(status: Mapping[str, Any], at: datetime) -> dict[str, Any]:
+    """``lastSuccessfulTime`` moved to ``at`` if that is later; nothing otherwise."""
+    previous = status.get("lastSuccessfulTime")
+    return {"lastSuccessfulTime": format_rfc3339(at)} if previous is None or parse_rfc3339(previous) < at else {}
