@@ -120,15 +120,13 @@ class Tally:
                 added += 1
         return added
 
-    def total(self, *, verbs: frozenset[str], user: str | None = None) -> int:
-        return sum(n for (u, verb, _), n in self.counts.items() if verb in verbs and (user is None or u == user))
+    def total(self, *, verbs: frozenset[str], user: str | None = None, resources: frozenset[str] | None = None) -> int:
+        """Requests with one of `verbs` (by `user`, to one of `resources`, when given)."""
+        return sum(n for (u, verb, resource), n in self.counts.items()
+                   if verb in verbs and (user is None or u == user) and (resources is None or resource in resources))  # fmt: skip
 
     def writes(self, user: str | None = None, *, resources: frozenset[str] | None = None) -> int:
-        """Writes (of `user`, to `resources` if given)."""
-        if resources is None:
-            return self.total(verbs=WRITE_VERBS, user=user)
-        return sum(n for (u, verb, resource), n in self.counts.items()
-                   if verb in WRITE_VERBS and resource in resources and (user is None or u == user))  # fmt: skip
+        return self.total(verbs=WRITE_VERBS, user=user, resources=resources)
 
     def reads(self, user: str | None = None) -> int:
         return self.total(verbs=READ_VERBS, user=user)

@@ -76,6 +76,24 @@ def test_a_keep_function_selects_the_window_and_the_clients(tmp_path: Path) -> N
     assert sorted(tally.breakdown(per=2)) == ["  0.50  create pods", "  0.50  create pods/binding"]
 
 
+def test_writes_split_by_resource_count_each_write_once(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    path.write_text(
+        event("a", "create", "executions")
+        + event("b", "patch", "executions", subresource="status")
+        + event("c", "patch", "scheduledjobs", subresource="status")
+        + event("d", "get", "executions")
+        + event("e", "create", "executions", user="system:kube-scheduler")
+    )
+    tally = Tally()
+    tally.add(AuditLog(path).follow(0).take())
+
+    own = tally.writes(OPERATOR, resources=frozenset({"executions", "executions/status"}))
+    job = tally.writes(OPERATOR, resources=frozenset({"scheduledjobs/status"}))
+    assert (own, job, tally.writes(OPERATOR)) == (2, 1, 3)  # the get is a read; the scheduler's is not ours
+    assert tally.writes(resources=frozenset({"executions"})) == 2
+
+
 def test_users_print_short() -> None:
     assert short_user(OPERATOR) == "sa bench-op:bench-op-vigil"
     assert short_user("system:kube-scheduler") == "kube-scheduler"

@@ -108,14 +108,9 @@ def ledger_patch(status: Mapping[str, Any], plan: EntryPlan, now: datetime, *, g
     patch: dict[str, Any] = {"occurrences": merge_ledger(status.get("occurrences") or [], new)}
     handled = plan.handled_through
     if handled is not None:
-        previous = (status.get("chain") or {}).get("lastNominal")
-        if previous is None or parse_rfc3339(previous) < handled:
-            chain["lastNominal"] = format_rfc3339(handled)
+        chain.update(_later("lastNominal", status.get("chain") or {}, handled))
     if plan.fires:
-        newest = max(f.occurrence.nominal for f in plan.fires)
-        last = status.get("lastScheduleTime")
-        if last is None or parse_rfc3339(last) < newest:
-            patch["lastScheduleTime"] = format_rfc3339(newest)
+        patch.update(_later("lastScheduleTime", status, max(f.occurrence.nominal for f in plan.fires)))
         active = {a["executionId"]: a for a in status.get("active") or []}
         for fire in plan.fires:
             active.setdefault(fire.execution_id, active_entry(fire, now))
@@ -167,7 +162,7 @@ def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: in
             status, entry, replaces=lambda r: (r.get("executionId"), r.get("attempt")) == key
         )
     if ex.phase is Phase.SUCCEEDED and ex.finished_at is not None:
-        patch.update(_last_success(status, ex.finished_at))
+        patch.update(_later("lastSuccessfulTime", status, ex.finished_at))
     if ex.phase is Phase.DEAD:
         patch["conditions"] = set_condition(
             status.get("conditions") or [],
@@ -207,7 +202,7 @@ def workflow_end_patch(
     recent = _with_recent(status, entry, replaces=lambda r: r.get("executionId") == workflow, size=size)
     patch: dict[str, Any] = {"recent": recent}
     if record.event is Event.WORKFLOW_SUCCEEDED:
-        patch.update(_last_success(status, record.at))
+        patch.update(_later("lastSuccessfulTime", status, record.at))
     return patch
 
 
@@ -223,7 +218,8 @@ def _with_recent(
     return [*(r for r in status.get("recent") or [] if not replaces(r)), entry][-size:]
 
 
-def _last_success(status: Mapping[str, Any], at: datetime) -> dict[str, Any]:
-    """``lastSuccessfulTime`` moved to ``at`` if that is later; nothing otherwise."""
-    previous = status.get("lastSuccessfulTime")
-    return {"lastSuccessfulTime": format_rfc3339(at)} if previous is None or parse_rfc3339(previous) < at else {}
+def _later(field: str, status: Mapping[str, Any], at: datetime) -> dict[str, Any]:
+    """``field`` moved to ``at`` when that is later than the one stored (or none is); nothing
+    otherwise: a time that only moves forward, whichever change arrives first."""
+    previous = status.get(field)
+    return {field: format_rfc3339(at)} if previous is None or parse_rfc3339(previous) < at else {}
