@@ -56,6 +56,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+from vigil.core import jsonvalues
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
 from vigil.core.chain import CatchUp
 from vigil.core.ports import Clock
@@ -107,7 +108,7 @@ QUEUE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 TEXT_MAX_LENGTH = 253  # task, tenant and idempotency key: as long as an object name
 #: Largest payload, as compact JSON: executions are rows, not blobs (the request itself is
 #: capped by httpserver.Limits.max_request_bytes, 64 KiB by default).
-MAX_PAYLOAD_BYTES = 32 * 1024
+MAX_PAYLOAD_BYTES = jsonvalues.MAX_PAYLOAD_BYTES
 MAX_ATTEMPTS_LIMIT = 1000
 SMALLINT = (-32768, 32767)
 #: Named priorities: lower runs first, and a number may be given instead.
@@ -423,6 +424,8 @@ def _object(raw: bytes) -> dict[str, Any]:
         data = json.loads(raw)
     except ValueError as error:
         raise Invalid("body", f"not JSON: {error}") from None
+    except RecursionError:  # nesting deeper than the decoder's stack: refused like any deep value
+        raise Invalid("body", f"is nested deeper than {jsonvalues.MAX_DEPTH} objects and arrays") from None
     if not isinstance(data, dict):
         raise Invalid("body", "must be a JSON object")
     return data
@@ -573,12 +576,11 @@ def _optional_text(data: Mapping[str, Any], field: str) -> str | None:
 
 
 def _payload(value: Any, *, field: str = "payload") -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise Invalid(field, "must be a JSON object")
-    size = len(json.dumps(value, separators=(",", ":")).encode())
-    if size > MAX_PAYLOAD_BYTES:
-        raise Invalid(field, f"is {size} bytes as JSON; at most {MAX_PAYLOAD_BYTES}")
-    return value
+    """A JSON object the store will take (vigil.core.jsonvalues); Invalid naming the place, e.g. payload.a[3]."""
+    try:
+        return jsonvalues.check_object(value, path=field, max_bytes=MAX_PAYLOAD_BYTES)
+    except jsonvalues.UnsafeValue as unsafe:
+        raise Invalid(unsafe.path, unsafe.why) from None
 
 
 def _run_at(value: Any, *, now: datetime) -> datetime:

@@ -13,6 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from vigil.core import jsonvalues
 from vigil.core.chain import EXPANSION_CAP, CatchUp, CatchUpPolicy
 from vigil.core.jitter import default_jitter_window, shortest_cron_interval
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
@@ -154,9 +155,12 @@ def _template_problem(text: str, timezone: str) -> str | None:
         job_namespace="validation",
     )
     try:
-        render_payload(payload=None, template=json.loads(text), variables=variables, timezone=timezone)
+        rendered = render_payload(payload=None, template=json.loads(text), variables=variables, timezone=timezone)
+        jsonvalues.check_text(rendered, path="payload_template")  # renders what the store refuses (NUL, ...)
     except PayloadError as err:
         return "payload_template" + str(err).removeprefix("spec.payloadTemplate")
+    except jsonvalues.UnsafeValue as err:
+        return str(err)
     return None
 
 

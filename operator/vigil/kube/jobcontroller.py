@@ -22,6 +22,7 @@ from concurrent.futures import Future
 from datetime import datetime
 from typing import Any
 
+from vigil.core import jsonvalues
 from vigil.core.chain import JobView, first_entry, resume_entry
 from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
@@ -86,7 +87,11 @@ def _validate_payload(view: JobView, spec: ScheduledJobSpec, now: datetime) -> N
         job_name=view.name,
         job_namespace=view.namespace,
     )
-    render_payload(payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone)
+    rendered = render_payload(
+        payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone
+    )
+    # A value the queue store or a consumer refuses (NUL, a lone surrogate, too deep): Invalid, naming the place.
+    jsonvalues.check_text(rendered, path="spec.payloadTemplate" if spec.payload_template is not None else "spec.payload")
 
 
 class JobController:

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubjectReview
 from kubernetes.client.exceptions import ApiException
 
+from vigil.core import jsonvalues
 from vigil.core.chain import Fire
 from vigil.core.executions import ConcurrencyPolicy, Execution, ExecutionReason, cancel, concurrency
 from vigil.core.ids import ExecutionId
@@ -31,6 +32,7 @@ from vigil.core.payload import (
 )
 from vigil.core.ports import Clock, Conflict, Launch
 from vigil.core.queue import Submission, queue_key
+from vigil.core.submissions import SubmissionRefused
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
 from vigil.core.workflowruns import workflow_concurrency
@@ -130,7 +132,9 @@ def occurrence_payload(
     rendered = render_payload(
         payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone
     )
-    value: dict[str, Any] = json.loads(rendered)  # the model admits only objects
+    # What the queue store and a pod's consumer refuse (NUL, lone surrogates, NaN, depth): UnsafeValue.
+    field = "spec.payloadTemplate" if spec.payload_template is not None else "spec.payload"
+    value: dict[str, Any] = jsonvalues.check_object(jsonvalues.check_text(rendered, path=field), path=field)
     return value
 
 
@@ -157,7 +161,7 @@ class TaskSubmitter:
         meta = job["metadata"]
         try:
             payload = occurrence_payload(job, spec, execution_id=fire.execution_id, fire=fire)
-        except PayloadError as err:  # this occurrence's period renders badly: a retry would too
+        except (PayloadError, jsonvalues.UnsafeValue) as err:  # this occurrence's period renders badly: a retry would too
             return Launch(created=False, refused=str(err))
         submission = Submission(
             task=task.name,
@@ -170,7 +174,10 @@ class TaskSubmitter:
             execution_id=fire.execution_id,
         )
         queue = queue_key(meta["namespace"], task.queue)
-        [execution] = self._store.submit(queue, [submission], now=self._clock.now())
+        try:
+            [execution] = self._store.submit(queue, [submission], now=self._clock.now())
+        except SubmissionRefused as err:  # the store's own checks, or the id held by another occurrence
+            return Launch(created=False, refused=str(err))
         log.info(
             "fired %s/%s nominal=%s task %s to queue %s execution=%s",
             meta["namespace"], meta["name"], fire.occurrence.nominal.isoformat(), task.name, queue, execution,
@@ -388,6 +395,10 @@ class ExecutionLauncher:
         if not decision.start:
             log.info("skipped %s/%s %s: %s", fire.job.namespace, fire.job.name, fire.execution_id, decision.reason)
             return Launch(created=False, skipped=str(decision.reason))
+        try:  # the payload its pod will get, checked now: a value refused later would never start
+            occurrence_payload(job, spec, execution_id=fire.execution_id, fire=fire)
+        except (PayloadError, jsonvalues.UnsafeValue) as err:
+            return Launch(created=False, refused=str(err))
         for obj in active:
             if obj["metadata"]["name"] in decision.replace:
                 self._replace(obj)
