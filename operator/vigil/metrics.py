@@ -363,6 +363,13 @@ QUEUE_TRIGGER_LAG = Histogram(
     buckets=LAG_BUCKETS,
     registry=REGISTRY,
 )
+QUEUE_TRIGGER_REFUSED = Counter(
+    "vigil_queue_trigger_refused_total",
+    "Volume-tier occurrences whose execution row PostgreSQL refused (a DataError: a value jsonb or text "
+    "cannot hold), each settled Failed alone while the rest of its batch fired (no labels; also counted "
+    "Failed in vigil_queue_trigger_occurrences_total).",
+    registry=REGISTRY,
+)
 QUEUE_TRIGGER_ERRORS = Counter(
     "vigil_queue_trigger_pass_errors_total",
     "Volume-tier trigger passes that failed and were retried on a fresh connection (no labels): "
@@ -383,6 +390,8 @@ class TriggerPass(Protocol):
     @property
     def failed(self) -> int: ...
     @property
+    def refused(self) -> int: ...
+    @property
     def lags(self) -> Sequence[float]: ...
 
 
@@ -391,6 +400,8 @@ def record_queue_trigger_pass(report: TriggerPass) -> None:
     for outcome, count in counts:
         if count:
             QUEUE_TRIGGER_OCCURRENCES.labels(outcome=outcome).inc(count)
+    if report.refused:
+        QUEUE_TRIGGER_REFUSED.inc(report.refused)
     for lag in report.lags:
         QUEUE_TRIGGER_LAG.observe(max(0.0, lag))
 

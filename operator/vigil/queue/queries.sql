@@ -9,7 +9,8 @@ SELECT pg_advisory_xact_lock(hashtext('vigil_queue_migrations'));
 -- Many submissions in one statement; a repeated (queue, idempotency key) keeps the first row. A
 -- submission without max_attempts takes its queue's declared retry.maxAttempts, else the default.
 -- A ScheduledJob's occurrence brings its own execution id: one already enqueued (in another queue,
--- when the job's task.queue changed between two launches of the occurrence) adds nothing either.
+-- when the job's task.queue changed between two launches of the occurrence) adds nothing either;
+-- the store then reads who holds it (existing_by_id) and raises when it is another occurrence.
 INSERT INTO vigil_queue.executions AS e
     (execution_id, queue, task, payload, priority, tenant, state, attempt, max_attempts,
      run_after, scheduled_for, idempotency_key, created_at)
@@ -24,6 +25,11 @@ FROM unnest(%(execution_ids)s::text[], %(tasks)s::text[], %(payloads)s::jsonb[],
      AS s(execution_id, task, payload, priority, tenant, max_attempts, run_after, idempotency_key)
 ON CONFLICT DO NOTHING
 RETURNING e.execution_id, e.idempotency_key;
+
+-- name: existing_by_id
+-- Brought execution ids the submit did not add: where they are enqueued, under which key.
+SELECT execution_id, queue, idempotency_key FROM vigil_queue.executions
+WHERE execution_id = ANY(%(execution_ids)s::text[]);
 
 -- name: existing_by_key
 SELECT idempotency_key, execution_id FROM vigil_queue.executions
@@ -469,15 +475,18 @@ WHERE shard = %(shard)s AND fired_at IS NULL AND fire_at > %(now)s
 -- One statement, so one transaction: mark the due rows (conditionally: a row already marked is not
 -- marked again, and nothing keyed to it happens), then, for the rows this statement marked only,
 -- insert their executions (ids derived from the occurrence: a second insert does nothing), their
--- next occurrences and Missed/Failed records, advance the jobs' next_run and wake the workers.
+-- next occurrences and Missed/Failed records (each with its reason), advance the jobs' next_run
+-- and wake the workers. A value PostgreSQL refuses in one row fails the statement: the trigger
+-- then applies the batch in halves, down to that row, which it settles Failed alone.
 WITH head AS (
     SELECT * FROM unnest(%(job_ids)s::text[], %(nominals)s::timestamptz[], %(minutes)s::timestamptz[],
-                         %(outcomes)s::text[], %(mark_ids)s::text[], %(next_runs)s::timestamptz[])
-         AS h(job_id, nominal, minute, outcome, execution_id, next_run)
+                         %(outcomes)s::text[], %(mark_ids)s::text[], %(next_runs)s::timestamptz[],
+                         %(reasons)s::text[])
+         AS h(job_id, nominal, minute, outcome, execution_id, next_run, reason)
 ),
 marked AS (
     UPDATE vigil_queue.schedule_buckets AS b
-    SET fired_at = %(now)s, outcome = h.outcome, execution_id = h.execution_id
+    SET fired_at = %(now)s, outcome = h.outcome, execution_id = h.execution_id, reason = h.reason
     FROM head AS h
     WHERE b.job_id = h.job_id AND b.nominal = h.nominal AND b.minute = h.minute
       AND b.minute >= %(low)s AND b.minute <= %(high)s AND b.fired_at IS NULL
@@ -502,13 +511,13 @@ fired AS (
 ),
 chained AS (
     INSERT INTO vigil_queue.schedule_buckets
-        (minute, shard, job_id, nominal, fire_at, fired_at, outcome, execution_id)
-    SELECT r.minute, r.shard, r.job_id, r.nominal, r.fire_at, r.fired_at, r.outcome, r.execution_id
+        (minute, shard, job_id, nominal, fire_at, fired_at, outcome, execution_id, reason)
+    SELECT r.minute, r.shard, r.job_id, r.nominal, r.fire_at, r.fired_at, r.outcome, r.execution_id, r.reason
     FROM unnest(%(row_job_ids)s::text[], %(row_heads)s::timestamptz[], %(row_minutes)s::timestamptz[],
                 %(row_shards)s::smallint[], %(row_nominals)s::timestamptz[],
                 %(row_fire_ats)s::timestamptz[], %(row_fired_ats)s::timestamptz[], %(row_outcomes)s::text[],
-                %(row_execution_ids)s::text[])
-         AS r(job_id, head, minute, shard, nominal, fire_at, fired_at, outcome, execution_id)
+                %(row_execution_ids)s::text[], %(row_reasons)s::text[])
+         AS r(job_id, head, minute, shard, nominal, fire_at, fired_at, outcome, execution_id, reason)
     JOIN marked AS m ON m.job_id = r.job_id AND m.nominal = r.head
     ON CONFLICT DO NOTHING
     RETURNING 1

@@ -73,6 +73,7 @@ from vigil.core.queue import (
     retry_refusal,
 )
 from vigil.core.recurring import AddedJob, RecurringJob
+from vigil.core.submissions import ExecutionIdTaken, check_submissions, is_same_occurrence
 from vigil.core.timeparse import require_aware
 from vigil.queue import attempt_days, migrating, partitions
 from vigil.queue.catalogue import Catalogue
@@ -180,8 +181,15 @@ class QueueStore:
         or earlier in the same batch — gets the first one's id and adds nothing.
         Workers listening on the queue are woken when the transaction commits. A database
         that cannot be reached raises QueueUnavailable.
+
+        Refused before anything is written (vigil.core.submissions): SubmissionRefused naming
+        the submission's field for what the HTTP API would refuse (the queue key's grammar, a
+        task, tenant or key that is not plain text, a payload that is no JSON object, holds a
+        value PostgreSQL refuses or is too large), and ExecutionIdTaken, the whole batch rolled
+        back, for an execution id already enqueued elsewhere as another occurrence.
         """
         now = require_aware(now, name="now")
+        check_submissions(queue, submissions)
         if not submissions:
             return []
         ids = [_new_id(s, now) for s in submissions]
@@ -200,7 +208,8 @@ class QueueStore:
         }
         keys = [s.idempotency_key for s in submissions if s.idempotency_key is not None]
         with self._reachable(), self.connect() as connection, connection.transaction():
-            connection.execute(QUERIES["submit"], params).fetchall()
+            added = {row[0] for row in connection.execute(QUERIES["submit"], params).fetchall()}
+            _check_brought_ids(connection, queue, submissions, added=added)
             existing: dict[str, str] = {}
             if keys:
                 rows = connection.execute(
@@ -529,6 +538,23 @@ def declaration_from_row(row: Sequence[Any]) -> QueueDeclaration:
         priorities={int(value): float(share) for value, share in priorities.items()},
         objective=seconds(objective),
     )
+
+
+def _check_brought_ids(
+    connection: psycopg.Connection[Any], queue: str, submissions: Sequence[Submission], *, added: set[str]
+) -> None:
+    """ExecutionIdTaken for a brought execution id that was not added because another
+    occurrence holds it (vigil.core.submissions.is_same_occurrence); raised inside the
+    transaction, so nothing of the batch stays."""
+    brought = {s.execution_id: s for s in submissions if s.execution_id is not None and s.execution_id not in added}
+    if not brought:
+        return
+    found = connection.execute(QUERIES["existing_by_id"], {"execution_ids": list(brought)}).fetchall()
+    for execution_id, found_queue, found_key in found:
+        if not is_same_occurrence(queue, brought[execution_id], found_queue=found_queue, found_key=found_key):
+            raise ExecutionIdTaken(
+                f"execution id {execution_id} is enqueued already in queue {found_queue} as another occurrence"
+            )
 
 
 def _new_id(submission: Submission, now: datetime) -> str:

@@ -18,6 +18,15 @@ A pass, in one transaction per batch:
    table's primary key: two triggers cannot both fire it, and a crash between any
    two steps rolls all of them back.
 
+A bad row fails alone. A rendered payload is checked before the write
+(vigil.core.jsonvalues: NUL, lone surrogates, NaN, depth, size) and its occurrence
+settles Failed with the reason. Should PostgreSQL still refuse a value (any
+DataError), the statement runs in a savepoint, and a refused one is applied again
+in halves, down to the row it refuses, which settles Failed alone (the reason on
+its bucket row, the metric `vigil_queue_trigger_refused_total`); every other row
+of the batch commits. The common case stays one statement; one bad row among
+2,000 costs about two dozen. Never a batch retried forever, never a shard stopped.
+
 `now` is a parameter everywhere. `run` is the loop an operator replica calls from a
 thread for each shard it leads; it also keeps the partitions made (the buckets' hourly ones,
 vigil.queue.partitions, and the attempts' daily ones, vigil.queue.attempt_days).
@@ -35,6 +44,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from vigil.core import jsonvalues
 from vigil.core.buckets import MINUTE, BucketEntry, Outcome, minute_of
 from vigil.core.chain import (
     CatchUp,
@@ -43,6 +53,7 @@ from vigil.core.chain import (
     Fire,
     JobView,
     Reason,
+    Record,
     Unlaunched,
     plan_entry,
     settle_unlaunched,
@@ -60,6 +71,8 @@ log = logging.getLogger(__name__)
 #: Due rows planned and applied per transaction: large enough that the round trips amortise,
 #: small enough that a transaction holds its row locks for tens of milliseconds.
 DEFAULT_BATCH = 2000
+#: Characters of a reason kept on a bucket row (PostgreSQL's message, a template's error).
+REASON_MAX_CHARS = 1024
 
 
 @dataclasses.dataclass
@@ -69,7 +82,8 @@ class PassReport:
     fired: list[str] = dataclasses.field(default_factory=list)  # execution ids, in fire order
     missed: int = 0  # occurrences recorded Missed by the catch-up policy
     skipped: int = 0  # occurrences of deleted (or unreadable) jobs
-    failed: int = 0  # occurrences whose payload could not be rendered
+    failed: int = 0  # occurrences whose payload could not be rendered, or was refused (below)
+    refused: int = 0  # of those, rows PostgreSQL itself refused (a DataError), each settled Failed alone
     lost_races: int = 0  # rows another trigger marked first (planned here, applied there)
     lags: list[float] = dataclasses.field(default_factory=list)  # per fire: seconds from its fire_at to the pass's now
     #: The earliest unfired fire time ahead of the pass, in its minute or the next: `run` starts
@@ -81,6 +95,7 @@ class PassReport:
         self.missed += other.missed
         self.skipped += other.skipped
         self.failed += other.failed
+        self.refused += other.refused
         self.lost_races += other.lost_races
         self.lags += other.lags
 
@@ -166,8 +181,48 @@ class ShardTrigger:
             if not rows:
                 return PassReport(), 0, 0
             planned = [_plan(_Due(row), now) for row in rows]
-            marked = connection.execute(QUERIES["trigger_apply"], _apply_params(planned, now)).fetchall()
-        return _report(planned, {(job_id, nominal) for job_id, nominal, _ in marked}, now), len(rows), len(marked)
+            applied, marked = _apply(connection, planned, now)
+        report = _report(applied, marked, now)
+        report.refused = sum(item.refused for item in applied)
+        return report, len(rows), len(marked)
+
+
+_Marked = set[tuple[str, datetime]]
+
+
+def _apply(
+    connection: psycopg.Connection[Any], planned: Sequence[_Planned], now: datetime
+) -> tuple[list[_Planned], _Marked]:
+    """Apply `planned` in one statement inside a savepoint; when PostgreSQL refuses a value in
+    it, the two halves each the same way, down to a refused row, which settles Failed alone.
+
+    The plans as applied (a refused row's settled) and the (job id, nominal) pairs marked."""
+    try:
+        with connection.transaction():  # a savepoint: a refusal undoes this statement only
+            rows = connection.execute(QUERIES["trigger_apply"], _apply_params(planned, now)).fetchall()
+        return list(planned), {(job_id, nominal) for job_id, nominal, _ in rows}
+    except psycopg.errors.DataError as err:
+        if len(planned) > 1:
+            half = len(planned) // 2
+            first, first_marked = _apply(connection, planned[:half], now)
+            second, second_marked = _apply(connection, planned[half:], now)
+            return first + second, first_marked | second_marked
+        [item] = planned
+        if not item.plan.fires:  # nothing of its own to drop: not a row's value; the pass fails
+            raise
+        why = f"the queue store refused the execution: {err.diag.message_primary}"
+        if err.diag.message_detail:
+            why += f" ({err.diag.message_detail})"
+        log.warning("trigger: job %s occurrence %s settled Failed: %s", item.due.job_id, item.due.row["nominal"], why)
+        return _apply(connection, [_refused(item, why, now)], now)
+
+
+def _refused(item: _Planned, why: str, now: datetime) -> _Planned:
+    """`item` with every fire settled Failed for `why`: a row with no payload left to refuse."""
+    unlaunched: dict[str, Unlaunched] = {
+        fire.execution_id: Unlaunched(Outcome.FAILED, Reason.LAUNCH_REFUSED, why) for fire in item.plan.fires
+    }
+    return _Planned(item.due, settle_unlaunched(item.plan, unlaunched, now=now), {}, refused=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +232,7 @@ class _Planned:
     due: _Due
     plan: EntryPlan
     payloads: dict[str, str]  # execution id → payload JSON
+    refused: int = 0  # 1: PostgreSQL refused its execution's row, and it was settled Failed
 
 
 def _job_view(due: _Due) -> JobView | None:
@@ -225,7 +281,7 @@ def _plan(due: _Due, now: datetime) -> _Planned:
     for fire in plan.fires:
         try:
             payloads[fire.execution_id] = _payload(row, fire)
-        except PayloadError as err:
+        except (PayloadError, jsonvalues.UnsafeValue) as err:
             refused[fire.execution_id] = Unlaunched(Outcome.FAILED, Reason.LAUNCH_REFUSED, str(err))
     return _Planned(due, settle_unlaunched(plan, refused, now=now), payloads)
 
@@ -240,16 +296,20 @@ def _payload(row: dict[str, Any], fire: Fire) -> str:
         job_name=fire.job.name,
         job_namespace=fire.job.namespace,
     )
-    return render_payload(
+    rendered = render_payload(
         payload=row["payload"], template=row["payload_template"], variables=variables, timezone=row["timezone"]
     )
+    jsonvalues.check_text(rendered, path="payload")  # what the store would refuse, refused here
+    return rendered
 
 
 _OUTCOMES = {Outcome.FIRED, Outcome.MISSED, Outcome.SKIPPED, Outcome.FAILED}
 
 
 def _apply_params(planned: Sequence[_Planned], now: datetime) -> dict[str, Any]:
-    heads: dict[str, list[Any]] = {key: [] for key in ("job_ids", "nominals", "minutes", "outcomes", "mark_ids", "next_runs")}
+    heads: dict[str, list[Any]] = {
+        key: [] for key in ("job_ids", "nominals", "minutes", "outcomes", "mark_ids", "next_runs", "reasons")
+    }
     fires: dict[str, list[Any]] = {
         key: []
         for key in (
@@ -261,7 +321,7 @@ def _apply_params(planned: Sequence[_Planned], now: datetime) -> dict[str, Any]:
         key: []
         for key in (
             "row_job_ids", "row_heads", "row_minutes", "row_shards", "row_nominals", "row_fire_ats",
-            "row_fired_ats", "row_outcomes", "row_execution_ids",
+            "row_fired_ats", "row_outcomes", "row_execution_ids", "row_reasons",
         )
     }
     for item in planned:
@@ -281,6 +341,8 @@ def _add_head(heads: dict[str, list[Any]], item: _Planned) -> None:
     heads["outcomes"].append(str(outcome))
     heads["mark_ids"].append(plan.mark.execution_id)
     heads["next_runs"].append(plan.insert.nominal if plan.insert is not None else None)
+    record = next((r for r in plan.records if r.occurrence.nominal == row["nominal"]), None)
+    heads["reasons"].append(_reason(record) if record is not None else (plan.mark.reason or None))
 
 
 def _add_fires(fires: dict[str, list[Any]], item: _Planned) -> None:
@@ -304,7 +366,12 @@ def _add_rows(rows: dict[str, list[Any]], item: _Planned, now: datetime) -> None
     head, plan = item.due.row, item.plan
 
     def add(
-        nominal: datetime, fire_at: datetime, fired_at: datetime | None, outcome: str | None, execution: str | None
+        nominal: datetime,
+        fire_at: datetime,
+        fired_at: datetime | None,
+        outcome: str | None,
+        execution: str | None,
+        reason: str | None = None,
     ) -> None:
         rows["row_job_ids"].append(item.due.job_id)
         rows["row_heads"].append(head["nominal"])
@@ -315,6 +382,7 @@ def _add_rows(rows: dict[str, list[Any]], item: _Planned, now: datetime) -> None
         rows["row_fired_ats"].append(fired_at)
         rows["row_outcomes"].append(outcome)
         rows["row_execution_ids"].append(execution)
+        rows["row_reasons"].append(reason)
 
     if plan.insert is not None:
         add(plan.insert.nominal, plan.insert.fire_at, None, None, None)
@@ -327,7 +395,14 @@ def _add_rows(rows: dict[str, list[Any]], item: _Planned, now: datetime) -> None
         outcome = record.outcome if record.outcome in _OUTCOMES else Outcome.SKIPPED
         if record.occurrence.nominal not in seen:
             seen.add(record.occurrence.nominal)
-            add(record.occurrence.nominal, record.occurrence.fire_at, now, str(outcome), None)
+            add(record.occurrence.nominal, record.occurrence.fire_at, now, str(outcome), None, _reason(record))
+
+
+def _reason(record: Record) -> str:
+    """A record's reason as its bucket row keeps it: "Reason: message", cut, plain text only."""
+    text = f"{record.reason}: {record.message}" if record.message else str(record.reason)
+    text = text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode()
+    return text[:REASON_MAX_CHARS]
 
 
 def _as_is(text: Any) -> str:
@@ -384,7 +459,8 @@ def run(
                 if report.missed or report.failed:  # rows, not objects: no Events; the log and the metric say it
                     log.warning(
                         "trigger shard %d: %d occurrence(s) recorded Missed by their catch-up policy, %d Failed "
-                        "(payload template)", trigger.shard, report.missed, report.failed,
+                        "(payload template, or a value the store refused: %d)", trigger.shard, report.missed,
+                        report.failed, report.refused,
                     )  # fmt: skip
                 if on_pass is not None:
                     on_pass(report)
