@@ -30,7 +30,9 @@ side channel invented for tests, which would then be what the trigger's unit tes
 The decision itself is the core's pure `concurrency()` (tests/unit/test_executions.py), and
 the trigger's handling of a skipped launch is tested with a stub launcher
 (tests/unit/test_trigger.py). The same holds for a workflowTemplate job, whose occurrence
-starts a Workflow instead of an Execution.
+starts a Workflow instead of an Execution. So does the payload check at fire time (a pod job
+whose rendered payload holds a value refused at the door: its occurrence fails, no Execution):
+the twin renders no payloads.
 """
 
 from __future__ import annotations
@@ -439,6 +441,18 @@ def test_a_workflow_job_starts_one_workflow_per_occurrence_and_no_execution(kube
     assert launch(kube, job, first) == Launch(created=False)
 
     assert kube.names("workflows") == [execution_id(job.uid, first)]
+    assert kube.executions() == set()
+
+
+def test_a_pod_job_whose_rendered_payload_holds_a_value_refused_at_the_door_fails_that_occurrence(
+    kube: KubeHome,
+) -> None:
+    """The pod path checks the payload at fire time (vigil.core.jsonvalues), before any Execution:
+    a NUL its pod could not be handed settles the occurrence Failed with the place named, once."""
+    job = kube.create("nul-payload", payloadTemplate={"v": '{{ "\\x00" }}'})
+    first = nominals(job, 1)[0]
+    launched = launch(kube, job, first)
+    assert not launched.created and launched.refused.startswith("spec.payloadTemplate.v: holds NUL"), launched
     assert kube.executions() == set()
 
 
