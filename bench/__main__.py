@@ -38,11 +38,15 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
 12. **queue** — the volume tier: `--queue-executions` no-op executions end to end through
    `vigil worker` processes beside pgqueuer's on the same PostgreSQL, over 1, 2 and 4 worker
    processes (bench/queue.py); needs no cluster.
-13. **queuetrigger** — the volume tier's trigger and recovery (bench/queuetrigger.py): cost per
+13. **backlog** — the volume tier draining a backlog (bench/backlog.py): N = 10,000, 100,000 and
+   1,000,000 no-op executions submitted and analysed before 1 and 4 worker processes start,
+   the rate over the first `--backlog-window` (50,000), beside pgqueuer and the SQL floor on the
+   same PostgreSQL, with the lease's plan (cost, JIT, ms per execution) at each depth.
+14. **queuetrigger** — the volume tier's trigger and recovery (bench/queuetrigger.py): cost per
    due job with 10,000 vs 1,000,000 jobs catalogued, lag from each fire time with 100,000 due in
    one hour, the shard process's RSS over 1,000,000 jobs, and a SIGKILLed worker's execution
    running again; `--queue-trigger "--large 100000 ..."` passes sizes; needs no cluster.
-14. **queuerss** — a whole `vigil operator` with the volume tier on (bench/rss.py): its RSS once
+15. **queuerss** — a whole `vigil operator` with the volume tier on (bench/rss.py): its RSS once
    it holds every trigger shard, over `--queue-rss` SMALL,LARGE (10,000 and 1,000,000) daily
    jobs catalogued in a fresh database each, the large beside the small.
 
@@ -68,6 +72,7 @@ from typing import Any
 
 from kubernetes import client
 
+from bench import backlog as backlog_bench
 from bench import history as history_bench
 from bench import onboarding as onboarding_bench
 from bench import podfloor
@@ -120,7 +125,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
     "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
-    "queuetrigger", "queuerss",
+    "backlog", "queuetrigger", "queuerss",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -529,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-workflows", type=int, default=1000, help="waiting Workflows of the rss section")
     parser.add_argument("--queue-executions", type=int, default=queue_bench.DEFAULT_EXECUTIONS,
                         help="no-op executions per measurement of the queue section")  # fmt: skip
+    parser.add_argument("--backlog-window", type=int, default=backlog_bench.DEFAULT_WINDOW,
+                        help="executions timed at each depth of the backlog section")  # fmt: skip
     parser.add_argument("--queue-trigger", default="", metavar="ARGS",
                         help="arguments of the queuetrigger section (python -m bench.queuetrigger --help)")  # fmt: skip
     parser.add_argument("--rss-settle", type=float, default=60.0, help="seconds of RSS samples once the load is in")
@@ -636,6 +643,10 @@ def main(argv: list[str] | None = None) -> int:
     if "queue" in chosen:
         print()
         run.rows.extend(queue_bench.run(args.queue_executions, queue_bench.DEFAULT_WORKERS))
+
+    if "backlog" in chosen:
+        print()
+        run.rows.extend(backlog_bench.run(backlog_bench.DEFAULT_SIZES, backlog_bench.DEFAULT_WORKERS, args.backlog_window))
 
     if "queuetrigger" in chosen:
         print()

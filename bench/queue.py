@@ -70,14 +70,14 @@ def spawn_vigil(dsn: str, log: Path) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "vigil", "worker", "--queue", QUEUE, "--tasks", "bench.queue",
                "--dsn", dsn, "--concurrency", str(WORKER_SLOTS), "--batch", str(WORKER_SLOTS),
                "--heartbeat", str(HEARTBEAT_SECONDS), "--lease", str(LEASE_SECONDS)]  # fmt: skip
-    return _spawn(command, log)
+    return spawn_process(command, log)
 
 
 def spawn_peer(dsn: str, log: Path) -> subprocess.Popen[bytes]:
-    return _spawn([sys.executable, "-m", "bench.queue", "peer-worker", "--dsn", dsn], log)
+    return spawn_process([sys.executable, "-m", "bench.queue", "peer-worker", "--dsn", dsn], log)
 
 
-def _spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn_process(command: list[str], log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}"}
     with log.open("ab") as out:
         return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)

@@ -88,3 +88,8 @@ def until_lease_lost(ctx: Context) -> None:
     while not ctx.lease_lost:
         time.sleep(HOLD_POLL_SECONDS)
     note(ctx, "lease lost")
+
+
+@task("nothing")
+async def nothing(ctx: Context) -> None:
+    """No work at all: what a drain's rate then measures is the queue's own cost."""

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from vigil import apart
 from vigil.core.queue import QueueUnavailable
+from vigil.queue import connecting
 from vigil.queue.migrations import SCRIPT_LOCATION
 from vigil.queue.queries import QUERIES
 
@@ -30,7 +31,8 @@ def migrate(dsn: str) -> None:
 
     config = alembic.config.Config()
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
-    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn))
+    limits = connecting.MIGRATION_LIMITS
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: connecting.connect(dsn, limits=limits))
     try:
         with engine.begin() as connection:
             connection.exec_driver_sql(QUERIES["lock_ddl"])

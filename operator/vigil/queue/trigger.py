@@ -63,7 +63,7 @@ from vigil.core.recurring import cron_schedule
 from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
 from vigil.core.trigger import seconds_to_next_pass
-from vigil.queue import attempt_days, partitions
+from vigil.queue import attempt_days, connecting, partitions
 from vigil.queue.queries import QUERIES
 
 log = logging.getLogger(__name__)
@@ -141,7 +141,7 @@ class ShardTrigger:
 
     def connection(self) -> psycopg.Connection[Any]:
         if self._connection is None or self._connection.closed:
-            self._connection = psycopg.connect(self.dsn, autocommit=True)
+            self._connection = connecting.connect(self.dsn, autocommit=True)
         return self._connection
 
     def run_pass(self, *, now: datetime) -> PassReport:

@@ -1,0 +1,309 @@
+"""A backlog drained: the volume tier at queue depths of 10,000 to 1,000,000, beside pgqueuer and the floor.
+
+`python -m bench backlog` (or `python -m bench.backlog [--sizes 10000,100000,1000000]
+[--workers 1,4] [--window 50000]`).
+
+The `queue` section submits while its workers run, so its ready set stays small. A queue's
+hardest ordinary day is the opposite: a deploy, an outage or a backfill leaves N executions
+ready at once. For each N and each number of worker processes, each of three systems gets a
+fresh database on one PostgreSQL server (Debian's, default durability), and:
+
+1. N no-op executions are submitted through the system's own client, then the table is
+   analysed (`ANALYZE`: what autovacuum does within a minute of any real backlog, and what
+   turned Vigil's lease into a 700 ms JIT compile before);
+2. that many worker processes start; the clock starts when all say they are ready, and
+   stops when `min(N, window)` executions are done. The rate is what was done in between,
+   per second. The window (50,000) keeps the 1,000,000 case to a minute: it measures
+   leasing at that depth, with 950,000 still queued behind it, which is the case in question.
+
+The systems: Vigil's `vigil worker` (bench/queue.py's no-op task, `--concurrency/--batch` 10);
+pgqueuer's `QueueManager` (psycopg driver, batch 10); and the **floor**, the least a correct
+at-least-once PostgreSQL queue does: plain psycopg processes that lease 10 rows with
+`FOR UPDATE SKIP LOCKED` (one UPDATE ... RETURNING) and acknowledge the batch (one UPDATE),
+on a table of id, state, payload and lease deadline. The floor is the reference for what this
+server allows; pgqueuer is the peer. Before the workers start, Vigil's lease statement is
+explained on a connection with the server's default settings (JIT on, as a DBA may leave it):
+its estimated cost beside `jit_above_cost`, whether JIT compiled it, and its time per leased
+execution, so a plan whose cost grows with N shows here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, LiteralString
+
+import psycopg
+from psycopg import sql
+from psycopg.types.json import Jsonb
+
+from bench.queue import (
+    POLL_SECONDS,
+    QUEUE,
+    READY_LINE,
+    WORKER_SLOTS,
+    count,
+    spawn_peer,
+    spawn_process,
+    spawn_vigil,
+    wait_ready,
+)
+from bench.reporting import Completion, Row, rate, ratio
+from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
+from vigil.queue.queries import QUERIES
+from vigil.queue.store import QueueStore, Submission
+
+DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
+DEFAULT_WORKERS = (1, 4)
+DEFAULT_WINDOW = 50_000  # executions timed at each depth: about 15 s at one process here
+FILL_BATCH = 5_000  # submitted per statement while filling
+DEADLINE_S = 300.0
+JIT_ABOVE_COST = 100_000.0  # PostgreSQL's default; a plan estimated above it is JIT-compiled
+LEASE_EXPLAINS = 5  # the lease explained this many times; the median is printed
+
+
+@dataclass(frozen=True)
+class System:
+    """How one system is filled, started and counted."""
+
+    name: str
+    fill: Callable[[str, int], None]
+    spawn: Callable[[str, Path], subprocess.Popen[bytes]]
+    marker: str
+    done: LiteralString  # SELECT count(*) of executions done
+    table: tuple[str, ...]  # what ANALYZE reads: (schema, table) or (table,)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Vigil's lease statement explained at one depth."""
+
+    cost: float
+    jit: bool
+    ms_per_execution: float
+
+
+# -- filling -----------------------------------------------------------------------------------
+
+
+def fill_vigil(dsn: str, n: int) -> None:
+    store = QueueStore(dsn)
+    store.migrate()
+    now = datetime.now(UTC) - timedelta(seconds=1)  # all due at once: a backlog
+    for start in range(0, n, FILL_BATCH):
+        store.submit(QUEUE, [Submission("noop") for _ in range(min(FILL_BATCH, n - start))], now=now)
+
+
+def fill_peer(dsn: str, n: int) -> None:
+    from pgqueuer import PsycopgDriver, Queries
+
+    async def fill() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            queries = Queries(PsycopgDriver(connection))
+            await queries.install()
+            for start in range(0, n, FILL_BATCH):
+                size = min(FILL_BATCH, n - start)
+                await queries.enqueue(["noop"] * size, [None] * size, [0] * size)
+
+    asyncio.run(fill())
+
+
+FLOOR_SCHEMA = """
+CREATE TABLE floor_jobs (
+    id bigserial PRIMARY KEY,
+    state text NOT NULL DEFAULT 'ready',
+    payload jsonb NOT NULL,
+    lease_expires_at timestamptz
+);
+CREATE INDEX floor_jobs_ready ON floor_jobs (id) WHERE state = 'ready';
+"""
+FLOOR_LEASE = """
+UPDATE floor_jobs SET state = 'leased', lease_expires_at = now() + interval '5 seconds'
+WHERE id IN (SELECT id FROM floor_jobs WHERE state = 'ready' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+RETURNING id, payload
+"""
+FLOOR_ACK = "UPDATE floor_jobs SET state = 'done', lease_expires_at = NULL WHERE id = ANY(%(ids)s) AND state = 'leased'"
+
+
+def fill_floor(dsn: str, n: int) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(FLOOR_SCHEMA)
+        for start in range(0, n, FILL_BATCH):
+            size = min(FILL_BATCH, n - start)
+            connection.execute("INSERT INTO floor_jobs (payload) SELECT %(p)s FROM generate_series(1, %(n)s)",
+                               {"p": Jsonb({}), "n": size})  # fmt: skip
+
+
+def spawn_floor(dsn: str, log: Path) -> subprocess.Popen[bytes]:
+    return spawn_process([sys.executable, "-m", "bench.backlog", "floor-worker", "--dsn", dsn], log)
+
+
+def floor_worker(dsn: str) -> None:
+    """One floor process: lease 10, acknowledge them, until SIGTERM."""
+    stop = False
+
+    def halt(*_: Any) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, halt)
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute(FLOOR_LEASE, {"limit": 0})  # connected and planned
+        print(READY_LINE, flush=True)
+        while not stop:
+            ids = [row[0] for row in connection.execute(FLOOR_LEASE, {"limit": WORKER_SLOTS}).fetchall()]
+            if ids:
+                connection.execute(FLOOR_ACK, {"ids": ids})
+            else:
+                time.sleep(POLL_SECONDS)  # an empty queue: the floor polls like the others
+
+
+SYSTEMS = (
+    System("vigil", fill_vigil, spawn_vigil, "tasks noop",
+           "SELECT count(*) FROM vigil_queue.executions WHERE state = 'succeeded'", ("vigil_queue", "executions")),
+    System("pgqueuer", fill_peer, spawn_peer, READY_LINE,
+           "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'", ("pgqueuer",)),
+    System("floor", fill_floor, spawn_floor, READY_LINE,
+           "SELECT count(*) FROM floor_jobs WHERE state = 'done'", ("floor_jobs",)),
+)  # fmt: skip
+
+
+# -- measuring ---------------------------------------------------------------------------------
+
+
+def explain_lease(dsn: str) -> Plan:
+    """Vigil's lease of WORKER_SLOTS, explained (and rolled back) on a default-settings connection."""
+    now = datetime.now(UTC)
+    params = {"queue": QUEUE, "tasks": ["noop"], "limit": WORKER_SLOTS, "now": now, "worker": "explain",
+              "expires": now + timedelta(seconds=5), "tenant_cap": None, "tenant_caps": Jsonb({}),
+              "reserved_priorities": [], "reserved_free": [], "shared_free": WORKER_SLOTS}  # fmt: skip
+    plans: list[Plan] = []
+    with psycopg.connect(dsn) as connection:
+        for _ in range(LEASE_EXPLAINS):
+            row = connection.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["lease"], params).fetchone()
+            connection.rollback()
+            assert row is not None
+            top = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]
+            leased = max(1, int(top["Plan"].get("Actual Rows", 0)))
+            ms = float(top["Planning Time"]) + float(top["Execution Time"])
+            plans.append(Plan(float(top["Plan"]["Total Cost"]), "JIT" in top, ms / leased))
+    plans.sort(key=lambda p: p.ms_per_execution)
+    return plans[len(plans) // 2]
+
+
+def drain(server: PostgresServer, system: System, n: int, workers: int, window: int, logs: Path) -> tuple[Completion, float, Plan | None]:
+    """Fill, analyse, then time `workers` processes draining min(n, window); returns the rate's
+    completion, the fill's seconds and (Vigil) the lease's plan."""
+    dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
+    began = time.monotonic()
+    system.fill(dsn, n)
+    filled = time.monotonic() - began
+    with psycopg.connect(dsn, autocommit=True) as poller:
+        poller.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(*system.table)))
+        plan = explain_lease(dsn) if system.name == "vigil" else None
+        target = min(n, window)
+        paths = [logs / f"{system.name}-{n}-{workers}-{i}.log" for i in range(workers)]
+        processes = [system.spawn(dsn, path) for path in paths]
+        try:
+            wait_ready(processes, paths, system.marker)
+            start, at_start = time.monotonic(), count(poller, system.done)
+            finished = at_start
+            while finished < target and time.monotonic() - start < DEADLINE_S:
+                if any(p.poll() is not None for p in processes):
+                    print(f"  a {system.name} worker exited early: see {logs}")
+                    break
+                time.sleep(POLL_SECONDS)
+                finished = count(poller, system.done)
+            elapsed = time.monotonic() - start
+        finally:
+            for process in processes:
+                process.send_signal(signal.SIGTERM)
+            for process in processes:
+                try:
+                    process.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+    with psycopg.connect(server.conninfo(), autocommit=True) as admin:  # its gigabyte goes at once
+        admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(dsn.rsplit("=", 1)[1])))
+    return Completion(finished - at_start, target - at_start, elapsed), filled, plan
+
+
+def run(sizes: tuple[int, ...], worker_counts: tuple[int, ...], window: int) -> list[Row]:
+    """Every (N, processes) for the three systems; prints as it goes; returns the summary rows."""
+    import pgqueuer
+
+    print(f"## backlog: N no-op executions submitted and analysed, then drained; N = "
+          f"{', '.join(f'{n:,}' for n in sizes)}; {', '.join(map(str, worker_counts))} worker process(es); "
+          f"timed over min(N, {window:,}); Vigil, pgqueuer {pgqueuer.__version__}, the SQL floor; "
+          "same PostgreSQL (durable)")  # fmt: skip
+    rows: list[Row] = []
+    rates: dict[tuple[str, int, int], Completion] = {}
+    server = PostgresServer.create(settings=DURABLE_SETTINGS)
+    try:
+        with tempfile.TemporaryDirectory(prefix="vigil-bench-backlog-") as tmp:
+            for n in sizes:
+                for workers in worker_counts:
+                    line = [f"  N={n:>9,} {workers} process(es):"]
+                    for system in SYSTEMS:
+                        done, filled, plan = drain(server, system, n, workers, window, Path(tmp))
+                        rates[(system.name, n, workers)] = done
+                        line.append(f"{system.name} {rate(done, 'executions')} [fill {filled:.0f}s]")
+                        if plan is not None:
+                            line.append(f"(lease: cost {plan.cost:,.0f} vs jit_above_cost {JIT_ABOVE_COST:,.0f}, "
+                                        f"JIT {'ON' if plan.jit else 'off'}, {plan.ms_per_execution:.3f} ms/execution)")  # fmt: skip
+                    print("; ".join(line))
+    finally:
+        server.drop()
+    smallest = sizes[0]
+    for n in sizes:
+        for workers in worker_counts:
+            ours, peer, floor = (rates[(s.name, n, workers)] for s in SYSTEMS)
+            rows.append(Row(f"backlog: N={n:,}, {workers} process(es), executions/s", rate(ours, "executions"),
+                            reference=f"pgqueuer {rate(peer, 'executions')}", ratio=_ratio(ours, peer),
+                            target=">= 1.5x"))  # fmt: skip
+            rows.append(Row("  same, beside the SQL floor", "", reference=f"floor {rate(floor, 'executions')}",
+                            ratio=_ratio(ours, floor), target="-"))  # fmt: skip
+            if n != smallest:
+                base = rates[("vigil", smallest, workers)]
+                rows.append(Row(f"  same, beside Vigil at N={smallest:,}", "", reference=rate(base, "executions"),
+                                ratio=_ratio(ours, base), target=">= 0.9x"))  # fmt: skip
+    return rows
+
+
+def _ratio(ours: Completion, theirs: Completion) -> str:
+    return ratio(ours.rate, theirs.rate) if ours.complete and theirs.complete else "n/a (censored)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.backlog", description=__doc__.split("\n")[0])
+    parser.add_argument("mode", nargs="?", default="measure", choices=["measure", "floor-worker"])
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="queue depths, comma-separated")
+    parser.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), help="process counts, comma-separated")
+    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="executions timed at each depth")
+    parser.add_argument("--dsn", help="floor-worker mode: the database")
+    args = parser.parse_args(argv)
+    if args.mode == "floor-worker":
+        floor_worker(args.dsn)
+        return 0
+    from bench.reporting import table
+
+    rows = run(tuple(int(n) for n in args.sizes.split(",")), tuple(int(n) for n in args.workers.split(",")), args.window)
+    print()
+    for line in table(rows):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""A backlog on real PostgreSQL: the lease's plan and a worker's drain rate do not grow with the
+queue's depth (issue 35).
+
+With 50,000 ready executions analysed, the planner once estimated the lease near 500,000 (a
+LIMIT taken from a column, guessed at a tenth of the table, times a hundred guessed tenants):
+above `jit_above_cost`, so every lease was JIT-compiled (about 700 ms for 10 rows) and a
+worker drained 15 executions a second. Here, on a connection with the server's own settings
+(JIT on, as a DBA may leave it), the lease over 100,000 analysed rows is estimated below the
+JIT threshold and is not compiled; every connection the queue package opens has JIT off
+regardless; and a worker drains a 100,000-deep queue at about the rate it drains a 10,000-deep
+one. The comparison of rates is deliberately loose (half): it separates the two behaviours
+(0.006x before) without timing the machine; `make bench backlog` measures the figures.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from tests.queue.workers import FAST, in_process
+from tests.waiting import wait_for
+from vigil.core.queue import Submission
+from vigil.queue import connecting
+from vigil.queue.queries import QUERIES
+from vigil.queue.store import QueueStore
+
+pytestmark = pytest.mark.postgres
+
+QUEUE = "ns/backlog"
+DEEP, SHALLOW = 100_000, 10_000
+DRAINED = 2_000  # executions timed at each depth
+FILL_BATCH = 5_000
+JIT_ABOVE_COST = 100_000.0  # PostgreSQL's default
+LEASE_MS_BOUND = 50.0  # a lease of 10 from 100,000 rows: about 0.5 ms here; a JIT compile took 700
+
+
+def fill(store: QueueStore, count: int) -> None:
+    now = datetime.now(UTC) - timedelta(seconds=1)
+    for start in range(0, count, FILL_BATCH):
+        store.submit(QUEUE, [Submission("nothing") for _ in range(min(FILL_BATCH, count - start))], now=now)
+    with psycopg.connect(store.dsn, autocommit=True) as connection:
+        connection.execute("ANALYZE vigil_queue.executions")
+
+
+def lease_params(limit: int = 10) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    return {"queue": QUEUE, "tasks": ["nothing"], "limit": limit, "now": now, "worker": "explain",
+            "expires": now + timedelta(seconds=5), "tenant_cap": None, "tenant_caps": Jsonb({}),
+            "reserved_priorities": [], "reserved_free": [], "shared_free": limit}  # fmt: skip
+
+
+def explain(dsn: str, query: str, params: dict[str, Any]) -> dict[str, Any]:
+    """EXPLAIN (ANALYZE) on a plain connection, the server's defaults (JIT on); rolled back."""
+    with psycopg.connect(dsn) as connection:
+        row = connection.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {query}", params).fetchone()
+        connection.rollback()
+    assert row is not None
+    document = row[0] if isinstance(row[0], list) else json.loads(row[0])
+    return dict(document[0])
+
+
+def drain_rate(dsn: str) -> float:
+    """Executions per second one in-process worker finishes, over DRAINED of them."""
+
+    def succeeded() -> int:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            row = connection.execute("SELECT count(*) FROM vigil_queue.executions WHERE state = 'succeeded'").fetchone()
+            return int(row[0]) if row else 0
+
+    with in_process(dsn, QUEUE, FAST):
+        wait_for(lambda: succeeded() > 0, timeout=60, interval=0.05, what="the worker's first execution")
+        began, first = time.monotonic(), succeeded()
+        wait_for(lambda: succeeded() >= first + DRAINED, timeout=120, interval=0.05, what=f"{DRAINED} more")
+        done = succeeded() - first
+        return done / (time.monotonic() - began)
+
+
+@pytest.fixture
+def deep(store: QueueStore) -> QueueStore:
+    fill(store, DEEP)
+    return store
+
+
+def test_the_lease_over_a_deep_analysed_queue_is_planned_cheap_and_never_jit_compiled(deep: QueueStore) -> None:
+    plan = explain(deep.dsn, QUERIES["lease"], lease_params())
+    assert plan["Plan"]["Total Cost"] < JIT_ABOVE_COST, plan["Plan"]["Total Cost"]
+    assert "JIT" not in plan, plan.get("JIT")
+    assert plan["Plan"]["Actual Rows"] == 10
+    assert plan["Planning Time"] + plan["Execution Time"] < LEASE_MS_BOUND
+
+
+def test_every_connection_of_the_queue_package_has_jit_off_and_time_bounds(dsn: str) -> None:
+    with connecting.connect(dsn, autocommit=True) as connection:
+        shown = {name: connection.execute(f"SHOW {name}").fetchone()
+                 for name in ("jit", "statement_timeout", "idle_in_transaction_session_timeout")}  # fmt: skip
+    assert shown == {"jit": ("off",), "statement_timeout": ("1min",), "idle_in_transaction_session_timeout": ("30s",)}
+
+
+def test_a_dsn_keeps_its_own_options_after_ours(dsn: str) -> None:
+    with connecting.connect(f"{dsn} options='-c statement_timeout=5s'", autocommit=True) as connection:
+        row = connection.execute("SHOW statement_timeout").fetchone()
+        jit = connection.execute("SHOW jit").fetchone()
+    assert (row, jit) == (("5s",), ("off",))
+
+
+def test_a_worker_drains_a_deep_queue_about_as_fast_as_a_shallow_one(postgres: Any, deep: QueueStore) -> None:
+    from tests.queue.conftest import conninfo
+
+    shallow = QueueStore(conninfo(postgres, postgres.create_database()))
+    shallow.migrate()
+    fill(shallow, SHALLOW)
+    at_shallow = drain_rate(shallow.dsn)
+    at_deep = drain_rate(deep.dsn)
+    assert at_deep >= 0.5 * at_shallow, f"{at_deep:.0f}/s at {DEEP:,} vs {at_shallow:.0f}/s at {SHALLOW:,}"
