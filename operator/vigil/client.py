@@ -207,7 +207,11 @@ class Client:
         tenant: str | None = None,
     ) -> Submitted:
         """Submit a one-off job to the TaskQueue `queue` in `namespace` (runs at `run_at`, an
-        aware datetime; None: now). `priority`: a number (lower runs first) or high/normal/low."""
+        aware datetime; None: now). `priority`: a number (lower runs first) or high/normal/low;
+        above normal only from the namespaces the chart lists. `tenant`: None for the caller's
+        own (its namespace, or the tenant the TaskQueue binds to it); naming one that is not the
+        caller's is refused (ApiError 403, field "tenant"). Needs `create` on
+        taskqueues/executions."""
         body: dict[str, Any] = {"namespace": namespace, "queue": queue, "task": task}
         optional = {
             "payload": payload,

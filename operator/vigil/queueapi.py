@@ -20,15 +20,24 @@ Pages hold `limit` rows (1 to 500, default 50); an answer with more after it car
 
 A queue is declared by a TaskQueue NAME in namespace NS; its executions live in the queue
 store (vigil.queue) under the key "NS/NAME". Every route authenticates the caller's bearer
-token (a TokenReview) and asks the API server whether they may act on that TaskQueue (a
-SubjectAccessReview on ``taskqueues.vigil.dev`` named NAME in NS), with these verbs:
+token (a TokenReview) and asks the API server whether they may act on that queue's executions:
+a SubjectAccessReview on the subresource ``taskqueues/executions`` (group ``vigil.dev``) named
+NAME in NS, with these verbs:
 
-    create  submit to the queue        get     read its jobs and executions
+    create  submit to the queue        get     read its jobs, executions and listings
     delete  delete its jobs            update  cancel and retry its executions
 
-So RBAC is the one place rights are granted. A Role rule with ``resourceNames: [NAME]`` and
-the verb ``create`` lets a program submit to that queue without letting it create any
-TaskQueue object (Kubernetes cannot restrict a real create by name, so it refuses it).
+The subresource keeps these rights apart from editing the TaskQueue itself (``update`` on
+``taskqueues`` pauses tenants and shortens retention): a Role rule on ``taskqueues/executions``
+with ``resourceNames: [NAME]`` lets a program submit to that queue and nothing more. So RBAC is
+the one place rights are granted; the chart's aggregated -edit role grants all four, -view
+``get``.
+
+A submission's tenant (whose cap it spends) is the caller's, never free text: its
+ServiceAccount's namespace, or a tenant the TaskQueue binds to it (vigil.core.tenancy); naming
+another is 403, unless the caller may ``update`` the TaskQueue itself. A priority above normal
+(below 0) is 403 outside the namespaces the chart lists for high priority
+(``queue.highPriorityNamespaces``, from ``admission.highPriority.namespaces``).
 
 Answers are JSON; errors are ``{"error": message, "reason": Reason}``, and a bad field also
 carries ``"field"``: 422 a field is wrong (named), 401 no token or one the API server does not
@@ -81,9 +90,10 @@ from vigil.core.queue import (
     split_queue_key,
 )
 from vigil.core.recurring import AddedJob, RecurringJob
+from vigil.core.tenancy import NoBindings, TenantDirectory, TenantRefused, resolve_tenant
 from vigil.core.timeparse import parse_rfc3339
 from vigil.model.durations import format_duration, parse_duration
-from vigil.model.names import GROUP, TASK_QUEUES
+from vigil.model.names import GROUP, TASK_QUEUE_EXECUTIONS, TASK_QUEUES
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +214,16 @@ def _error(status: int, message: str, reason: str, **extra: str) -> Answer:
 
 
 def taskqueue_access(verb: str, namespace: str, name: str = "") -> Access:
-    """`verb` on ``taskqueues.vigil.dev`` named `name` in `namespace` ("" = every namespace)."""
+    """`verb` on the TaskQueue object itself, named `name` in `namespace` ("" = every namespace)."""
     return Access(verb=verb, group=GROUP, resource=TASK_QUEUES, namespace=namespace, name=name)
+
+
+def executions_access(verb: str, namespace: str, name: str = "") -> Access:
+    """`verb` on the executions of TaskQueue `name` in `namespace` (``taskqueues/executions``):
+    what every route of this API checks."""
+    return Access(
+        verb=verb, group=GROUP, resource=TASK_QUEUES, subresource=TASK_QUEUE_EXECUTIONS, namespace=namespace, name=name
+    )
 
 
 class QueueApi:
@@ -218,11 +236,17 @@ class QueueApi:
         clock: Clock,
         authenticator: Authenticator | None,
         authorizer: Authorizer | None,
+        tenants: TenantDirectory | None = None,
+        high_priority_namespaces: frozenset[str] | None = None,
     ) -> None:
+        """`tenants` reads the TaskQueues' tenant bindings (None: no queue declares any);
+        `high_priority_namespaces` may submit above normal priority (None: every namespace)."""
         self._store = store
         self._clock = clock
         self._authenticator = authenticator
         self._authorizer = authorizer
+        self._tenants: TenantDirectory = tenants if tenants is not None else NoBindings()
+        self._high_priority = high_priority_namespaces
 
     @staticmethod
     def serves(path: str) -> bool:
@@ -274,16 +298,21 @@ class QueueApi:
             namespace, name = _queue_of(data)
         except Invalid as error:
             return _invalid(error)
-        access = taskqueue_access("create", namespace, name)
+        access = executions_access("create", namespace, name)
         if not self._allowed(user, access):
             return _forbidden(user, access)
-        now = self._clock.now()
-        if "cron" in data:
-            return self._submit_recurring(store, user, data, namespace=namespace, name=name, now=now)
         try:
-            job = one_off_job(data, namespace=namespace, name=name, now=now)
+            tenant = self._tenant(user, _optional_text(data, "tenant"), namespace=namespace, name=name)
         except Invalid as error:
             return _invalid(error)
+        now = self._clock.now()
+        if "cron" in data:
+            return self._submit_recurring(store, user, data, namespace=namespace, name=name, tenant=tenant, now=now)
+        try:
+            job = one_off_job(data, namespace=namespace, name=name, tenant=tenant, now=now)
+        except Invalid as error:
+            return _invalid(error)
+        self._check_priority(job.priority, namespace)
         submitted = store.submit_job(job, now=now)
         if submitted.created:
             log.info("queue API: %s submitted job %s to %s", user.name, submitted.job_id, job.queue)
@@ -295,10 +324,12 @@ class QueueApi:
         return _json(201 if submitted.created else 200, body)
 
     def _submit_recurring(
-        self, store: JobStore, user: User, data: Mapping[str, Any], *, namespace: str, name: str, now: datetime
-    ) -> Answer:
+        self, store: JobStore, user: User, data: Mapping[str, Any], *, namespace: str, name: str, tenant: str,
+        now: datetime,
+    ) -> Answer:  # fmt: skip
         try:
-            job = recurring_job(data, namespace=namespace, name=name)
+            job = recurring_job(data, namespace=namespace, name=name, tenant=tenant)
+            self._check_priority(job.priority, namespace)
             added = store.add_recurring(job, now=now)
         except Invalid as error:
             return _invalid(error)
@@ -307,6 +338,32 @@ class QueueApi:
         if added.created:
             log.info("queue API: %s catalogued recurring job %s on %s", user.name, added.job_id, job.queue)
         return _json(201 if added.created else 200, {"jobId": added.job_id, "nextRun": _time(added.next_run)})
+
+    def _tenant(self, user: User, named: str | None, *, namespace: str, name: str) -> str:
+        """The submission's tenant: the caller's own (vigil.core.tenancy). Naming another is
+        Refused (403) unless they may edit the TaskQueue, and with it every tenant's cap."""
+        bindings = self._tenants.bindings(namespace, name)
+        try:
+            return resolve_tenant(named, user, queue_namespace=namespace, bindings=bindings)
+        except TenantRefused as refused:
+            if self._allowed(user, taskqueue_access("update", namespace, name)):
+                return refused.named
+            raise Refused(_error(
+                403, f"{user.name} may not submit to {namespace}/{name} as {refused}: a tenant is who the caller "
+                "is (its namespace, or a tenant the TaskQueue binds to it in spec.tenants.bindings)",
+                FORBIDDEN, field="tenant",
+            )) from None  # fmt: skip
+
+    def _check_priority(self, priority: int, namespace: str) -> None:
+        """Refused (403) for a priority above normal outside the chart's high-priority namespaces."""
+        allowed = self._high_priority
+        if allowed is None or priority >= PRIORITIES["normal"] or namespace in allowed:
+            return
+        raise Refused(_error(
+            403, f"priority {priority} is above normal, which is reserved for the namespaces the Vigil chart "
+            f"lists (admission.highPriority.namespaces); {namespace} is not one: use normal or low",
+            FORBIDDEN, field="priority",
+        ))  # fmt: skip
 
     def get_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
@@ -351,7 +408,7 @@ class QueueApi:
         match = QUEUE_LISTING_PATH.match(path)
         assert match is not None  # _route() sent only these paths here
         namespace, name, kind = match.group(1), match.group(3), match.group(5)
-        access = taskqueue_access("get", namespace, name)
+        access = executions_access("get", namespace, name)
         if not self._allowed(user, access):
             return _forbidden(user, access)
         key = queue_key(namespace, name)
@@ -378,14 +435,14 @@ class QueueApi:
         namespace: then 404."""
         if record is not None:
             namespace, name = split_queue_key(record.queue)
-            if self._allowed(user, taskqueue_access(verb, namespace, name)):
+            if self._allowed(user, executions_access(verb, namespace, name)):
                 return record
-        elif self._allowed(user, taskqueue_access(verb, "")):
+        elif self._allowed(user, executions_access(verb, "")):
             raise Refused(_not_found(kind, ident))
         raise Refused(_error(
             403,
             f"{user.name} may not {verb} {kind} {ident}: it does not exist in any queue where they may "
-            f"{verb} {TASK_QUEUES}.{GROUP}",
+            f"{verb} {TASK_QUEUES}/{TASK_QUEUE_EXECUTIONS}.{GROUP}",
             FORBIDDEN,
         ))  # fmt: skip
 
@@ -485,7 +542,7 @@ def _queue_of(data: Mapping[str, Any]) -> tuple[str, str]:
     return namespace, name
 
 
-def recurring_job(data: Mapping[str, Any], *, namespace: str, name: str) -> RecurringJob:
+def recurring_job(data: Mapping[str, Any], *, namespace: str, name: str, tenant: str) -> RecurringJob:
     """The recurring job a submission with `cron` describes; Invalid naming the first wrong field."""
     for field in ("runAt", "payload"):
         if field in data:
@@ -496,7 +553,6 @@ def recurring_job(data: Mapping[str, Any], *, namespace: str, name: str) -> Recu
         raise Invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(RECURRING_SUBMIT_FIELDS))}")
     template = data.get("payloadTemplate", {})
     _payload(template, field="payloadTemplate")
-    tenant = _optional_text(data, "tenant")
     max_attempts = data.get("maxAttempts")
     try:
         return RecurringJob(
@@ -507,7 +563,7 @@ def recurring_job(data: Mapping[str, Any], *, namespace: str, name: str) -> Recu
             payload_template=template,
             expected_max_interval=_interval(data.get("expectedMaxInterval")),
             priority=_priority(data.get("priority", "normal")),
-            tenant=namespace if tenant is None else tenant,
+            tenant=tenant,
             max_attempts=None if max_attempts is None else _max_attempts(max_attempts),
             idempotency_key=_optional_text(data, "idempotencyKey"),
         )
@@ -535,20 +591,19 @@ def _interval(value: Any) -> timedelta | None:
         raise Invalid("expectedMaxInterval", str(error)) from None
 
 
-def one_off_job(data: Mapping[str, Any], *, namespace: str, name: str, now: datetime) -> OneOffJob:
+def one_off_job(data: Mapping[str, Any], *, namespace: str, name: str, tenant: str, now: datetime) -> OneOffJob:
     """The one-off job a submission's body describes; Invalid naming the first wrong field."""
     unknown = sorted(set(data) - SUBMIT_FIELDS)
     if unknown:
         raise Invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(SUBMIT_FIELDS))}")
     task = _required_text(data, "task")
-    tenant = _optional_text(data, "tenant")
     return OneOffJob(
         queue=queue_key(namespace, name),
         task=task,
         payload=_payload(data.get("payload", {})),
         run_at=_run_at(data.get("runAt"), now=now),
         priority=_priority(data.get("priority", "normal")),
-        tenant=namespace if tenant is None else tenant,
+        tenant=tenant,
         max_attempts=None if data.get("maxAttempts") is None else _max_attempts(data["maxAttempts"]),
         idempotency_key=_optional_text(data, "idempotencyKey"),
     )
@@ -748,9 +803,10 @@ def _not_found(kind: str, ident: str) -> Answer:
 
 
 def _forbidden(user: User, access: Access) -> Answer:
+    resource = f"{access.resource}/{access.subresource}" if access.subresource else access.resource
     return _error(
         403,
-        f"{user.name} may not {access.verb} {access.resource}.{access.group} {access.name} in namespace "
+        f"{user.name} may not {access.verb} {resource}.{access.group} {access.name} in namespace "
         f"{access.namespace}",
         FORBIDDEN,
     )

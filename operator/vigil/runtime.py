@@ -58,6 +58,7 @@ from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
 from vigil.kube.shardleases import ShardLeases
 from vigil.kube.taskqueues import TaskQueueController, TaskQueueStatusWriter, taskqueue_cache
+from vigil.kube.tenantbindings import TaskQueueTenants
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine, workflow_cache
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
@@ -169,7 +170,16 @@ def _serve(
             approvals=approvals,
             guard=guard,
             queue_api=QueueApi(
-                store, clock=SystemClock(), authenticator=guard.authenticator, authorizer=guard.authorizer
+                store,
+                clock=SystemClock(),
+                authenticator=guard.authenticator,
+                authorizer=guard.authorizer,
+                tenants=TaskQueueTenants(
+                    api,
+                    timeout_seconds=http.request_timeout_seconds / 3,
+                    cache=TtlCache(ttl_seconds=http.auth_cache_seconds, entries=AUTH_CACHE_ENTRIES, ticks=time.monotonic),
+                ),
+                high_priority_namespaces=_namespaces(settings.queue.high_priority_namespaces),
             ),
         ).serve(
             http.api_port,
@@ -180,6 +190,10 @@ def _serve(
                 io_timeout_seconds=http.request_timeout_seconds / 3,
             ),
         )
+
+
+def _namespaces(names: list[str] | None) -> frozenset[str] | None:
+    return None if names is None else frozenset(names)
 
 
 def queue_store(settings: Settings) -> JobStore | None:

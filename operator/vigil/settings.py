@@ -261,6 +261,13 @@ class Queue(_Section):
         "is dropped once it is older than this. Two weeks, to read a failure's attempts after a "
         "holiday; at most a year, because a timeline's read probes every partition kept.",
     )
+    high_priority_namespaces: list[str] | None = Field(
+        None,
+        description="Namespaces whose submissions to the HTTP API may have a priority above normal "
+        "(below 0): reserved capacity is for whom the cluster's administrator chose, as "
+        "`spec.priority: high` is (the chart sets it from admission.highPriority.namespaces, and its "
+        "admission policy checks `task:` jobs alike). Unset: not checked here.",
+    )
 
 
 class Watchdog(_Section):

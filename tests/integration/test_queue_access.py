@@ -4,7 +4,8 @@ real PostgreSQL queue store.
 The operator runs with the chart's own identity (tests/integration/operators.py), its
 `queue.dsn` pointing at a fresh database it has never migrated (its first request migrates it).
 Callers are ServiceAccounts with real tokens; each route's TokenReview and SubjectAccessReview
-(on `taskqueues.vigil.dev` named after the queue, in its namespace) go to the API server:
+(on the subresource `taskqueues/executions` of `vigil.dev`, named after the queue, in its
+namespace) go to the API server:
 
 * no token, or one the API server does not know: 401;
 * `stranger` (granted nothing) and `elsewhere` (who may submit to another queue only, by
@@ -15,7 +16,9 @@ Callers are ServiceAccounts with real tokens; each route's TokenReview and Subje
 * `operator` (`get`, `update`, `delete` on `orders`): cancels and retries the execution and
   deletes the job; may not submit (403);
 * the queue's listings (jobs, dead letters, stats) need `get` on it: the submitter reads them,
-  `stranger` and `elsewhere` get 403.
+  `stranger` and `elsewhere` get 403;
+* `editor`, who may update the TaskQueue object itself (the verb that used to cancel and retry),
+  may not cancel; and none of the callers above may edit the TaskQueue: the rights are apart.
 
 Nothing here needs the TaskQueue CRD: RBAC and SubjectAccessReviews work on the resource name.
 """
@@ -43,8 +46,8 @@ __all__ = ["postgres"]
 pytestmark = pytest.mark.postgres
 
 
-def on_orders(*verbs: str, queue: str = "orders") -> list[client.V1PolicyRule]:
-    return [client.V1PolicyRule(api_groups=[GROUP], resources=["taskqueues"], verbs=list(verbs), resource_names=[queue])]
+def on_orders(*verbs: str, queue: str = "orders", resource: str = "taskqueues/executions") -> list[client.V1PolicyRule]:
+    return [client.V1PolicyRule(api_groups=[GROUP], resources=[resource], verbs=list(verbs), resource_names=[queue])]
 
 
 @pytest.fixture
@@ -125,3 +128,19 @@ def test_the_queue_api_authenticates_and_authorises_every_caller_on_the_taskqueu
     for caller in (stranger, elsewhere):
         for listing in (caller.queue_jobs, caller.dead_letters, caller.queue_stats):
             assert status_of(functools.partial(listing, namespace, "orders")) == 403, listing
+
+    # Editing the TaskQueue and acting on its executions are apart, both ways.
+    editor = Client(served, token=token_of(cluster, namespace, "editor", on_orders("get", "update", resource="taskqueues")))
+    assert status_of(lambda: editor.cancel(made.execution_id)) == 403
+    for name in ("submitter", "operator"):
+        review = client.AuthorizationV1Api(cluster.api).create_subject_access_review(
+            client.V1SubjectAccessReview(
+                spec=client.V1SubjectAccessReviewSpec(
+                    user=f"system:serviceaccount:{namespace}:{name}",
+                    resource_attributes=client.V1ResourceAttributes(
+                        namespace=namespace, verb="update", group=GROUP, resource="taskqueues", name="orders"
+                    ),
+                )
+            )
+        )
+        assert not review.status.allowed, name

@@ -8,6 +8,9 @@ theirs:
   list (admission.highPriority.namespaces) is refused by the chart's high-priority
   ValidatingAdmissionPolicy, naming spec.priority; in a listed namespace it is accepted, and so
   are the other priorities everywhere;
+* so are the other ways to the reserved slots: a Workflow labelled `vigil.dev/priority: high`
+  (the label is a Workflow's dispatch priority), and a `task:` job's `spec.task.priority` above
+  normal (below 0);
 * an Execution's spec cannot be changed (its CRD's transition rules) except the user's levers:
   spec.cancel (with cancelReason) and spec.retryRequests, which only grows.
 
@@ -99,6 +102,9 @@ def grant_tenant(cluster: KubeCluster, namespace: str) -> None:
                 ),
                 client.V1PolicyRule(
                     api_groups=[GROUP], resources=["executions"], verbs=["get", "list", "watch", "create", "patch"]
+                ),
+                client.V1PolicyRule(
+                    api_groups=[GROUP], resources=["workflows"], verbs=["get", "create", "update", "patch"]
                 ),
             ],
         ),
@@ -205,6 +211,62 @@ def test_high_priority_is_accepted_in_a_listed_namespace(
         GROUP, VERSION, listed, "executions", execution(unique("ex-urgent"), priority="high")
     )
     assert ex["spec"]["priority"] == "high"
+
+
+def workflow(name: str, priority: str) -> dict[str, Any]:
+    """A one-step Workflow a tenant writes itself, with the dispatch priority label."""
+    steps = [{"id": "run", "type": "pod", "template": {"spec": {"containers": [{"name": "m", "image": "busybox"}]}}}]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "Workflow",
+        "metadata": {"name": name, "labels": {"vigil.dev/priority": priority}}, "spec": {"steps": steps},
+    }  # fmt: skip
+
+
+def task_job(name: str, priority: int) -> dict[str, Any]:
+    return job_body(name, runAt="2030-01-01T00:00:00Z", task={"queue": "orders", "name": "record", "priority": priority})
+
+
+def test_a_tenant_cannot_label_a_workflow_high_in_an_unlisted_namespace(
+    tenant: client.CustomObjectsApi, namespace: str
+) -> None:
+    status, message = refusal(
+        lambda: tenant.create_namespaced_custom_object(GROUP, VERSION, namespace, "workflows", workflow(unique("wf"), "high"))
+    )
+    assert status == 403 and "vigil.dev/priority" in message and namespace in message
+    name = unique("wf-low")
+    tenant.create_namespaced_custom_object(GROUP, VERSION, namespace, "workflows", workflow(name, "low"))
+    status, message = refusal(
+        lambda: tenant.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "workflows", name, {"metadata": {"labels": {"vigil.dev/priority": "high"}}}
+        )
+    )
+    assert status == 403 and "vigil.dev/priority" in message
+
+
+def test_a_tenant_cannot_give_a_task_job_a_priority_above_normal_in_an_unlisted_namespace(
+    tenant: client.CustomObjectsApi, namespace: str
+) -> None:
+    status, message = refusal(
+        lambda: tenant.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", task_job(unique("t"), -1))
+    )
+    assert status == 403 and "spec.task.priority" in message and namespace in message
+    name = unique("t-normal")
+    tenant.create_namespaced_custom_object(GROUP, VERSION, namespace, "scheduledjobs", task_job(name, 5))
+    status, message = refusal(
+        lambda: tenant.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "scheduledjobs", name, {"spec": {"task": {"priority": -10}}}
+        )
+    )
+    assert status == 403 and "spec.task.priority" in message
+
+
+def test_raised_workflows_and_task_jobs_are_accepted_in_a_listed_namespace(
+    tenant: client.CustomObjectsApi, listed: str
+) -> None:
+    made = tenant.create_namespaced_custom_object(GROUP, VERSION, listed, "workflows", workflow(unique("wf"), "high"))
+    assert made["metadata"]["labels"]["vigil.dev/priority"] == "high"
+    job = tenant.create_namespaced_custom_object(GROUP, VERSION, listed, "scheduledjobs", task_job(unique("t"), -10))
+    assert job["spec"]["task"]["priority"] == -10
 
 
 # --------------------------------------------------------------------------------------------

@@ -214,9 +214,9 @@ def test_retry_says_what_it_retried_and_what_was_refused_and_why(
         f"refused {ready}: execution {ready} cannot be retried: it is ready: only dead or cancelled executions "
         "can be retried",
         f"refused {elsewhere}: alice may not get execution {elsewhere}: it does not exist in any queue where they "
-        "may get taskqueues.vigil.dev",
+        "may get taskqueues/executions.vigil.dev",
         "refused ex-nothing: alice may not get execution ex-nothing: it does not exist in any queue where they "
-        "may get taskqueues.vigil.dev",
+        "may get taskqueues/executions.vigil.dev",
         "refused Not_An_Id: 'Not_An_Id' is not a job or execution id",
     ]
     assert store.counts("shop/orders")["dead"] == 0
@@ -255,7 +255,7 @@ def test_retry_without_update_is_refused_for_each(
         code, out, _ = plugin(capsys, "retry", "orders", "--all-dead")
         assert code == EXIT_API_FAILURE
         assert out == f"refused {eid}: bob may not update execution {eid}: it does not exist in any queue where " \
-            "they may update taskqueues.vigil.dev\n"
+            "they may update taskqueues/executions.vigil.dev\n"
     assert store.counts("shop/orders")["dead"] == 1
 
 
@@ -287,7 +287,7 @@ def test_forbidden_is_one_line_naming_the_verb(
         code, _, err = plugin(capsys, "jobs", "orders")
         assert code == EXIT_API_FAILURE
         assert err == f"kubectl vigil: the operator's API at {served.url} answered 403: bob may not get " \
-            "taskqueues.vigil.dev orders in namespace shop\n"
+            "taskqueues/executions.vigil.dev orders in namespace shop\n"
 
 
 def test_a_token_the_api_server_refuses_is_one_line(

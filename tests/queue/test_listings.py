@@ -231,7 +231,7 @@ def test_every_listing_needs_get_on_the_taskqueue(store: QueueStore, kind: str) 
     server = api(store, reviews)
     status, answer = get(server, f"{BASE}/{kind}?limit=bad")  # 403 before the query is read
     assert (status, answer["reason"]) == (403, "Forbidden")
-    assert Access("get", "vigil.dev", "taskqueues", "shop", "orders") in reviews.asked
+    assert Access("get", "vigil.dev", "taskqueues", "shop", "orders", "executions") in reviews.asked
     assert get(server, f"{BASE}/{kind}", "t-bob")[0] == 200
     assert get(server, f"{BASE}/{kind}", None)[0] == 401
     assert get(server, "/v1/namespaces/shop/taskqueues/payments/jobs", "t-bob")[0] == 403

@@ -9,7 +9,11 @@ Covers, by rendering the chart with the real helm binary:
   with the feature that needs it;
 * the NetworkPolicy: only the API port (from the configured peers) and the metrics port (from the
   monitoring namespaces) are admitted;
-* the high-priority ValidatingAdmissionPolicy: what it matches, whom it exempts, where it binds;
+* the high-priority ValidatingAdmissionPolicy: what it matches (spec.priority, a Workflow's
+  priority label, a task's priority), whom it exempts, where it binds; the operator's config
+  carries the same namespaces for the HTTP API;
+* the task-submit ValidatingAdmissionPolicy: a task job's writer must be able to submit;
+* the aggregated user roles: a TaskQueue's executions are the subresource taskqueues/executions;
 * the Execution CRD: every spec field but the user's levers is immutable (a transition rule).
 
 Their behaviour against a real API server is tests/integration/test_reserved_capacity.py and
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.unit.test_packaging import (
     CHART,
@@ -282,15 +287,19 @@ def test_high_priority_is_refused_everywhere_by_default_except_to_the_operator(h
             "apiGroups": ["vigil.dev"],
             "apiVersions": ["*"],
             "operations": ["CREATE", "UPDATE"],
-            "resources": ["scheduledjobs", "executions"],  # not their status
+            "resources": ["scheduledjobs", "executions", "workflows"],  # not their status
         }
     ]
     conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
     assert conditions["not-the-operator"] == f'request.userInfo.username != "system:serviceaccount:{NAMESPACE}:{RELEASE}"'
     assert "oldObject.spec.priority != 'high'" in conditions["becomes-high"]
-    (validation,) = spec["validations"]
-    assert validation["message"].startswith("spec.priority: ")
-    assert validation["messageExpression"].startswith('"spec.priority: ')
+    assert "object.metadata.labels['vigil.dev/priority'] == 'high'" in conditions["becomes-high"]
+    assert "object.spec.task.priority < 0" in conditions["becomes-high"]
+    fields = [v["message"].split(":")[0] for v in spec["validations"]]
+    assert fields == ["spec.priority", "metadata.labels[vigil.dev/priority]", "spec.task.priority"]
+    for validation in spec["validations"]:
+        field = validation["message"].split(":")[0]
+        assert validation["messageExpression"].startswith(f'"{field}: ') and validation["reason"] == "Forbidden"
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
 
 
@@ -306,6 +315,64 @@ def test_high_priority_is_allowed_in_the_listed_namespaces(helm: Helm) -> None:
     }
     off = render(helm, "--set", "admission.highPriority.enabled=false")
     assert find(off, "ValidatingAdmissionPolicy", f"{RELEASE}-high-priority") == []
+
+
+def queue_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    config_map = the_one(objects, "ConfigMap", f"{RELEASE}-config")
+    queue: dict[str, Any] = yaml.safe_load(config_map["data"]["config.yaml"])["queue"]
+    return queue
+
+
+def test_the_http_api_gets_the_same_high_priority_namespaces(helm: Helm) -> None:
+    on = ("--set", "queue.enabled=true", "--set", "queue.dsn=postgresql://vigil@db/vigil")
+    listed = render(helm, *on, "--set", "admission.highPriority.namespaces={payments}")
+    assert queue_config(listed)["highPriorityNamespaces"] == ["payments"]
+    assert queue_config(render(helm, *on))["highPriorityNamespaces"] == []
+    off = render(helm, *on, "--set", "admission.highPriority.enabled=false")
+    assert "highPriorityNamespaces" not in queue_config(off)
+
+
+# --------------------------------------------------------------------------------------------
+# The task-submit admission policy and the roles for a TaskQueue's executions
+
+
+def test_a_task_jobs_writer_must_be_able_to_submit_to_its_queue(helm: Helm) -> None:
+    objects = render(helm)
+    policy = the_one(objects, "ValidatingAdmissionPolicy", f"{RELEASE}-task-submit")
+    binding = the_one(objects, "ValidatingAdmissionPolicyBinding", f"{RELEASE}-task-submit")
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"][0]["resources"] == ["scheduledjobs"]
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert conditions["not-the-operator"] == f'request.userInfo.username != "system:serviceaccount:{NAMESPACE}:{RELEASE}"'
+    assert conditions["has-a-task"] == "has(object.spec) && has(object.spec.task)"
+    check, tenant = (" ".join(v["expression"].split()) for v in spec["validations"])
+    assert check == (
+        "authorizer.group('vigil.dev').resource('taskqueues').subresource('executions') "
+        ".namespace(request.namespace).name(object.spec.task.queue).check('create').allowed()"
+    )
+    assert "object.spec.task.tenant == request.namespace" in tenant
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    off = render(helm, "--set", "admission.taskSubmit.enabled=false")
+    assert find(off, "ValidatingAdmissionPolicy", f"{RELEASE}-task-submit") == []
+
+
+def test_edit_acts_on_a_queues_executions_and_view_reads_them(helm: Helm) -> None:
+    objects = render(helm)
+
+    def rules(role: str) -> set[Grant]:
+        found = the_one(objects, "ClusterRole", f"{RELEASE}-{role}")
+        return {
+            (group, resource, verb)
+            for rule in found["rules"]
+            for group in rule["apiGroups"]
+            for resource in rule["resources"]
+            for verb in rule["verbs"]
+        }
+
+    executions = {("vigil.dev", "taskqueues/executions", verb) for verb in ("create", "update", "delete", "get")}
+    assert executions & rules("edit") == executions - {("vigil.dev", "taskqueues/executions", "get")}
+    assert executions & rules("view") == {("vigil.dev", "taskqueues/executions", "get")}
 
 
 # --------------------------------------------------------------------------------------------

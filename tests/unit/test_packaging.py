@@ -793,7 +793,9 @@ def test_the_queue_dsn_comes_from_an_existing_secret_and_the_settings_from_the_c
     watchdog = the_one(objects, "Deployment", f"{RELEASE}-watchdog")["spec"]["template"]["spec"]["containers"][0]
     assert secret_ref(watchdog, "VIGIL_QUEUE_DSN") == {"name": "queue-db", "key": "url"}
     config = yaml.safe_load(the_one(objects, "ConfigMap", f"{RELEASE}-config")["data"]["config.yaml"])
-    assert config["queue"] == {"shards": 16, "statusIntervalSeconds": 2.5, "attemptsRetentionDays": 30}  # no dsn: it is in the Secret
+    assert config["queue"] == {  # no dsn: it is in the Secret; the high-priority list as admission's
+        "shards": 16, "statusIntervalSeconds": 2.5, "attemptsRetentionDays": 30, "highPriorityNamespaces": []
+    }
     settings = Settings.model_validate({**config, "queue": {**config["queue"], "dsn": "postgresql://q@db/q"}})
     assert (settings.queue.shards, settings.queue.status_interval_seconds, settings.queue.attempts_retention_days) == (16, 2.5, 30)
     assert not find(objects, "Secret", f"{RELEASE}-queue")

@@ -12,7 +12,8 @@ rest lives in the queue store, which only the operator reaches: it is asked thro
 operator's HTTP API (vigil.queueapi) with `vigil.client`, at the address and as the caller
 that `kubectl vigil executions` uses (cli/operatorapi.py: ``--api-url``/``VIGIL_API_URL``, the
 kubeconfig's bearer token or ``VIGIL_API_TOKEN``). The operator checks the caller's verb on
-the TaskQueue: ``get`` to read, ``update`` to retry.
+the TaskQueue's executions (the RBAC subresource ``taskqueues/executions``): ``get`` to read,
+``update`` to retry.
 
 `stats` shows the statuses even when the operator's API cannot be asked (and says why on
 stderr); the other verbs need it, and end with one line saying why it failed: no address,

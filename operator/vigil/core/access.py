@@ -39,7 +39,8 @@ class Access:
     """What a request does, in a SubjectAccessReview's resource attributes.
 
     ``namespace=""`` asks about every namespace (a ClusterRole binding); ``name=""`` about any
-    object of the kind.
+    object of the kind; ``subresource`` (e.g. "executions" of ``taskqueues``) asks about that
+    subresource instead of the object itself, as RBAC's ``taskqueues/executions``.
     """
 
     verb: str
@@ -47,6 +48,7 @@ class Access:
     resource: str
     namespace: str = ""
     name: str = ""
+    subresource: str = ""
 
 
 class ReviewUnavailable(Exception):

@@ -65,6 +65,7 @@ class AccessReviews:
                     verb=access.verb,
                     group=access.group,
                     resource=access.resource,
+                    subresource=access.subresource or None,
                     namespace=access.namespace or None,
                     name=access.name or None,
                 ),

@@ -168,7 +168,7 @@ class TaskSubmitter:
             payload=payload,
             run_after=fire.occurrence.fire_at,
             priority=task.priority,
-            tenant=meta["namespace"] if task.tenant is None else task.tenant,
+            tenant=meta["namespace"],  # who the job is, never what it says (vigil.core.tenancy)
             max_attempts=task.max_attempts,
             idempotency_key=fire.execution_id,
             execution_id=fire.execution_id,

@@ -21,6 +21,10 @@ WORKFLOWS = "workflows"
 WORKFLOW_DEFINITIONS = "workflowdefinitions"
 SCHEDULE_BUCKETS = "schedulebuckets"
 TASK_QUEUES = "taskqueues"
+#: The subresource whose verbs are a queue's executions (submit `create`, cancel and retry
+#: `update`, delete jobs `delete`, read `get`): RBAC's `taskqueues/executions`. No API serves it;
+#: the operator's HTTP API and the task-submit admission policy check it.
+TASK_QUEUE_EXECUTIONS = "executions"
 
 # -- labels and annotations on execution pods (and workflow step pods) -------------------------
 LABEL_JOB = "vigil.dev/job"

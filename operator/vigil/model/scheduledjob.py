@@ -232,6 +232,8 @@ _SPEC_RULES = cel_rules(
 #: The store's priority is a smallint; lower runs first.
 TASK_PRIORITY_RANGE = (-32768, 32767)
 TASK_NAME_MAX_LENGTH = 253  # as the HTTP API's task names
+#: No control characters (NUL above all: PostgreSQL's text refuses it, and the API server takes it).
+TASK_NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
 
 class TaskRef(SpecModel):
@@ -239,9 +241,9 @@ class TaskRef(SpecModel):
     execution in the queue store per occurrence, run by a `vigil worker`."""
 
     queue: ObjectName = Field(description="The TaskQueue's name, in the job's own namespace.")
-    name: Annotated[str, StringConstraints(min_length=1, max_length=TASK_NAME_MAX_LENGTH)] = Field(
-        description="The task to run: the name a worker registered with @task."
-    )
+    name: Annotated[
+        str, StringConstraints(min_length=1, max_length=TASK_NAME_MAX_LENGTH, pattern=TASK_NAME_PATTERN)
+    ] = Field(description="The task to run: the name a worker registered with @task (no control characters).")
     priority: int = Field(
         default=0,
         ge=TASK_PRIORITY_RANGE[0],
@@ -256,7 +258,9 @@ class TaskRef(SpecModel):
     )
     tenant: TenantKey | None = Field(
         default=None,
-        description="The tenant leasing rotates fairly between; unset, the job's namespace.",
+        description="Deprecated: a task's tenant is always the job's namespace (a tenant is who "
+        "submits, never what it writes). The chart's task-submit admission policy refuses any other "
+        "value; the operator ignores it.",
     )
 
 

@@ -21,6 +21,7 @@ from pydantic import Field, StringConstraints, model_validator
 
 from vigil.core.executions import Backoff as CoreBackoff
 from vigil.core.queue import QueueDeclaration
+from vigil.core.tenancy import TenantBinding as CoreTenantBinding
 from vigil.model.common import (
     AGE_COLUMN,
     DEFAULT_EMPTY_OBJECT,
@@ -41,7 +42,10 @@ from vigil.model.names import TASK_QUEUES
 #: Most priorities a queue declares, and most per-tenant overrides.
 PRIORITIES_MAX_ITEMS = 16
 TENANT_OVERRIDES_MAX_ITEMS = 256
-#: Longest tenant key (a namespace by default, or what a submitter chose).
+TENANT_BINDINGS_MAX_ITEMS = 64
+#: Most ServiceAccounts and groups one tenant binding lists.
+TENANT_SUBJECTS_MAX_ITEMS = 256
+#: Longest tenant key (the caller's namespace by default, or a tenant bound to it).
 TENANT_MAX_LENGTH = 253
 #: Leased executions one tenant may hold at once, at most: beyond any worker fleet here.
 TENANT_CAP_MAX = 1_000_000
@@ -56,6 +60,12 @@ PriorityName = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)
 ]
 TenantKey = Annotated[str, StringConstraints(min_length=1, max_length=TENANT_MAX_LENGTH)]
+ServiceAccountRef = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=63 + 1 + 253
+    ),
+]
 
 
 class QueueRetry(SpecModel):
@@ -126,6 +136,27 @@ class TenantOverride(SpecModel):
     )
 
 
+class TenantBinding(SpecModel):
+    """A tenant the queue declares, and the callers who have it (vigil.core.tenancy)."""
+
+    name: TenantKey = Field(description="The tenant key, as overrides and the queue's stats name it.")
+    service_accounts: list[ServiceAccountRef] = Field(
+        default_factory=list,
+        max_length=TENANT_SUBJECTS_MAX_ITEMS,
+        description="ServiceAccounts, as NAMESPACE/NAME, whose submissions are this tenant's.",
+    )
+    groups: list[Annotated[str, StringConstraints(min_length=1, max_length=TENANT_MAX_LENGTH)]] = Field(
+        default_factory=list,
+        max_length=TENANT_SUBJECTS_MAX_ITEMS,
+        description="Groups (as the API server authenticates them) whose members' submissions are this tenant's.",
+    )
+
+    def core(self) -> CoreTenantBinding:
+        return CoreTenantBinding(
+            name=self.name, service_accounts=tuple(self.service_accounts), groups=tuple(self.groups)
+        )
+
+
 class TenantCaps(SpecModel):
     """Per-tenant caps on leased executions; leasing also rotates fairly between tenants."""
 
@@ -140,6 +171,15 @@ class TenantCaps(SpecModel):
         default_factory=list,
         max_length=TENANT_OVERRIDES_MAX_ITEMS,
         description="Tenants with a cap of their own instead of maxConcurrent.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+    )
+    bindings: list[TenantBinding] = Field(
+        default_factory=list,
+        max_length=TENANT_BINDINGS_MAX_ITEMS,
+        description="Tenants bound to callers. A submission's tenant is the caller's: the tenants "
+        "bound here to its ServiceAccount or groups (the first unless it names another of them), "
+        "else its ServiceAccount's namespace (a caller that is no ServiceAccount: the queue's "
+        "namespace). Naming any other tenant is refused (403).",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
     )
 
@@ -218,6 +258,8 @@ class TaskQueueSpec(SpecModel, json_schema_extra=_SPEC_RULES):
             raise ValueError(f"priorities: {MESSAGE_SHARES}")
         if len({t.name for t in self.tenants.overrides}) != len(self.tenants.overrides):
             raise ValueError("tenants.overrides: each tenant may be listed once")
+        if len({t.name for t in self.tenants.bindings}) != len(self.tenants.bindings):
+            raise ValueError("tenants.bindings: each tenant may be listed once")
         return self
 
     def declaration(self) -> QueueDeclaration:
