@@ -10,7 +10,9 @@ the workload, not the test's synchronisation (the tests wait with tests/waiting.
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
+import threading
 import time
 
 import psycopg
@@ -93,3 +95,15 @@ def until_lease_lost(ctx: Context) -> None:
 @task("nothing")
 async def nothing(ctx: Context) -> None:
     """No work at all: what a drain's rate then measures is the queue's own cost."""
+
+
+#: Releases of `hold_here`, by execution id: for in-process workers only, so that a task can wait
+#: through an outage of the database (its `hold` sibling polls the database, and would fail).
+HELD_HERE: dict[str, threading.Event] = collections.defaultdict(threading.Event)
+
+
+@task("hold_here")
+def hold_here(ctx: Context) -> None:
+    """Wait for the test's release in this process's memory, touching no database."""
+    if not HELD_HERE[ctx.execution_id].wait(timeout=120):
+        raise TimeoutError("never released")

@@ -175,17 +175,34 @@ WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s AND state = 'lea
 RETURNING execution_id;
 
 -- name: settle_succeeded
--- Acknowledge a batch of successes in one statement; rows not returned had lost their lease.
+-- Acknowledge a batch of successes in one statement; rows not returned had lost their lease to a
+-- later attempt (or a cancel). A success is a success: an attempt whose lease expired (its holder
+-- cut off from the database longer than the lease) is still acknowledged when no later attempt has
+-- started, that is when the expiry left the execution ready for the next attempt, not yet leased, or
+-- dead because it was the last. The expiry's attempt row, naming this worker as the holder, shows
+-- the attempt was this worker's; the execution takes that attempt's number back.
 UPDATE vigil_queue.executions AS e
-SET state = 'succeeded', lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, finished_at = %(now)s
+SET state = 'succeeded', attempt = a.attempt, lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL,
+    finished_at = %(now)s, last_error = NULL
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS a(execution_id, attempt)
-WHERE e.execution_id = a.execution_id AND e.attempt = a.attempt
-  AND e.state = 'leased' AND e.lease_owner = %(worker)s
+WHERE e.execution_id = a.execution_id
+  AND (
+    (e.attempt = a.attempt AND e.state = 'leased' AND e.lease_owner = %(worker)s)
+    OR (
+      ((e.state = 'ready' AND e.attempt = a.attempt + 1) OR (e.state = 'dead' AND e.attempt = a.attempt))
+      AND EXISTS (
+        SELECT 1 FROM vigil_queue.attempts AS x
+        WHERE x.execution_id = a.execution_id AND x.attempt = a.attempt
+          AND x.day = (e.scheduled_for AT TIME ZONE 'UTC')::date
+          AND x.outcome = 'lease_expired' AND x.worker = %(worker)s
+      )
+    )
+  )
 RETURNING e.execution_id;
 
 -- name: record_attempts
 -- The history of attempts; a row already there (the lease expired first) is kept, marked duplicate
--- when its holder reports it ran to the end anyway. Each row goes to the partition of its
+-- when its holder reports it ran to the end anyway, unless that report was a success accepted late. Each row goes to the partition of its
 -- execution's scheduled day (UTC), read from the execution by its primary key in this statement;
 -- an execution already purged files it under its finish day.
 INSERT INTO vigil_queue.attempts AS a
@@ -197,7 +214,14 @@ FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(workers)s::te
             %(errors)s::text[])
      AS r(execution_id, attempt, worker, outcome, started_at, finished_at, error)
 LEFT JOIN vigil_queue.executions AS e ON e.execution_id = r.execution_id
-ON CONFLICT (execution_id, attempt, day) DO NOTHING;
+ON CONFLICT (execution_id, attempt, day) DO UPDATE
+    SET outcome = excluded.outcome, started_at = excluded.started_at, finished_at = excluded.finished_at,
+        error = 'acknowledged after its lease expired'
+    -- a late success settle_succeeded accepted (just before, in the same transaction): the expiry's
+    -- row becomes the success it was
+    WHERE a.outcome = 'lease_expired' AND excluded.outcome = 'succeeded' AND a.worker = excluded.worker
+      AND EXISTS (SELECT 1 FROM vigil_queue.executions AS s WHERE s.execution_id = excluded.execution_id
+                  AND s.state = 'succeeded' AND s.attempt = excluded.attempt);
 
 -- name: mark_duplicates
 -- Attempts whose lease expired while their holder still ran them: two copies ran at once. An

@@ -116,6 +116,7 @@ class Worker:
         self._store: WorkerStore | None = None  # leasing: its own connection, never behind an ack
         self._books: WorkerStore | None = None  # acknowledgements, heartbeats, expiries, once
         self._reconnecting = asyncio.Lock()
+        self._beat_now = asyncio.Event()  # set on a reconnect: heartbeat at once, not at the next tick
 
     async def run(self, stop: asyncio.Event) -> WorkerCounts:
         """Work until `stop`, then drain; returns what was done."""
@@ -309,7 +310,10 @@ class Worker:
         self._count_duplicates([f.leased for f in report.stale])
 
     async def _heartbeats(self, halt: asyncio.Event) -> None:
-        while not await _stopped(halt, self.heartbeat.total_seconds()):
+        """Extend the held leases every heartbeat, and at once after a reconnect: after an outage
+        of the database a lease may be close to its end, and another worker's expiry pass near."""
+        while not await _stopped(halt, self.heartbeat.total_seconds(), early=self._beat_now):
+            self._beat_now.clear()
             held = [leased for leased, _ in self._held.values()]
             try:
                 lost = await self._require_books().heartbeat(held, lease=self.lease, now=self.clock.now())
@@ -376,6 +380,7 @@ class Worker:
                 log.warning("worker %s: reconnecting failed (%s); trying again on the next failure", self.name, error)
                 return
             log.info("worker %s: reconnected to the queue store", self.name)
+            self._beat_now.set()
 
     def _count_duplicates(self, attempts: list[Leased]) -> None:
         for leased in attempts:
@@ -408,8 +413,14 @@ async def _first(*waits: Any, timeout: float | None = None) -> None:
             task.cancel()
 
 
-async def _stopped(halt: asyncio.Event, seconds: float) -> bool:
-    """Wait `seconds` or until `halt`; True when halted."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(halt.wait(), timeout=seconds)
+async def _stopped(halt: asyncio.Event, seconds: float, *, early: asyncio.Event | None = None) -> bool:
+    """Wait `seconds`, or until `halt` (or `early`, when given) is set; True when halted."""
+    waits = [asyncio.ensure_future(halt.wait())]
+    if early is not None:
+        waits.append(asyncio.ensure_future(early.wait()))
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            waiting.cancel()
     return halt.is_set()
