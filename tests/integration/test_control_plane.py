@@ -103,6 +103,7 @@ def test_related_durations_are_compared_in_every_unit(cluster: KubeCluster, name
         ("jitter longer than the interval", {"cron": None, "every": "1m", "jitter": "10m"}, "spec.jitter"),
         ("jitter in days past the interval", {"cron": None, "every": "1d", "jitter": "1d1s"}, "spec.jitter"),
         ("expected interval below the interval", {"cron": None, "every": "2h", "expectedMaxInterval": "1h59m"}, "spec.expectedMaxInterval"),
+        ("NUL in a task's name (the API server takes it, PostgreSQL does not)", {"template": None, "task": {"queue": "q", "name": "t\x00x"}}, "spec.task.name"),
     ],
 )
 def test_bad_input_is_rejected_naming_the_field(
