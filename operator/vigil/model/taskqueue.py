@@ -128,7 +128,9 @@ _PRIORITY_RULES = cel_rules(
 class TenantOverride(SpecModel):
     """One tenant's own cap."""
 
-    name: TenantKey = Field(description="The tenant key (the namespace, unless the submitter chose one).")
+    name: TenantKey = Field(
+        description="The tenant key: a submitter's namespace, or a tenant bound in bindings."
+    )
     max_concurrent: int = Field(
         ge=0,
         le=TENANT_CAP_MAX,
