@@ -8,7 +8,9 @@ reads its bindings from the API server when a submission arrives:
 * `worker` (ServiceAccount, may submit) sends many invented tenant names: each is 403 and stores
   nothing; its own submissions are its namespace's tenant, so a lease within the queue's caps
   takes one of them, however many names it tried: its effective cap did not grow;
-* `bound` submits as `batch` without naming it, and may not escape to its namespace's tenant.
+* `bound` submits as `batch` without naming it, and may not escape to its namespace's tenant;
+* the operator's config lists no namespace for high priority (as the chart renders it from
+  admission.highPriority.namespaces), so a priority above normal is 403 and normal is taken.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from tests.integration.test_http_access import GROUP, Api, free_port, token_of
 from tests.integration.test_queue_access import on_orders, status_of
 from tests.queue.conftest import conninfo
 from tests.waiting import wait_for
-from vigil.client import Client
+from vigil.client import ApiError, Client
 from vigil.core.queue import QueueDeclaration
 from vigil.queue.store import QueueStore, WorkerStore
 
@@ -46,7 +48,9 @@ def served(
 ) -> Iterator[tuple[str, str]]:
     """(the operator's HTTP API URL, the queue store's DSN)."""
     dsn = conninfo(postgres, postgres.create_database())
-    fleet = OperatorFleet(cluster, tmp_path, queue={"dsn": dsn, "statusIntervalSeconds": 0.5})
+    fleet = OperatorFleet(
+        cluster, tmp_path, queue={"dsn": dsn, "statusIntervalSeconds": 0.5, "highPriorityNamespaces": []}
+    )
     port = free_port()
     fleet.start(http={"apiPort": port})
     api = Api(port)
@@ -131,3 +135,15 @@ def test_a_bound_service_account_submits_as_its_tenant_and_cannot_escape_it(
     assert bound.execution(made.execution_id).tenant == "batch"
     escape = lambda: bound.submit(namespace=namespace, queue="orders", task="record", idempotency_key="b2", tenant=namespace)  # noqa: E731
     assert status_of(escape) == 403
+
+
+def test_a_priority_above_normal_needs_a_listed_namespace(
+    cluster: KubeCluster, namespace: str, served: tuple[str, str]
+) -> None:
+    url, _ = served
+    worker = Client(url, token=token_of(cluster, namespace, "worker", on_orders("create", "get")))
+    for priority in ("high", -1):
+        with pytest.raises(ApiError) as refused:
+            worker.submit(namespace=namespace, queue="orders", task="record", priority=priority)
+        assert (refused.value.status, refused.value.field) == (403, "priority")
+    assert worker.submit(namespace=namespace, queue="orders", task="record", priority="normal").created
