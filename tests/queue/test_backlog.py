@@ -6,9 +6,9 @@ LIMIT taken from a column, guessed at a tenth of the table, times a hundred gues
 above `jit_above_cost`, so every lease was JIT-compiled (about 700 ms for 10 rows) and a
 worker drained 15 executions a second. Here, on a connection with the server's own settings
 (JIT on, as a DBA may leave it), the lease over 100,000 analysed rows is estimated below the
-JIT threshold and is not compiled; every connection the queue package opens has JIT off
-regardless; and a worker drains a 100,000-deep queue at about the rate it drains a 10,000-deep
-one. The comparison of rates is deliberately loose (half): it separates the two behaviours
+JIT threshold and is not compiled (every connection the queue package opens has JIT off
+regardless: tests/queue/test_connections.py); and a worker drains a 100,000-deep queue at
+about the rate it drains a 10,000-deep one. The comparison of rates is deliberately loose (half): it separates the two behaviours
 (0.006x before) without timing the machine; `make bench backlog` measures the figures.
 """
 
@@ -26,7 +26,6 @@ from psycopg.types.json import Jsonb
 from tests.queue.workers import FAST, in_process
 from tests.waiting import wait_for
 from vigil.core.queue import Submission
-from vigil.queue import connecting
 from vigil.queue.queries import QUERIES
 from vigil.queue.store import QueueStore
 
@@ -93,20 +92,6 @@ def test_the_lease_over_a_deep_analysed_queue_is_planned_cheap_and_never_jit_com
     assert "JIT" not in plan, plan.get("JIT")
     assert plan["Plan"]["Actual Rows"] == 10
     assert plan["Planning Time"] + plan["Execution Time"] < LEASE_MS_BOUND
-
-
-def test_every_connection_of_the_queue_package_has_jit_off_and_time_bounds(dsn: str) -> None:
-    with connecting.connect(dsn, autocommit=True) as connection:
-        shown = {name: connection.execute(f"SHOW {name}").fetchone()
-                 for name in ("jit", "statement_timeout", "idle_in_transaction_session_timeout")}  # fmt: skip
-    assert shown == {"jit": ("off",), "statement_timeout": ("1min",), "idle_in_transaction_session_timeout": ("30s",)}
-
-
-def test_a_dsn_keeps_its_own_options_after_ours(dsn: str) -> None:
-    with connecting.connect(f"{dsn} options='-c statement_timeout=5s'", autocommit=True) as connection:
-        row = connection.execute("SHOW statement_timeout").fetchone()
-        jit = connection.execute("SHOW jit").fetchone()
-    assert (row, jit) == (("5s",), ("off",))
 
 
 def test_a_worker_drains_a_deep_queue_about_as_fast_as_a_shallow_one(postgres: Any, deep: QueueStore) -> None:

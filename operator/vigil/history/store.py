@@ -57,6 +57,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 
+from vigil import pgconnect
 from vigil.core.history import (
     MAX_PAGE_SIZE,
     AttemptRecord,
@@ -198,8 +199,9 @@ def normalise_url(dsn: str) -> URL:
 def create_history_engine(dsn: str, *, connect_timeout_seconds: int) -> Engine:
     url = normalise_url(dsn)
     if url.get_backend_name() == "postgresql":
+        bounds = pgconnect.connect_arguments(pgconnect.MIGRATION_LIMITS)  # keepalives, JIT off, ...
         return sa.create_engine(
-            url, pool_pre_ping=True, connect_args={"connect_timeout": connect_timeout_seconds}
+            url, pool_pre_ping=True, connect_args={**bounds, "connect_timeout": connect_timeout_seconds}
         )
     engine = sa.create_engine(
         url, pool_pre_ping=True, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS}

@@ -25,13 +25,13 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from vigil import pgconnect
 from vigil.core.buckets import base_shard, minute_of
 from vigil.core.chain import JobView, first_entry
 from vigil.core.jitter import jitter_offset
 from vigil.core.queue import DEFAULT_MAX_ATTEMPTS
 from vigil.core.recurring import AddedJob, RecurringJob, field_error
 from vigil.core.timeparse import require_aware
-from vigil.queue import connecting
 from vigil.queue.queries import QUERIES
 
 #: A batch of `add_many` is one transaction and one statement; larger lists are cut into batches.
@@ -86,7 +86,7 @@ class Catalogue:
         """Catalogue many jobs, one transaction per batch of ADD_BATCH; answers in order."""
         now = require_aware(now, name="now")
         answers: list[AddedJob] = []
-        with connecting.connect(self.dsn) as connection:
+        with pgconnect.connect(self.dsn) as connection:
             for start in range(0, len(jobs), ADD_BATCH):
                 with connection.transaction():
                     answers.extend(self._add_batch(connection, jobs[start : start + ADD_BATCH], now))
@@ -94,7 +94,7 @@ class Catalogue:
 
     def get(self, job_id: str) -> dict[str, Any] | None:
         """The job's row (its schedule, next_run, shard, enabled and deleted_at), or None."""
-        with connecting.connect(self.dsn) as connection:
+        with pgconnect.connect(self.dsn) as connection:
             cursor = connection.cursor(row_factory=dict_row)
             return cursor.execute(QUERIES["catalogue_job"], {"job_id": job_id}).fetchone()
 
@@ -106,7 +106,7 @@ class Catalogue:
         for a disabled job: either way nothing fires after the delete.
         """
         now = require_aware(now, name="now")
-        with connecting.connect(self.dsn) as connection, connection.transaction():
+        with pgconnect.connect(self.dsn) as connection, connection.transaction():
             pending = connection.execute(QUERIES["catalogue_next"], {"job_id": job_id}).fetchone()
             if pending is None:
                 return False

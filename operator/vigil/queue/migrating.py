@@ -14,9 +14,8 @@ import sys
 import psycopg
 import sqlalchemy as sa
 
-from vigil import apart
+from vigil import apart, pgconnect
 from vigil.core.queue import QueueUnavailable
-from vigil.queue import connecting
 from vigil.queue.migrations import SCRIPT_LOCATION
 from vigil.queue.queries import QUERIES
 
@@ -31,8 +30,8 @@ def migrate(dsn: str) -> None:
 
     config = alembic.config.Config()
     config.set_main_option("script_location", str(SCRIPT_LOCATION))
-    limits = connecting.MIGRATION_LIMITS
-    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: connecting.connect(dsn, limits=limits))
+    limits = pgconnect.MIGRATION_LIMITS
+    engine = sa.create_engine("postgresql+psycopg://", creator=lambda: pgconnect.connect(dsn, limits=limits))
     try:
         with engine.begin() as connection:
             connection.exec_driver_sql(QUERIES["lock_ddl"])

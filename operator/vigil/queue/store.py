@@ -37,6 +37,7 @@ import psycopg
 import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
+from vigil import pgconnect
 from vigil.core.executions import Backoff
 from vigil.core.ids import execution_id as derive_execution_id
 from vigil.core.queue import (
@@ -75,7 +76,7 @@ from vigil.core.queue import (
 from vigil.core.recurring import AddedJob, RecurringJob
 from vigil.core.submissions import ExecutionIdTaken, check_submissions, is_same_occurrence
 from vigil.core.timeparse import require_aware
-from vigil.queue import attempt_days, connecting, migrating, partitions
+from vigil.queue import attempt_days, migrating, partitions
 from vigil.queue.catalogue import Catalogue
 from vigil.queue.queries import QUERIES
 
@@ -150,7 +151,7 @@ class QueueStore:
         migrating.migrate_apart(self.dsn)
 
     def connect(self) -> psycopg.Connection[Any]:
-        return connecting.connect(self.dsn)
+        return pgconnect.connect(self.dsn)
 
     def maintain_partitions(
         self, *, now: datetime, ahead: timedelta = partitions.DEFAULT_AHEAD
@@ -159,7 +160,7 @@ class QueueStore:
 
         Idempotent, and safe from several replicas at once (vigil.queue.partitions).
         """
-        with connecting.connect(self.dsn, autocommit=True) as connection:
+        with pgconnect.connect(self.dsn, autocommit=True) as connection:
             return partitions.maintain(connection, now=require_aware(now, name="now"), ahead=ahead)
 
     def maintain_attempts(
@@ -169,7 +170,7 @@ class QueueStore:
 
         Idempotent, and safe from several replicas at once (vigil.queue.attempt_days).
         """
-        with connecting.connect(self.dsn, autocommit=True) as connection:
+        with pgconnect.connect(self.dsn, autocommit=True) as connection:
             return attempt_days.maintain(connection, now=require_aware(now, name="now"), retention_days=retention_days)
 
     def submit(

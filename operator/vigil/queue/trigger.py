@@ -34,16 +34,21 @@ vigil.queue.partitions, and the attempts' daily ones, vigil.queue.attempt_days).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import socket
 import threading
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from vigil import pgconnect
 from vigil.core import jsonvalues
 from vigil.core.buckets import MINUTE, BucketEntry, Outcome, minute_of
 from vigil.core.chain import (
@@ -63,7 +68,7 @@ from vigil.core.recurring import cron_schedule
 from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
 from vigil.core.trigger import seconds_to_next_pass
-from vigil.queue import attempt_days, connecting, partitions
+from vigil.queue import attempt_days, partitions
 from vigil.queue.queries import QUERIES
 
 log = logging.getLogger(__name__)
@@ -139,9 +144,27 @@ class ShardTrigger:
             self._connection.close()
             self._connection = None
 
+    def abort(self) -> None:
+        """Break off whatever the connection is waiting for, from another thread.
+
+        A database behind a proxy that stops forwarding (or a wedged pooler) acknowledges what
+        is sent and answers nothing, and no timeout of libpq's ends that wait: keepalives are
+        answered by the proxy. Shutting the socket down makes the waiting call fail at once
+        (an OperationalError, as any cut connection), and `run` retries on a fresh connection.
+        The server rolls the abandoned transaction back by itself (pgconnect's
+        idle_in_transaction_session_timeout), so its row locks go too.
+        """
+        connection = self._connection
+        if connection is None or connection.closed:
+            return
+        with contextlib.suppress(OSError, psycopg.Error):
+            duplicate = socket.socket(fileno=os.dup(connection.pgconn.socket))
+            with duplicate:
+                duplicate.shutdown(socket.SHUT_RDWR)
+
     def connection(self) -> psycopg.Connection[Any]:
         if self._connection is None or self._connection.closed:
-            self._connection = connecting.connect(self.dsn, autocommit=True)
+            self._connection = pgconnect.connect(self.dsn, autocommit=True)
         return self._connection
 
     def run_pass(self, *, now: datetime) -> PassReport:
@@ -297,7 +320,8 @@ def _payload(row: dict[str, Any], fire: Fire) -> str:
         job_namespace=fire.job.namespace,
     )
     rendered = render_payload(
-        payload=row["payload"], template=row["payload_template"], variables=variables, timezone=row["timezone"]
+        payload=row["payload"], template=row["payload_template"], variables=variables, timezone=row["timezone"],
+        monotonic=time.monotonic,  # the render's wall-clock budget (vigil.core.templatebudget)
     )
     jsonvalues.check_text(rendered, path="payload")  # what the store would refuse, refused here
     return rendered
@@ -436,6 +460,7 @@ def run(
     maintain_every: timedelta = timedelta(minutes=1),
     on_pass: Callable[[PassReport], None] | None = None,
     on_error: Callable[[], None] | None = None,
+    pass_deadline: timedelta = timedelta(seconds=30),
 ) -> None:
     """Run `trigger` until `stop` is set: a pass every `interval`, or sooner when the last pass
     said an occurrence comes due before that (`PassReport.next_fire`; passes at least
@@ -443,19 +468,23 @@ def run(
 
     For a thread of an operator replica that leads the shard. A failed pass (the database
     restarting, or anything else) is logged and retried on the next tick on a fresh connection:
-    its transaction rolled back, so nothing was half done.
+    its transaction rolled back, so nothing was half done. A pass still waiting on the database
+    after `pass_deadline` (every pass takes milliseconds; only a connection that went silent takes
+    that long) is broken off (`ShardTrigger.abort`), so the thread never hangs on a dead path.
     """
     maintained: datetime | None = None
+    watch = PassWatch(pass_deadline, trigger.abort, name=f"trigger-shard-{trigger.shard}-deadline")
     try:
         while not stop.is_set():
             now = clock()
             wait = interval.total_seconds()
             try:
-                if maintained is None or now - maintained >= maintain_every:
-                    trigger.maintain(now=now)
-                    trigger.maintain_attempts(now=now)
-                    maintained = now
-                report = trigger.run_pass(now=now)
+                with watch.armed():
+                    if maintained is None or now - maintained >= maintain_every:
+                        trigger.maintain(now=now)
+                        trigger.maintain_attempts(now=now)
+                        maintained = now
+                    report = trigger.run_pass(now=now)
                 if report.missed or report.failed:  # rows, not objects: no Events; the log and the metric say it
                     log.warning(
                         "trigger shard %d: %d occurrence(s) recorded Missed by their catch-up policy, %d Failed "
@@ -477,5 +506,53 @@ def run(
                     on_error()
             stop.wait(wait)
     finally:
+        watch.close()
         trigger.close()
 
+
+
+class PassWatch:
+    """Breaks off a pass that outlives its deadline: one watcher thread per shard's loop.
+
+    `run` arms it around each pass (`with watch.armed():`); the watcher, waiting on a condition,
+    calls `abort` once the armed pass is older than `limit`. One thread for the loop's life, not
+    a timer per pass (passes come every 250 ms).
+    """
+
+    def __init__(self, limit: timedelta, abort: Callable[[], None], *, name: str) -> None:
+        self._limit = limit.total_seconds()
+        self._abort = abort
+        self._changed = threading.Condition()
+        self._due: float | None = None  # monotonic deadline of the armed pass
+        self._ended = False
+        self._thread = threading.Thread(target=self._watch, name=name, daemon=True)
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def armed(self) -> Iterator[None]:
+        with self._changed:
+            self._due = time.monotonic() + self._limit
+            self._changed.notify()
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._due = None
+
+    def close(self) -> None:
+        with self._changed:
+            self._ended = True
+            self._changed.notify()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        with self._changed:
+            while not self._ended:
+                if self._due is None:
+                    self._changed.wait()
+                elif time.monotonic() < self._due:
+                    self._changed.wait(self._due - time.monotonic())
+                else:
+                    log.warning("a trigger pass outlived its %.0fs deadline: breaking its connection off", self._limit)
+                    self._due = None
+                    self._abort()

@@ -25,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from vigil import pgconnect
 from vigil.core.ports import Clock
 from vigil.core.queue import QueueUnavailable
 from vigil.core.queuewatch import (
@@ -41,7 +42,6 @@ from vigil.core.queuewatch import (
     summarise,
 )
 from vigil.core.watchdog import FindingKind
-from vigil.queue import connecting
 from vigil.queue.queries import QUERIES
 from vigil.queue.repair import repair_chains
 
@@ -68,7 +68,7 @@ class QueueWatchdog:
     ) -> None:
         if cap < 1:
             raise ValueError(f"cap must be at least 1, got {cap}")
-        self._connect = connect or (lambda: connecting.connect(dsn, autocommit=True))
+        self._connect = connect or (lambda: pgconnect.connect(dsn, autocommit=True))
         self._clock = clock
         self._cap = cap
         self._publish = publish

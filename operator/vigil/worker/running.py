@@ -48,7 +48,7 @@ from typing import Any
 
 import psycopg
 
-from vigil import metrics
+from vigil import metrics, pgconnect
 from vigil.core.executions import RetryPolicy
 from vigil.core.ports import Clock
 from vigil.core.queue import (
@@ -59,7 +59,6 @@ from vigil.core.queue import (
     allowance,
     bounded_error,
 )
-from vigil.queue import connecting
 from vigil.queue.store import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
 from vigil.worker.settings import WorkerSettings
 from vigil.worker.tasks import Context, TaskRegistry
@@ -123,8 +122,8 @@ class Worker:
         tasks = self.registry.names()
         if not tasks:
             raise ValueError("no tasks registered: import the module that defines them (--tasks)")
-        connection = await connecting.connect_async(self.dsn)
-        books = await connecting.connect_async(self.dsn)
+        connection = await pgconnect.connect_async(self.dsn)
+        books = await pgconnect.connect_async(self.dsn)
         self._store = WorkerStore(connection, queue=self.queue, worker=self.name)
         self._books = WorkerStore(books, queue=self.queue, worker=self.name)
         await self._read_declaration()
@@ -354,7 +353,7 @@ class Worker:
         """Wake the lease loop on NOTIFY; on any failure, leave it to polling and try again later."""
         while not halt.is_set():
             try:
-                async with await connecting.connect_async(self.dsn) as listener:
+                async with await pgconnect.connect_async(self.dsn) as listener:
                     await listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     while not halt.is_set():
                         # Returns after a second without notifications, to look at `halt` again.
@@ -375,7 +374,7 @@ class Worker:
             if not store.connection.closed:
                 return  # still open, or another coroutine replaced it meanwhile
             try:
-                store.connection = await connecting.connect_async(self.dsn)
+                store.connection = await pgconnect.connect_async(self.dsn)
             except psycopg.OperationalError as error:
                 log.warning("worker %s: reconnecting failed (%s); trying again on the next failure", self.name, error)
                 return

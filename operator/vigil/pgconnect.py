@@ -1,4 +1,9 @@
-"""How every queue-store connection is opened: bounded in time, and never JIT-compiled.
+"""How every PostgreSQL connection is opened: bounded in time, and never JIT-compiled.
+
+The queue store (vigil.queue: the trigger shards, the watchdog, the HTTP API's store, every
+worker's connections) opens its connections here; the history database (vigil.history) takes
+the same settings as its engine's connect arguments, without the statement timeout (its
+migrations and retention run on the same engine).
 
 Every statement of the volume tier touches a few rows through an index (a lease of a
 batch, a heartbeat, an acknowledgement, a trigger batch, the watchdog's capped reads).
@@ -6,7 +11,7 @@ PostgreSQL's JIT compiles a statement whose *estimated* cost passes `jit_above_c
 (100,000 by default), and an estimate can grow with the backlog even when the work does
 not: with 50,000 ready executions analysed, the lease was estimated near 500,000 and
 spent 680 ms compiling to lease 10 rows (0.3 ms without). So JIT is off on every
-connection this package opens, whatever the server's setting; the statements are also
+connection opened here, whatever the server's setting; the statements are also
 shaped so that their estimates stay small (queries.sql).
 
 A connection is also bounded in time, so that no failure holds rows or a worker forever:
@@ -86,8 +91,14 @@ class ConnectionLimits:
 
 
 DEFAULT_LIMITS = ConnectionLimits()
-#: Migrations may build an index on a large table: no statement timeout for them.
+#: Migrations may build an index on a large table, and the history's retention delete a day of rows:
+#: no statement timeout for them.
 MIGRATION_LIMITS = dataclasses.replace(DEFAULT_LIMITS, statement_timeout_ms=0)
+
+
+def connect_arguments(limits: ConnectionLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """The limits as psycopg's connect keyword arguments (SQLAlchemy's `connect_args`)."""
+    return {**limits.client_parameters(), "options": limits.server_options()}
 
 
 def bounded(dsn: str, limits: ConnectionLimits = DEFAULT_LIMITS) -> str:
