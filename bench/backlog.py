@@ -56,6 +56,7 @@ from bench.queue import (
     spawn_peer,
     spawn_process,
     spawn_vigil,
+    stop_all,
     wait_ready,
 )
 from bench.reporting import Completion, Row, rate, ratio
@@ -226,14 +227,7 @@ def drain(server: PostgresServer, system: System, n: int, workers: int, window: 
                 finished = count(poller, system.done)
             elapsed = time.monotonic() - start
         finally:
-            for process in processes:
-                process.send_signal(signal.SIGTERM)
-            for process in processes:
-                try:
-                    process.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+            stop_all(processes)
     with psycopg.connect(server.conninfo(), autocommit=True) as admin:  # its gigabyte goes at once
         admin.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(dsn.rsplit("=", 1)[1])))
     return Completion(finished - at_start, target - at_start, elapsed), filled, plan

@@ -140,14 +140,19 @@ def measure(
             finished = done()
         return Completion(finished, executions, time.monotonic() - began)
     finally:
-        for process in processes:
-            process.send_signal(signal.SIGTERM)
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all(processes)
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every worker, then wait for each (killed after a minute)."""
+    for process in processes:
+        process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def count(connection: psycopg.Connection[Any], query: LiteralString) -> int:

@@ -7,6 +7,7 @@ the queue schema migrated, so tests never see each other's executions.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +22,17 @@ __all__ = ["postgres"]
 def conninfo(server: PostgresServer, url: str) -> str:
     """The libpq string of the database behind a SQLAlchemy URL from `create_database`."""
     return server.conninfo(url.rsplit("/", 1)[1])
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of the test's own, for tests that stop and start it (the session's is
+    shared by every test)."""
+    made = PostgresServer.create()
+    try:
+        yield made
+    finally:
+        made.drop()
 
 
 @pytest.fixture

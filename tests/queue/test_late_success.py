@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -105,17 +105,8 @@ def test_another_worker_cannot_report_the_expired_attempt_as_its_success(dsn: st
 # -- across a PostgreSQL restart -------------------------------------------------------------
 
 
-@pytest.fixture
-def server() -> Iterator[PostgresServer]:
-    made = PostgresServer.create()
-    try:
-        yield made
-    finally:
-        made.drop()
-
-
-def test_a_task_that_succeeded_across_a_database_restart_is_never_reported_dead(server: PostgresServer) -> None:
-    dsn = conninfo(server, server.create_database())
+def test_a_task_that_succeeded_across_a_database_restart_is_never_reported_dead(own_postgres: PostgresServer) -> None:
+    dsn = conninfo(own_postgres, own_postgres.create_database())
     store = QueueStore(dsn)
     store.migrate()
     clock = FakeClock(datetime.now(UTC))  # frozen: the worker's lease ends only when the test says
@@ -127,8 +118,8 @@ def test_a_task_that_succeeded_across_a_database_restart_is_never_reported_dead(
     thread.start()
     try:
         wait_for(lambda: execution_row(store, execution_id)["state"] == "leased", timeout=30, what="the lease")
-        server.stop()  # the worker's connections are cut while its task runs
-        server.start()
+        own_postgres.stop()  # the worker's connections are cut while its task runs
+        own_postgres.start()
 
         async def expire() -> int:  # another worker's expiry pass, once the lease is long over
             async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -56,15 +55,8 @@ class FastClock:
 
 
 @pytest.fixture
-def server() -> Iterator[PostgresServer]:
-    made = PostgresServer.create()
-    yield made
-    made.drop()
-
-
-@pytest.fixture
-def dsn(server: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> str:
-    info = conninfo(server, server.create_database())
+def dsn(own_postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> str:
+    info = conninfo(own_postgres, own_postgres.create_database())
     QueueStore(info).migrate()
     record_marks(info)
     create_tables(info)
@@ -85,7 +77,7 @@ def _answers(dsn: str) -> bool:
     return True
 
 
-def test_postgres_restarted_mid_run_loses_nothing_and_marks_nothing_twice(server: PostgresServer, dsn: str) -> None:
+def test_postgres_restarted_mid_run_loses_nothing_and_marks_nothing_twice(own_postgres: PostgresServer, dsn: str) -> None:
     every_minute = RecurringJob(
         QUEUE, "record", "* * * * *", jitter=timedelta(0), max_attempts=20,
         catch_up=CatchUp(policy=CatchUpPolicy.ALL, window=timedelta(hours=1), limit=100),
@@ -105,11 +97,11 @@ def test_postgres_restarted_mid_run_loses_nothing_and_marks_nothing_twice(server
         try:
             wait_for(lambda: len(marks(dsn)) >= DOWN_AT * JOBS, timeout=60, interval=0.05,
                      what=f"{DOWN_AT} minutes fired")  # fmt: skip
-            server.stop()
+            own_postgres.stop()
             stopped_at = clock.now()
             wait_for(lambda: clock.now() >= stopped_at + timedelta(minutes=DOWN_FOR), timeout=30,
                      what="the clock past the outage's minutes")  # fmt: skip
-            server.start()
+            own_postgres.start()
             wait_for(lambda: _answers(dsn), timeout=30, what="the server answering")
             wait_for(lambda: len(marks(dsn)) == len(expected), timeout=120, what="every occurrence up to END marked")
             wait_for(
