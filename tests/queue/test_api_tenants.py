@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.queue.test_api import Clock
-from vigil.core.access import Access, User
+from vigil.core.access import Access, ReviewUnavailable, User
 from vigil.core.tenancy import TenantBinding
 from vigil.httpapi import ApiServer
 from vigil.queue.store import QueueStore
@@ -129,3 +129,17 @@ def test_a_priority_above_normal_is_403_outside_the_listed_namespaces(
     for allowed in ("normal", "low", 0, 5):
         assert submit(serve(store, high=frozenset()), "t-worker", priority=allowed, idempotencyKey=str(allowed))[0] == 201
     assert submit(serve(store, high=frozenset({"shop"})), "t-worker", priority=priority, idempotencyKey="listed")[0] == 201
+
+
+class Unreachable:
+    def bindings(self, namespace: str, name: str) -> Sequence[TenantBinding]:
+        raise ReviewUnavailable("connection refused")
+
+
+def test_bindings_that_cannot_be_read_are_503_never_a_guessed_tenant(store: QueueStore) -> None:
+    reviews = Reviews()
+    api = QueueApi(store, clock=Clock(), authenticator=reviews, authorizer=reviews, tenants=Unreachable())
+    server = ApiServer(leader=lambda: None, find_execution=lambda execution_id: None, timeline=lambda e: [], queue_api=api)
+    status, answer = submit(server, "t-worker")
+    assert (status, answer["reason"]) == (503, "ReviewUnavailable")
+    assert store.counts("shop/orders")["ready"] == 0
