@@ -90,6 +90,7 @@ from vigil.core.history import (
 from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.core.workflow import RULES, Event, Reason, Record, identity_of
 from vigil.model.names import EXECUTIONS, GROUP, WORKFLOWS
+from vigil.probes import HEALTH_PATHS
 from vigil.queueapi import QueueApi
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,6 @@ JOB_EXECUTIONS_PARAMETERS = frozenset({"limit", "continue"})
 WORKFLOW_HISTORY_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/workflows/({JOB_NAME})/history/?$")
 #: A workflow's uid in a `continue` token (Kubernetes writes UUIDs).
 WORKFLOW_UID = r"[-a-zA-Z0-9]{1,128}"
-HEALTH_PATHS = ("/healthz", "/readyz")
 APPROVAL_PATH = re.compile(rf"^/approvals/([^/]{{1,{MAX_TOKEN_LENGTH}}})/(approve|reject)/?$")
 #: Largest request body read, in bytes: a name and a reason fit many times over.
 MAX_BODY_BYTES = 16 * 1024

@@ -63,6 +63,7 @@ from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine, workflow_cache
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
+from vigil.probes import serve_probes
 from vigil.queueapi import JobStore, QueueApi
 from vigil.settings import Settings
 
@@ -150,6 +151,8 @@ def _serve(
     *,
     lease_name: str,
 ) -> None:
+    if settings.http.health_port:
+        serve_probes(settings.http.health_port)
     if settings.http.metrics_port:
         start_http_server(settings.http.metrics_port, registry=metrics.REGISTRY)
     if settings.http.api_port:

@@ -301,7 +301,15 @@ class Audit(_Section):
 
 class Http(_Section):
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics; 0 disables.")
-    api_port: int = Field(8080, ge=0, le=65535, description="Health and JSON API; 0 disables.")
+    api_port: int = Field(8080, ge=0, le=65535, description="JSON API (and /healthz, /readyz); 0 disables.")
+    health_port: int = Field(
+        8081,
+        ge=0,
+        le=65535,
+        description="/healthz and /readyz on a listener of their own (the kubelet's probes): nothing "
+        "a client of the API does (idle sockets, slow writers, a full worker pool) can make a probe "
+        "wait; 0 disables.",
+    )
     workers: int = Field(
         8,
         ge=1,

@@ -87,6 +87,7 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
     "http": {
         "metricsPort": 9090,
         "apiPort": 8080,
+        "healthPort": 8081,
         "workers": 8,
         "requestTimeoutSeconds": 30,
         "authCacheSeconds": 10,
@@ -499,10 +500,12 @@ def test_operator_runs_hardened_with_its_ports_and_probes(
     }
     assert {port["name"]: port["containerPort"] for port in container["ports"]} == {
         "http": 8080,
+        "health": 8081,
         "metrics": 9090,
     }
-    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    # the probes on a listener of their own, which no client of the API can starve (vigil/probes.py)
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     # Two replicas share the history in the bundled PostgreSQL (postgresql.enabled: auto).
     assert [variable["name"] for variable in container["env"]] == ["POD_NAME", "POD_NAMESPACE", "VIGIL_HISTORY_DSN"]
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
