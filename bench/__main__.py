@@ -195,7 +195,7 @@ def executions_rate(b: Bench, count: int) -> Completion:
     opns = b.namespace("bench-execop")
     proc, pidfile = b.start_operator("bench-exec", (
         f"namespace: {opns}\ndispatch: {{maxRunning: 100, perNamespaceMax: 100, reservedHigh: 0}}\n"
-        f"http: {{metricsPort: 0, apiPort: 0}}\nhistory: {{dsn: 'sqlite:///{b.state}/bench-history.db'}}\n"
+        f"http: {{metricsPort: 0, apiPort: 0, healthPort: 0}}\nhistory: {{dsn: 'sqlite:///{b.state}/bench-history.db'}}\n"
     ))  # fmt: skip
     try:
         body = {

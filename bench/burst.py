@@ -81,7 +81,7 @@ def fire_lag_vigil(b: Bench, count: int, lead: float, window: float, *, jitter: 
     opns = b.namespace("bench-op")
     settings = (
         f"namespace: {opns}\nleaderElection: {{leaseDurationSeconds: 15, renewPeriodSeconds: 5}}\n"
-        f"trigger: {{tickMilliseconds: 250}}\nhttp: {{metricsPort: 0, apiPort: 0}}\n"
+        f"trigger: {{tickMilliseconds: 250}}\nhttp: {{metricsPort: 0, apiPort: 0, healthPort: 0}}\n"
         f"dispatch: {{maxRunning: {count * 2}, perNamespaceMax: {count * 2}, reservedHigh: 0}}\n"
         f"history: {{dsn: 'sqlite:///{b.state}/bench-lag-history.db'}}\n"
     )

@@ -118,7 +118,7 @@ def api_writes(api: client.ApiClient) -> Counter[str]:
 def _settings(opns: str, state: Path) -> str:
     return (
         f"namespace: {opns}\nleaderElection: {{leaseDurationSeconds: 15, renewPeriodSeconds: 5}}\n"
-        f"http: {{metricsPort: 0, apiPort: 0}}\nhistory: {{dsn: 'sqlite:///{state}/onboarding-history.db'}}\n"
+        f"http: {{metricsPort: 0, apiPort: 0, healthPort: 0}}\nhistory: {{dsn: 'sqlite:///{state}/onboarding-history.db'}}\n"
     )
 
 

@@ -117,7 +117,7 @@ def run(b: Bench, *, jobs: int, executions: int, workflows: int, settle: float) 
     print(f"  rss: {jobs} ScheduledJobs, {executions} Succeeded Executions, {workflows} waiting Workflows "
           f"created in {time.monotonic() - created:.0f}s")  # fmt: skip
     proc, pidfile = b.start_operator("bench-rss", (
-        f"namespace: {opns}\nhttp: {{metricsPort: 0, apiPort: 0}}\n"
+        f"namespace: {opns}\nhttp: {{metricsPort: 0, apiPort: 0, healthPort: 0}}\n"
         f"history: {{dsn: 'sqlite:///{b.state}/bench-rss-history.db'}}\n"
     ))  # fmt: skip
     notes: list[str] = []
@@ -156,7 +156,7 @@ def run_queue(b: Bench, *, dsn: str, shards: int, settle: float) -> Rss:
     """
     opns = b.namespace("bench-qrssop")
     proc, pidfile = b.start_operator("bench-qrss", (
-        f"namespace: {opns}\nhttp: {{metricsPort: 0, apiPort: 0}}\n"
+        f"namespace: {opns}\nhttp: {{metricsPort: 0, apiPort: 0, healthPort: 0}}\n"
         f"history: {{dsn: 'sqlite:///{b.state}/bench-qrss-history.db'}}\n"
         f"queue: {{dsn: '{dsn}', shards: {shards}}}\n"
     ))  # fmt: skip

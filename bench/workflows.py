@@ -81,7 +81,7 @@ def _settings(opns: str, state: Any, name: str, *, pods: int = 0) -> str:
     caps = f"dispatch: {{maxRunning: {pods}, perNamespaceMax: {pods}, reservedHigh: 0}}\n" if pods else ""
     return caps + (
         f"namespace: {opns}\nleaderElection: {{leaseDurationSeconds: 15, renewPeriodSeconds: 5}}\n"
-        f"http: {{metricsPort: 0, apiPort: 0}}\nworkflows: {{workers: 4, rescanSeconds: 30}}\n"
+        f"http: {{metricsPort: 0, apiPort: 0, healthPort: 0}}\nworkflows: {{workers: 4, rescanSeconds: 30}}\n"
         f"history: {{dsn: 'sqlite:///{state}/{name}-history.db'}}\n"
     )
 

@@ -32,7 +32,7 @@ else
     cat > "$state/operator.yaml" <<CONF
 namespace: vigil-system
 leaderElection: {leaseDurationSeconds: 15, renewPeriodSeconds: 5}
-http: {metricsPort: 19090, apiPort: 18080}
+http: {metricsPort: 19090, apiPort: 18080, healthPort: 18081}
 history: {dsn: "sqlite:///$state/history.db"}
 CONF
     setsid .venv/bin/vigil operator --config "$state/operator.yaml" >"$state/logs/operator.log" 2>&1 < /dev/null &

@@ -90,7 +90,7 @@ class OperatorFleet:
             "namespace": self.namespace,
             "leaderElection": {"leaseDurationSeconds": 3, "renewPeriodSeconds": 1},
             "trigger": {"tickMilliseconds": 100, "rescanSeconds": 5},
-            "http": {"metricsPort": 0, "apiPort": 0},
+            "http": {"metricsPort": 0, "apiPort": 0, "healthPort": 0},
             "history": {"dsn": f"sqlite:///{workdir}/history.db"},
         }
         self.settings = merged(config, overrides)

@@ -79,7 +79,7 @@ def config_dir(fleet: OperatorFleet, path: Path, *, api_port: int) -> Path:
     place) and its kubeconfig, readable by the container's unprivileged user."""
     path.mkdir(mode=0o755)
     settings = merged(fleet.settings, {"history": {"dsn": "sqlite:////tmp/history.db"},
-                                       "http": {"apiPort": api_port, "metricsPort": 0}})  # fmt: skip
+                                       "http": {"apiPort": api_port, "metricsPort": 0, "healthPort": 0}})  # fmt: skip
     (path / "config.yaml").write_text(yaml.safe_dump(settings))
     (path / "kubeconfig").write_text(fleet.identity.kubeconfig.read_text())
     for file in path.iterdir():
