@@ -78,13 +78,15 @@ def test_an_occurrence_becomes_one_ready_execution_with_its_id_payload_and_fire_
     assert (row["priority"], row["tenant"], row["max_attempts"]) == (0, "billing", 3)
 
 
-def test_the_task_sets_priority_attempts_and_tenant(store: QueueStore) -> None:
+def test_the_task_sets_priority_and_attempts_and_its_tenant_is_always_the_jobs_namespace(store: QueueStore) -> None:
+    """A tenant is who the submitter is (issue 36, item 4): a deprecated `task.tenant` naming
+    another (which admission now refuses) changes nothing."""
     obj = job(priority=-10, maxAttempts=7, tenant="nightly-batch")
     fire = fire_of(obj)
     submit(store, obj, fire)
     row = store.execution(fire.execution_id)
     assert row is not None
-    assert (row["priority"], row["tenant"], row["max_attempts"]) == (-10, "nightly-batch", 7)
+    assert (row["priority"], row["tenant"], row["max_attempts"]) == (-10, "billing", 7)
 
 
 def test_a_repeated_launch_enqueues_nothing_more(store: QueueStore) -> None:
