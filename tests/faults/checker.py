@@ -10,11 +10,14 @@ Pure: a history in, a `Verdict` out; no clock, no I/O. Per scenario it counts
   events): must be 0;
 * executions **run more than once**: every lease of an execution after its first that is not a
   retry of a reported failure. Allowed, and counted as such, after a lease expiry or an ambiguous
-  acknowledgement (its reply lost); a violation after an acknowledged success, while another
-  lease of it is still open, or a second acknowledged success;
+  acknowledgement (its reply lost; with `strict_leases`, after an expiry only); a violation after
+  an acknowledged success, while another lease of it is still open, or a second acknowledged
+  success;
 * the **time to recover**: from each fault's end to the first success after it (a Fired, a
-  submission ok, an attempt acknowledged); the longest is reported, None when no fault ended,
-  and a fault never followed by a success is a violation of its own (`unrecovered`).
+  submission ok, an attempt acknowledged); the longest is reported, None when no fault ended.
+  A fault after which work was still asked (an occurrence due, a submission invoked, a lease
+  taken) and never followed by a success is a violation of its own (`unrecovered`); one after
+  which nothing more was asked has nothing to recover.
 
 `table` prints verdicts as the issue asks, one row per scenario, seed included for replay.
 """
@@ -73,12 +76,17 @@ class Verdict:
         return said
 
 
-def check(history: History | Iterable[Event], *, scenario: str = "", seed: int | None = None) -> Verdict:
+def check(
+    history: History | Iterable[Event], *, scenario: str = "", seed: int | None = None, strict_leases: bool = False
+) -> Verdict:
+    """Judge `history` (see the module docstring). `strict_leases`: the history records each lease's
+    expiry as its holder's deadline passed (a scenario that knows the deadlines), so only an expiry
+    excuses a rerun; an ambiguous acknowledgement alone does not (the lease it left still held)."""
     events = sorted(history, key=lambda e: e.at)  # stable: events seen at one time keep their order
     if isinstance(history, History):
         scenario, seed = scenario or history.scenario, seed if seed is not None else history.seed
     lost, twice = _occurrences(events)
-    allowed, violating = _reruns(events)
+    allowed, violating = _reruns(events, strict=strict_leases)
     recovery, unrecovered = _recovery(events)
     return Verdict(
         scenario=scenario,
@@ -119,7 +127,7 @@ def _acked_lost(events: Sequence[Event]) -> list[str]:
     return sorted(taken - held)
 
 
-def _reruns(events: Sequence[Event]) -> tuple[int, list[str]]:
+def _reruns(events: Sequence[Event], *, strict: bool) -> tuple[int, list[str]]:
     """Per execution, in time order: each lease after the first, judged by how the run before it
     ended (see the module docstring); and no execution acknowledged as a success twice."""
     allowed, violating = 0, set()
@@ -132,7 +140,7 @@ def _reruns(events: Sequence[Event]) -> tuple[int, list[str]]:
         if event.phase is AttemptPhase.LEASED:
             if seen:
                 before = seen[max(seen)]  # the latest run leased before this one
-                if before & {AttemptPhase.EXPIRED, AttemptPhase.ACK_UNKNOWN}:
+                if before & ({AttemptPhase.EXPIRED} if strict else {AttemptPhase.EXPIRED, AttemptPhase.ACK_UNKNOWN}):
                     allowed += 1
                 elif before != {AttemptPhase.FAILED}:  # a reported failure's retry is no rerun
                     violating.add(event.execution_id)
@@ -156,10 +164,17 @@ def _recovery(events: Sequence[Event]) -> tuple[timedelta | None, list[str]]:
     ]  # fmt: skip
     longest: timedelta | None = None
     unrecovered = []
+    asked = [
+        e.at for e in events
+        if isinstance(e, Due)
+        or (isinstance(e, Submitted) and e.phase is Submission.INVOKE)
+        or (isinstance(e, Attempt) and e.phase is AttemptPhase.LEASED)
+    ]  # fmt: skip
     for end in ends:
         after = [at for at in successes if at >= end.at]
         if not after:
-            unrecovered.append(f"{end.name} (ended {end.at.isoformat()})")
+            if any(at >= end.at for at in asked):  # work asked after the fault, and nothing done
+                unrecovered.append(f"{end.name} (ended {end.at.isoformat()})")
             continue
         took = min(after) - end.at
         longest = took if longest is None or took > longest else longest

@@ -106,6 +106,8 @@ def test_a_rerun_after_a_lease_expiry_or_an_ambiguous_acknowledgement_is_allowed
     verdict = check(h)
     assert verdict.ok, verdict.problems()
     assert verdict.reruns_allowed == 2
+    strict = check(h, strict_leases=True)  # the history knows the deadlines: ex-6's lease still held
+    assert (strict.reruns_allowed, strict.reruns_violating) == (1, ["ex-6"])
 
 
 def test_a_retry_after_a_reported_failure_is_no_rerun() -> None:
@@ -129,7 +131,7 @@ def test_a_rerun_with_no_excuse_is_a_violation() -> None:
     assert check(twice).reruns_violating == ["ex-1"]
 
 
-def test_recovery_is_the_longest_wait_for_a_success_and_a_fault_never_followed_by_one_is_named() -> None:
+def test_recovery_is_the_longest_wait_for_a_success_and_a_fault_with_work_asked_but_none_done_is_named() -> None:
     h = clean()
     h.fault("postgres restarted", FaultPhase.END)
     h.clock()  # time passes with nothing done
@@ -139,4 +141,6 @@ def test_recovery_is_the_longest_wait_for_a_success_and_a_fault_never_followed_b
     verdict = check(h)
     assert verdict.recovery == timedelta(seconds=3) and verdict.ok
     h.fault("api server restarted", FaultPhase.END)
+    assert check(h).ok, "nothing was asked after the fault: nothing to recover"
+    h.submitted("op-10", Submission.INVOKE)
     assert check(h).unrecovered and not check(h).ok
