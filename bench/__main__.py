@@ -49,6 +49,8 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
 15. **queuerss** — a whole `vigil operator` with the volume tier on (bench/rss.py): its RSS once
    it holds every trigger shard, over `--queue-rss` SMALL,LARGE (10,000 and 1,000,000) daily
    jobs catalogued in a fresh database each, the large beside the small.
+16. **hostile** — 50 hostile payload templates of every kind beside a canary job (bench/hostile.py):
+   the operator's peak RSS beside the same run without them, and the canary's fire lag p99.
 
 Every measurement gets a fresh local control plane of its own (bench/cluster.py), with an API
 server audit log, and runs the operator as the chart's ServiceAccount. The lag figures all use
@@ -74,6 +76,7 @@ from kubernetes import client
 
 from bench import backlog as backlog_bench
 from bench import history as history_bench
+from bench import hostile as hostile_bench
 from bench import onboarding as onboarding_bench
 from bench import podfloor
 from bench import queue as queue_bench
@@ -125,7 +128,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
     "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
-    "backlog", "queuetrigger", "queuerss",
+    "backlog", "queuetrigger", "queuerss", "hostile",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -654,6 +657,9 @@ def main(argv: list[str] | None = None) -> int:
 
     if "queuerss" in chosen:
         run_queue_rss(run)
+
+    if "hostile" in chosen:
+        run.rows.extend(hostile_bench.section())
 
     print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
     for line in table(run.rows):

@@ -3,7 +3,8 @@
 Exactly-once firing with three operators racing for the Lease; failover by
 SIGKILL in the middle of firing; an outage walked per catch-up policy;
 schedule edits that fire nothing retroactively; suspend and resume; invalid
-jobs reported without disturbing valid ones.
+jobs reported without disturbing valid ones; every known hostile payload
+template Invalid while another namespace's canary fires on time.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import json
 import random
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from kubernetes import client
 
+from tests.hostile_templates import ESCAPES
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import (
     condition,
     create_job,
+    delete_namespaces,
     duplicates,
     env_of,
     get_job,
@@ -222,6 +226,69 @@ def test_suspend_then_resume_catches_up_without_double_fire(
 WAIT_A = {"id": "a", "type": "wait", "wait": {"duration": "1s"}}
 
 
+def assert_invalid_naming(cluster: KubeCluster, namespace: str, name: str, *words: str) -> None:
+    """The job gets `Invalid` and a Warning Event (InvalidSpec), each message holding every word."""
+
+    def invalid() -> dict[str, object] | None:
+        c = condition(get_job(cluster, namespace, name), "Invalid")
+        return c if c and c["status"] == "True" else None
+
+    cond = wait_for(invalid, timeout=30, what=f"{name} to be Invalid")
+    assert all(word in str(cond["message"]) for word in words), (words, cond)
+
+    def warned() -> list[Any] | None:
+        found = cluster.core.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.name={name},reason=InvalidSpec"
+        ).items
+        return found or None
+
+    events = wait_for(warned, timeout=10, what=f"the InvalidSpec Event of {name}")
+    assert all(word in events[0].message for word in words), (words, events[0].message)
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set so far (VmHWM in /proc/<pid>/status), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmHWM for process {pid}")
+
+
+#: The chart's memory limit for the operator: a render that passed it would OOM-kill the leader.
+CHART_MEMORY_LIMIT_MIB = 512
+#: How late a canary occurrence may fire on this shared machine (the bench's target is 1 s p99).
+CANARY_LAG = timedelta(seconds=3)
+
+
+def test_hostile_templates_are_invalid_while_another_namespace_fires_on_time(
+    cluster: KubeCluster, namespace: str, fleet: OperatorFleet
+) -> None:
+    """Issue #36: every known way to grow a payload template past its budgets (tests/hostile_templates.py),
+    each on a ScheduledJob in one namespace, is `Invalid` naming the field, while a canary job in
+    another namespace fires every occurrence on time and the leader stays far below its memory limit."""
+    leader = fleet.start()
+    fleet.leader()
+    canaries = make_namespace(cluster, "canary")
+    try:
+        create_job(cluster, canaries, "canary", every="2s", jitter="0s")
+        wait_for_ledger(cluster, canaries, "canary", through=now(), timeout=30)
+        since = now()
+        for index, escape in enumerate(ESCAPES):
+            create_job(cluster, namespace, f"hostile-{index:02}", every="5s", payloadTemplate={"t": escape.template})
+        for index, escape in enumerate(ESCAPES):
+            assert_invalid_naming(cluster, namespace, f"hostile-{index:02}", "spec.payloadTemplate.t: ", escape.message)
+        entries = wait_for_ledger(cluster, canaries, "canary", through=now() + timedelta(seconds=2), timeout=30)
+        during = [e for e in entries if parse_time(e["nominal"]) >= since]
+        assert during and all(e["outcome"] == "Fired" for e in during), during
+        late = [e for e in during if parse_time(e["at"]) - parse_time(e["nominal"]) > CANARY_LAG]
+        assert not late, f"canary occurrences fired late beside the hostile templates: {late}"
+        assert not vigil_pods(cluster, namespace), "a hostile job fired"
+        assert leader.alive and fleet.leader() is leader, "a hostile template cost the leader its life"
+        assert peak_rss_mib(leader.proc.pid) < CHART_MEMORY_LIMIT_MIB / 2
+    finally:
+        delete_namespaces(cluster, canaries)
+
+
 def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
     cluster: KubeCluster, namespace: str, fleet: OperatorFleet
 ) -> None:
@@ -243,20 +310,7 @@ def test_invalid_jobs_are_reported_and_a_valid_one_still_fires(
         create_job(cluster, namespace, name, **spec)
     create_job(cluster, namespace, "good", every="2s", jitter="0s")
     for name, (_, field) in bad.items():
-        def invalid(name: str = name) -> dict[str, object] | None:
-            c = condition(get_job(cluster, namespace, name), "Invalid")
-            return c if c and c["status"] == "True" else None
-
-        cond = wait_for(invalid, timeout=30, what=f"{name} to be Invalid")
-        assert field in str(cond["message"]), cond
-        def warned(name: str = name) -> list[Any] | None:
-            found = cluster.core.list_namespaced_event(
-                namespace, field_selector=f"involvedObject.name={name},reason=InvalidSpec"
-            ).items
-            return found or None
-
-        events = wait_for(warned, timeout=10, what=f"the InvalidSpec Event of {name}")
-        assert field in events[0].message
+        assert_invalid_naming(cluster, namespace, name, field)
     wait_for_ledger(cluster, namespace, "good", through=now() + timedelta(seconds=2), timeout=30)
     assert {p.metadata.labels["vigil.dev/job"] for p in vigil_pods(cluster, namespace)} == {"good"}
     assert leader.alive and fleet.leader() is leader, "a hostile template cost the leader its life"

@@ -412,6 +412,8 @@ BAD_FIELDS = [
     pytest.param({"cron": "0 0 3 * * *"}, "cron", id="cron of 6 fields"),
     pytest.param({"cron": "0 3 * * *", "payloadTemplate": {"x": "y" * 40_000}}, "payloadTemplate", id="template too big"),
     pytest.param({"cron": "0 3 * * *", "payloadTemplate": {"d": "{{ nope("}}, "payloadTemplate.d", id="broken template"),
+    pytest.param({"cron": "0 3 * * *", "payloadTemplate": {"t": "{% set a = 'a' * 30000 %}" + "{% set a = a ~ a %}" * 15}},
+                 "payloadTemplate.t", id="hostile template"),  # issue 36: refused by what it builds
     pytest.param({"cron": "0 3 * * *", "runAt": "2026-12-01T13:00:00Z"}, "runAt", id="recurring with a runAt"),
     pytest.param({"cron": "0 3 * * *", "payload": {}}, "payload", id="recurring with a payload"),
     pytest.param({"cron": "0 3 * * *", "expectedMaxInterval": "a day"}, "expectedMaxInterval", id="bad interval"),

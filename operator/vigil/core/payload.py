@@ -5,15 +5,16 @@ one that is handed `periodStart` can. So `payloadTemplate` is rendered per
 occurrence with the occurrence's explicit period, in Jinja2's sandbox (no
 attribute access to Python internals, no I/O), with undefined names an error
 rather than an empty string. The `date` filter formats in the job's timezone.
-Every render is bounded in work and size (`vigil.core.templatelimits`): a
-template that would take the operator's memory or time is invalid input.
+Every render is bounded by what it builds, its steps and (with a clock the caller
+injects) its time (`vigil.core.templatelimits`): a template that would take the
+operator's memory or time is invalid input, at admission and at every fire.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -32,6 +33,11 @@ _TEMPLATE_MARKS = frozenset("{")  # every Jinja2 construct ({{ }}, {% %}, {# #})
 #: Compiled templates kept (per zone and text): a trigger renders one template for many occurrences,
 #: and compiling costs far more than rendering.
 COMPILED_CACHE_SIZE = 1024
+
+
+#: What a template's own mistake raises when it renders ({{ 1 // 0 }}, {{ "a" + 1 }}; Jinja's own
+#: filters assert some arguments: {{ "a" | truncate(0) }}).
+TEMPLATE_MISTAKES = (ArithmeticError, TypeError, ValueError, LookupError, AttributeError, AssertionError)
 
 
 class PayloadError(ValueError):
@@ -77,26 +83,33 @@ def _compiled(timezone: str, text: str) -> Template:
     return compile_bounded(_environment(timezone), text)
 
 
-def render_template_string(text: str, variables: Mapping[str, Any], *, timezone: str, field: str) -> str:
+#: A monotonic clock (seconds), injected by adapters that may read one: the render's wall-clock
+#: budget. Without one, the step budget alone bounds a render's time (admission: deterministic).
+Monotonic = Callable[[], float]
+
+
+def render_template_string(
+    text: str, variables: Mapping[str, Any], *, timezone: str, field: str, monotonic: Monotonic | None = None
+) -> str:
     try:
-        return render_compiled(_compiled(timezone, text), dict(variables))
+        return render_compiled(_compiled(timezone, text), dict(variables), monotonic=monotonic)
     except (TemplateError, TemplateLimitExceeded, RecursionError) as err:
         raise PayloadError(f"{field}: {err}") from err
-    except (ArithmeticError, TypeError, ValueError, LookupError, AttributeError) as err:
+    except TEMPLATE_MISTAKES as err:
         # The template's own mistake at render time ({{ 1 // 0 }}, {{ "a" + 1 }}): bad input like
         # any other, never an error that a retry of the occurrence could get past.
         raise PayloadError(f"{field}: {type(err).__name__}: {err}") from err
 
 
-def _render(value: Any, variables: Mapping[str, Any], timezone: str, field: str) -> Any:
+def _render(value: Any, variables: Mapping[str, Any], timezone: str, field: str, monotonic: Monotonic | None) -> Any:
     if isinstance(value, str):
         if not _TEMPLATE_MARKS.intersection(value):  # plain text renders as itself: skip the sandbox
             return value
-        return render_template_string(value, variables, timezone=timezone, field=field)
+        return render_template_string(value, variables, timezone=timezone, field=field, monotonic=monotonic)
     if isinstance(value, list):
-        return [_render(v, variables, timezone, f"{field}[{i}]") for i, v in enumerate(value)]
+        return [_render(v, variables, timezone, f"{field}[{i}]", monotonic) for i, v in enumerate(value)]
     if isinstance(value, dict):
-        return {k: _render(v, variables, timezone, f"{field}.{k}") for k, v in value.items()}
+        return {k: _render(v, variables, timezone, f"{field}.{k}", monotonic) for k, v in value.items()}
     return value
 
 
@@ -106,10 +119,12 @@ def render_payload(
     template: Any | None,
     variables: Mapping[str, Any],
     timezone: str,
+    monotonic: Monotonic | None = None,
 ) -> str:
-    """The payload as compact JSON: the literal `payload`, or `payloadTemplate` rendered."""
+    """The payload as compact JSON: the literal `payload`, or `payloadTemplate` rendered (each
+    string its own render, within its own budgets)."""
     if template is not None:
-        value = _render(template, variables, timezone, "spec.payloadTemplate")
+        value = _render(template, variables, timezone, "spec.payloadTemplate", monotonic)
         field = "spec.payloadTemplate"
     else:
         value = payload if payload is not None else {}

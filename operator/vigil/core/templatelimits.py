@@ -1,48 +1,77 @@
-"""Bounds on what one payload template may cost, enforced while it renders.
+"""Jinja2's sandbox, with every value a payload template builds held to the render's budgets.
 
-Jinja2's sandbox keeps a template away from Python's internals, but not from
-the machine: ``{{ "x" * 2000000000 }}`` asks for 2 GB, ``10 ** 10 ** 10`` never
-ends, and two nested ``range(100000)`` loops run for hours. The operator renders
-templates in its own process, on every fire and every resume, so one such job
-would kill or stall firing for every tenant. Each render here is bounded:
+Jinja2's sandbox keeps a template away from Python's internals, but not from the machine:
+``{% set a = 'a' * 30000 %}`` and fifteen ``{% set a = a ~ a %}`` ask for 1 GB, two nested
+loops run for hours. The operator renders templates in its own process, at admission and on
+every fire, so one such job would kill or stall firing for every tenant.
 
-* **work**: a budget of interpreter steps (line events of the compiled template
-  and the runtime code it calls), counted by a trace function while it renders.
-  A count, not a clock: the same template always fails or passes. Compiling is
-  left untraced: it is linear in the source, which is at most `MAX_TEXT` long.
-* **sizes**: ``*``, ``+``, ``%`` and ``**`` are intercepted and refused when
-  their result would pass `MAX_TEXT` (or an exponent is out of bounds);
-  numeric arguments to filters and calls are capped at `MAX_NUMBER`; only a
-  list of harmless ``str`` methods may be called; the output is assembled piece
-  by piece and cut off at `MAX_TEXT`.
-* **ranges**: ``range`` yields at most `MAX_RANGE` numbers.
+Limits written operator by operator always miss one (`~`, `join`, `format`, a filter, a literal
+built in a loop), so here the bound is on what is built (`vigil.core.templatebudget`). Jinja's
+compiled code produces values in few places, and each goes through this environment:
 
-Anything over a bound raises `TemplateLimitExceeded`, which the payload
-renderer reports as invalid input naming the field. Pure: no clock, no I/O.
+* binary operators (`call_binop`, all of them intercepted) and calls (`call`: str methods,
+  globals, macros, `loop(...)` of recursive loops, `caller()`);
+* every filter (wrapped as it is registered; `map` and `select` reach filters through them too);
+* `~` (the compiled module's `str_join`/`markup_join`, replaced when a template is made),
+  the output of macros, `{% set %}` blocks and `{% filter %}` blocks (`concat`);
+* assignment to a `namespace()` attribute, the one value a template can carry across loop
+  iterations; slices (`getitem`, where the code generator sends them); and each piece of
+  output (`finalize`).
+
+Each weighs what it will build before building it where the size can be foreseen
+(`vigil.core.templatesizes`), and charges what it built after. Rendering in a child process
+with a memory rlimit was measured against this and is slower per fire (docs/security.md).
+Blocks, `extends`, `include` and `import` are refused at compile (a payload has no use for
+them, and a block's output is joined by Jinja's runtime, outside these hooks); `lipsum` and
+`urlize` are not offered. Pure: no I/O, and a clock only if the caller injects one.
 """
 
 from __future__ import annotations
 
-import re
-import sys
-from collections.abc import Callable, Iterator
-from types import FrameType
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from jinja2 import Template
+from jinja2 import Template, nodes
+from jinja2.compiler import CodeGenerator, Frame
+from jinja2.exceptions import TemplateSyntaxError
+from jinja2.runtime import markup_join, str_join
 from jinja2.sandbox import SandboxedEnvironment
+from jinja2.utils import Namespace
 
-#: Longest text a template may build at any step, and its whole output: the rendered payload's
-#: own limit (it travels in one environment variable), so no legitimate template is refused.
+from vigil.core.templatebudget import (
+    DEFAULT_BUDGETS,
+    UNTRACED_FILES,
+    Budgets,
+    RenderBudget,
+    TemplateLimitExceeded,
+    current,
+    rendering,
+    running,
+    text_bytes,
+    weight,
+)
+from vigil.core.templatesizes import (
+    FILTER_SIZES,
+    MAX_NUMBER,
+    check_number,
+    check_power,
+    format_size,
+    percent_values,
+    repeat_size,
+    str_method_size,
+)
+
+__all__ = [
+    "MAX_NUMBER", "MAX_RANGE", "MAX_STEPS", "MAX_TEXT", "BoundedSandbox", "Budgets", "TemplateLimitExceeded",
+    "compile_bounded", "render_bounded", "render_compiled", "render_within",
+]  # fmt: skip
+
+#: Longest template source: a payload's own limit, and what the CRD schema admits.
 MAX_TEXT = 32 * 1024
-#: Largest number a filter, call or range may be given (widths, counts, repeats).
-MAX_NUMBER = 10_000
 #: Most numbers one range yields.
 MAX_RANGE = 10_000
-#: Interpreter steps one render may take: a real payload template takes a few hundred.
-MAX_STEPS = 200_000
-#: Largest exponent `**` may use, and the largest base it may raise to one above 64.
-MAX_EXPONENT = 64
+#: Interpreter steps one render may take (`Budgets.steps`).
+MAX_STEPS = DEFAULT_BUDGETS.steps
 
 #: The str methods a template may call; the rest (expandtabs, zfill, center, ...) can be
 #: asked to build huge strings from small inputs and are not worth bounding one by one.
@@ -52,169 +81,205 @@ SAFE_STR_METHODS = frozenset({
     "removesuffix", "replace", "rfind", "rpartition", "rsplit", "rstrip", "split", "splitlines",
     "startswith", "strip", "swapcase", "title", "upper", "format", "format_map",
 })  # fmt: skip
-
-#: A run of digits as long as MAX_NUMBER's or longer: in a format string, a width past the cap.
-_LARGE_NUMBER = re.compile(rf"\d{{{len(str(MAX_NUMBER))},}}")
-
-
-class TemplateLimitExceeded(Exception):
-    """A template asked for more than a payload may cost; the message says which bound."""
+#: Filters and globals a payload has no use for, that build text from small inputs.
+WITHHELD = frozenset({"urlize", "lipsum"})
+#: Template constructs refused at compile (see the module doc).
+_REFUSED_NODES = (nodes.Block, nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)
+UNTRACED_FILES.add(__file__)  # the checks: see vigil.core.templatebudget
 
 
-def _weight(value: object, depth: int = 0) -> int:
-    """How much text `value` stands for: a string's length, a sequence's items and their weights."""
-    if isinstance(value, str | bytes):
-        return len(value)
-    if isinstance(value, range):
-        return len(value)
-    if isinstance(value, list | tuple | set | frozenset) and depth < 4:
-        return len(value) + sum(_weight(item, depth + 1) for item in value)
-    if isinstance(value, dict) and depth < 4:
-        return len(value) + sum(_weight(k, depth + 1) + _weight(v, depth + 1) for k, v in value.items())
-    return 1
+def _foresee(size: int, what: str) -> None:
+    """Refuse, before building it, a value that would pass the bound of one value."""
+    budget = running() or current()
+    budget.check()
+    if size > budget.budgets.value_bytes:
+        raise budget.fail(f"{what} would be {size} bytes; the limit is {budget.budgets.value_bytes}")
 
 
-def _check_length(length: int, what: str) -> None:
-    if length > MAX_TEXT:
-        raise TemplateLimitExceeded(f"{what} would be {length} long; the limit is {MAX_TEXT}")
-
-
-def _checked(value: Any, what: str) -> Any:
-    _check_length(_weight(value), what)
+def _built(value: Any, what: str) -> Any:
+    """Charge a value just built to the render, and hand it on."""
+    budget = running() or current()
+    budget.charge(weight(value, budget.budgets.value_bytes), what)
     return value
 
 
-def _check_number(value: object, what: str) -> None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
-        raise TemplateLimitExceeded(f"{what}: {value} is larger than {MAX_NUMBER}")
-
-
-def _check_format(text: object, what: str) -> None:
-    """A format string (for `%` or str.format) must not ask for a width or precision past the cap."""
-    if isinstance(text, str) and _LARGE_NUMBER.search(text):
-        raise TemplateLimitExceeded(f"{what}: a format width or precision above {MAX_NUMBER}")
-
-
-def _check_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> None:
-    for value in (*args, *kwargs.values()):
-        _check_number(value, what)
-        _checked(value, what)
-
-
-def _repeat(left: Any, right: Any) -> Any:
-    sequence, count = (right, left) if isinstance(left, int) else (left, right)
-    if isinstance(count, int) and not isinstance(sequence, int | float):
-        _check_length(max(0, count) * _weight(sequence), "a repeated sequence")
-    return left * right
-
-
-def _power(left: Any, right: Any) -> Any:
-    if isinstance(right, int | float) and right > MAX_EXPONENT:
-        raise TemplateLimitExceeded(f"an exponent of {right}; the limit is {MAX_EXPONENT}")
-    if isinstance(left, int) and abs(left) > 2**64:
-        raise TemplateLimitExceeded("a power of a number above 2**64")
-    return left**right
-
-
-def _replace(text: str, old: str, new: str, count: int = -1) -> str:
-    found = text.count(old) if old else len(text) + 1
-    if count >= 0:
-        found = min(found, count)
-    _check_length(len(text) + found * max(0, len(new) - len(old)), "a replaced text")
-    return text.replace(old, new, count)
-
-
-def _join(separator: str, items: Any) -> str:
-    items = list(items)
-    _check_length(_weight(items) + len(separator) * len(items), "a joined text")
-    return separator.join(items)
+def _check_inputs(args: Sequence[Any], kwargs: Mapping[str, Any], what: str, *, first_is_value: bool) -> None:
+    budget = running() or current()
+    limit = budget.budgets.value_bytes
+    for index, value in enumerate((*args, *kwargs.values())):
+        if (index > 0 or not first_is_value) and type(value) in (int, float):
+            check_number(value, what)
+        if weight(value, limit) > limit:
+            _foresee(weight(value, limit), f"an input of {what}")
 
 
 def bounded_range(*args: int) -> range:
+    for value in args:
+        check_number(value, "range")
     numbers = range(*args)
     if len(numbers) > MAX_RANGE:
         raise TemplateLimitExceeded(f"a range of {len(numbers)} numbers; the limit is {MAX_RANGE}")
     return numbers
 
 
-def _bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    def bounded(*args: Any, **kwargs: Any) -> Any:
-        _check_arguments(args[1:] if args else args, kwargs, f"filter {name}")
-        if name in ("join", "format") and args:
-            _check_length(len(args) + sum(_weight(a) for a in args), f"the input of filter {name}")
-        if name == "format" and args:
-            _check_format(args[0], "filter format")
-        return _checked(function(*args, **kwargs), f"the result of filter {name}")
+def _listed(value: Any) -> Any:
+    """An iterator (a `map`, a `batch`) made a list, so its items can be weighed; bounded, as its
+    source is."""
+    return list(value) if isinstance(value, Iterator) else value
 
-    for attribute in ("jinja_pass_arg",):  # keep context/environment passing markers
-        if hasattr(function, attribute):
-            setattr(bounded, attribute, getattr(function, attribute))
+
+def _bounded_filter(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    estimate = FILTER_SIZES.get(name)
+
+    passed = getattr(function, "jinja_pass_arg", None) is not None
+
+    def bounded(*args: Any, **kwargs: Any) -> Any:
+        lead, values = (args[:1], args[1:]) if passed else ((), args)
+        if name == "join" and values:
+            values = (_listed(values[0]), *values[1:])
+        what = f"filter {name}"
+        _check_inputs(values, kwargs, what, first_is_value=True)
+        if estimate is not None and values:
+            _foresee(estimate(values, kwargs, current().budgets.value_bytes), f"the result of {what}")
+        return _built(function(*lead, *values, **kwargs), f"the result of {what}")
+
+    if hasattr(function, "jinja_pass_arg"):  # keep the marker that hands the filter its context
+        bounded.jinja_pass_arg = function.jinja_pass_arg  # type: ignore[attr-defined]
     return bounded
 
 
-class BoundedSandbox(SandboxedEnvironment):
-    """Jinja2's sandbox with every cost a template can run up bounded (see the module doc)."""
+def _bounded_join(join: Callable[[Iterable[Any]], str]) -> Callable[[Iterable[Any]], str]:
+    """`~`: each side turned to text and joined; weighed first (each side is a bounded value)."""
 
-    intercepted_binops = frozenset({"*", "**", "+", "%"})
+    def bounded(seq: Iterable[Any]) -> str:
+        items = list(seq)
+        limit = current().budgets.value_bytes
+        _foresee(sum(weight(item, limit) for item in items), "a joined text ('~')")
+        return _built(join(items), "a joined text ('~')")  # type: ignore[no-any-return]
+
+    return bounded
+
+
+class BoundedNamespace(Namespace):
+    """`namespace()`, whose every assignment is charged: it carries values across iterations."""
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _built(value, f"namespace attribute {name}")
+        super().__setitem__(name, value)
+
+
+class BoundedTemplate(Template):
+    """A template whose `~` goes through the render's checks (the compiled module imports
+    `str_join`/`markup_join` from Jinja's runtime by name: they are replaced in its namespace)."""
+
+    @classmethod
+    def _from_namespace(cls, environment: Any, namespace: Any, globals: Any) -> Template:
+        namespace["str_join"] = _bounded_join(str_join)
+        namespace["markup_join"] = _bounded_join(markup_join)
+        return super()._from_namespace(environment, namespace, globals)
+
+
+class BoundedCodeGenerator(CodeGenerator):
+    """Jinja's code generator, but a slice goes through `environment.getitem` like an index
+    (Jinja compiles `a[1:]` to plain Python slicing: a new string past every hook)."""
+
+    def visit_Getitem(self, node: nodes.Getitem, frame: Frame) -> None:
+        if not isinstance(node.arg, nodes.Slice):
+            super().visit_Getitem(node, frame)
+            return
+        self.write("environment.getitem(")
+        self.visit(node.node, frame)
+        self.write(", slice(")
+        for index, part in enumerate((node.arg.start, node.arg.stop, node.arg.step)):
+            self.write(", " if index else "")
+            if part is None:
+                self.write("None")
+            else:
+                self.visit(part, frame)
+        self.write("))")
+
+
+def _finalize(value: Any) -> Any:
+    """Each piece of output, before Jinja turns it into text (`_built`, inline: the commonest hook)."""
+    budget = running() or current()
+    budget.charge(weight(value, budget.budgets.value_bytes), "a piece of output")
+    return value
+
+
+class BoundedSandbox(SandboxedEnvironment):
+    """Jinja2's sandbox with every value a template builds weighed and charged (module doc)."""
+
+    template_class = BoundedTemplate
+    code_generator_class = BoundedCodeGenerator
+    intercepted_binops = frozenset({"*", "**", "+", "-", "%", "/", "//"})
 
     def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
+        super().__init__(finalize=_finalize, **options)
+        for name in WITHHELD:
+            self.globals.pop(name, None)
+            self.filters.pop(name, None)
         self.globals["range"] = bounded_range
+        self.globals["namespace"] = BoundedNamespace
         self.filters = {name: _bounded_filter(name, f) for name, f in self.filters.items()}
 
     def add_filter(self, name: str, function: Callable[..., Any]) -> None:
         self.filters[name] = _bounded_filter(name, function)
 
+    @staticmethod
+    def concat(pieces: Iterable[str]) -> str:
+        """The output of a macro, a `{% set %}` block or a `{% filter %}` block, joined."""
+        items = list(pieces)
+        _foresee(sum(text_bytes(piece) for piece in items), "the output of a macro or block")
+        return _built("".join(items), "the output of a macro or block")  # type: ignore[no-any-return]
+
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        limit = current().budgets.value_bytes
+        what = f"the result of '{operator}'"
         if operator == "*":
-            return _checked(_repeat(left, right), "a product")
-        if operator == "**":
-            return _power(left, right)
-        if operator == "%":
-            _check_format(left, "'%' formatting")
-            _check_arguments(right if isinstance(right, tuple) else (right,), {}, "'%' formatting")
-        else:  # "+"
-            _check_length(_weight(left) + _weight(right), "a sum")
-        return _checked(super().call_binop(context, operator, left, right), f"the result of '{operator}'")
+            _foresee(repeat_size(left, right, limit), what)
+        elif operator == "**":
+            check_power(left, right)
+        elif operator == "%" and isinstance(left, str):
+            values = percent_values(right)
+            _check_inputs(values, {}, "'%' formatting", first_is_value=False)
+            _foresee(format_size(left, values, limit), what)
+        else:
+            _foresee(weight(left, limit) + weight(right, limit), what)
+        return _built(super().call_binop(context, operator, left, right), what)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        """A slice is a new value; an item or attribute is one that exists already."""
+        value = super().getitem(obj, argument)
+        return _built(value, "a slice") if isinstance(argument, slice) else value
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
-        """str.format and format_map are wrapped by the sandbox when looked up: bound them there."""
+        """str.format and format_map are wrapped by the sandbox when looked up: weigh them there."""
         wrapped = super().wrap_str_format(value)
-        if wrapped is not None:
-            _check_format(value.__self__, "str.format")
-        return wrapped
+        if wrapped is None:
+            return None
+        owner, name = value.__self__, value.__name__
+
+        def bounded(*args: Any, **kwargs: Any) -> str:
+            _check_inputs(args, kwargs, f"str.{name}", first_is_value=False)
+            _foresee(str_method_size(owner, name, args, kwargs, current().budgets.value_bytes), f"str.{name}")
+            return _built(wrapped(*args, **kwargs), f"the result of str.{name}")  # type: ignore[no-any-return]
+
+        return bounded
 
     # Jinja's own signature: dunder names so they cannot clash with the call's keyword arguments.
     def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         owner = getattr(__obj, "__self__", None)
         name = getattr(__obj, "__name__", "") or "a function"
-        _check_arguments(args, kwargs, f"a call of {name}")
         if isinstance(owner, str):
             if name not in SAFE_STR_METHODS:
                 raise TemplateLimitExceeded(f"str.{name} is not available in payload templates")
-            if name == "replace":
-                return _replace(owner, *args, **kwargs)
-            if name == "join":
-                return _join(owner, *args, **kwargs)
-        return _checked(super().call(__context, __obj, *args, **kwargs), f"the result of {name}")
-
-
-class _StepBudget:
-    """A trace function that counts interpreter steps and stops the render past the budget."""
-
-    def __init__(self, steps: int) -> None:
-        self.left = steps
-
-    def __call__(self, frame: FrameType, event: str, arg: object) -> _StepBudget:
-        self.left -= 1
-        if self.left < 0:
-            raise TemplateLimitExceeded(f"the template takes more than {MAX_STEPS} steps to render")
-        return self
-
-
-def render_bounded(environment: BoundedSandbox, text: str, variables: dict[str, Any]) -> str:
-    """Compile and render `text` within every bound; raises TemplateLimitExceeded past one."""
-    return render_compiled(compile_bounded(environment, text), variables)
+            if name == "join" and args:
+                args = (_listed(args[0]), *args[1:])
+        _check_inputs(args, kwargs, f"a call of {name}", first_is_value=False)
+        if isinstance(owner, str):
+            limit = current().budgets.value_bytes
+            _foresee(str_method_size(owner, name, args, kwargs, limit), f"str.{name}")
+        return _built(super().call(__context, __obj, *args, **kwargs), f"the result of {name}")
 
 
 def compile_bounded(environment: BoundedSandbox, text: str) -> Template:
@@ -222,26 +287,48 @@ def compile_bounded(environment: BoundedSandbox, text: str) -> Template:
 
     A compiled template holds no render state, so callers may keep it and render it many times.
     """
-    _check_length(len(text), "the template")
-    return environment.from_string(text)
+    if len(text) > MAX_TEXT:
+        raise TemplateLimitExceeded(f"the template would be {len(text)} long; the limit is {MAX_TEXT}")
+    tree = environment.parse(text)
+    for refused in _REFUSED_NODES:
+        for node in tree.find_all(refused):
+            construct = type(node).__name__.lower()
+            raise TemplateSyntaxError(f"{construct} is not available in payload templates", node.lineno)
+    return environment.from_string(tree)
 
 
-def render_compiled(template: Template, variables: dict[str, Any]) -> str:
-    """Render a template from `compile_bounded` within every bound."""
-    previous = sys.gettrace()
-    sys.settrace(_StepBudget(MAX_STEPS))
-    try:
-        return _join_bounded(template.generate(**variables))
-    finally:
-        sys.settrace(previous)
+def render_compiled(
+    template: Template,
+    variables: dict[str, Any],
+    *,
+    budgets: Budgets = DEFAULT_BUDGETS,
+    monotonic: Callable[[], float] | None = None,
+) -> str:
+    """Render a template from `compile_bounded` within `budgets` (seconds only with `monotonic`)."""
+    return render_within(template, variables, RenderBudget(budgets, monotonic=monotonic))
 
 
-def _join_bounded(pieces: Iterator[str]) -> str:
-    out: list[str] = []
-    total = 0
-    for piece in pieces:
-        total += len(piece)
-        if total > MAX_TEXT:
-            raise TemplateLimitExceeded(f"the rendered text passes {MAX_TEXT} characters")
-        out.append(piece)
-    return "".join(out)
+def render_within(template: Template, variables: dict[str, Any], budget: RenderBudget) -> str:
+    """Render with `budget` as the render's tally (afterwards it tells what the render cost)."""
+    with rendering(budget):
+        out: list[str] = []
+        total = 0
+        for piece in template.generate(**variables):
+            total += text_bytes(piece)
+            if total > budget.budgets.value_bytes:
+                raise budget.fail(f"the rendered text passes {budget.budgets.value_bytes} bytes")
+            out.append(piece)
+        budget.check()  # broken inside code that swallowed the error: still broken
+        return "".join(out)
+
+
+def render_bounded(
+    environment: BoundedSandbox,
+    text: str,
+    variables: dict[str, Any],
+    *,
+    budgets: Budgets = DEFAULT_BUDGETS,
+    monotonic: Callable[[], float] | None = None,
+) -> str:
+    """Compile and render `text` within every budget; raises TemplateLimitExceeded past one."""
+    return render_compiled(compile_bounded(environment, text), variables, budgets=budgets, monotonic=monotonic)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -90,12 +91,14 @@ class PodFactory:
             job_namespace=meta["namespace"],
         )
         payload = render_payload(
-            payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone
+            payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone,
+            monotonic=time.monotonic,  # the render's wall-clock budget
         )
         key = execution_id
         if spec.idempotency_key:
             key = render_template_string(
-                spec.idempotency_key, variables, timezone=spec.timezone, field="spec.idempotencyKey"
+                spec.idempotency_key, variables, timezone=spec.timezone, field="spec.idempotencyKey",
+                monotonic=time.monotonic,
             )
         env = execution_env(
             execution_id=execution_id,
@@ -130,7 +133,8 @@ def occurrence_payload(
         job_namespace=meta["namespace"],
     )
     rendered = render_payload(
-        payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone
+        payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone,
+        monotonic=time.monotonic,  # the render's wall-clock budget
     )
     # What the queue store and a pod's consumer refuse (NUL, lone surrogates, NaN, depth): UnsafeValue.
     field = "spec.payloadTemplate" if spec.payload_template is not None else "spec.payload"
