@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import tracemalloc
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,7 @@ from tests.hostile_templates import ESCAPES, NS, Escape
 from vigil.core.payload import PayloadError, _compiled, occurrence_variables, render_template_string
 from vigil.core.recurring import RecurringJob
 from vigil.core.templatebudget import DEFAULT_BUDGETS, Budgets, RenderBudget, TemplateLimitExceeded
+from vigil.core.templatecache import CompiledTemplates
 from vigil.core.templatelimits import render_within
 
 VARIABLES = occurrence_variables(
@@ -111,3 +113,21 @@ def test_a_recurring_queue_job_with_a_hostile_template_is_refused_naming_the_fie
     with pytest.raises(ValueError, match=r"^payload_template\.t: ") as refused:
         RecurringJob(queue="team-a/reports", task="report", cron="0 * * * *", payload_template={"t": escape.template})
     assert escape.message in str(refused.value)
+
+
+def test_the_compiled_cache_is_bounded_by_the_source_it_holds() -> None:
+    """A compiled template holds ~40 bytes per source character: a cache bounded by count alone
+    (1,024 entries of 32 KiB) would let one tenant's edits fill 1.4 GiB."""
+    compiled: list[str] = []
+
+    def compile_(timezone: str, text: str) -> Any:
+        compiled.append(text)
+        return object()
+
+    cache = CompiledTemplates(compile_, entries=100, source=10_000)
+    for n in range(50):
+        cache.get("UTC", f"{{# {n} #}}" + "x" * 1000)
+    assert cache.held()[1] <= 10_000 + 1010
+    cache.get("UTC", "{{ a }}")
+    cache.get("UTC", "{{ a }}")
+    assert compiled.count("{{ a }}") == 1, "a hit compiles nothing"

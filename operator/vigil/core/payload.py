@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from jinja2 import StrictUndefined, Template, TemplateError
 
+from vigil.core.templatecache import CompiledTemplates
 from vigil.core.templatelimits import (
     BoundedSandbox,
     TemplateLimitExceeded,
@@ -30,9 +31,6 @@ from vigil.core.templatelimits import (
 
 MAX_PAYLOAD_BYTES = 32 * 1024  # rendered JSON; it travels in one environment variable
 _TEMPLATE_MARKS = frozenset("{")  # every Jinja2 construct ({{ }}, {% %}, {# #}) opens with a brace
-#: Compiled templates kept (per zone and text): a trigger renders one template for many occurrences,
-#: and compiling costs far more than rendering.
-COMPILED_CACHE_SIZE = 1024
 
 
 #: What a template's own mistake raises when it renders ({{ 1 // 0 }}, {{ "a" + 1 }}; Jinja's own
@@ -78,9 +76,13 @@ def occurrence_variables(
     }
 
 
-@functools.lru_cache(maxsize=COMPILED_CACHE_SIZE)
-def _compiled(timezone: str, text: str) -> Template:
+def _compile(timezone: str, text: str) -> Template:
     return compile_bounded(_environment(timezone), text)
+
+
+#: Compiled templates per zone and text, bounded by what they hold (vigil.core.templatecache).
+COMPILED = CompiledTemplates(_compile)
+_compiled = COMPILED.get
 
 
 #: A monotonic clock (seconds), injected by adapters that may read one: the render's wall-clock
