@@ -34,6 +34,11 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: Seconds a 429 (a namespace at its queue quota) asks the client to wait: room comes back as the
+#: namespace's executions finish and the leader recounts them, every `queue.statusIntervalSeconds`
+#: (5 s by default); twice that, so a retry finds the recount done.
+RETRY_AFTER_SECONDS = 10
+
 #: (status, content type, body)
 Answer = tuple[int, str, bytes]
 Get = Callable[[str, "str | None"], Answer]
@@ -240,6 +245,8 @@ def serve(
             self.send_header("Content-Length", str(len(body)))
             if status == 401:
                 self.send_header("WWW-Authenticate", 'Bearer realm="vigil"')
+            if status == 429:
+                self.send_header("Retry-After", str(RETRY_AFTER_SECONDS))
             self.send_header("Connection", "close")
             self.end_headers()
             self.wfile.write(body)

@@ -45,7 +45,8 @@ accept, 403 not allowed (an id that exists nowhere the caller may act is 403 too
 that exists elsewhere: the two must look alike; 404 is for who may act in every namespace),
 404 the volume tier is off (no ``queue.dsn``: these routes do not exist here) or the id is
 unknown, 405 another method, 409 the execution's state does not allow the cancel or retry,
-503 the API server's reviews or the queue store cannot be reached now (try again).
+429 the namespace is at its quota in the queue store (``quota`` names it; Retry-After says when
+to try again), 503 the API server's reviews or the queue store cannot be reached now (try again).
 
 The store's calls block; like the history routes, they run on the HTTP server's worker
 threads (httpserver.Limits bounds how many at once). This module knows the store only
@@ -84,6 +85,7 @@ from vigil.core.queue import (
     QueueBreakdown,
     QueueJob,
     QueueUnavailable,
+    QuotaExceeded,
     Recurrence,
     Submitted,
     queue_key,
@@ -145,6 +147,7 @@ RECURRING_NAMES = {
 
 VOLUME_TIER_OFF = "VolumeTierOff"
 QUEUE_UNAVAILABLE = "QueueUnavailable"
+QUOTA_EXCEEDED = "QuotaExceeded"
 INVALID = "Invalid"
 NOT_FOUND = "NotFound"
 FORBIDDEN = "Forbidden"
@@ -279,6 +282,11 @@ class QueueApi:
         except QueueUnavailable as error:
             log.warning("queue API: the queue store is unavailable: %s", error)
             return _error(503, f"the queue store is unavailable: {error}; try again", QUEUE_UNAVAILABLE)
+        except QuotaExceeded as error:  # 429: the server adds Retry-After (httpserver.RETRY_AFTER_SECONDS)
+            return _json(429, {
+                "error": f"{error}; try again once some of them finish", "reason": QUOTA_EXCEEDED,
+                "namespace": error.namespace, "quota": error.quota, "limit": error.limit, "used": error.used,
+            })  # fmt: skip
 
     def _user(self, token: str | None) -> User | None:
         if self._authenticator is None or self._authorizer is None or not token:

@@ -32,6 +32,7 @@ from vigil import heap, httpserver, logs, metrics
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
 from vigil.core.ports import Clock
+from vigil.core.queue import QuotaLimits
 from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
 from vigil.history.migrating import MigratingHistory
@@ -65,7 +66,7 @@ from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
 from vigil.probes import serve_probes
 from vigil.queueapi import JobStore, QueueApi
-from vigil.settings import Settings
+from vigil.settings import NamespaceQuota, QueueQuota, Settings
 
 if TYPE_CHECKING:
     from vigil.queue.watchdog import QueueWatchdog
@@ -614,8 +615,21 @@ def task_queue_threads(
         clock=clock,
         interval_seconds=settings.queue.status_interval_seconds,
         publish=metrics.record_queue_stats,
+        quota=_quota(settings.queue.quota),
+        granted={namespace: _quota(settings.queue.quota, own) for namespace, own in settings.queue.quota.namespaces.items()},
+        finished_retention=timedelta(days=settings.queue.finished_retention_days),
     )
     return [("taskqueues-cache", lambda: cache.run(stop)), ("taskqueues", lambda: controller.run(stop))]
+
+
+def _quota(chart: QueueQuota, own: NamespaceQuota | None = None) -> QuotaLimits:
+    """The chart's quota (`queue.quota`), or a namespace's own with the chart's for what it leaves unset."""
+    executions = own.max_ready_executions if own is not None else None
+    payload_bytes = own.max_payload_bytes if own is not None else None
+    return QuotaLimits(
+        chart.max_ready_executions if executions is None else executions,
+        chart.max_payload_bytes if payload_bytes is None else payload_bytes,
+    )
 
 
 def queue_watchdog(settings: Settings, clock: Clock) -> QueueWatchdog | None:

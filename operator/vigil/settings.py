@@ -229,6 +229,43 @@ class History(_Section):
     retention_days: int = Field(30, ge=1, description="Days of execution history kept.")
 
 
+class NamespaceQuota(_Section):
+    """Limits of what one namespace keeps unfinished in the queue store; unset: none."""
+
+    max_ready_executions: int | None = Field(
+        None, ge=0, description="Executions ready or leased (waiting or running, not finished) at once."
+    )
+    max_payload_bytes: int | None = Field(
+        None, ge=0, description="Bytes of those executions' payloads (their JSON text) at once."
+    )
+
+
+class QueueQuota(_Section):
+    """Per-namespace quotas of the queue store (vigil.queue.bounds): what the chart grants.
+
+    A TaskQueue's `spec.quota` may lower its namespace's quota and never raise it (its authors are
+    the namespace's own users); `namespaces` raises or lowers one namespace's ceiling.
+    """
+
+    max_ready_executions: int = Field(
+        1_000_000,
+        ge=1,
+        description="Executions one namespace may keep ready or leased (not finished) at once: a "
+        "million, a large backfill, not a runaway loop's.",
+    )
+    max_payload_bytes: int = Field(
+        1024**3,
+        ge=1,
+        description="Bytes of those executions' payloads (JSON text) one namespace may keep at once: "
+        "1 GiB of the shared database.",
+    )
+    namespaces: dict[str, NamespaceQuota] = Field(
+        default_factory=dict,
+        description="Namespaces with a quota of their own instead of the two above (unset fields: "
+        "the defaults).",
+    )
+
+
 class Queue(_Section):
     dsn: str = Field(
         "",
@@ -260,6 +297,17 @@ class Queue(_Section):
         "execution's scheduled day (UTC): the table has a partition per day, and a day's partition "
         "is dropped once it is older than this. Two weeks, to read a failure's attempts after a "
         "holiday; at most a year, because a timeline's read probes every partition kept.",
+    )
+    finished_retention_days: int = Field(
+        7,
+        ge=1,
+        le=366,
+        description="Days the store keeps a succeeded or cancelled execution after it finished (a "
+        "TaskQueue's finishedRetention says otherwise for its queue), and a deleted job after its "
+        "deletion: the history database is the long-term record; a week to read last week's timelines.",
+    )
+    quota: QueueQuota = Field(
+        default_factory=QueueQuota, description="Per-namespace quotas on what the store keeps unfinished."
     )
     high_priority_namespaces: list[str] | None = Field(
         None,

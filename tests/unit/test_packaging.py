@@ -424,6 +424,9 @@ def test_a_misspelt_nested_value_fails_on_the_schema(helm: tuple[Path, dict[str,
         pytest.param("queue.shards=257", "/queue/shards", id="too-many-queue-shards"),
         pytest.param("queue.statusIntervalSeconds=0", "/queue/statusIntervalSeconds", id="queue-status-interval-zero"),
         pytest.param("queue.attemptsRetentionDays=0", "/queue/attemptsRetentionDays", id="queue-attempt-days-zero"),
+        pytest.param("queue.finishedRetentionDays=0", "/queue/finishedRetentionDays", id="queue-finished-days-zero"),
+        pytest.param("queue.quota.maxReadyExecutions=0", "/queue/quota/maxReadyExecutions", id="queue-quota-zero"),
+        pytest.param("queue.quota.maxReadyExecutons=5", "/queue/quota", id="queue-quota-misspelt"),
         pytest.param("queue.dsn=postgresql+psycopg://u@db/q", "/queue/dsn", id="queue-dsn-a-sqlalchemy-url"),
         pytest.param("queue.useHistoryDatabase=yes", "/queue/useHistoryDatabase", id="use-history-not-a-boolean"),
         pytest.param("workers.example.queue=orders", "/workers/example/queue", id="worker-queue-without-namespace"),
@@ -789,7 +792,8 @@ def test_the_queue_dsn_comes_from_an_existing_secret_and_the_settings_from_the_c
     objects = render(
         helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db", "--set", "queue.existingSecretKey=url",
         "--set", "queue.shards=16", "--set-json", "queue.statusIntervalSeconds=2.5", "--set", "config.watchdog.mode=separate",
-        "--set", "queue.attemptsRetentionDays=30",
+        "--set", "queue.attemptsRetentionDays=30", "--set", "queue.finishedRetentionDays=3",
+        "--set", "queue.quota.namespaces.big.maxReadyExecutions=5000000",
     )  # fmt: skip
     assert secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN") == {"name": "queue-db", "key": "url"}
     # The separate watchdog watches the volume tier too: the same DSN from the same Secret.
@@ -797,10 +801,13 @@ def test_the_queue_dsn_comes_from_an_existing_secret_and_the_settings_from_the_c
     assert secret_ref(watchdog, "VIGIL_QUEUE_DSN") == {"name": "queue-db", "key": "url"}
     config = yaml.safe_load(the_one(objects, "ConfigMap", f"{RELEASE}-config")["data"]["config.yaml"])
     assert config["queue"] == {  # no dsn: it is in the Secret; the high-priority list as admission's
-        "shards": 16, "statusIntervalSeconds": 2.5, "attemptsRetentionDays": 30, "highPriorityNamespaces": []
+        "shards": 16, "statusIntervalSeconds": 2.5, "attemptsRetentionDays": 30, "highPriorityNamespaces": [],
+        "finishedRetentionDays": 3,
+        "quota": {"maxReadyExecutions": 1_000_000, "maxPayloadBytes": 1024**3, "namespaces": {"big": {"maxReadyExecutions": 5_000_000}}},
     }
     settings = Settings.model_validate({**config, "queue": {**config["queue"], "dsn": "postgresql://q@db/q"}})
     assert (settings.queue.shards, settings.queue.status_interval_seconds, settings.queue.attempts_retention_days) == (16, 2.5, 30)
+    assert (settings.queue.finished_retention_days, settings.queue.quota.namespaces["big"].max_ready_executions) == (3, 5_000_000)
     assert not find(objects, "Secret", f"{RELEASE}-queue")
 
 

@@ -59,6 +59,7 @@ class Reason(StrEnum):
     GAP_TOO_LONG = "GapTooLong"
     CONCURRENCY_FORBID = "ConcurrencyForbid"
     LAUNCH_REFUSED = "LaunchRefused"
+    QUOTA_EXCEEDED = "QuotaExceeded"  # the volume tier's namespace quota (vigil.core.queue.QuotaExceeded)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,6 +80,7 @@ class Launch:
     created: bool  # False: it already existed (a repeated pass), or it was skipped or refused
     skipped: str = ""  # a reason when the occurrence was not started at all (concurrencyPolicy Forbid)
     refused: str = ""  # why the cluster refused it for good (a quota, a webhook, a 4xx): never retried
+    refused_reason: str = ""  # a chain.Reason for `refused` ("": LaunchRefused), e.g. QuotaExceeded
 
 
 class Launcher(Protocol):

@@ -109,6 +109,70 @@ class QueueUnavailable(Exception):
     """The queue store could not be reached (down, restarting, refused): try again later."""
 
 
+@dataclasses.dataclass(frozen=True)
+class QuotaLimits:
+    """A namespace's limits on what it keeps unfinished in the store (ready or leased executions,
+    and the bytes of their payloads' JSON text); None: no limit."""
+
+    max_ready_executions: int | None = None
+    max_payload_bytes: int | None = None
+
+
+class QuotaExceeded(Exception):
+    """An admission that would take `namespace` past its quota: nothing of it was written.
+
+    `quota` names the limit ("maxReadyExecutions" or "maxPayloadBytes"), `used` what the
+    namespace holds now (counted as the store admits; recounted every TaskQueue pass), `wanted`
+    what the refused submission needed of it. Room comes back as the namespace's executions finish.
+    """
+
+    def __init__(self, namespace: str, *, quota: str, limit: int, used: int, wanted: int) -> None:
+        self.namespace = namespace
+        self.quota = quota
+        self.limit = limit
+        self.used = used
+        self.wanted = wanted
+        unit = " bytes" if quota == QUOTA_PAYLOAD_BYTES else ""
+        super().__init__(
+            f"namespace {namespace!r} is at its quota {quota}: it holds {used}{unit} of {limit}{unit} "
+            f"in ready or leased executions, and this needs {wanted}{unit} more"
+        )
+
+
+QUOTA_READY_EXECUTIONS = "maxReadyExecutions"
+QUOTA_PAYLOAD_BYTES = "maxPayloadBytes"
+
+
+def namespace_quotas(
+    declarations: Mapping[str, QueueDeclaration],
+    *,
+    default: QuotaLimits,
+    granted: Mapping[str, QuotaLimits],
+) -> dict[str, QuotaLimits]:
+    """Each namespace's limits from its TaskQueues' declarations (keyed "NS/NAME").
+
+    The chart's `default` (or the namespace's own grant in `granted`) is the ceiling: a
+    TaskQueue is written by the namespace's own users, so it may lower its namespace's quota
+    and never raise it. Several TaskQueues of one namespace: the smallest value wins, limit by
+    limit. Namespaces with a grant and no TaskQueue are listed too; any other takes `default`.
+    """
+    found: dict[str, QuotaLimits] = dict(granted)
+    for key, declaration in sorted(declarations.items()):
+        namespace = split_queue_key(key)[0]
+        current = found.get(namespace, default)
+        found[namespace] = QuotaLimits(
+            max_ready_executions=_smallest(current.max_ready_executions, declaration.quota.max_ready_executions),
+            max_payload_bytes=_smallest(current.max_payload_bytes, declaration.quota.max_payload_bytes),
+        )
+    return found
+
+
+def _smallest(ceiling: int | None, lowered: int | None) -> int | None:
+    if lowered is None:
+        return ceiling
+    return lowered if ceiling is None else min(ceiling, lowered)
+
+
 def queue_key(namespace: str, name: str) -> str:
     """The store's name of the TaskQueue `name` in `namespace`: ``"NS/NAME"``."""
     return f"{namespace}/{name}"
@@ -369,6 +433,10 @@ class QueueDeclaration:
     tenant_caps: Mapping[str, int] = dataclasses.field(default_factory=dict)
     priorities: Mapping[int, float] = dataclasses.field(default_factory=dict)
     objective: timedelta | None = None
+    #: The TaskQueue's `quota`: what it lowers its namespace's quota to (`namespace_quotas`).
+    quota: QuotaLimits = dataclasses.field(default_factory=QuotaLimits)
+    #: How long succeeded and cancelled executions stay; None: the chart's `queue.finishedRetentionDays`.
+    finished_retention: timedelta | None = None
 
     @property
     def capped(self) -> bool:

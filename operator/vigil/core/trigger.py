@@ -515,7 +515,8 @@ class Trigger:
                 unlaunched[fire.execution_id] = Unlaunched(Outcome.SKIPPED, Reason(result.skipped))
                 continue
             if result.refused:
-                unlaunched[fire.execution_id] = Unlaunched(Outcome.FAILED, Reason.LAUNCH_REFUSED, result.refused)
+                why = Reason(result.refused_reason) if result.refused_reason else Reason.LAUNCH_REFUSED
+                unlaunched[fire.execution_id] = Unlaunched(Outcome.FAILED, why, result.refused)
                 continue
             launched[fire.execution_id] = result.created
             report.fired += 1

@@ -22,7 +22,7 @@ from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubje
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core import jsonvalues
-from vigil.core.chain import Fire
+from vigil.core.chain import Fire, Reason
 from vigil.core.executions import ConcurrencyPolicy, Execution, ExecutionReason, cancel, concurrency
 from vigil.core.ids import ExecutionId
 from vigil.core.payload import (
@@ -32,7 +32,7 @@ from vigil.core.payload import (
     render_template_string,
 )
 from vigil.core.ports import Clock, Conflict, Launch
-from vigil.core.queue import Submission, queue_key
+from vigil.core.queue import QuotaExceeded, Submission, queue_key
 from vigil.core.submissions import SubmissionRefused
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
@@ -182,6 +182,8 @@ class TaskSubmitter:
             [execution] = self._store.submit(queue, [submission], now=self._clock.now())
         except SubmissionRefused as err:  # the store's own checks, or the id held by another occurrence
             return Launch(created=False, refused=str(err))
+        except QuotaExceeded as err:  # the namespace's quota: this occurrence fails, never retried
+            return Launch(created=False, refused=str(err), refused_reason=Reason.QUOTA_EXCEEDED)
         log.info(
             "fired %s/%s nominal=%s task %s to queue %s execution=%s",
             meta["namespace"], meta["name"], fire.occurrence.nominal.isoformat(), task.name, queue, execution,

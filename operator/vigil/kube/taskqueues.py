@@ -11,6 +11,10 @@ in namespace NS is the store's queue "NS/NAME". One pass, every `queue.statusInt
   which read the store, never the API server — see changes within their refresh;
 - counts every queue in one statement (ready, leased, dead, the oldest due ready age, the last
   minute's rates) and deletes dead executions past their queue's retention;
+- keeps the store bounded (vigil.queue.bounds): deletes succeeded and cancelled executions past
+  their queue's `finishedRetention` (else the chart's) and jobs deleted longer ago, writes each
+  namespace's quota (the chart's, lowered by its TaskQueues' `quota`) and recounts what each
+  namespace keeps unfinished, so room comes back as its executions finish;
 - reads, in the same statement, the volume watchdog's latest summary of each queue's jobs (which
   the watchdog leaves in the store each pass, wherever it runs) into the `JobsOverdue` and
   `ChainBroken` conditions;
@@ -34,7 +38,13 @@ from pydantic import ValidationError
 
 from vigil.core.conditions import ConditionReason, ConditionType, set_condition
 from vigil.core.ports import Clock
-from vigil.core.queue import QueueDeclaration, QueueStats, QueueWatchSummary
+from vigil.core.queue import (
+    QueueDeclaration,
+    QueueStats,
+    QueueWatchSummary,
+    QuotaLimits,
+    namespace_quotas,
+)
 from vigil.core.queuewatch import watch_conditions
 from vigil.kube.events import WARNING, EventRecorder
 from vigil.kube.informer import Informer, Key, key_of
@@ -67,6 +77,15 @@ class QueueDeclarations(Protocol):
     def undeclare(self, queues: Sequence[str]) -> None: ...
     def stats(self, queues: Sequence[str], *, now: datetime) -> dict[str, QueueStats]: ...
     def purge_dead(self, retention: dict[str, timedelta], *, now: datetime) -> int: ...
+    def keep_bounded(
+        self,
+        *,
+        limits: Mapping[str, QuotaLimits],
+        default_limits: QuotaLimits,
+        retention: Mapping[str, timedelta],
+        default_retention: timedelta,
+        now: datetime,
+    ) -> object: ...
 
 
 def taskqueue_cache(api: client.ApiClient) -> Informer:
@@ -199,9 +218,16 @@ class TaskQueueController:
         clock: Clock,
         interval_seconds: float,
         publish: PublishStats | None = None,
+        quota: QuotaLimits | None = None,
+        granted: Mapping[str, QuotaLimits] | None = None,
+        finished_retention: timedelta = timedelta(days=7),
     ) -> None:
         """`publish`: called after each pass that the store answered (a pass that it did not
-        leaves the last counts published)."""
+        leaves the last counts published). `quota`, `granted` and `finished_retention`: the chart's
+        (`queue.quota`, `queue.quota.namespaces`, `queue.finishedRetentionDays`)."""
+        self.quota = quota or QuotaLimits()  # None: no limits (a controller without the chart's)
+        self.granted = dict(granted or {})
+        self.finished_retention = finished_retention
         self.cache = cache
         self.publish = publish
         self.store = store
@@ -288,6 +314,14 @@ class TaskQueueController:
             if declaration is not None and declaration.dead_retention is not None
         }
         self.store.purge_dead(retention, now=now)
+        declared = {key: declaration for key, (_, declaration, _) in queues.items() if declaration is not None}
+        self.store.keep_bounded(
+            limits=namespace_quotas(declared, default=self.quota, granted=self.granted),
+            default_limits=self.quota,
+            retention={key: d.finished_retention for key, d in declared.items() if d.finished_retention is not None},
+            default_retention=self.finished_retention,
+            now=now,
+        )
         return self.store.stats(list(queues), now=now)
 
     def _report_invalid(self, obj: Mapping[str, Any], message: str) -> None:

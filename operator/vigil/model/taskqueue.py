@@ -20,7 +20,7 @@ from typing import Annotated, Self
 from pydantic import Field, StringConstraints, model_validator
 
 from vigil.core.executions import Backoff as CoreBackoff
-from vigil.core.queue import QueueDeclaration
+from vigil.core.queue import QueueDeclaration, QuotaLimits
 from vigil.core.tenancy import TenantBinding as CoreTenantBinding
 from vigil.model.common import (
     AGE_COLUMN,
@@ -49,6 +49,8 @@ TENANT_SUBJECTS_MAX_ITEMS = 256
 TENANT_MAX_LENGTH = 253
 #: Leased executions one tenant may hold at once, at most: beyond any worker fleet here.
 TENANT_CAP_MAX = 1_000_000
+#: The largest quota value a TaskQueue may write (it only lowers the chart's).
+QUOTA_MAX = 2**53
 #: The rounding slack of the shares' sum (0.1 + 0.2 + 0.7 is 1.0000000000000002 in floating point).
 SHARE_SLACK = 1e-9
 
@@ -92,6 +94,27 @@ class DeadLetter(SpecModel):
         default=PositiveDuration("7d"),
         description="How long dead executions stay in the store (for inspection and retry) "
         "after their last attempt; the operator deletes older ones.",
+    )
+
+
+class QueueQuota(SpecModel):
+    """This queue's say in its namespace's quota of the queue store (docs/queue.md, "Quotas")."""
+
+    max_ready_executions: int | None = Field(
+        default=None,
+        ge=0,
+        le=QUOTA_MAX,
+        description="Lowers the namespace's quota of executions kept ready or leased (not finished) "
+        "at once; never above the chart's queue.quota. Several TaskQueues of a namespace: the "
+        "smallest wins. A submission past it is refused (the API's 429), a recurring occurrence "
+        "settles Failed with reason QuotaExceeded.",
+    )
+    max_payload_bytes: int | None = Field(
+        default=None,
+        ge=0,
+        le=QUOTA_MAX,
+        description="Lowers the namespace's quota of those executions' payload bytes (JSON text) "
+        "the same way.",
     )
 
 
@@ -227,6 +250,16 @@ class TaskQueueSpec(SpecModel, json_schema_extra=_SPEC_RULES):
         json_schema_extra=DEFAULT_EMPTY_OBJECT,
         description="What happens to dead executions.",
     )
+    finished_retention: PositiveDuration | None = Field(
+        default=None,
+        description="How long succeeded and cancelled executions stay in the store after they "
+        "finished (their timelines; the history database keeps the record). Unset: the chart's "
+        "queue.finishedRetentionDays (7 days).",
+    )
+    quota: QueueQuota = Field(
+        default_factory=QueueQuota,
+        description="Lowers the namespace's quota in the queue store (the chart's queue.quota).",
+    )
     priorities: list[QueuePriority] = Field(
         default_factory=list,
         max_length=PRIORITIES_MAX_ITEMS,
@@ -277,6 +310,8 @@ class TaskQueueSpec(SpecModel, json_schema_extra=_SPEC_RULES):
             tenant_caps={t.name: t.max_concurrent for t in self.tenants.overrides},
             priorities={p.value: p.reserved_share for p in self.priorities},
             objective=self.objective.oldest_ready_age if self.objective else None,
+            quota=QuotaLimits(self.quota.max_ready_executions, self.quota.max_payload_bytes),
+            finished_retention=self.finished_retention,
         )
 
 

@@ -320,13 +320,14 @@ RETURNING execution_id;
 
 -- name: retry
 -- A dead or cancelled execution, ready again at once with the same id and one more attempt (the
--- next number: an attempt's row is never overwritten), unless its job was deleted.
+-- next number: an attempt's row is never overwritten), unless its job was deleted. Its payload comes
+-- back for the namespace's quota (an unfinished execution again: vigil.queue.bounds.admit_all).
 UPDATE vigil_queue.executions AS e
 SET state = 'ready', attempt = e.attempt + 1, max_attempts = GREATEST(e.max_attempts, e.attempt + 1),
     run_after = %(now)s, finished_at = NULL, cancelled_by = NULL
 WHERE e.execution_id = %(execution_id)s AND e.state IN ('dead', 'cancelled')
   AND NOT EXISTS (SELECT 1 FROM vigil_queue.jobs AS j WHERE j.job_id = e.job_id AND NOT j.enabled)
-RETURNING e.queue;
+RETURNING e.queue, e.payload;
 
 -- name: timeline
 SELECT e.execution_id, e.job_id, e.queue, e.task, e.payload, e.priority, e.tenant, e.state, e.attempt,
@@ -404,16 +405,24 @@ FROM unnest(%(queues)s::text[]) AS k(queue)
 LEFT JOIN vigil_queue.watch_summaries AS w ON w.queue = k.queue;
 
 -- name: purge_dead
--- Dead executions past their queue's deadLetter.retention leave the store, a bounded batch a pass.
-DELETE FROM vigil_queue.executions AS e
-WHERE e.execution_id IN (
-    SELECT d.execution_id
-    FROM unnest(%(queues)s::text[], %(before)s::timestamptz[]) AS k(queue, before)
-    CROSS JOIN LATERAL (
-        SELECT x.execution_id FROM vigil_queue.executions AS x
-        WHERE x.queue = k.queue AND x.state = 'dead' AND x.finished_at < k.before
-        ORDER BY x.finished_at LIMIT %(limit)s) AS d
-);
+-- Dead executions past their queue's deadLetter.retention leave the store, a bounded batch a pass,
+-- with their once_marks (nothing else would ever delete those) in the same statement.
+WITH gone AS (
+    DELETE FROM vigil_queue.executions AS e
+    WHERE e.execution_id IN (
+        SELECT d.execution_id
+        FROM unnest(%(queues)s::text[], %(before)s::timestamptz[]) AS k(queue, before)
+        CROSS JOIN LATERAL (
+            SELECT x.execution_id FROM vigil_queue.executions AS x
+            WHERE x.queue = k.queue AND x.state = 'dead' AND x.finished_at < k.before
+            ORDER BY x.finished_at LIMIT %(limit)s) AS d
+    )
+    RETURNING e.execution_id
+),
+marks AS (
+    DELETE FROM vigil_queue.once_marks AS m USING gone AS g WHERE m.execution_id = g.execution_id
+)
+SELECT count(*) FROM gone;
 
 -- The recurring-job catalogue (vigil/queue/catalogue.py) and its sharded trigger (vigil/queue/trigger.py).
 
@@ -772,3 +781,170 @@ SELECT h.queue, h.tenant, h.priority, o.run_after FROM heads AS h CROSS JOIN LAT
     ORDER BY e.run_after LIMIT 1) AS o
 ORDER BY o.run_after, h.queue, h.tenant, h.priority
 LIMIT %(limit)s;
+
+-- The bounded store (vigil/queue/bounds.py, revision q0010bounded): per-namespace quotas on what a
+-- namespace keeps unfinished, and the retention of finished executions and deleted jobs.
+
+-- name: quota_ensure
+-- A namespace's counter row, made with the chart's defaults (the row '*') the first time one of its
+-- executions arrives; a row that exists is left alone. Its own statement: the admission that follows
+-- must find the row to lock it.
+INSERT INTO vigil_queue.namespace_quotas (namespace, max_executions, max_payload_bytes)
+SELECT %(namespace)s, d.max_executions, d.max_payload_bytes
+FROM (SELECT 1) AS one
+LEFT JOIN vigil_queue.namespace_quotas AS d ON d.namespace = '*'
+ON CONFLICT (namespace) DO NOTHING;
+
+-- name: quota_admit
+-- Admit the longest prefix of `payloads` (one per new unfinished execution, in order) that keeps the
+-- namespace within both limits, and count it, in one statement on one row: the row is locked first
+-- (FOR UPDATE reads its newest version), so admissions of one namespace queue behind each other for
+-- the rest of their transactions and never both take the last room. The running sums grow with
+-- each payload, so the rows that fit are a prefix: its length and bytes are their max. Returns how
+-- many were admitted and their bytes, the bytes of all offered, and the row as it is after them
+-- (the use and limits a refusal names).
+WITH wanted AS (
+    SELECT w.ord, sum(octet_length(w.payload::text)) OVER (ORDER BY w.ord) AS bytes
+    FROM unnest(%(payloads)s::jsonb[]) WITH ORDINALITY AS w(payload, ord)
+),
+quota AS (
+    SELECT * FROM vigil_queue.namespace_quotas WHERE namespace = %(namespace)s FOR UPDATE
+),
+fits AS (
+    SELECT COALESCE(max(w.ord), 0) AS executions, COALESCE(max(w.bytes), 0) AS bytes
+    FROM wanted AS w CROSS JOIN quota AS q
+    WHERE (q.max_executions IS NULL OR q.executions + w.ord <= q.max_executions)
+      AND (q.max_payload_bytes IS NULL OR q.payload_bytes + w.bytes <= q.max_payload_bytes)
+)
+UPDATE vigil_queue.namespace_quotas AS q
+SET executions = q.executions + f.executions, payload_bytes = q.payload_bytes + f.bytes,
+    admitted = q.admitted + f.executions, admitted_bytes = q.admitted_bytes + f.bytes
+FROM fits AS f
+WHERE q.namespace = %(namespace)s
+RETURNING f.executions, f.bytes, (SELECT COALESCE(max(w.bytes), 0) FROM wanted AS w),
+          q.executions, q.payload_bytes, q.max_executions, q.max_payload_bytes;
+
+-- name: quota_limits
+-- The leader's TaskQueue pass writes each namespace's limits (NULL: none): the chart's defaults on
+-- the row '*' and on every namespace not listed, the listed namespaces' own on theirs (made if new).
+WITH defaults AS (
+    UPDATE vigil_queue.namespace_quotas
+    SET max_executions = %(default_executions)s, max_payload_bytes = %(default_bytes)s
+    WHERE namespace = '*' OR NOT (namespace = ANY(%(namespaces)s::text[]))
+),
+listed AS (
+    INSERT INTO vigil_queue.namespace_quotas AS q (namespace, max_executions, max_payload_bytes)
+    SELECT * FROM unnest(%(namespaces)s::text[], %(max_executions)s::bigint[], %(max_payload_bytes)s::bigint[])
+    ON CONFLICT (namespace) DO UPDATE
+        SET max_executions = excluded.max_executions, max_payload_bytes = excluded.max_payload_bytes
+)
+SELECT 1;
+
+-- name: quota_counts
+-- The recount's reading, in one statement so in one snapshot: each namespace's unfinished executions
+-- and their payloads' bytes, counted through the two partial indexes of ready and leased rows (the
+-- rows are read for their payloads' sizes), beside the row's running totals of admissions as that
+-- same snapshot sees them. An admission commits its rows and its totals together, so each one is
+-- either in both or in neither; `quota_recount` then adds what was admitted since.
+WITH live AS (
+    SELECT vigil_queue.namespace_of(u.queue) AS namespace, count(*) AS executions,
+           COALESCE(sum(octet_length(u.payload::text)), 0) AS bytes
+    FROM (SELECT e.queue, e.payload FROM vigil_queue.executions AS e WHERE e.state = 'ready'
+          UNION ALL
+          SELECT e.queue, e.payload FROM vigil_queue.executions AS e WHERE e.state = 'leased') AS u
+    GROUP BY 1
+)
+SELECT COALESCE(q.namespace, l.namespace) AS namespace, COALESCE(q.admitted, 0), COALESCE(q.admitted_bytes, 0),
+       COALESCE(l.executions, 0), COALESCE(l.bytes, 0)
+FROM (SELECT * FROM vigil_queue.namespace_quotas WHERE namespace <> '*') AS q
+FULL JOIN live AS l ON l.namespace = q.namespace
+ORDER BY 1;
+
+-- name: quota_recount
+-- One namespace's counters set to what `quota_counts` counted plus what was admitted since its
+-- snapshot (the running total now, which waits for an admission in flight, minus the one it saw):
+-- never fewer than the namespace keeps. One row a statement, in autocommit: the recount holds no
+-- lock beside another, so it never deadlocks with a trigger's batch holding several namespaces' rows,
+-- and takes no lock an admission waits on for longer than this one update. A namespace with rows
+-- and no counter (rows written around the admission) gets one, with the defaults of '*'.
+INSERT INTO vigil_queue.namespace_quotas AS q
+    (namespace, executions, payload_bytes, max_executions, max_payload_bytes, counted_at)
+SELECT %(namespace)s, %(executions)s, %(bytes)s, d.max_executions, d.max_payload_bytes, %(now)s
+FROM (SELECT 1) AS one
+LEFT JOIN vigil_queue.namespace_quotas AS d ON d.namespace = '*'
+ON CONFLICT (namespace) DO UPDATE
+SET executions = GREATEST(0, %(executions)s + (q.admitted - %(admitted)s)),
+    payload_bytes = GREATEST(0, %(bytes)s + (q.admitted_bytes - %(admitted_bytes)s)),
+    counted_at = %(now)s;
+
+-- name: quota_use
+-- One namespace's row: its admitted use and limits (NULL: no row yet).
+SELECT executions, payload_bytes, max_executions, max_payload_bytes, counted_at
+FROM vigil_queue.namespace_quotas WHERE namespace = %(namespace)s;
+
+-- name: purge_finished
+-- Succeeded and cancelled executions that finished before their queue's retention leave the store, a
+-- bounded batch per queue and pass, walked by the partial indexes executions_succeeded and
+-- executions_cancelled: the queues with such rows are found by a skip scan (one probe per queue),
+-- each with its own retention (its TaskQueue's) or the default. A recurring job's newest success
+-- stays (the watchdog's last success: one probe of executions_job_succeeded). Their once_marks go
+-- in the same statement, and so do one-off jobs' rows (a one-off job is its one execution).
+WITH RECURSIVE finished_queues AS (
+    (SELECT e.queue FROM vigil_queue.executions AS e WHERE e.state = 'succeeded' ORDER BY e.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.queue FROM vigil_queue.executions AS e
+            WHERE e.state = 'succeeded' AND e.queue > f.queue ORDER BY e.queue LIMIT 1)
+    FROM finished_queues AS f WHERE f.queue IS NOT NULL
+),
+cancelled_queues AS (
+    (SELECT e.queue FROM vigil_queue.executions AS e WHERE e.state = 'cancelled' ORDER BY e.queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT e.queue FROM vigil_queue.executions AS e
+            WHERE e.state = 'cancelled' AND e.queue > c.queue ORDER BY e.queue LIMIT 1)
+    FROM cancelled_queues AS c WHERE c.queue IS NOT NULL
+),
+kept AS (
+    SELECT k.queue, %(now)s::timestamptz - COALESCE(r.keep, %(default_keep)s::interval) AS before
+    FROM (SELECT queue FROM finished_queues UNION SELECT queue FROM cancelled_queues) AS k
+    LEFT JOIN unnest(%(queues)s::text[], %(keeps)s::interval[]) AS r(queue, keep) ON r.queue = k.queue
+    WHERE k.queue IS NOT NULL
+),
+chosen AS (
+    SELECT s.execution_id FROM kept AS k CROSS JOIN LATERAL (
+        SELECT x.execution_id FROM vigil_queue.executions AS x
+        WHERE x.queue = k.queue AND x.state = 'succeeded' AND x.finished_at < k.before
+          AND (x.job_id IS NULL
+               OR NOT EXISTS (SELECT 1 FROM vigil_queue.jobs AS j WHERE j.job_id = x.job_id AND j.cron IS NOT NULL)
+               OR EXISTS (SELECT 1 FROM vigil_queue.executions AS n
+                          WHERE n.job_id = x.job_id AND n.state = 'succeeded' AND n.finished_at > x.finished_at))
+        ORDER BY x.finished_at LIMIT %(limit)s) AS s
+    UNION ALL
+    SELECT c.execution_id FROM kept AS k CROSS JOIN LATERAL (
+        SELECT x.execution_id FROM vigil_queue.executions AS x
+        WHERE x.queue = k.queue AND x.state = 'cancelled' AND x.finished_at < k.before
+        ORDER BY x.finished_at LIMIT %(limit)s) AS c
+),
+gone AS (
+    DELETE FROM vigil_queue.executions AS e USING chosen AS c
+    WHERE e.execution_id = c.execution_id AND e.state IN ('succeeded', 'cancelled')
+    RETURNING e.execution_id, e.job_id
+),
+marks AS (
+    DELETE FROM vigil_queue.once_marks AS m USING gone AS g WHERE m.execution_id = g.execution_id
+),
+one_offs AS (
+    DELETE FROM vigil_queue.jobs AS j USING gone AS g WHERE j.job_id = g.job_id AND j.cron IS NULL
+)
+SELECT count(*) FROM gone;
+
+-- name: purge_deleted_jobs
+-- Jobs deleted (through the API or their ScheduledJob's removal) longer than the retention ago leave
+-- the catalogue, a bounded batch a pass (the partial index jobs_deleted). Their executions stay
+-- until their own retention (the key is set NULL); their bucket rows were marked when they were
+-- deleted and go with their hour's partition.
+DELETE FROM vigil_queue.jobs AS j
+WHERE j.job_id IN (
+    SELECT d.job_id FROM vigil_queue.jobs AS d
+    WHERE d.deleted_at IS NOT NULL AND d.deleted_at < %(before)s
+    ORDER BY d.deleted_at LIMIT %(limit)s
+);

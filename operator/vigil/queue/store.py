@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,6 +63,7 @@ from vigil.core.queue import (
     QueueStats,
     QueueUnavailable,
     QueueWatchSummary,
+    QuotaLimits,
     Recurrence,
     Settlement,
     Submission,
@@ -76,7 +77,7 @@ from vigil.core.queue import (
 from vigil.core.recurring import AddedJob, RecurringJob
 from vigil.core.submissions import ExecutionIdTaken, check_submissions, is_same_occurrence
 from vigil.core.timeparse import require_aware
-from vigil.queue import attempt_days, migrating, partitions
+from vigil.queue import attempt_days, bounds, migrating, partitions
 from vigil.queue.catalogue import Catalogue
 from vigil.queue.queries import QUERIES
 
@@ -187,19 +188,22 @@ class QueueStore:
         the submission's field for what the HTTP API would refuse (the queue key's grammar, a
         task, tenant or key that is not plain text, a payload that is no JSON object, holds a
         value PostgreSQL refuses or is too large), and ExecutionIdTaken, the whole batch rolled
-        back, for an execution id already enqueued elsewhere as another occurrence.
+        back, for an execution id already enqueued elsewhere as another occurrence; QuotaExceeded,
+        the batch rolled back, when what it adds would take the queue's namespace past its quota
+        (vigil.queue.bounds: a known idempotency key adds nothing, and counts nothing).
         """
         now = require_aware(now, name="now")
         check_submissions(queue, submissions)
         if not submissions:
             return []
         ids = [_new_id(s, now) for s in submissions]
-        params = {
+        payloads = [Jsonb(s.payload) for s in submissions]
+        params: dict[str, Any] = {
             "queue": queue,
             "now": now,
             "execution_ids": ids,
             "tasks": [s.task for s in submissions],
-            "payloads": [Jsonb(s.payload) for s in submissions],
+            "payloads": payloads,
             "priorities": [s.priority for s in submissions],
             "tenants": [s.tenant for s in submissions],
             "max_attempts": [s.max_attempts for s in submissions],
@@ -211,6 +215,8 @@ class QueueStore:
         with self._reachable(), self.connect() as connection, connection.transaction():
             added = {row[0] for row in connection.execute(QUERIES["submit"], params).fetchall()}
             _check_brought_ids(connection, queue, submissions, added=added)
+            # the namespace's quota: every execution this batch added, or QuotaExceeded and none
+            bounds.admit_all(connection, queue, [p for p, own in zip(payloads, ids, strict=True) if own in added])
             existing: dict[str, str] = {}
             if keys:
                 rows = connection.execute(
@@ -247,18 +253,20 @@ class QueueStore:
         """A one-off job: its `jobs` row and its one execution, in one transaction.
 
         A known (queue, idempotency key) adds nothing and returns the first job
-        (`created` False); two submits of one key at once make one job.
+        (`created` False); two submits of one key at once make one job. A new one past its
+        namespace's quota raises QuotaExceeded, and nothing of it stays (vigil.queue.bounds).
         """
         now = require_aware(now, name="now")
         run_at = require_aware(job.run_at, name="run_at")
         job_id = str(uuid.uuid4())
         execution_id = derive_execution_id(job_id, run_at.replace(microsecond=0))
-        params = {
+        payload = Jsonb(job.payload)
+        params: dict[str, Any] = {
             "job_id": job_id,
             "execution_id": execution_id,
             "queue": job.queue,
             "task": job.task,
-            "payload": Jsonb(job.payload),
+            "payload": payload,
             "priority": job.priority,
             "tenant": job.tenant,
             "max_attempts": job.max_attempts,
@@ -270,6 +278,7 @@ class QueueStore:
         with self._reachable(), self.connect() as connection, connection.transaction():
             connection.execute(QUERIES["insert_job"], params)
             if connection.execute(QUERIES["insert_job_execution"], params).fetchone() is not None:
+                bounds.admit_all(connection, job.queue, [payload])  # QuotaExceeded: nothing stays
                 connection.execute(QUERIES["notify"], {"queue": job.queue})
                 return Submitted(job_id, execution_id, run_at, created=True)
             connection.execute(QUERIES["drop_job"], params)
@@ -317,11 +326,13 @@ class QueueStore:
         return Change(record, None if done else cancel_refusal(record.state))
 
     def retry(self, execution_id: str, *, now: datetime) -> Change | None:
-        """Make a dead or cancelled execution ready again, same id, next attempt; None if unknown."""
+        """Make a dead or cancelled execution ready again, same id, next attempt; None if unknown.
+        QuotaExceeded, nothing changed, when its namespace is at its quota."""
         params = {"execution_id": execution_id, "now": require_aware(now, name="now")}
         with self._reachable(), self.connect() as connection, connection.transaction():
             queue = connection.execute(QUERIES["retry"], params).fetchone()
-            if queue is not None:
+            if queue is not None:  # unfinished again: within the namespace's quota, or QuotaExceeded
+                bounds.admit_all(connection, queue[0], [Jsonb(queue[1])])
                 connection.execute(QUERIES["notify"], {"queue": queue[0]})
             found = _timeline(connection, execution_id)
         if found is None:
@@ -440,7 +451,31 @@ class QueueStore:
             "limit": PURGE_BATCH,
         }
         with self.connect() as connection:
-            return connection.execute(QUERIES["purge_dead"], params).rowcount
+            row = connection.execute(QUERIES["purge_dead"], params).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    def keep_bounded(
+        self,
+        *,
+        limits: Mapping[str, QuotaLimits],
+        default_limits: QuotaLimits,
+        retention: Mapping[str, timedelta],
+        default_retention: timedelta,
+        now: datetime,
+    ) -> bounds.Bounded:
+        """One upkeep pass of the bounded store (vigil.queue.bounds): purge succeeded and cancelled
+        executions past their queue's `retention` (else `default_retention`) and jobs deleted longer
+        ago, write each namespace's quota `limits` (others: `default_limits`), recount their use."""
+        with pgconnect.connect(self.dsn, autocommit=True) as connection:
+            return bounds.keep_bounded(
+                connection, limits=limits, default_limits=default_limits, retention=retention,
+                default_retention=default_retention, now=require_aware(now, name="now"),
+            )  # fmt: skip
+
+    def quota_use(self, namespace: str) -> tuple[int, int, int | None, int | None] | None:
+        """(executions, payload bytes, max executions, max bytes) as counted for `namespace`."""
+        with self.connect() as connection:
+            return bounds.usage(connection, namespace)
 
 
 

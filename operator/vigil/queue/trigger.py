@@ -68,7 +68,7 @@ from vigil.core.recurring import cron_schedule
 from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
 from vigil.core.trigger import seconds_to_next_pass
-from vigil.queue import attempt_days, partitions
+from vigil.queue import attempt_days, bounds, partitions
 from vigil.queue.queries import QUERIES
 
 log = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ class ShardTrigger:
             ).fetchall()
             if not rows:
                 return PassReport(), 0, 0
-            planned = [_plan(_Due(row), now) for row in rows]
+            planned = _within_quotas(connection, [_plan(_Due(row), now) for row in rows], now)
             applied, marked = _apply(connection, planned, now)
         report = _report(applied, marked, now)
         report.refused = sum(item.refused for item in applied)
@@ -246,6 +246,60 @@ def _refused(item: _Planned, why: str, now: datetime) -> _Planned:
         fire.execution_id: Unlaunched(Outcome.FAILED, Reason.LAUNCH_REFUSED, why) for fire in item.plan.fires
     }
     return _Planned(item.due, settle_unlaunched(item.plan, unlaunched, now=now), {}, refused=1)
+
+
+def _within_quotas(connection: psycopg.Connection[Any], planned: Sequence[_Planned], now: datetime) -> list[_Planned]:
+    """`planned` with the fires past their namespace's quota settled Failed (QuotaExceeded).
+
+    Each namespace's fires are admitted in the batch's order (vigil.queue.bounds.admit: the
+    longest prefix that fits), namespaces in sorted order, so two shards' triggers lock the
+    counter rows in one order. In the batch's transaction: a rollback takes the admissions
+    back; an occurrence another trigger marks first stays counted until the next recount.
+    """
+    offered: dict[str, list[tuple[int, str]]] = {}  # namespace -> (index in planned, execution id)
+    for index, item in enumerate(planned):
+        for fire in item.plan.fires:
+            if fire.execution_id in item.payloads:
+                offered.setdefault(bounds.namespace_of(item.due.row["queue"]), []).append((index, fire.execution_id))
+    refused: dict[int, dict[str, Unlaunched]] = {}
+    for namespace in sorted(offered):
+        for index, execution, why in _over_quota(connection, namespace, planned, offered[namespace]):
+            refused.setdefault(index, {})[execution] = Unlaunched(Outcome.FAILED, Reason.QUOTA_EXCEEDED, why)
+    if not refused:
+        return list(planned)
+    log.warning("trigger: %d occurrence(s) settled Failed: QuotaExceeded", sum(map(len, refused.values())))
+    return [
+        _Planned(item.due, settle_unlaunched(item.plan, refused[index], now=now), item.payloads, item.refused)
+        if index in refused else item
+        for index, item in enumerate(planned)
+    ]  # fmt: skip
+
+
+def _over_quota(
+    connection: psycopg.Connection[Any], namespace: str, planned: Sequence[_Planned], fires: Sequence[tuple[int, str]]
+) -> list[tuple[int, str, str]]:
+    """Admit `fires` of one namespace; the ones refused by its quota, each with why.
+
+    In a savepoint: a payload PostgreSQL refuses (a DataError) fails the admission too, and then
+    the fires are admitted one at a time, the refused one left out (`_apply` settles it Failed alone).
+    """
+    payloads = [Jsonb(planned[index].payloads[execution], dumps=_as_is) for index, execution in fires]
+    try:
+        with connection.transaction():
+            found = bounds.admit(connection, namespace, payloads)
+    except psycopg.errors.DataError:
+        over: list[tuple[int, str, str]] = []
+        for (index, execution), payload in zip(fires, payloads, strict=True):
+            try:
+                with connection.transaction():
+                    alone = bounds.admit(connection, namespace, [payload])
+            except psycopg.errors.DataError:
+                continue
+            if alone.admitted == 0:
+                over.append((index, execution, str(alone.refusal(namespace, whole=False))))
+        return over
+    why = str(found.refusal(namespace, whole=False))
+    return [(index, execution, why) for index, execution in fires[found.admitted :]]
 
 
 @dataclasses.dataclass(frozen=True)
