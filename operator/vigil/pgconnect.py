@@ -114,6 +114,18 @@ def bounded(dsn: str, limits: ConnectionLimits = DEFAULT_LIMITS) -> str:
     return make_conninfo("", **parameters)
 
 
+def answers(dsn: str, *, timeout_seconds: int = 5) -> bool:
+    """Whether the server behind `dsn` accepts a connection and a statement within the timeout."""
+    limits = dataclasses.replace(DEFAULT_LIMITS, connect_timeout_seconds=timeout_seconds,
+                                 statement_timeout_ms=timeout_seconds * 1000)  # fmt: skip
+    try:
+        with connect(dsn, autocommit=True, limits=limits) as connection:
+            connection.execute("SELECT 1")
+    except psycopg.Error:
+        return False
+    return True
+
+
 def connect(
     dsn: str, *, autocommit: bool = False, limits: ConnectionLimits = DEFAULT_LIMITS
 ) -> psycopg.Connection[Any]:

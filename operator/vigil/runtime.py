@@ -351,6 +351,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
     them."""
     if not settings.queue.dsn:
         return None
+    from vigil import pgconnect
     from vigil.queue import (
         trigger as queue_trigger,  # psycopg: the `postgres` extra, needed only with a queue
     )
@@ -369,7 +370,11 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
                 ),
             ),
             kwargs={"clock": clock.now, "stop": stop, "on_pass": metrics.record_queue_trigger_pass,
-                    "on_error": metrics.record_queue_trigger_error},
+                    "on_error": metrics.record_queue_trigger_error,
+                    "pass_deadline": timedelta(seconds=settings.queue.pass_deadline_seconds),
+                    "on_unreachable": lambda: shards.request_withdrawal(),
+                    "unreachable_after": timedelta(seconds=settings.queue.unreachable_after_seconds),
+                    "reachable": lambda: pgconnect.answers(dsn)},
             name=f"trigger-shard-{shard}",
             daemon=True,
         )
@@ -390,6 +395,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         lease_duration=lease.lease_duration,
         renew_period=lease.renew_period,
         on_lost=_lost,
+        reachable=lambda: pgconnect.answers(dsn),
     )
 
     def migrate_then_start() -> None:

@@ -289,6 +289,20 @@ class Queue(_Section):
         "declarations to the store and refreshes every TaskQueue's status (counts, oldest ready "
         "age, rates) from one query, so status lags the store by at most this, never per execution.",
     )
+    pass_deadline_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="Seconds a trigger shard's pass may wait on the queue store before its connection is "
+        "broken off and the pass retried (a pass takes milliseconds; only a silent path takes this long).",
+    )
+    unreachable_after_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=3600,
+        description="Seconds of failed passes after which a replica that cannot reach the queue store "
+        "hands all its trigger shards to the others, until it reaches the store again.",
+    )
     attempts_retention_days: int = Field(
         14,
         ge=1,

@@ -55,7 +55,10 @@ class TcpProxy:
 
     def _keep(self, sock: socket.socket) -> None:
         with self._lock:
-            self._sockets.append(sock)
+            if not self._closed.is_set():
+                self._sockets.append(sock)
+                return
+        sock.close()  # accepted as the relay closed: close() has swept its list already
 
     def _accept(self) -> None:
         while not self._closed.is_set():

@@ -17,6 +17,16 @@ Leases only share the work. Exactly once does not depend on them: the trigger's
 conditional marks and derived execution ids hold even when two replicas run
 one shard for a moment (docs/queue.md, "Exactly once").
 
+A replica that cannot reach the queue store is no use as a shard's owner, however well
+it renews its Leases (a network path to the database cut, a proxy that stopped
+forwarding). When a shard's trigger reports the store unreachable
+(`request_withdrawal`, from `vigil.queue.trigger.run`'s `on_unreachable`), the replica
+withdraws: its triggers stop, and its shard Leases and its membership Lease are released, so
+the others count it gone at their next round and take its shards. It asks `reachable()`
+every round meanwhile and rejoins once the store answers; the assignment then gives it its
+share back. When the store is down for every replica, all withdraw and all rejoin when it
+returns: the shards fire late, under each job's catch-up policy, never twice.
+
 `on_acquired(shard)` starts the shard's trigger and returns the function that
 stops it; it is called when this replica starts leading the shard, and the
 stopper when it stops (handover, a lost Lease, shutdown). The caller wires it
@@ -73,6 +83,7 @@ class ShardLeases:
         renew_period: float = 5.0,
         on_lost: Callable[[], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reachable: Callable[[], bool] = lambda: True,
     ) -> None:
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
@@ -92,7 +103,10 @@ class ShardLeases:
         self._running: dict[int, Stopper] = {}
         self._seen: dict[str, tuple[str, float]] = {}  # member lease → (version, clock() first seen)
         self._started = False
-        self._member = LeaderElector(leases, self._config(member_lease_name(identity)), on_lost=self._member_lost)
+        self._reachable = reachable
+        self._withdraw = threading.Event()  # asked for by a trigger thread; done by the loop
+        self._withdrawn = False
+        self._member = self._new_member()
         self._thread = threading.Thread(target=self._loop, name="trigger-shards", daemon=True)
 
     @property
@@ -127,6 +141,50 @@ class ShardLeases:
         """Stop gracefully: triggers stopped, then every Lease released so survivors take over now."""
         self._shutdown(release=True)
 
+    @property
+    def withdrawn(self) -> bool:
+        """Whether this replica stood back from the shards because it cannot reach the store."""
+        return self._withdrawn
+
+    def request_withdrawal(self) -> None:
+        """The store is unreachable from here: hand every shard over at the next round (safe to
+        call from a shard's own trigger thread, which the withdrawal stops)."""
+        self._withdraw.set()
+
+    def _new_member(self) -> LeaderElector:
+        return LeaderElector(self._api, self._config(member_lease_name(self._identity)), on_lost=self._member_lost)
+
+    def _round(self) -> None:
+        """One round of the loop: withdraw when asked, rejoin once the store answers, else reconcile."""
+        if self._withdraw.is_set() and not self._withdrawn:
+            self._stand_back()
+        if self._withdrawn:
+            if not self._reachable():
+                return
+            log.info("trigger shards: the queue store answers again; rejoining")
+            with self._lock:
+                self._withdraw.clear()
+                self._withdrawn = False
+                self._member = self._new_member()
+                self._member.start()
+        self.reconcile()
+
+    def _stand_back(self) -> None:
+        """Release every Lease first, then stop the triggers: a trigger waiting on the silent store
+        may take its connect timeout to notice its stop, and the others need not wait for that.
+        Should the path heal meanwhile, a shard fires from two replicas for a moment, and its
+        conditional marks still fire each occurrence once (docs/queue.md, "Exactly once")."""
+        log.warning("trigger shards: the queue store is unreachable from here; handing every shard over")
+        with self._lock:
+            electors, self._electors = dict(self._electors), {}
+            stoppers, self._running = list(self._running.values()), {}
+            self._lost.clear()
+            self._withdrawn = True
+        for elector in [*electors.values(), self._member]:
+            elector.release()
+        for stopper in stoppers:  # each may wait out its trigger's connect timeout
+            stopper()
+
     def reconcile(self) -> None:
         """One round: learn the live members, campaign for this replica's shards, hand over the rest."""
         wanted = assigned_shards(self._identity, self._live_members(), shards=self._shards)
@@ -149,7 +207,7 @@ class ShardLeases:
     def _loop(self) -> None:
         while not self._stopped.wait(self._period / 2):
             try:
-                self.reconcile()
+                self._round()
             except Exception as err:  # an API error: the next round tries again; held Leases renew alone
                 log.warning("trigger shards: %s", err)
 

@@ -515,6 +515,9 @@ def run(
     on_pass: Callable[[PassReport], None] | None = None,
     on_error: Callable[[], None] | None = None,
     pass_deadline: timedelta = timedelta(seconds=30),
+    on_unreachable: Callable[[], None] | None = None,
+    unreachable_after: timedelta = timedelta(seconds=60),
+    reachable: Callable[[], bool] = lambda: False,
 ) -> None:
     """Run `trigger` until `stop` is set: a pass every `interval`, or sooner when the last pass
     said an occurrence comes due before that (`PassReport.next_fire`; passes at least
@@ -525,8 +528,13 @@ def run(
     its transaction rolled back, so nothing was half done. A pass still waiting on the database
     after `pass_deadline` (every pass takes milliseconds; only a connection that went silent takes
     that long) is broken off (`ShardTrigger.abort`), so the thread never hangs on a dead path.
+    When every pass has failed on the connection for `unreachable_after`, and a fresh connection
+    cannot reach the store either (`reachable()`: a pass may also fail because it waited on locks a
+    cut-off replica still holds), `on_unreachable` is called once (the operator hands its shards to
+    a replica that reaches the store); the loop goes on trying until it is stopped.
     """
     maintained: datetime | None = None
+    failing_since: datetime | None = None  # the first of an unbroken run of failed passes
     watch = PassWatch(pass_deadline, trigger.abort, name=f"trigger-shard-{trigger.shard}-deadline")
     try:
         while not stop.is_set():
@@ -545,6 +553,7 @@ def run(
                         "(payload template, or a value the store refused: %d)", trigger.shard, report.missed,
                         report.failed, report.refused,
                     )  # fmt: skip
+                failing_since = None
                 if on_pass is not None:
                     on_pass(report)
                 wait = seconds_to_next_pass(interval=wait, next_fire=report.next_fire, now=clock())
@@ -553,6 +562,11 @@ def run(
                 trigger.close()
                 if on_error is not None:
                     on_error()
+                failing_since = failing_since or now
+                if on_unreachable is not None and now - failing_since >= unreachable_after and not reachable():
+                    log.warning("trigger shard %d: the queue store unreachable for %s", trigger.shard, now - failing_since)
+                    on_unreachable()
+                    on_unreachable = None  # once per loop: the replica withdraws, and stops this loop
             except Exception:  # never let the shard's thread die while its Lease is held
                 log.exception("trigger shard %d: pass failed; retrying next tick", trigger.shard)
                 trigger.close()
