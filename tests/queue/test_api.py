@@ -327,7 +327,7 @@ def test_every_route_needs_a_token_the_api_server_accepts(store: QueueStore, tok
     assert store.counts(QUEUE)["ready"] == 1
 
 
-def test_every_route_asks_for_its_verb_on_the_taskqueue_and_refuses_without_it(store: QueueStore) -> None:
+def test_every_route_asks_for_its_verb_on_the_taskqueues_executions_and_refuses_without_it(store: QueueStore) -> None:
     reviews = Reviews(grants({"alice": ALL_VERBS}))
     server = api(store, reviews)
     _, made = submit(server)
