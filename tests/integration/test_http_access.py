@@ -19,6 +19,7 @@ A ScheduledJob in the test's namespace runs once; then, with ServiceAccount toke
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import urllib.error
@@ -97,19 +98,29 @@ GET_EXECUTIONS = [client.V1PolicyRule(api_groups=[GROUP], resources=["executions
 LIST_EXECUTIONS = [client.V1PolicyRule(api_groups=[GROUP], resources=["executions"], verbs=["list"])]
 
 
-@pytest.fixture
-def api(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Api, OperatorFleet]]:
-    fleet = OperatorFleet(cluster, tmp_path)
+@contextlib.contextmanager
+def serving(fleet: OperatorFleet, request: pytest.FixtureRequest) -> Iterator[Api]:
+    """One operator of `fleet` serving its HTTP API on a free port, until the block ends; its log
+    printed when the test failed, and the fleet's namespace cleared."""
     port = free_port()
     fleet.start(http={"apiPort": port})
     served = Api(port)
     wait_for(lambda: _up(served), timeout=60, what="the operator serving HTTP")
-    yield served, fleet
-    fleet.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(fleet.logs())
-    cluster.clear_namespace(fleet.namespace)
+    try:
+        yield served
+    finally:
+        fleet.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(fleet.logs())
+        fleet.cluster.clear_namespace(fleet.namespace)
+
+
+@pytest.fixture
+def api(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Api, OperatorFleet]]:
+    fleet = OperatorFleet(cluster, tmp_path)
+    with serving(fleet, request) as served:
+        yield served, fleet
 
 
 def _up(api: Api) -> bool:

@@ -36,9 +36,8 @@ from tests.contract.conftest import postgres
 from tests.contract.postgres import PostgresServer
 from tests.integration.conftest import KubeCluster
 from tests.integration.operators import OperatorFleet
-from tests.integration.test_http_access import GROUP, Api, free_port, token_of
+from tests.integration.test_http_access import GROUP, serving, token_of
 from tests.queue.conftest import conninfo
-from tests.waiting import wait_for
 from vigil.client import ApiError, Client
 
 __all__ = ["postgres"]
@@ -56,23 +55,8 @@ def served(
 ) -> Iterator[str]:
     dsn = conninfo(postgres, postgres.create_database())
     fleet = OperatorFleet(cluster, tmp_path, queue={"dsn": dsn})
-    port = free_port()
-    fleet.start(http={"apiPort": port})
-    api = Api(port)
-
-    def up() -> bool:
-        try:
-            return api.get("/healthz")[0] == 200
-        except OSError:
-            return False
-
-    wait_for(up, timeout=60, what="the operator serving HTTP")
-    yield f"http://127.0.0.1:{port}"
-    fleet.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(fleet.logs())
-    cluster.clear_namespace(fleet.namespace)
+    with serving(fleet, request) as api:
+        yield f"http://127.0.0.1:{api.port}"
 
 
 def status_of(call: Callable[[], object]) -> int:

@@ -27,7 +27,7 @@ from tests.contract.conftest import postgres
 from tests.contract.postgres import PostgresServer
 from tests.integration.conftest import KubeCluster
 from tests.integration.operators import OperatorFleet
-from tests.integration.test_http_access import GROUP, Api, free_port, token_of
+from tests.integration.test_http_access import GROUP, serving, token_of
 from tests.integration.test_queue_access import on_orders, status_of
 from tests.queue.conftest import conninfo
 from tests.waiting import wait_for
@@ -51,23 +51,8 @@ def served(
     fleet = OperatorFleet(
         cluster, tmp_path, queue={"dsn": dsn, "statusIntervalSeconds": 0.5, "highPriorityNamespaces": []}
     )
-    port = free_port()
-    fleet.start(http={"apiPort": port})
-    api = Api(port)
-
-    def up() -> bool:
-        try:
-            return api.get("/healthz")[0] == 200
-        except OSError:
-            return False
-
-    wait_for(up, timeout=60, what="the operator serving HTTP")
-    yield f"http://127.0.0.1:{port}", dsn
-    fleet.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(fleet.logs())
-    cluster.clear_namespace(fleet.namespace)
+    with serving(fleet, request) as api:
+        yield f"http://127.0.0.1:{api.port}", dsn
 
 
 def declare(cluster: KubeCluster, namespace: str, dsn: str) -> QueueDeclaration:
