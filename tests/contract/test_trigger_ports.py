@@ -456,6 +456,26 @@ def test_a_pod_job_whose_rendered_payload_holds_a_value_refused_at_the_door_fail
     assert kube.executions() == set()
 
 
+@pytest.mark.parametrize(
+    ("key", "refusal"),
+    [
+        ('{{ "\\x00" }}', "spec.idempotencyKey: holds NUL"),
+        ("{% set a = 'a' * 30000 %}{% set a = a ~ a %}{% set a = a ~ a %}{{ a }}", "spec.idempotencyKey"),
+    ],
+    ids=["NUL", "past-the-budget"],
+)
+def test_a_pod_job_whose_idempotency_key_cannot_be_made_fails_that_occurrence(
+    kube: KubeHome, key: str, refusal: str
+) -> None:
+    """The key is checked with the payload at fire time: before, a key that broke a budget (or held
+    NUL) left an Execution that the dispatcher could never start, Ready for good."""
+    job = kube.create("bad-key", idempotencyKey=key)
+    first = nominals(job, 1)[0]
+    launched = launch(kube, job, first)
+    assert not launched.created and launched.refused.startswith(refusal), launched
+    assert kube.executions() == set()
+
+
 # --- ledger ---------------------------------------------------------------------------------
 
 

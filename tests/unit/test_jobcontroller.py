@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
-from vigil.kube.jobcontroller import _invalid, _valid, needs_reconcile
-from vigil.model.jobspec import TIER_OFF, parse_spec
+import pytest
+
+from vigil.kube.jobcontroller import _invalid, _valid, _validate_payload, needs_reconcile
+from vigil.model.jobspec import TIER_OFF, job_view, parse_spec
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -84,3 +87,16 @@ def test_a_task_job_is_judged_again_when_the_operator_starts_with_the_volume_tie
     assert not needs_reconcile(bad, queue_enabled=True) and not needs_reconcile(bad, queue_enabled=False)
     # a pod job is never judged by the tier
     assert not needs_reconcile(job(2, {"observedGeneration": 2, "conditions": VALID}), queue_enabled=False)
+
+
+def test_an_idempotency_key_that_cannot_be_made_makes_the_job_invalid_naming_the_field() -> None:
+    """Rendered at admission with the payload, in the same budgets: before, only the payload was,
+    and a key past a budget left each occurrence's Execution Ready for good."""
+    growing = "{% set a = 'a' * 30000 %}{% set a = a ~ a %}{% set a = a ~ a %}{{ a }}"
+    for key, why in ((growing, "spec.idempotencyKey"), ('{{ "\\x00" }}', "spec.idempotencyKey: holds NUL")):
+        obj = job(1, idempotencyKey=key)
+        view, spec = job_view(obj)
+        with pytest.raises(ValueError, match=re.escape(why)):
+            _validate_payload(view, spec, NOW)
+    fine = job(1, idempotencyKey="day:{{ periodStart | date }}")
+    _validate_payload(*job_view(fine), NOW)

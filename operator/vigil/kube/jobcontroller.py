@@ -25,7 +25,12 @@ from typing import Any
 from vigil.core import jsonvalues
 from vigil.core.chain import JobView, first_entry, resume_entry
 from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
-from vigil.core.payload import PayloadError, occurrence_variables, render_payload
+from vigil.core.payload import (
+    PayloadError,
+    occurrence_variables,
+    render_payload,
+    render_template_string,
+)
 from vigil.core.ports import Clock
 from vigil.core.schedule import occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
@@ -92,6 +97,9 @@ def _validate_payload(view: JobView, spec: ScheduledJobSpec, now: datetime) -> N
     )
     # A value the queue store or a consumer refuses (NUL, a lone surrogate, too deep): Invalid, naming the place.
     jsonvalues.check_text(rendered, path="spec.payloadTemplate" if spec.payload_template is not None else "spec.payload")
+    if spec.idempotency_key:  # rendered for the same occurrence, within the same budgets
+        key = render_template_string(spec.idempotency_key, variables, timezone=spec.timezone, field="spec.idempotencyKey")
+        jsonvalues.check(key, path="spec.idempotencyKey")
 
 
 class JobController:

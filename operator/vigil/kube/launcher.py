@@ -118,13 +118,9 @@ class PodFactory:
         )  # fmt: skip
 
 
-def occurrence_payload(
-    job: Mapping[str, Any], spec: ScheduledJobSpec, *, execution_id: str, fire: Fire
-) -> dict[str, Any]:
-    """The job's payload (or payloadTemplate) rendered for one occurrence, as a pod gets it."""
-    meta = job["metadata"]
-    occ = fire.occurrence
-    variables = occurrence_variables(
+def _fire_variables(job: Mapping[str, Any], *, execution_id: str, fire: Fire) -> dict[str, Any]:
+    meta, occ = job["metadata"], fire.occurrence
+    return occurrence_variables(
         period_start=occ.period_start,
         period_end=occ.period_end,
         scheduled_for=occ.nominal,
@@ -132,6 +128,26 @@ def occurrence_payload(
         job_name=meta["name"],
         job_namespace=meta["namespace"],
     )
+
+
+def occurrence_key(job: Mapping[str, Any], spec: ScheduledJobSpec, *, execution_id: str, fire: Fire) -> str:
+    """The idempotency key one occurrence's pod gets: the rendered `idempotencyKey`, else the
+    execution id. Checked like the payload (budgets, refused values), so that a key that cannot be
+    made fails its occurrence at launch instead of leaving an Execution that never starts."""
+    if not spec.idempotency_key:
+        return execution_id
+    variables = _fire_variables(job, execution_id=execution_id, fire=fire)
+    key = render_template_string(spec.idempotency_key, variables, timezone=spec.timezone,
+                                 field="spec.idempotencyKey", monotonic=time.monotonic)  # fmt: skip
+    jsonvalues.check(key, path="spec.idempotencyKey")
+    return key
+
+
+def occurrence_payload(
+    job: Mapping[str, Any], spec: ScheduledJobSpec, *, execution_id: str, fire: Fire
+) -> dict[str, Any]:
+    """The job's payload (or payloadTemplate) rendered for one occurrence, as a pod gets it."""
+    variables = _fire_variables(job, execution_id=execution_id, fire=fire)
     rendered = render_payload(
         payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone,
         monotonic=time.monotonic,  # the render's wall-clock budget
@@ -401,8 +417,9 @@ class ExecutionLauncher:
         if not decision.start:
             log.info("skipped %s/%s %s: %s", fire.job.namespace, fire.job.name, fire.execution_id, decision.reason)
             return Launch(created=False, skipped=str(decision.reason))
-        try:  # the payload its pod will get, checked now: a value refused later would never start
+        try:  # the payload and key its pod will get, checked now: a value refused later would never start
             occurrence_payload(job, spec, execution_id=fire.execution_id, fire=fire)
+            occurrence_key(job, spec, execution_id=fire.execution_id, fire=fire)
         except (PayloadError, jsonvalues.UnsafeValue) as err:
             return Launch(created=False, refused=str(err))
         for obj in active:
