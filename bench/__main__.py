@@ -649,7 +649,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if "backlog" in chosen:
         print()
-        run.rows.extend(backlog_bench.run(backlog_bench.DEFAULT_SIZES, backlog_bench.DEFAULT_WORKERS, args.backlog_window))
+        run.rows.extend(backlog_bench.run(backlog_bench.DEFAULT_SIZES, backlog_bench.DEFAULT_WORKERS, args.backlog_window,
+                                          backlog_bench.DEFAULT_CATALOGUE))  # fmt: skip
 
     if "queuetrigger" in chosen:
         print()

@@ -71,6 +71,7 @@ FILL_BATCH = 5_000  # submitted per statement while filling
 DEADLINE_S = 300.0
 JIT_ABOVE_COST = 100_000.0  # PostgreSQL's default; a plan estimated above it is JIT-compiled
 LEASE_EXPLAINS = 5  # the lease explained this many times; the median is printed
+DEFAULT_CATALOGUE = 1_000_000  # daily jobs catalogued for the trigger's and watchdog's plans
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,12 @@ class System:
 
 @dataclass(frozen=True)
 class Plan:
-    """Vigil's lease statement explained at one depth."""
+    """A statement explained: its estimated cost, whether JIT compiled it, and its time (for the
+    lease: per leased execution)."""
 
     cost: float
     jit: bool
-    ms_per_execution: float
+    ms: float
 
 
 # -- filling -----------------------------------------------------------------------------------
@@ -198,7 +200,7 @@ def explain_lease(dsn: str) -> Plan:
             leased = max(1, int(top["Plan"].get("Actual Rows", 0)))
             ms = float(top["Planning Time"]) + float(top["Execution Time"])
             plans.append(Plan(float(top["Plan"]["Total Cost"]), "JIT" in top, ms / leased))
-    plans.sort(key=lambda p: p.ms_per_execution)
+    plans.sort(key=lambda p: p.ms)
     return plans[len(plans) // 2]
 
 
@@ -233,7 +235,52 @@ def drain(server: PostgresServer, system: System, n: int, workers: int, window: 
     return Completion(finished - at_start, target - at_start, elapsed), filled, plan
 
 
-def run(sizes: tuple[int, ...], worker_counts: tuple[int, ...], window: int) -> list[Row]:
+def explain(dsn: str, query: str, params: dict[str, Any]) -> Plan:
+    """One named statement explained (and rolled back) on a default-settings connection."""
+    with psycopg.connect(dsn) as connection:
+        row = connection.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + query, params).fetchone()
+        connection.rollback()
+    assert row is not None
+    top = (row[0] if isinstance(row[0], list) else json.loads(row[0]))[0]
+    ms = float(top["Planning Time"]) + float(top["Execution Time"])
+    return Plan(float(top["Plan"]["Total Cost"]), "JIT" in top, ms)
+
+
+def catalogue_plans(server: PostgresServer, jobs: int) -> list[Row]:
+    """The trigger's and the watchdog's statements over `jobs` catalogued daily jobs, analysed,
+    explained on a default (JIT on) connection: cost beside jit_above_cost, JIT, time."""
+    from bench.queuetrigger import catalogue, daily_jobs, prepare
+    from vigil.core.buckets import MINUTE, minute_of
+    from vigil.core.queuewatch import DEFAULT_SERIES_CAP, RECENT_EXECUTIONS
+
+    dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
+    QueueStore(dsn).migrate()
+    now = datetime.now(UTC)
+    prepare(dsn, now=now)
+    began = time.monotonic()
+    catalogue(dsn, daily_jobs(jobs), now=now)
+    print(f"  catalogued {jobs:,} daily jobs in {time.monotonic() - began:.0f}s; explaining on a default connection")
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("ANALYZE")
+    minute = minute_of(now)
+    statements = {
+        "trigger_due": {"shard": 0, "now": now, "minute": minute, "limit": 2000},
+        "trigger_next": {"shard": 0, "now": now, "minute": minute, "horizon": minute + MINUTE},
+        "watchdog_overdue": {"now": now, "limit": DEFAULT_SERIES_CAP, "recent": RECENT_EXECUTIONS},
+        "watchdog_oldest_ready": {"limit": DEFAULT_SERIES_CAP},
+        "watchdog_dead_letters": {},
+    }
+    rows = []
+    for name, params in statements.items():
+        plan = explain(dsn, QUERIES[name], params)
+        jit = "JIT ON" if plan.jit else "no JIT"
+        print(f"  {name}: cost {plan.cost:,.0f} vs jit_above_cost {JIT_ABOVE_COST:,.0f}, {jit}, {plan.ms:.2f} ms")
+        rows.append(Row(f"backlog: {name} at {jobs:,} jobs catalogued", f"{plan.ms:.2f} ms, cost {plan.cost:,.0f}",
+                        reference=f"jit_above_cost {JIT_ABOVE_COST:,.0f}", ratio=jit, target="no JIT"))  # fmt: skip
+    return rows
+
+
+def run(sizes: tuple[int, ...], worker_counts: tuple[int, ...], window: int, catalogued: int = 0) -> list[Row]:
     """Every (N, processes) for the three systems; prints as it goes; returns the summary rows."""
     import pgqueuer
 
@@ -255,8 +302,10 @@ def run(sizes: tuple[int, ...], worker_counts: tuple[int, ...], window: int) -> 
                         line.append(f"{system.name} {rate(done, 'executions')} [fill {filled:.0f}s]")
                         if plan is not None:
                             line.append(f"(lease: cost {plan.cost:,.0f} vs jit_above_cost {JIT_ABOVE_COST:,.0f}, "
-                                        f"JIT {'ON' if plan.jit else 'off'}, {plan.ms_per_execution:.3f} ms/execution)")  # fmt: skip
+                                        f"JIT {'ON' if plan.jit else 'off'}, {plan.ms:.3f} ms/execution)")  # fmt: skip
                     print("; ".join(line))
+        if catalogued:
+            rows.extend(catalogue_plans(server, catalogued))
     finally:
         server.drop()
     smallest = sizes[0]
@@ -285,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="queue depths, comma-separated")
     parser.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), help="process counts, comma-separated")
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="executions timed at each depth")
+    parser.add_argument("--catalogue", type=int, default=DEFAULT_CATALOGUE,
+                        help="daily jobs catalogued to explain the trigger's and watchdog's statements (0: none)")  # fmt: skip
     parser.add_argument("--dsn", help="floor-worker mode: the database")
     args = parser.parse_args(argv)
     if args.mode == "floor-worker":
@@ -292,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from bench.reporting import table
 
-    rows = run(tuple(int(n) for n in args.sizes.split(",")), tuple(int(n) for n in args.workers.split(",")), args.window)
+    rows = run(tuple(int(n) for n in args.sizes.split(",")), tuple(int(n) for n in args.workers.split(",")),
+               args.window, args.catalogue)  # fmt: skip
     print()
     for line in table(rows):
         print(line)
