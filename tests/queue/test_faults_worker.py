@@ -186,7 +186,7 @@ def fresh_database(server: PostgresServer) -> str:
 
 @settings(max_examples=6, deadline=None)
 @given(seed=st.integers(min_value=0, max_value=2**32 - 1))
-def test_no_acknowledged_execution_is_lost_and_reruns_only_follow_an_expiry_or_an_ambiguous_ack(
+def test_nothing_acknowledged_is_lost_or_acknowledged_twice_and_reruns_only_follow_an_expiry(
     postgres: PostgresServer, seed: int
 ) -> None:
     dsn = fresh_database(postgres)
