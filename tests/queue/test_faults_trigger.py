@@ -2,7 +2,8 @@
 (tests/faults/pg.py): connections dropped before a statement, serialization failures, and
 statements committed whose reply was lost. Property: whatever the seed, once the faults stop,
 every occurrence due is Fired (catch-up All) or Fired/recorded Missed (catch-up Latest), none
-is marked twice, and every fired execution is in the store — the history read back from the
+is marked twice (also with two triggers of one shard passing at each tick, as in a failover's
+overlap), and every fired execution is in the store — the history read back from the
 store (tests/faults/store.py) and judged by tests/faults/checker.py.
 
 The passes run on an injected clock, 20 simulated seconds apart, and a failed pass is retried
@@ -83,27 +84,34 @@ def fresh_database(server: PostgresServer) -> str:
     return dsn
 
 
-def scenario(dsn: str, trigger: FaultyTrigger, *, name: str) -> Verdict:
-    """Catalogue the jobs, run passes through the faults and then without, check the history."""
+def scenario(dsn: str, trigger: FaultyTrigger, *, name: str, overlap: FaultyTrigger | None = None) -> Verdict:
+    """Catalogue the jobs, run passes through the faults and then without, check the history.
+    With `overlap`, a second trigger of the same shard passes at each tick too (a failover's
+    overlap: both replicas believe they lead; their passes run one after the other, not at once,
+    so a retry finds what the other committed, but no two transactions contend for rows)."""
     jobs = [RecurringJob(QUEUE, "t", "* * * * *", jitter=timedelta(0), catch_up=ALL)] * 4
     jobs += [RecurringJob(QUEUE, "t", "* * * * *", jitter=timedelta(0), catch_up=LATEST)] * 2
     added = Catalogue(dsn, shards=1).add_many(jobs, now=BASE)
     now = BASE
     history = History(lambda: now, scenario=name, seed=trigger.plan.seed)
-    trigger.plan.on_fault = lambda kind, fault: (
-        history.fault(f"{fault} on {kind}", FaultPhase.START), history.fault(f"{fault} on {kind}", FaultPhase.END)
-    )[0]
-    budget = trigger.plan.budget
+    triggers = [trigger] if overlap is None else [trigger, overlap]
+    for each in triggers:
+        each.plan.on_fault = lambda kind, fault: (
+            history.fault(f"{fault} on {kind}", FaultPhase.START), history.fault(f"{fault} on {kind}", FaultPhase.END)
+        )[0]
+    budgets = [each.plan.budget for each in triggers]
     while now <= END:
-        trigger.plan.budget = budget if now <= FAULTY_UNTIL else 0
-        try:
-            if now.second == 0:
-                trigger.maintain(now=now)
-            trigger.run_pass(now=now)
-        except psycopg.OperationalError:  # as trigger.run: retried on the next tick, on a fresh connection
-            trigger.close()
+        for each, budget in zip(triggers, budgets, strict=True):
+            each.plan.budget = budget if now <= FAULTY_UNTIL else 0
+            try:
+                if now.second == 0:
+                    each.maintain(now=now)
+                each.run_pass(now=now)
+            except psycopg.OperationalError:  # as trigger.run: retried on the next tick, on a fresh connection
+                each.close()
         now += TICK
-    trigger.close()
+    for each in triggers:
+        each.close()
     last = now - TICK
     for job, spec in zip(added, jobs, strict=True):
         nominal = BASE + timedelta(minutes=1)
@@ -112,7 +120,7 @@ def scenario(dsn: str, trigger: FaultyTrigger, *, name: str) -> Verdict:
             nominal += timedelta(minutes=1)
     record_from_store(history, dsn, at=last)
     verdict = check(history)
-    print(table([verdict]), "\ninjected:", trigger.plan.injected)
+    print(table([verdict]), "\ninjected:", [each.plan.injected for each in triggers])
     return verdict
 
 
@@ -125,6 +133,19 @@ def test_no_occurrence_is_lost_or_fired_twice_through_dropped_connections_and_lo
     plan = PgFaults(seed, rate=0.25, budget=12)
     verdict = scenario(dsn, FaultyTrigger(dsn, plan=plan, batch=batch), name="trigger under pg faults")
     assert verdict.ok, (verdict.problems(), plan.injected)
+    assert verdict.due == 6 * 7
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1))
+def test_two_triggers_of_one_shard_overlapping_through_faults_fire_each_occurrence_once(
+    postgres: PostgresServer, seed: int
+) -> None:
+    dsn = fresh_database(postgres)
+    first = FaultyTrigger(dsn, plan=PgFaults(seed, rate=0.25, budget=12), batch=2)
+    second = FaultyTrigger(dsn, plan=PgFaults(seed + 1, rate=0.25, budget=12), batch=2)
+    verdict = scenario(dsn, first, name="two triggers, one shard", overlap=second)
+    assert verdict.ok, verdict.problems()
     assert verdict.due == 6 * 7
 
 
