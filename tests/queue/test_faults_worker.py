@@ -11,8 +11,8 @@ passed. Property: whatever the seed, every submission acknowledged is still held
 succeeded, none is acknowledged twice, and an execution is run again only after its lease
 expired (checked strictly: the history knows each deadline). A store broken on purpose (it takes
 back leases another worker still holds: one whose acknowledgement failed is leased again before
-its deadline) is caught. One finding, kept as a strict xfail: an acknowledgement sent again after
-its reply was lost marks its attempt duplicate in the store, though no other copy ran.
+its deadline) is caught. One finding of this layer, now mended: an acknowledgement sent again
+after its reply was lost marked its attempt duplicate in the store, though no other copy ran.
 """
 
 from __future__ import annotations
@@ -217,12 +217,6 @@ def test_the_checker_catches_a_store_that_takes_a_lease_from_its_live_holder(pos
     assert not broken.ok and broken.reruns_violating, "the checker missed a lease taken from its live holder"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="found by this layer: an acknowledgement that committed but whose reply was lost is sent "
-    "again (as vigil.worker does), refused as stale, and its attempt marked duplicate, though no "
-    "other copy ran (settle's mark_duplicates cannot tell its own earlier success from another's)",
-)
 def test_an_acknowledgement_sent_again_after_its_reply_was_lost_marks_no_duplicate(postgres: PostgresServer) -> None:
     dsn = fresh_database(postgres)
     faults = {"rate": 1.0, "budget": 1, "faults": (PgFault.REPLY_LOST,), "kinds": {"settle_succeeded"}}

@@ -235,6 +235,19 @@ WHERE a.execution_id = d.execution_id AND a.attempt = d.attempt
   AND NOT (e.attempt = d.attempt AND e.state = 'cancelled')
 RETURNING a.execution_id;
 
+-- name: acknowledged_among
+-- Which of these attempts this worker has acknowledged already: the commit went through and only
+-- its reply was lost, so the worker sent it again. The attempt row, written in the transaction that
+-- settled the state, names this worker and the outcome it reports now: a repeated acknowledgement,
+-- not another copy. (A lease taken by an expiry leaves a lease_expired row instead.)
+SELECT r.execution_id, r.attempt
+FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(outcomes)s::text[])
+     AS r(execution_id, attempt, outcome)
+JOIN vigil_queue.executions AS e ON e.execution_id = r.execution_id
+JOIN vigil_queue.attempts AS a
+  ON a.execution_id = r.execution_id AND a.attempt = r.attempt AND a.day = (e.scheduled_for AT TIME ZONE 'UTC')::date
+WHERE a.worker = %(worker)s AND a.outcome = r.outcome;
+
 -- name: cancelled_among
 -- Which of these attempts lost their lease to a cancel (through the API), not to another copy.
 SELECT e.execution_id FROM vigil_queue.executions AS e

@@ -713,6 +713,8 @@ class WorkerStore:
         Successes go in one statement; failures one statement each (their next
         run_after differs). An attempt whose lease was taken meanwhile changes
         nothing but its attempt row, marked duplicate: it ran while another copy could.
+        An attempt this worker had acknowledged already (the reply to that commit was lost, and
+        the acknowledgement is sent again) counts as settled, and is no duplicate.
         """
         if not finished:
             return SettleReport(0, [])
@@ -740,6 +742,9 @@ class WorkerStore:
                 cursor = await self.connection.execute(QUERIES["settle"], params)
                 if await cursor.fetchone() is not None:
                     settled.add((f.leased.execution_id, f.leased.attempt))
+            # before this batch's own attempt rows are written: a row already there is an earlier commit's
+            pending = [f for f in finished if (f.leased.execution_id, f.leased.attempt) not in settled]
+            settled |= await self._acknowledged_among(pending)
             await self._record(
                 [
                     (
@@ -768,6 +773,18 @@ class WorkerStore:
             return set()
         async with self._lock:
             return await self._cancelled_among(held)
+
+    async def _acknowledged_among(self, finished: Sequence[Finished]) -> set[tuple[str, int]]:
+        if not finished:
+            return set()
+        params = {
+            "execution_ids": [f.leased.execution_id for f in finished],
+            "attempts": [f.leased.attempt for f in finished],
+            "outcomes": [f.outcome.value for f in finished],
+            "worker": self.worker,
+        }
+        cursor = await self.connection.execute(QUERIES["acknowledged_among"], params)
+        return {(str(row[0]), int(row[1])) for row in await cursor.fetchall()}
 
     async def _cancelled_among(self, held: Sequence[Leased]) -> set[str]:
         params = {
