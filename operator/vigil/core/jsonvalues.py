@@ -25,7 +25,7 @@ from typing import Any
 #: Deepest nesting of objects and arrays: ample for any real payload, far below any recursion limit.
 MAX_DEPTH = 64
 #: Largest payload, as compact JSON: executions are rows, not blobs, and a pod's payload travels in
-#: one environment variable (the same limit as `vigil.core.payload`'s on a rendered payload).
+#: one environment variable (`vigil.core.payload` bounds a rendered payload by this same limit).
 MAX_PAYLOAD_BYTES = 32 * 1024
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 _SHOWN_KEY = 40  # characters of an odd key quoted in a path

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 
 from jinja2 import StrictUndefined, Template, TemplateError
 
+from vigil.core import jsonvalues
 from vigil.core.templatecache import CompiledTemplates
 from vigil.core.templatelimits import (
     BoundedSandbox,
@@ -29,7 +30,7 @@ from vigil.core.templatelimits import (
     render_compiled,
 )
 
-MAX_PAYLOAD_BYTES = 32 * 1024  # rendered JSON; it travels in one environment variable
+MAX_PAYLOAD_BYTES = jsonvalues.MAX_PAYLOAD_BYTES  # rendered JSON; one limit for every door
 _TEMPLATE_MARKS = frozenset("{")  # every Jinja2 construct ({{ }}, {% %}, {# #}) opens with a brace
 
 
