@@ -217,7 +217,7 @@ class FaultyPool:
         kind = f"{method} {'watch' if watching else urlparse(url).path.rsplit('/', 1)[-1]}"
         fault = self.plan.decide(kind, WATCHES if watching else WRITES if method in ("PUT", "PATCH") else READS)
         if fault is KubeFault.TIMEOUT:
-            raise ReadTimeoutError(None, url, "injected: read timed out")  # type: ignore[arg-type]
+            raise ReadTimeoutError(None, url, "injected: read timed out")  # type: ignore[arg-type]  # urllib3 types the pool, which a fake request has not
         if fault in (KubeFault.ERROR_500, KubeFault.UNAVAILABLE_503, KubeFault.THROTTLED_429, KubeFault.CONFLICT_409):
             code = int(fault)
             return response(code, status_body(code, "Injected", f"injected {code}"), f"Injected {code}")
@@ -228,7 +228,7 @@ class FaultyPool:
             return response(200, _cut())
         answer = self.server.answer(method, url, body)
         if fault is KubeFault.REPLY_LOST:
-            raise ReadTimeoutError(None, url, "injected: read timed out after the write was applied")  # type: ignore[arg-type]
+            raise ReadTimeoutError(None, url, "injected: read timed out after the write was applied")  # type: ignore[arg-type]  # as above: no pool
         return answer
 
     def clear(self) -> None:

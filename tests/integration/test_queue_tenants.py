@@ -118,7 +118,9 @@ def test_a_bound_service_account_submits_as_its_tenant_and_cannot_escape_it(
     bound = Client(url, token=token_of(cluster, namespace, "bound", on_orders("create", "get")))
     made = bound.submit(namespace=namespace, queue="orders", task="record", idempotency_key="b1")
     assert bound.execution(made.execution_id).tenant == "batch"
-    escape = lambda: bound.submit(namespace=namespace, queue="orders", task="record", idempotency_key="b2", tenant=namespace)  # noqa: E731
+    def escape() -> object:
+        return bound.submit(namespace=namespace, queue="orders", task="record", idempotency_key="b2", tenant=namespace)
+
     assert status_of(escape) == 403
 
 

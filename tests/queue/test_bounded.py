@@ -167,7 +167,7 @@ def test_an_admission_during_the_recount_is_not_lost(store: QueueStore, dsn: str
     store.submit("ns/q", [Submission("t")], now=T0)
     with psycopg.connect(dsn, autocommit=True) as connection:
         racing = AdmitsDuringTheRecount(connection, lambda: store.submit("ns/q", [Submission("t", payload={"a": 1})], now=T0))
-        bounds.recount(racing, now=T0)  # type: ignore[arg-type]
+        bounds.recount(racing, now=T0)  # type: ignore[arg-type]  # a connection wrapper that admits mid-recount, not a psycopg Connection
     assert store.quota_use("ns") == (2, 10, 3, None)  # '{}' and '{"a": 1}': both counted
     store.submit("ns/q", [Submission("t")], now=T0)
     with pytest.raises(QuotaExceeded):
@@ -269,7 +269,7 @@ def test_the_quota_check_is_one_probe_at_100000_ready_rows(store: QueueStore, ds
     )
     sql(dsn, "ANALYZE vigil_queue.executions")
     bound(store)  # the recount
-    assert store.quota_use("deep")[:2] == (100_000, 200_000)  # type: ignore[index]
+    assert store.quota_use("deep")[:2] == (100_000, 200_000)  # type: ignore[index]  # None only for a namespace never counted
     with psycopg.connect(dsn) as connection:
         [(plans,)] = connection.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["quota_admit"],
@@ -402,7 +402,7 @@ def soak(store: QueueStore, dsn: str, *, periods: int, steps_per_period: int, pe
                             "(SELECT count(*) FROM vigil_queue.once_marks) + (SELECT count(*) FROM vigil_queue.jobs)")
             counts.append(int(rows))
             sizes.append(table_bytes(dsn))
-    assert store.quota_use("soak")[0] == per_step  # type: ignore[index]  # only the last step's are unfinished
+    assert store.quota_use("soak")[0] == per_step  # type: ignore[index]  # counted, so not None; only the last step's are unfinished
     return counts, sizes
 
 

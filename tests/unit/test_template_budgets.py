@@ -99,9 +99,9 @@ def test_the_wall_clock_budget_reads_only_the_injected_clock() -> None:
 def test_a_budget_once_broken_stays_broken() -> None:
     """The trace function is gone after it raises; code that swallowed that error cannot render on."""
     budget = RenderBudget(Budgets(steps=1))
-    budget(None, "line", None)  # type: ignore[arg-type]
+    budget(None, "line", None)  # type: ignore[arg-type]  # a trace call with no frame: the budget reads none
     with pytest.raises(TemplateLimitExceeded, match="steps"):
-        budget(None, "line", None)  # type: ignore[arg-type]
+        budget(None, "line", None)  # type: ignore[arg-type]  # as above
     with pytest.raises(TemplateLimitExceeded, match="steps"):
         budget.charge(1, "anything")
 
