@@ -35,6 +35,7 @@ import psycopg
 import psycopg.errors
 from psycopg.pq import TransactionStatus
 
+from vigil.queue.functions import CALLS
 from vigil.queue.queries import QUERIES
 
 
@@ -44,11 +45,12 @@ class PgFault(StrEnum):
     REPLY_LOST = "reply_lost"
 
 
-_NAMES = {" ".join(text.split()): name for name, text in QUERIES.items()}
+# a worker sends its statements as calls of their functions (vigil.queue.functions): the same kinds
+_NAMES = {" ".join(text.split()): name for name, text in (*QUERIES.items(), *CALLS.items())}
 
 
 def kind_of(query: Any) -> str:
-    """A statement's kind: its queries.sql name, else its SQL's first word, lower case."""
+    """A statement's kind: its queries.sql name (or that of the worker function it calls), else its SQL's first word, lower case."""
     text = query if isinstance(query, str) else getattr(query, "as_string", lambda _c=None: str(query))(None)
     named = _NAMES.get(" ".join(str(text).split()))
     if named is not None:

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from vigil import apart, pgconnect
 from vigil.core.queue import QueueUnavailable
+from vigil.queue import functions
 from vigil.queue.migrations import SCRIPT_LOCATION
 from vigil.queue.queries import QUERIES
 
@@ -37,6 +38,12 @@ def migrate(dsn: str) -> None:
             connection.exec_driver_sql(QUERIES["lock_ddl"])
             config.attributes["connection"] = connection
             alembic.command.upgrade(config, "head")
+            # the workers' functions, replaced to this version's statements (vigil.queue.functions);
+            # sent on the driver's connection as it is: no parameters, so no placeholder parsing
+            driver = connection.connection.driver_connection
+            if driver is None:
+                raise RuntimeError("the migration's connection has no psycopg connection under it")
+            driver.execute(functions.install_sql())
     finally:
         engine.dispose()
 

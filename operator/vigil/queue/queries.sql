@@ -59,7 +59,9 @@ SELECT pg_notify('vigil_queue', %(queue)s);
 -- JIT-compiled (700 ms for 10 rows at 50,000 ready). A capped tenant's room is kept to in `offered`.
 -- What the batch does not take is unlocked when the statement's transaction ends. `leased_at` is the
 -- lease's start (the heartbeat keeps it; whatever ends the lease clears it with lease_owner): the
--- watchdog's "running since".
+-- watchdog's "running since". `lease_token` is drawn anew for each lease: what acknowledges, extends
+-- or claims by the lease names it (a lease taken since by another attempt has another). The token
+-- outlives the lease's end, so a late success (settle_succeeded) still names it, until a new lease.
 WITH RECURSIVE tenants AS (
     (SELECT tenant FROM vigil_queue.executions
      WHERE queue = %(queue)s AND state = 'ready' ORDER BY tenant LIMIT 1)
@@ -135,10 +137,11 @@ chosen AS (
     LIMIT %(limit)s
 )
 UPDATE vigil_queue.executions AS e
-SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s, leased_at = %(now)s
+SET state = 'leased', lease_owner = %(worker)s, lease_expires_at = %(expires)s, leased_at = %(now)s,
+    lease_token = gen_random_uuid()
 FROM chosen WHERE e.execution_id = chosen.execution_id
 RETURNING e.execution_id, e.task, e.payload, e.attempt, e.max_attempts, e.scheduled_for,
-          e.idempotency_key, e.priority, e.tenant;
+          e.idempotency_key, e.priority, e.tenant, e.lease_token;
 
 -- name: lock_tenants
 -- Leasing from a queue with tenant caps: one leaser at a time per queue, so each counts the
@@ -150,14 +153,14 @@ SELECT pg_advisory_xact_lock(hashtext('vigil_queue_tenants:' || %(queue)s));
 -- start (leased_at) stays: a heartbeat extends the same run.
 UPDATE vigil_queue.executions AS e
 SET lease_expires_at = %(expires)s
-FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS h(execution_id, attempt)
-WHERE e.execution_id = h.execution_id AND e.attempt = h.attempt
-  AND e.state = 'leased' AND e.lease_owner = %(worker)s
+FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[]) AS h(execution_id, attempt, token)
+WHERE e.execution_id = h.execution_id AND e.attempt = h.attempt AND e.queue = %(queue)s
+  AND e.state = 'leased' AND e.lease_owner = %(worker)s AND e.lease_token = h.token
 RETURNING e.execution_id;
 
 -- name: expired
 -- Leases past their deadline (their holder crashed, froze or lost the database).
-SELECT execution_id, attempt, max_attempts, lease_owner, lease_expires_at
+SELECT execution_id, attempt, max_attempts, lease_owner, lease_expires_at, lease_token
 FROM vigil_queue.executions
 WHERE queue = %(queue)s AND state = 'leased' AND lease_expires_at <= %(now)s
 ORDER BY lease_expires_at
@@ -171,7 +174,7 @@ SET state = %(state)s::text, attempt = %(next_attempt)s, run_after = COALESCE(%(
     lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL, last_error = %(error)s::text,
     finished_at = CASE WHEN %(state)s::text IN ('succeeded', 'dead') THEN %(now)s END
 WHERE execution_id = %(execution_id)s AND attempt = %(attempt)s AND state = 'leased'
-  AND lease_owner = %(worker)s
+  AND lease_owner = %(worker)s AND queue = %(queue)s AND lease_token = %(token)s
 RETURNING execution_id;
 
 -- name: settle_succeeded
@@ -184,8 +187,8 @@ RETURNING execution_id;
 UPDATE vigil_queue.executions AS e
 SET state = 'succeeded', attempt = a.attempt, lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL,
     finished_at = %(now)s, last_error = NULL
-FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS a(execution_id, attempt)
-WHERE e.execution_id = a.execution_id
+FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[]) AS a(execution_id, attempt, token)
+WHERE e.execution_id = a.execution_id AND e.queue = %(queue)s AND e.lease_token = a.token
   AND (
     (e.attempt = a.attempt AND e.state = 'leased' AND e.lease_owner = %(worker)s)
     OR (
@@ -203,22 +206,23 @@ RETURNING e.execution_id;
 -- name: record_attempts
 -- The history of attempts; a row already there (the lease expired first) is kept, marked duplicate
 -- when its holder reports it ran to the end anyway, unless that report was a success accepted late. Each row goes to the partition of its
--- execution's scheduled day (UTC), read from the execution by its primary key in this statement;
--- an execution already purged files it under its finish day.
+-- execution's scheduled day (UTC), read from the execution by its primary key in this statement.
+-- Only executions of this queue take rows: one already purged records no more attempts.
 INSERT INTO vigil_queue.attempts AS a
     (day, execution_id, attempt, worker, outcome, started_at, finished_at, error)
-SELECT COALESCE((e.scheduled_for AT TIME ZONE 'UTC')::date, (r.finished_at AT TIME ZONE 'UTC')::date),
+SELECT (e.scheduled_for AT TIME ZONE 'UTC')::date,
        r.execution_id, r.attempt, r.worker, r.outcome, r.started_at, r.finished_at, r.error
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(workers)s::text[],
             %(outcomes)s::text[], %(started)s::timestamptz[], %(finished)s::timestamptz[],
             %(errors)s::text[])
      AS r(execution_id, attempt, worker, outcome, started_at, finished_at, error)
-LEFT JOIN vigil_queue.executions AS e ON e.execution_id = r.execution_id
+JOIN vigil_queue.executions AS e ON e.execution_id = r.execution_id AND e.queue = %(queue)s
 ON CONFLICT (execution_id, attempt, day) DO UPDATE
     SET outcome = excluded.outcome, started_at = excluded.started_at, finished_at = excluded.finished_at,
-        error = 'acknowledged after its lease expired'
+        error = 'acknowledged after its lease expired', duplicate = false
     -- a late success settle_succeeded accepted (just before, in the same transaction): the expiry's
-    -- row becomes the success it was
+    -- row becomes the success it was, and no duplicate (a heartbeat that found the lease gone may
+    -- have marked it so): no later attempt had started, so no other copy ran
     WHERE a.outcome = 'lease_expired' AND excluded.outcome = 'succeeded' AND a.worker = excluded.worker
       AND EXISTS (SELECT 1 FROM vigil_queue.executions AS s WHERE s.execution_id = excluded.execution_id
                   AND s.state = 'succeeded' AND s.attempt = excluded.attempt);
@@ -229,7 +233,7 @@ ON CONFLICT (execution_id, attempt, day) DO UPDATE
 -- execution names the attempt's day, so each row is one probe of one partition.
 UPDATE vigil_queue.attempts AS a SET duplicate = true
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS d(execution_id, attempt)
-JOIN vigil_queue.executions AS e ON e.execution_id = d.execution_id
+JOIN vigil_queue.executions AS e ON e.execution_id = d.execution_id AND e.queue = %(queue)s
 WHERE a.execution_id = d.execution_id AND a.attempt = d.attempt
   AND a.day = (e.scheduled_for AT TIME ZONE 'UTC')::date AND NOT a.duplicate
   AND NOT (e.attempt = d.attempt AND e.state = 'cancelled')
@@ -243,7 +247,7 @@ RETURNING a.execution_id;
 SELECT r.execution_id, r.attempt
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(outcomes)s::text[])
      AS r(execution_id, attempt, outcome)
-JOIN vigil_queue.executions AS e ON e.execution_id = r.execution_id
+JOIN vigil_queue.executions AS e ON e.execution_id = r.execution_id AND e.queue = %(queue)s
 JOIN vigil_queue.attempts AS a
   ON a.execution_id = r.execution_id AND a.attempt = r.attempt AND a.day = (e.scheduled_for AT TIME ZONE 'UTC')::date
 WHERE a.worker = %(worker)s AND a.outcome = r.outcome;
@@ -253,12 +257,14 @@ WHERE a.worker = %(worker)s AND a.outcome = r.outcome;
 SELECT e.execution_id FROM vigil_queue.executions AS e
 JOIN unnest(%(execution_ids)s::text[], %(attempts)s::smallint[]) AS c(execution_id, attempt)
   ON e.execution_id = c.execution_id AND e.attempt = c.attempt
-WHERE e.state = 'cancelled';
+WHERE e.state = 'cancelled' AND e.queue = %(queue)s;
 
 -- name: once
 -- The concurrency-safe guard: the first copy of an execution to claim `key` wins, whatever the attempt.
+-- A claim names its lease's token: a copy whose lease was taken by a later attempt claims nothing.
 INSERT INTO vigil_queue.once_marks (execution_id, key, attempt, worker, at)
-VALUES (%(execution_id)s, %(key)s, %(attempt)s, %(worker)s, %(now)s)
+SELECT e.execution_id, %(key)s, %(attempt)s, %(worker)s, %(now)s FROM vigil_queue.executions AS e
+WHERE e.execution_id = %(execution_id)s AND e.queue = %(queue)s AND e.lease_token = %(token)s
 ON CONFLICT (execution_id, key) DO NOTHING
 RETURNING execution_id;
 

@@ -1,0 +1,165 @@
+"""A namespace's database role reaches its own namespace's work through the workers' functions and
+nothing else (vigil.queue.roles, vigil.queue.functions): with namespace A's worker credentials,
+B's rows cannot be read, changed or leased, the history cannot be read, `COPY … TO PROGRAM` is
+refused, and an acknowledgement naming a stale lease token changes nothing.
+
+Real PostgreSQL. The session's test server trusts every local login (tests/contract/postgres.py),
+so these tests show what each role may do once logged in, not that PostgreSQL checks passwords.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from tests.contract.postgres import PostgresServer
+from tests.queue.conftest import execution_row
+from vigil.core.queue import AttemptOutcome, Submission
+from vigil.history.store import SqlHistory
+from vigil.queue.roles import RoleLimits, TenantRoles, worker_dsn
+from vigil.queue.store import Finished, Leased, QueueStore, WorkerStore
+
+pytestmark = pytest.mark.postgres
+
+T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
+LEASE = timedelta(seconds=30)
+A, B = "team-a/jobs", "team-b/jobs"
+
+
+@pytest.fixture
+def roles(dsn: str) -> dict[str, str]:
+    """Worker DSNs of namespaces team-a and team-b, each with its own role."""
+    tenants = TenantRoles(dsn)
+    made = {}
+    for namespace in ("team-a", "team-b"):
+        role = tenants.ensure(namespace, password=f"pw-{namespace}", limits=RoleLimits(connections=5))
+        made[namespace] = worker_dsn(dsn, role=role, password=f"pw-{namespace}")
+    return made
+
+
+def lease_as(worker_dsn_: str, queue: str, *, now: datetime = T0, worker: str = "w") -> list[Leased]:
+    async def go() -> list[Leased]:
+        async with await psycopg.AsyncConnection.connect(worker_dsn_, autocommit=True) as connection:
+            return await WorkerStore(connection, queue=queue, worker=worker).lease(
+                ["record"], limit=10, lease=LEASE, now=now
+            )
+
+    return asyncio.run(go())
+
+
+def settle_as(worker_dsn_: str, queue: str, leased: Leased, *, worker: str = "w", at: datetime = T0) -> int:
+    async def go() -> int:
+        async with await psycopg.AsyncConnection.connect(worker_dsn_, autocommit=True) as connection:
+            done = Finished(leased, AttemptOutcome.SUCCEEDED, started_at=at, finished_at=at)
+            return (await WorkerStore(connection, queue=queue, worker=worker).settle([done], now=at)).settled
+
+    return asyncio.run(go())
+
+
+def refused(dsn: str, statement: str, params: Any = None) -> bool:
+    """True when PostgreSQL refuses `statement` for lack of privilege."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        try:
+            connection.execute(statement, params)
+        except errors.InsufficientPrivilege:
+            return True
+    return False
+
+
+def test_a_namespace_role_leases_and_acknowledges_its_own_work(dsn: str, roles: dict[str, str]) -> None:
+    [execution_id] = QueueStore(dsn).submit(A, [Submission("record")], now=T0)
+    [leased] = lease_as(roles["team-a"], A)
+    assert leased.execution_id == execution_id and leased.lease_token is not None
+    assert settle_as(roles["team-a"], A, leased) == 1
+    assert execution_row(QueueStore(dsn), execution_id)["state"] == "succeeded"
+
+
+def test_a_namespace_role_reads_and_changes_no_table(dsn: str, roles: dict[str, str]) -> None:
+    QueueStore(dsn).submit(B, [Submission("record")], now=T0)
+    a = roles["team-a"]
+    assert refused(a, "SELECT * FROM vigil_queue.executions")
+    assert refused(a, "UPDATE vigil_queue.executions SET state = 'dead'")
+    assert refused(a, "DELETE FROM vigil_queue.attempts")
+    assert refused(a, "SELECT * FROM vigil_queue.tenant_roles")
+    assert refused(a, "INSERT INTO vigil_queue.tenant_roles VALUES ('x', 'team-b')")
+    assert QueueStore(dsn).counts(B)["ready"] == 1
+
+
+def test_a_namespace_role_cannot_lease_or_acknowledge_another_namespaces_work(
+    dsn: str, roles: dict[str, str]
+) -> None:
+    [b_id] = QueueStore(dsn).submit(B, [Submission("record")], now=T0)
+    with pytest.raises(errors.InsufficientPrivilege, match="namespace team-a only"):
+        lease_as(roles["team-a"], B)
+    [b_leased] = lease_as(roles["team-b"], B)
+    # A names B's execution and token under its own queue: the statement is confined to A's queue
+    assert settle_as(roles["team-a"], A, b_leased) == 0
+    with pytest.raises(errors.InsufficientPrivilege):
+        settle_as(roles["team-a"], B, b_leased)
+    row = QueueStore(dsn).execution(b_id)
+    assert row is not None and row["state"] == "leased"
+
+
+def test_a_namespace_role_reads_no_history_and_runs_no_program(
+    dsn: str, roles: dict[str, str], postgres: PostgresServer
+) -> None:
+    database = dsn.rsplit("dbname=", 1)[1]
+    history = SqlHistory(postgres.database_dsn(database))
+    history.migrate()
+    history.close()
+    with psycopg.connect(dsn) as owner:
+        tables = [row[0] for row in owner.execute(
+            "SELECT format('%I.%I', schemaname, tablename) FROM pg_tables WHERE schemaname NOT IN "
+            "('pg_catalog', 'information_schema', 'vigil_queue')"
+        ).fetchall()]  # fmt: skip
+    assert tables, "the history made no tables"
+    for table in tables:
+        assert refused(roles["team-a"], f"SELECT * FROM {table}"), table
+    with psycopg.connect(roles["team-a"], autocommit=True) as connection, pytest.raises(errors.InsufficientPrivilege):
+        connection.execute("COPY (SELECT 1) TO PROGRAM 'id'")
+
+
+def test_an_acknowledgement_with_a_stale_lease_token_changes_nothing(dsn: str, roles: dict[str, str]) -> None:
+    [execution_id] = QueueStore(dsn).submit(A, [Submission("record", max_attempts=3)], now=T0)
+    a = roles["team-a"]
+    [first] = lease_as(a, A, worker="w")
+    later = T0 + LEASE + timedelta(seconds=1)
+
+    async def expire() -> None:
+        async with await psycopg.AsyncConnection.connect(a, autocommit=True) as connection:
+            await WorkerStore(connection, queue=A, worker="other").expire(now=later)
+
+    asyncio.run(expire())
+    [second] = lease_as(a, A, now=later, worker="w")  # the same worker name: only the token differs
+    assert second.lease_token != first.lease_token
+    stale = Leased(**{**first.__dict__, "attempt": second.attempt})  # the right attempt, the old token
+    assert settle_as(a, A, stale, at=later) == 0
+    row = QueueStore(dsn).execution(execution_id)
+    assert row is not None and (row["state"], row["attempt"]) == ("leased", 2)
+    assert settle_as(a, A, second, at=later) == 1
+
+
+def test_a_role_no_namespace_owns_calls_nothing(dsn: str, roles: dict[str, str]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        owner.execute("DROP ROLE IF EXISTS stranger")
+        owner.execute("CREATE ROLE stranger LOGIN")
+    stranger = worker_dsn(dsn, role="stranger", password="-")
+    with pytest.raises(errors.InsufficientPrivilege):
+        lease_as(stranger, A)
+
+
+def test_removing_a_namespace_role_ends_its_sessions_and_drops_it(dsn: str, roles: dict[str, str]) -> None:
+    session = psycopg.connect(roles["team-a"], autocommit=True)
+    TenantRoles(dsn).remove("team-a")
+    with pytest.raises(psycopg.OperationalError):
+        session.execute("SELECT 1")
+    session.close()
+    with pytest.raises(psycopg.OperationalError, match="does not exist"):
+        psycopg.connect(roles["team-a"]).close()
+    assert set(TenantRoles(dsn).provisioned()) == {"team-b"}
+    lease_as(roles["team-b"], B)  # the other namespace's role is untouched
