@@ -27,14 +27,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import sys
 import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
 from psycopg.types.json import Jsonb
 
 from vigil import pgconnect
@@ -74,12 +74,14 @@ from vigil.core.queue import (
     lease_deadline,
     retry_refusal,
 )
-from vigil.core.recurring import AddedJob, RecurringJob
 from vigil.core.submissions import ExecutionIdTaken, check_submissions, is_same_occurrence
 from vigil.core.timeparse import require_aware
-from vigil.queue import attempt_days, bounds, migrating, partitions
-from vigil.queue.catalogue import Catalogue
+from vigil.queue import attempt_days, bounds, partitions
+from vigil.queue.functions import CALLS as WORKER
 from vigil.queue.queries import QUERIES
+
+if TYPE_CHECKING:  # a worker imports this module: what only the operator and tests use loads on use
+    from vigil.core.recurring import AddedJob, RecurringJob
 
 NOTIFY_CHANNEL = "vigil_queue"  # submit notifies it with the queue's name; workers LISTEN
 EXPIRY_BATCH = 500  # expired leases returned to the queue per statement
@@ -101,6 +103,7 @@ class Leased:
     idempotency_key: str | None
     priority: int
     tenant: str
+    lease_token: uuid.UUID | None = None  # drawn for this lease; what acknowledges it names it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,12 +146,16 @@ class QueueStore:
         """Bring the queue schema to the newest migration; a no-op when it is there already.
 
         In this process: the operator runs it in a child instead (vigil.queue.migrating)."""
+        from vigil.queue import migrating  # SQLAlchemy and alembic: never on a worker's path
+
         migrating.migrate(self.dsn)
 
     def migrate_apart(self) -> None:
         """`migrate()` in a child process, as the operator migrates: this process never imports alembic.
 
         Raises QueueUnavailable when the store cannot be reached."""
+        from vigil.queue import migrating
+
         migrating.migrate_apart(self.dsn)
 
     def connect(self) -> psycopg.Connection[Any]:
@@ -291,6 +298,9 @@ class QueueStore:
         """Catalogue a recurring job with its first occurrence (`vigil.queue.catalogue`); a
         known (queue, idempotency key) returns the first job, created False."""
         with self._reachable():
+            # templates (Jinja): never on a worker's path
+            from vigil.queue.catalogue import Catalogue
+
             return Catalogue(self.dsn, shards=self.shards).add(job, now=now)
 
     def job(self, job_id: str) -> JobRecord | None:
@@ -393,7 +403,9 @@ class QueueStore:
                         self.migrate_apart()
                         self._migrated = True
             yield
-        except (psycopg.OperationalError, sa.exc.OperationalError) as error:
+        except Exception as error:
+            if not _unreachable(error):
+                raise
             raise QueueUnavailable(str(error).strip().splitlines()[0] or type(error).__name__) from None
 
     # -- declarations (the operator's leader publishes TaskQueues; workers read them) ---------
@@ -649,19 +661,19 @@ class WorkerStore:
         }
         if caps.capped:
             async with self._lock, self.connection.pipeline(), self.connection.transaction():
-                await self.connection.execute(QUERIES["lock_tenants"], {"queue": self.queue})
-                cursor = await self.connection.execute(QUERIES["lease"], params)
+                await self.connection.execute(WORKER["lock_tenants"], {"queue": self.queue})
+                cursor = await self.connection.execute(WORKER["lease"], params)
                 rows = await cursor.fetchall()
             return [_leased(row) for row in rows]
         async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
-            cursor = await self.connection.execute(QUERIES["lease"], params)
+            cursor = await self.connection.execute(WORKER["lease"], params)
             rows = await cursor.fetchall()
         return [_leased(row) for row in rows]
 
     async def declaration(self) -> QueueDeclaration | None:
         """This queue's published declaration (its TaskQueue), or None when there is none."""
         async with self._lock:
-            cursor = await self.connection.execute(QUERIES["declared_queue"], {"queue": self.queue})
+            cursor = await self.connection.execute(WORKER["declared_queue"], {"queue": self.queue})
             row = await cursor.fetchone()
         return None if row is None else declaration_from_row(row)
 
@@ -672,13 +684,12 @@ class WorkerStore:
         if not held:
             return set()
         params = {
-            "execution_ids": [h.execution_id for h in held],
-            "attempts": [h.attempt for h in held],
+            **self._held(held),
             "worker": self.worker,
             "expires": lease_deadline(now, lease),
         }
         async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
-            cursor = await self.connection.execute(QUERIES["heartbeat"], params)
+            cursor = await self.connection.execute(WORKER["heartbeat"], params)
             kept = {row[0] for row in await cursor.fetchall()}
         return {h.execution_id for h in held} - kept
 
@@ -689,16 +700,16 @@ class WorkerStore:
         """
         async with self._lock, self.connection.transaction():
             cursor = await self.connection.execute(
-                QUERIES["expired"], {"queue": self.queue, "now": now, "limit": EXPIRY_BATCH}
+                WORKER["expired"], {"queue": self.queue, "now": now, "limit": EXPIRY_BATCH}
             )
             rows = await cursor.fetchall()
             done: list[tuple[str, int, Settlement]] = []
             history: list[tuple[str, int, str, str, datetime | None, datetime, str | None]] = []
-            for execution_id, attempt, max_attempts, owner, expired_at in rows:
+            for execution_id, attempt, max_attempts, owner, expired_at, token in rows:
                 settlement = after_expiry(attempt=attempt, max_attempts=max_attempts, now=now)
                 await self.connection.execute(
-                    QUERIES["settle"],
-                    _settle_params(execution_id, attempt, owner, settlement, now, "lease expired"),
+                    WORKER["settle"],
+                    self._settle_params(execution_id, attempt, token, owner, settlement, now, "lease expired"),
                 )
                 done.append((execution_id, attempt, settlement))
                 why = f"lease held by {owner} expired"
@@ -723,23 +734,19 @@ class WorkerStore:
         async with self._lock, self.connection.pipeline(), self.connection.transaction():
             if wins:
                 cursor = await self.connection.execute(
-                    QUERIES["settle_succeeded"],
-                    {
-                        "execution_ids": [f.leased.execution_id for f in wins],
-                        "attempts": [f.leased.attempt for f in wins],
-                        "worker": self.worker,
-                        "now": now,
-                    },
+                    WORKER["settle_succeeded"],
+                    {**self._held([f.leased for f in wins]), "worker": self.worker, "now": now},
                 )
                 ok = {row[0] for row in await cursor.fetchall()}
                 settled |= {(f.leased.execution_id, f.leased.attempt) for f in wins if f.leased.execution_id in ok}
             for f in finished:
                 if f.outcome is AttemptOutcome.SUCCEEDED or f.settlement is None:
                     continue
-                params = _settle_params(
-                    f.leased.execution_id, f.leased.attempt, self.worker, f.settlement, now, f.error
+                params = self._settle_params(
+                    f.leased.execution_id, f.leased.attempt, f.leased.lease_token,
+                    self.worker, f.settlement, now, f.error,
                 )
-                cursor = await self.connection.execute(QUERIES["settle"], params)
+                cursor = await self.connection.execute(WORKER["settle"], params)
                 if await cursor.fetchone() is not None:
                     settled.add((f.leased.execution_id, f.leased.attempt))
             # before this batch's own attempt rows are written: a row already there is an earlier commit's
@@ -758,13 +765,7 @@ class WorkerStore:
             cancelled = await self._cancelled_among([f.leased for f in unsettled]) if unsettled else set()
             stale = [f for f in unsettled if f.leased.execution_id not in cancelled]
             if stale:
-                await self.connection.execute(
-                    QUERIES["mark_duplicates"],
-                    {
-                        "execution_ids": [f.leased.execution_id for f in stale],
-                        "attempts": [f.leased.attempt for f in stale],
-                    },
-                )
+                await self.connection.execute(WORKER["mark_duplicates"], self._held([f.leased for f in stale]))
         return SettleReport(len(settled), stale)
 
     async def cancelled(self, held: Sequence[Leased]) -> set[str]:
@@ -778,44 +779,37 @@ class WorkerStore:
         if not finished:
             return set()
         params = {
-            "execution_ids": [f.leased.execution_id for f in finished],
-            "attempts": [f.leased.attempt for f in finished],
+            **self._held([f.leased for f in finished]),
             "outcomes": [f.outcome.value for f in finished],
             "worker": self.worker,
         }
-        cursor = await self.connection.execute(QUERIES["acknowledged_among"], params)
+        cursor = await self.connection.execute(WORKER["acknowledged_among"], params)
         return {(str(row[0]), int(row[1])) for row in await cursor.fetchall()}
 
     async def _cancelled_among(self, held: Sequence[Leased]) -> set[str]:
-        params = {
-            "execution_ids": [h.execution_id for h in held],
-            "attempts": [h.attempt for h in held],
-        }
-        cursor = await self.connection.execute(QUERIES["cancelled_among"], params)
+        cursor = await self.connection.execute(WORKER["cancelled_among"], self._held(held))
         return {row[0] for row in await cursor.fetchall()}
 
     async def mark_duplicates(self, held: Sequence[Leased]) -> None:
         """Mark attempts whose lease was taken while their holder still ran them."""
         if not held:
             return
-        params = {
-            "execution_ids": [h.execution_id for h in held],
-            "attempts": [h.attempt for h in held],
-        }
         async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
-            await self.connection.execute(QUERIES["mark_duplicates"], params)
+            await self.connection.execute(WORKER["mark_duplicates"], self._held(held))
 
     async def once(self, leased: Leased, key: str, *, now: datetime) -> bool:
         """Claim `key` for this execution: True for the first copy to ask, False for any other."""
         params = {
+            "queue": self.queue,
             "execution_id": leased.execution_id,
+            "token": leased.lease_token,
             "key": key,
             "attempt": leased.attempt,
             "worker": self.worker,
             "now": now,
         }
         async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
-            cursor = await self.connection.execute(QUERIES["once"], params)
+            cursor = await self.connection.execute(WORKER["once"], params)
             return await cursor.fetchone() is not None
 
     async def _record(
@@ -825,9 +819,34 @@ class WorkerStore:
             return
         columns = list(zip(*rows, strict=True))
         names = ("execution_ids", "attempts", "workers", "outcomes", "started", "finished", "errors")
-        await self.connection.execute(
-            QUERIES["record_attempts"], dict(zip(names, map(list, columns), strict=True))
-        )
+        params: dict[str, Any] = {"queue": self.queue, **dict(zip(names, map(list, columns), strict=True))}
+        await self.connection.execute(WORKER["record_attempts"], params)
+
+    def _held(self, held: Sequence[Leased]) -> dict[str, Any]:
+        """The parameters naming leases: this queue, and each one's execution, attempt and token."""
+        return {
+            "queue": self.queue,
+            "execution_ids": [h.execution_id for h in held],
+            "attempts": [h.attempt for h in held],
+            "tokens": [h.lease_token for h in held],
+        }
+
+    def _settle_params(
+        self, execution_id: str, attempt: int, token: uuid.UUID | None, owner: str,
+        settlement: Settlement, now: datetime, error: str | None,
+    ) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "execution_id": execution_id,
+            "attempt": attempt,
+            "token": token,
+            "worker": owner,
+            "state": settlement.state.value,
+            "next_attempt": settlement.attempt,
+            "run_after": settlement.run_after,
+            "error": error,
+            "now": now,
+        }
 
 
 def _leased(row: Sequence[Any]) -> Leased:
@@ -841,19 +860,14 @@ def _leased(row: Sequence[Any]) -> Leased:
         idempotency_key=row[6],
         priority=row[7],
         tenant=row[8],
+        lease_token=row[9],
     )
 
 
-def _settle_params(
-    execution_id: str, attempt: int, owner: str, settlement: Settlement, now: datetime, error: str | None
-) -> dict[str, Any]:
-    return {
-        "execution_id": execution_id,
-        "attempt": attempt,
-        "worker": owner,
-        "state": settlement.state.value,
-        "next_attempt": settlement.attempt,
-        "run_after": settlement.run_after,
-        "error": error,
-        "now": now,
-    }
+def _unreachable(error: Exception) -> bool:
+    """Whether `error` says the database could not be reached: psycopg's, or SQLAlchemy's when a
+    migration in this process (which alone imports SQLAlchemy) raised it."""
+    if isinstance(error, psycopg.OperationalError):
+        return True
+    sqlalchemy_errors = sys.modules.get("sqlalchemy.exc")
+    return sqlalchemy_errors is not None and isinstance(error, sqlalchemy_errors.OperationalError)
