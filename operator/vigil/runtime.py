@@ -69,6 +69,7 @@ from vigil.queueapi import JobStore, QueueApi
 from vigil.settings import NamespaceQuota, QueueQuota, Settings
 
 if TYPE_CHECKING:
+    from vigil.kube.queuecredentials import QueueCredentials
     from vigil.queue.watchdog import QueueWatchdog
 
 log = logging.getLogger("vigil")
@@ -624,8 +625,25 @@ def task_queue_threads(
         quota=_quota(settings.queue.quota),
         granted={namespace: _quota(settings.queue.quota, own) for namespace, own in settings.queue.quota.namespaces.items()},
         finished_retention=timedelta(days=settings.queue.finished_retention_days),
+        credentials=_queue_credentials(api, settings, clock),
     )
     return [("taskqueues-cache", lambda: cache.run(stop)), ("taskqueues", lambda: controller.run(stop))]
+
+
+def _queue_credentials(api: client.ApiClient, settings: Settings, clock: Clock) -> QueueCredentials | None:
+    own = settings.queue.tenant_roles
+    if not own.enabled:
+        return None
+    from vigil.kube.queuecredentials import QueueCredentials
+    from vigil.queue.roles import RoleLimits, TenantRoles  # psycopg, as above
+
+    limits = RoleLimits(
+        connections=own.max_connections,
+        statement_timeout=timedelta(seconds=own.statement_timeout_seconds),
+        idle_in_transaction_timeout=timedelta(seconds=own.idle_in_transaction_seconds),
+    )
+    roles = TenantRoles(settings.queue.dsn, limits=limits, host=own.host or None)
+    return QueueCredentials(CoreApi(api), roles, now=clock.now)
 
 
 def _quota(chart: QueueQuota, own: NamespaceQuota | None = None) -> QuotaLimits:

@@ -266,6 +266,38 @@ class QueueQuota(_Section):
     )
 
 
+class QueueTenantRoles(_Section):
+    """Each namespace's database role for its workers (vigil.queue.roles), and the Secret of its DSN."""
+
+    enabled: bool = Field(
+        True,
+        description="Give each namespace with a TaskQueue a database role of its own and its DSN in the "
+        "Secret `vigil-queue-credentials` of that namespace (needs CREATEROLE on the queue DSN's user); "
+        "off: no role is made, and workers need a DSN from elsewhere.",
+    )
+    max_connections: int = Field(
+        20, ge=1, le=10_000,
+        description="Sessions one namespace's workers may hold at once (the role's CONNECTION LIMIT): "
+        "each worker process holds two.",
+    )
+    statement_timeout_seconds: float = Field(
+        60.0, gt=0, le=3600,
+        description="A statement of a namespace's role is cancelled after this (every worker statement "
+        "takes milliseconds).",
+    )
+    idle_in_transaction_seconds: float = Field(
+        30.0, gt=0, le=3600,
+        description="A session of a namespace's role idle inside a transaction is ended after this, "
+        "so no tenant holds row locks it is not using.",
+    )
+    host: str = Field(
+        "",
+        max_length=253,
+        description="The database host the namespaces' DSNs name (empty: the queue DSN's own), when "
+        "workers reach the server by another name than the operator does.",
+    )
+
+
 class Queue(_Section):
     dsn: str = Field(
         "",
@@ -274,6 +306,7 @@ class Queue(_Section):
         "volume tier's queue store; empty turns the volume tier off. It may be the history "
         "database: the store keeps to its own schema, `vigil_queue`.",
     )
+    tenant_roles: QueueTenantRoles = Field(default_factory=QueueTenantRoles)
     shards: int = Field(
         8,
         ge=1,

@@ -186,6 +186,28 @@ def test_secrets_only_in_the_release_namespace(helm: Helm) -> None:
     assert any(resource == "secrets" for _, resource, _ in triples(by_where[NAMESPACE]))
 
 
+def test_the_queue_credentials_add_one_secret_write_bounded_by_a_policy(helm: Helm) -> None:
+    """queue.tenantRoles (on with the volume tier): the operator creates Secrets in any namespace,
+    which RBAC cannot limit by name, so the chart renders with it the policy that lets it write
+    only the Opaque Secret vigil-queue-credentials there; read, replace and delete are by that name."""
+    objects = render(helm, "--set", "queue.enabled=true", "--set", "queue.existingSecret=q")
+    cluster_wide = granted(objects)["*"]
+    assert outside("*", cluster_wide, freshness=set()) == {
+        ("", "secrets", "create"), ("", "secrets", "get"), ("", "secrets", "update"), ("", "secrets", "delete"),
+    }
+    named = [rule for rule in cluster_wide if "secrets" in rule["resources"] and rule["verbs"] != ["create"]]
+    assert [rule.get("resourceNames") for rule in named] == [["vigil-queue-credentials"]]
+    assert policies(objects) >= {f"{RELEASE}-queue-credentials"}
+    off = render(helm, "--set", "queue.enabled=true", "--set", "queue.existingSecret=q",
+                 "--set", "queue.tenantRoles.enabled=false")  # fmt: skip
+    assert not outside("*", granted(off)["*"], freshness=set())
+    assert f"{RELEASE}-queue-credentials" not in policies(off)
+
+
+def policies(objects: list[dict[str, Any]]) -> set[str]:
+    return {policy["metadata"]["name"] for policy in find(objects, "ValidatingAdmissionPolicy")}
+
+
 def test_configmap_reads_are_get_only_and_scoped_as_the_values_say(helm: Helm) -> None:
     def configmap_rules(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [rule for rule in rules if "configmaps" in rule["resources"]]

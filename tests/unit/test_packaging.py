@@ -804,6 +804,8 @@ def test_the_queue_dsn_comes_from_an_existing_secret_and_the_settings_from_the_c
         "shards": 16, "statusIntervalSeconds": 2.5, "attemptsRetentionDays": 30, "highPriorityNamespaces": [],
         "finishedRetentionDays": 3,
         "quota": {"maxReadyExecutions": 1_000_000, "maxPayloadBytes": 1024**3, "namespaces": {"big": {"maxReadyExecutions": 5_000_000}}},
+        "tenantRoles": {"enabled": True, "maxConnections": 20, "statementTimeoutSeconds": 60,
+                        "idleInTransactionSeconds": 30, "host": ""},
     }
     settings = Settings.model_validate({**config, "queue": {**config["queue"], "dsn": "postgresql://q@db/q"}})
     assert (settings.queue.shards, settings.queue.status_interval_seconds, settings.queue.attempts_retention_days) == (16, 2.5, 30)
@@ -875,6 +877,29 @@ def test_invalid_volume_tier_values_are_refused_saying_why(
     assert message in result.stderr, result.stderr
 
 
+def test_the_operator_may_touch_only_the_queue_credentials_secrets_of_other_namespaces(
+    helm: tuple[Path, dict[str, str]],
+) -> None:
+    objects = render(helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db")
+    rules = the_one(objects, "ClusterRole", f"{RELEASE}-operator")["rules"]
+    on_secrets = [rule for rule in rules if "secrets" in rule["resources"]]
+    assert on_secrets == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["vigil-queue-credentials"],
+         "verbs": ["get", "update", "delete"]},
+    ]
+    off = render(helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db", "--set", "queue.tenantRoles.enabled=false")
+    assert not [r for r in the_one(off, "ClusterRole", f"{RELEASE}-operator")["rules"] if "secrets" in r["resources"]]
+
+
+def test_without_tenant_roles_the_example_worker_keeps_the_operators_dsn(helm: tuple[Path, dict[str, str]]) -> None:
+    objects = render(helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db", *WORKER_ON,
+                     "--set", "queue.tenantRoles.enabled=false")  # fmt: skip
+    container = worker_pod(objects)["containers"][0]
+    assert secret_ref(container, "VIGIL_QUEUE_DSN") == secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN")
+    assert the_one(objects, "Deployment", f"{RELEASE}-worker")["metadata"]["namespace"] == NAMESPACE
+
+
 def test_the_example_worker_drains_within_its_grace_period_with_no_api_access(
     helm: tuple[Path, dict[str, str]],
 ) -> None:
@@ -888,7 +913,10 @@ def test_the_example_worker_drains_within_its_grace_period_with_no_api_access(
         "--concurrency", "25", "--drain-timeout", "30", "--metrics-port", "9090",
     ]]  # fmt: skip
     assert pod["terminationGracePeriodSeconds"] == 45 > 30
-    assert secret_ref(container, "VIGIL_QUEUE_DSN") == secret_ref(operator_container(objects), "VIGIL_QUEUE_DSN")
+    # the namespace's own database role, never the operator's DSN: in the TaskQueue's namespace,
+    # from the Secret the operator writes there (queue.tenantRoles)
+    assert secret_ref(container, "VIGIL_QUEUE_DSN") == {"name": "vigil-queue-credentials", "key": "dsn"}
+    assert the_one(objects, "Deployment", f"{RELEASE}-worker")["metadata"]["namespace"] == "shop"
     assert env_of(container)["LEDGER_URL"]["value"] == "http://ledger"
     assert container["image"] == operator_container(objects)["image"]
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}

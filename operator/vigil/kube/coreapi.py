@@ -162,3 +162,6 @@ class CoreApi:
             "PUT", f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}", body=body
         )
         return made
+
+    def delete_namespaced_secret(self, name: str, namespace: str) -> None:
+        self.request("DELETE", f"/api/v1/namespaces/{quote(namespace)}/secrets/{quote(name)}", decode=False)

@@ -18,6 +18,8 @@ in namespace NS is the store's queue "NS/NAME". One pass, every `queue.statusInt
 - reads, in the same statement, the volume watchdog's latest summary of each queue's jobs (which
   the watchdog leaves in the store each pass, wherever it runs) into the `JobsOverdue` and
   `ChainBroken` conditions;
+- gives each namespace with a TaskQueue its workers' database role and the Secret holding its DSN,
+  and takes both from a namespace whose last TaskQueue is gone (vigil.kube.queuecredentials);
 - writes each status through `TaskQueueStatusWriter`, which writes only what changed, and hands
   the counts to `publish` (the runtime's `metrics.record_queue_stats`: the per-queue gauges that
   workers are autoscaled on; this module does not import the metrics).
@@ -31,7 +33,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kubernetes import client
 from pydantic import ValidationError
@@ -56,6 +58,9 @@ from vigil.model import (
     queue_key,
 )
 from vigil.model.names import GROUP, TASK_QUEUES, VERSION
+
+if TYPE_CHECKING:
+    from vigil.kube.queuecredentials import QueueCredentials
 
 log = logging.getLogger(__name__)
 
@@ -221,10 +226,13 @@ class TaskQueueController:
         quota: QuotaLimits | None = None,
         granted: Mapping[str, QuotaLimits] | None = None,
         finished_retention: timedelta = timedelta(days=7),
+        credentials: QueueCredentials | None = None,
     ) -> None:
         """`publish`: called after each pass that the store answered (a pass that it did not
         leaves the last counts published). `quota`, `granted` and `finished_retention`: the chart's
-        (`queue.quota`, `queue.quota.namespaces`, `queue.finishedRetentionDays`)."""
+        (`queue.quota`, `queue.quota.namespaces`, `queue.finishedRetentionDays`). `credentials`: the
+        namespaces' database roles and DSN Secrets (`queue.tenantRoles`; None: none are made)."""
+        self.credentials = credentials
         self.quota = quota or QuotaLimits()  # None: no limits (a controller without the chart's)
         self.granted = dict(granted or {})
         self.finished_retention = finished_retention
@@ -293,6 +301,11 @@ class TaskQueueController:
             self.writer.write(obj, status)
         if stats is not None and self.publish is not None:
             self.publish({names[key]: counted for key, counted in stats.items() if key in names})
+        if stats is not None and self.credentials is not None:
+            try:
+                self.credentials.sync({namespace for namespace, _ in names.values()})
+            except Exception as error:  # the store or the API server: the next pass tries again
+                log.warning("queue credentials not provisioned this pass: %s", error)
 
     def _sync_store(
         self, queues: Mapping[str, tuple[dict[str, Any], QueueDeclaration | None, str | None]], *, now: datetime
