@@ -16,6 +16,10 @@ driver, `batch_size` WORKER_SLOTS) running an async no-op entrypoint; done is
 N `successful` rows in its log table (aggregation off, so none move away).
 Both are asked "how many done?" by the same poller, every POLL_SECONDS.
 
+Then, at the largest process count, Vigil twice more on a namespace's queue: its workers logged in
+as the owner, then as the namespace's own role (vigil.queue.roles, as the chart's workers are),
+whose ratio is what the role's functions and checks cost.
+
 The rate is executions per second of wall time, submit included; the ratio is
 Vigil's over pgqueuer's (above 1: Vigil is faster). A run that reaches its
 deadline prints a censored lower bound (bench/reporting.py). The machine is
@@ -41,11 +45,13 @@ import psycopg
 
 from bench.reporting import Completion, Row, rate, ratio, table
 from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
+from vigil.queue.roles import TenantRoles
 from vigil.queue.store import QueueStore, Submission
 from vigil.worker import Context, task
 
 ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
+ROLES_QUEUE = "bench/roles"  # a namespace's queue: its role may use it
 DEFAULT_EXECUTIONS = 50_000  # about 15 s per measurement here: 20,000 (5 s) left ratios at 4 processes swinging 0.76x-1.08x
 DEFAULT_WORKERS = (1, 2, 4)
 SUBMIT_BATCH = 500
@@ -66,8 +72,8 @@ async def noop(ctx: Context) -> None:
 # -- the workers -------------------------------------------------------------------------------
 
 
-def spawn_vigil(dsn: str, log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "vigil", "worker", "--queue", QUEUE, "--tasks", "bench.queue",
+def spawn_vigil(dsn: str, log: Path, *, queue: str = QUEUE) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "vigil", "worker", "--queue", queue, "--tasks", "bench.queue",
                "--dsn", dsn, "--concurrency", str(WORKER_SLOTS), "--batch", str(WORKER_SLOTS),
                "--heartbeat", str(HEARTBEAT_SECONDS), "--lease", str(LEASE_SECONDS)]  # fmt: skip
     return spawn_process(command, log)
@@ -162,20 +168,28 @@ def count(connection: psycopg.Connection[Any], query: LiteralString) -> int:
     return int(row[0])
 
 
-def vigil_run(server: PostgresServer, workers: int, executions: int, logs: Path) -> Completion:
+def vigil_run(
+    server: PostgresServer, workers: int, executions: int, logs: Path, *, queue: str = QUEUE, own_role: bool = False
+) -> Completion:
+    """`own_role`: the workers log in as the queue's namespace's role (vigil.queue.roles), as the
+    chart's workers do, instead of the owner."""
     dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
     store = QueueStore(dsn)
     store.migrate()
+    workers_dsn = TenantRoles(dsn).provision(queue.split("/")[0], password="bench") if own_role else dsn
 
     def submit(count: int) -> None:
-        store.submit(QUEUE, [Submission("noop") for _ in range(count)], now=datetime.now(UTC))
+        store.submit(queue, [Submission("noop") for _ in range(count)], now=datetime.now(UTC))
 
     with psycopg.connect(dsn, autocommit=True) as poller:
 
         def done() -> int:
             return count(poller, "SELECT count(*) FROM vigil_queue.executions WHERE state = 'succeeded'")
 
-        return measure(dsn, workers, executions, spawn=spawn_vigil, marker="tasks noop",
+        def spawn(_: str, log: Path) -> subprocess.Popen[bytes]:
+            return spawn_vigil(workers_dsn, log, queue=queue)
+
+        return measure(dsn, workers, executions, spawn=spawn, marker="tasks noop",
                        submit=submit, done=done, logs=logs)  # fmt: skip
 
 
@@ -209,6 +223,21 @@ def peer_run(server: PostgresServer, workers: int, executions: int, logs: Path) 
 # -- the section -------------------------------------------------------------------------------
 
 
+def roles_row(server: PostgresServer, workers: int, executions: int, logs: Path) -> Row:
+    """The same workers as the namespace's own role beside the owner: what the functions cost."""
+    (logs / "owner").mkdir(parents=True)
+    (logs / "role").mkdir()
+    owner = vigil_run(server, workers, executions, logs / "owner", queue=ROLES_QUEUE)
+    role = vigil_run(server, workers, executions, logs / "role", queue=ROLES_QUEUE, own_role=True)
+    r = ratio(role.rate, owner.rate) if role.complete and owner.complete else "n/a (censored)"
+    print(f"  {workers} worker(s) as the namespace's role: {rate(role, 'executions')}; "
+          f"as the owner {rate(owner, 'executions')}; ratio {r}")  # fmt: skip
+    return Row(f"queue: executions/s as the namespace's own role, {workers} worker process(es)",
+               rate(role, "executions"), reference=f"owner's credentials {rate(owner, 'executions')}",
+               ratio=r, target=">= 0.9x")  # fmt: skip
+
+
+
 def run(executions: int, worker_counts: tuple[int, ...]) -> list[Row]:
     """Measure both systems at each worker count; print as it goes; return the summary rows."""
     import pgqueuer
@@ -231,6 +260,7 @@ def run(executions: int, worker_counts: tuple[int, ...]) -> list[Row]:
                 rows.append(Row(f"queue: executions/s end to end, {workers} worker process(es)",
                                 rate(ours, "executions"), reference=f"pgqueuer {rate(theirs, 'executions')}",
                                 ratio=r, target=">= 1.0x"))  # fmt: skip
+            rows.append(roles_row(server, max(worker_counts), executions, Path(tmp) / "roles"))
     finally:
         server.drop()
     return rows
