@@ -324,6 +324,27 @@ def record_workflow_pass(*, namespace: str, workflow: str, events: list[str], st
             WORKFLOW_STEPS_STUCK.remove(namespace, workflow)
 
 
+# --- approval notifications (vigil.kube.approvals, vigil.kube.outbox) -------------------------
+
+APPROVAL_OUTBOX_DEPTH = Gauge(
+    "vigil_approval_outbox_workflows",
+    "Workflows whose approval tokens wait to be sent to the notifier: ready, backing off after a "
+    "failure, or being sent (no labels).",
+    registry=REGISTRY,
+)
+APPROVAL_DELIVERY_FAILURES = Counter(
+    "vigil_approval_delivery_failures_total",
+    "Deliveries to the notifier that failed and will be retried with backoff: a token not "
+    "accepted, or the workflow or key not readable (no labels).",
+    registry=REGISTRY,
+)
+APPROVAL_OUTBOX_REFUSED = Counter(
+    "vigil_approval_outbox_refused_total",
+    "Workflows refused by the full approval outbox; each is offered again on its next pass (no labels).",
+    registry=REGISTRY,
+)
+
+
 # --- the volume tier's workers (vigil.worker) -------------------------------------------------
 
 # Labelled as the operator's per-queue gauges are: the TaskQueue's namespace and name.

@@ -39,7 +39,13 @@ from vigil.history.migrating import MigratingHistory
 from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
-from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
+from vigil.kube.approvals import (
+    SigningKey,
+    TokenPublisher,
+    WebhookNotifier,
+    approval_outbox,
+    approver_review,
+)
 from vigil.kube.buckets import WRITE_CONCURRENCY, bucket_cache
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.definitions import DefinitionController, definition_cache
@@ -315,6 +321,25 @@ def _after_workflow_pass(publisher: TokenPublisher | None) -> Callable[[Pass], N
     return after
 
 
+def start_approval_senders(publisher: TokenPublisher, settings: Settings, stop: threading.Event) -> None:
+    """The approval outbox's sender threads, and the key's rotation check every keyRefreshSeconds,
+    until ``stop``: on every replica, since the HTTP callback on a standby offers too."""
+    approvals = settings.approvals
+    outbox = approval_outbox(
+        publisher,
+        retry_seconds=approvals.notifier.retry_seconds,
+        max_retry_seconds=max(approvals.notifier.retry_seconds, approvals.recheck_seconds),
+        on_depth=metrics.APPROVAL_OUTBOX_DEPTH.set,
+        on_failed=metrics.APPROVAL_DELIVERY_FAILURES.inc,
+        on_refused=metrics.APPROVAL_OUTBOX_REFUSED.inc,
+    )
+    threading.Thread(target=outbox.run, args=(stop,), name="approval-senders", daemon=True).start()
+    threading.Thread(
+        target=every, args=(stop, approvals.key_refresh_seconds, "approval key check", publisher.notice_rotation),
+        name="approval-key", daemon=True,
+    ).start()  # fmt: skip
+
+
 def _lost() -> None:
     log.error("leadership lost: exiting so that no stale leader acts")
     logging.shutdown()
@@ -449,8 +474,11 @@ def run(settings: Settings) -> int:
     clock = SystemClock()
     publisher: TokenPublisher | None = None
     callback: ApprovalCallback | None = None
+    sending = threading.Event()  # the approval senders' stop
     if settings.approvals.enabled:
         publisher, callback = build_approvals(api, settings, clock=clock, me=me)
+        if publisher is not None:
+            start_approval_senders(publisher, settings, sending)
     elector, executions, history = _campaign(
         api, settings, lease_name=settings.leader_election.lease_name, me=me, approvals=callback
     )
@@ -458,6 +486,7 @@ def run(settings: Settings) -> int:
     shards = start_trigger_shards(settings, lease, me=me)
     if not wait_until_leader(elector, stopping):
         log.info("%s stopping (SIGTERM) as a standby", me)
+        sending.set()
         if shards is not None:
             shards.release()
         elector.release()
@@ -583,6 +612,7 @@ def run(settings: Settings) -> int:
             pass  # the threads act; this one only waits to be told to stop
         log.info("%s stopping (SIGTERM): handing over", me)
     finally:
+        sending.set()
         if shards is not None:
             shards.release()
         _hand_over(stop, started, elector, flush=writer.flush, wake=dispatcher.notify)
