@@ -279,7 +279,7 @@ def build_approvals(
         )
     else:
         log.info("approvals.notifier.url is empty: no approval tokens are sent; approvers use kubectl")
-    deciding = WorkflowEngine(workflows, clock=clock, events=EventRecorder(api, instance=me))
+    deciding = WorkflowEngine(workflows, clock=clock, events=EventRecorder(api, instance=me, clock=clock))
 
     def submit(namespace: str, name: str, record: Record) -> list[Record]:
         added = deciding.submit(namespace, name, record)
@@ -352,6 +352,7 @@ def _campaign(
     *,
     lease_name: str,
     me: str,
+    clock: Clock,
     approvals: ApprovalCallback | None = None,
 ) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
     """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
@@ -361,6 +362,7 @@ def _campaign(
         lease,
         on_lost=_lost,
         on_transition=lambda holder: metrics.LEADER_TRANSITIONS.inc(),
+        clock=clock,
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
@@ -420,6 +422,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         lease_duration=lease.lease_duration,
         renew_period=lease.renew_period,
         on_lost=_lost,
+        clock=clock,
         reachable=lambda: pgconnect.answers(dsn),
     )
 
@@ -480,7 +483,7 @@ def run(settings: Settings) -> int:
         if publisher is not None:
             start_approval_senders(publisher, settings, sending)
     elector, executions, history = _campaign(
-        api, settings, lease_name=settings.leader_election.lease_name, me=me, approvals=callback
+        api, settings, lease_name=settings.leader_election.lease_name, me=me, clock=clock, approvals=callback
     )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
     shards = start_trigger_shards(settings, lease, me=me)
@@ -497,7 +500,7 @@ def run(settings: Settings) -> int:
     store = bucket_store(api, settings, cache=buckets)
     jobs = job_cache(api)
     catalogue = KubeCatalogue(api, cache=jobs, queue_enabled=bool(settings.queue.dsn))
-    events = EventRecorder(api, instance=me, background=True)
+    events = EventRecorder(api, instance=me, clock=clock, background=True)
     caches = ExecutionCaches.build(api, executions)
     dispatcher = Dispatcher(
         api,
@@ -722,13 +725,13 @@ def run_watchdog(settings: Settings) -> int:
     me = identity()
     api = api_client(lease_config(settings, lease_name=settings.watchdog.lease_name, me=me))
     clock = SystemClock()
-    elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me)
+    elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me, clock=clock)
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
     if not wait_until_leader(elector, stopping):
         elector.release()
         return 0
     store = bucket_store(api, settings)
-    events = EventRecorder(api, instance=me, background=True)
+    events = EventRecorder(api, instance=me, clock=clock, background=True)
     watchdog = build_watchdog(
         api, settings, executions=executions, events=events, clock=clock, store=store, gauges=metrics.WatchdogGauges
     )
