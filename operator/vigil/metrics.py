@@ -14,16 +14,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from vigil.core.executions import Execution
-from vigil.core.queue import QueueStats, split_queue_key
-from vigil.core.queuewatch import QueueWatchReport
-from vigil.core.trigger import TickReport
-from vigil.core.watchdog import JobFacts, JobReport
+from vigil.core.queue import split_queue_key
+
+if TYPE_CHECKING:  # the reports' types only: `vigil worker` loads this module, and none of them
+    from vigil.core.executions import Execution
+    from vigil.core.queue import QueueStats
+    from vigil.core.queuewatch import QueueWatchReport
+    from vigil.core.trigger import TickReport
+    from vigil.core.watchdog import JobFacts, JobReport
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
