@@ -10,15 +10,19 @@ The runtime is imported only when one of its verbs is asked for, so a plugin
 verb does not pay for loading the HTTP API and every adapter.
 
 `vigil worker` runs the volume tier's worker SDK (`vigil.worker.command`). It is
-dispatched before the CLI is imported: a worker process loads no
-Kubernetes client.
+dispatched before the CLI is imported, and this module imports nothing at its
+top but `sys`: a worker process loads no Kubernetes client, no models, no YAML
+(tests/unit/test_worker_imports.py keeps it so).
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def serve(command: str, config: Path | None) -> int:

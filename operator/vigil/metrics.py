@@ -14,16 +14,19 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from vigil.core.executions import Execution
-from vigil.core.queue import QueueStats, split_queue_key
-from vigil.core.queuewatch import QueueWatchReport
-from vigil.core.trigger import TickReport
-from vigil.core.watchdog import JobFacts, JobReport
+from vigil.core.queue import split_queue_key
+
+if TYPE_CHECKING:  # the reports' types only: `vigil worker` loads this module, and none of them
+    from vigil.core.executions import Execution
+    from vigil.core.queue import QueueStats
+    from vigil.core.queuewatch import QueueWatchReport
+    from vigil.core.trigger import TickReport
+    from vigil.core.watchdog import JobFacts, JobReport
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -322,6 +325,27 @@ def record_workflow_pass(*, namespace: str, workflow: str, events: list[str], st
     else:
         with contextlib.suppress(KeyError):
             WORKFLOW_STEPS_STUCK.remove(namespace, workflow)
+
+
+# --- approval notifications (vigil.kube.approvals, vigil.kube.outbox) -------------------------
+
+APPROVAL_OUTBOX_DEPTH = Gauge(
+    "vigil_approval_outbox_workflows",
+    "Workflows whose approval tokens wait to be sent to the notifier: ready, backing off after a "
+    "failure, or being sent (no labels).",
+    registry=REGISTRY,
+)
+APPROVAL_DELIVERY_FAILURES = Counter(
+    "vigil_approval_delivery_failures_total",
+    "Deliveries to the notifier that failed and will be retried with backoff: a token not "
+    "accepted, or the workflow or key not readable (no labels).",
+    registry=REGISTRY,
+)
+APPROVAL_OUTBOX_REFUSED = Counter(
+    "vigil_approval_outbox_refused_total",
+    "Workflows refused by the full approval outbox; each is offered again on its next pass (no labels).",
+    registry=REGISTRY,
+)
 
 
 # --- the volume tier's workers (vigil.worker) -------------------------------------------------

@@ -39,7 +39,13 @@ from vigil.history.migrating import MigratingHistory
 from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
-from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approver_review
+from vigil.kube.approvals import (
+    SigningKey,
+    TokenPublisher,
+    WebhookNotifier,
+    approval_outbox,
+    approver_review,
+)
 from vigil.kube.buckets import WRITE_CONCURRENCY, bucket_cache
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.definitions import DefinitionController, definition_cache
@@ -274,7 +280,7 @@ def build_approvals(
         )
     else:
         log.info("approvals.notifier.url is empty: no approval tokens are sent; approvers use kubectl")
-    deciding = WorkflowEngine(workflows, clock=clock, events=EventRecorder(api, instance=me))
+    deciding = WorkflowEngine(workflows, clock=clock, events=EventRecorder(api, instance=me, clock=clock))
 
     def submit(namespace: str, name: str, record: Record) -> list[Record]:
         added = deciding.submit(namespace, name, record)
@@ -316,6 +322,25 @@ def _after_workflow_pass(publisher: TokenPublisher | None) -> Callable[[Pass], N
     return after
 
 
+def start_approval_senders(publisher: TokenPublisher, settings: Settings, stop: threading.Event) -> None:
+    """The approval outbox's sender threads, and the key's rotation check every keyRefreshSeconds,
+    until ``stop``: on every replica, since the HTTP callback on a standby offers too."""
+    approvals = settings.approvals
+    outbox = approval_outbox(
+        publisher,
+        retry_seconds=approvals.notifier.retry_seconds,
+        max_retry_seconds=max(approvals.notifier.retry_seconds, approvals.recheck_seconds),
+        on_depth=metrics.APPROVAL_OUTBOX_DEPTH.set,
+        on_failed=metrics.APPROVAL_DELIVERY_FAILURES.inc,
+        on_refused=metrics.APPROVAL_OUTBOX_REFUSED.inc,
+    )
+    threading.Thread(target=outbox.run, args=(stop,), name="approval-senders", daemon=True).start()
+    threading.Thread(
+        target=every, args=(stop, approvals.key_refresh_seconds, "approval key check", publisher.notice_rotation),
+        name="approval-key", daemon=True,
+    ).start()  # fmt: skip
+
+
 def _lost() -> None:
     log.error("leadership lost: exiting so that no stale leader acts")
     logging.shutdown()
@@ -328,6 +353,7 @@ def _campaign(
     *,
     lease_name: str,
     me: str,
+    clock: Clock,
     approvals: ApprovalCallback | None = None,
 ) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
     """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
@@ -337,6 +363,7 @@ def _campaign(
         lease,
         on_lost=_lost,
         on_transition=lambda holder: metrics.LEADER_TRANSITIONS.inc(),
+        clock=clock,
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
@@ -396,6 +423,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         lease_duration=lease.lease_duration,
         renew_period=lease.renew_period,
         on_lost=_lost,
+        clock=clock,
         reachable=lambda: pgconnect.answers(dsn),
     )
 
@@ -450,15 +478,19 @@ def run(settings: Settings) -> int:
     clock = SystemClock()
     publisher: TokenPublisher | None = None
     callback: ApprovalCallback | None = None
+    sending = threading.Event()  # the approval senders' stop
     if settings.approvals.enabled:
         publisher, callback = build_approvals(api, settings, clock=clock, me=me)
+        if publisher is not None:
+            start_approval_senders(publisher, settings, sending)
     elector, executions, history = _campaign(
-        api, settings, lease_name=settings.leader_election.lease_name, me=me, approvals=callback
+        api, settings, lease_name=settings.leader_election.lease_name, me=me, clock=clock, approvals=callback
     )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
     shards = start_trigger_shards(settings, lease, me=me)
     if not wait_until_leader(elector, stopping):
         log.info("%s stopping (SIGTERM) as a standby", me)
+        sending.set()
         if shards is not None:
             shards.release()
         elector.release()
@@ -469,7 +501,7 @@ def run(settings: Settings) -> int:
     store = bucket_store(api, settings, cache=buckets)
     jobs = job_cache(api)
     catalogue = KubeCatalogue(api, cache=jobs, queue_enabled=bool(settings.queue.dsn))
-    events = EventRecorder(api, instance=me, background=True)
+    events = EventRecorder(api, instance=me, clock=clock, background=True)
     caches = ExecutionCaches.build(api, executions)
     dispatcher = Dispatcher(
         api,
@@ -584,6 +616,7 @@ def run(settings: Settings) -> int:
             pass  # the threads act; this one only waits to be told to stop
         log.info("%s stopping (SIGTERM): handing over", me)
     finally:
+        sending.set()
         if shards is not None:
             shards.release()
         _hand_over(stop, started, elector, flush=writer.flush, wake=dispatcher.notify)
@@ -710,13 +743,13 @@ def run_watchdog(settings: Settings) -> int:
     me = identity()
     api = api_client(lease_config(settings, lease_name=settings.watchdog.lease_name, me=me))
     clock = SystemClock()
-    elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me)
+    elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me, clock=clock)
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
     if not wait_until_leader(elector, stopping):
         elector.release()
         return 0
     store = bucket_store(api, settings)
-    events = EventRecorder(api, instance=me, background=True)
+    events = EventRecorder(api, instance=me, clock=clock, background=True)
     watchdog = build_watchdog(
         api, settings, executions=executions, events=events, clock=clock, store=store, gauges=metrics.WatchdogGauges
     )

@@ -153,14 +153,15 @@ class Notifier(_Section):
         5.0,
         gt=0,
         le=60,
-        description="Seconds one POST may take (connect and answer): a slow bridge holds one "
-        "workflow worker at most this long.",
+        description="Seconds one POST may take (connect and answer): a slow bridge holds one of the "
+        "approval outbox's two sender threads at most this long, never a workflow pass.",
     )
     retry_seconds: float = Field(
         30.0,
         gt=0,
-        description="Seconds before a failed delivery is tried again (the same token: the bridge can "
-        "drop a repeat by its id).",
+        description="Seconds before a failed delivery is first tried again (the same token: the bridge "
+        "can drop a repeat by its id); each failure in a row doubles it, up to recheckSeconds, each "
+        "stretched by up to a fifth at random so that deliveries failing together spread out.",
     )
 
 

@@ -4,7 +4,7 @@ Each request the operator makes answers what the generated client answers, as JS
 created (a second create is a 409), listed by selector (paged, and followed by a watch through
 the pod cache), and deleted (a missing one is a 404); a Secret is created, read and replaced
 conditionally (a stale resourceVersion is a 409); a ConfigMap is read; an Event is posted and is
-then what `kubectl get events` shows.
+then what `kubectl get events` shows, stamped with the recorder's injected clock.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import logging
 import threading
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -29,6 +30,14 @@ from vigil.kube.informer import Informer
 pytestmark = pytest.mark.integration
 
 LABEL = "vigil.dev/coreapi-test"
+
+
+class FixedClock:
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
 
 
 def pod(name: str, tag: str) -> dict[str, Any]:
@@ -133,9 +142,12 @@ def test_an_event_is_posted_about_the_object_it_names(cluster: KubeCluster, name
     )
     obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "subject", "namespace": namespace,
                                                                   "uid": subject.metadata.uid}}  # fmt: skip
-    EventRecorder(cluster.api, instance="test").emit(obj, type_=WARNING, reason="InvalidSpec", message="m" * 2000)
+    at = datetime(2026, 12, 1, 8, 30, 0, 123456, tzinfo=UTC)  # the injected clock's, not the host's
+    recorder = EventRecorder(cluster.api, instance="test", clock=FixedClock(at))
+    recorder.emit(obj, type_=WARNING, reason="InvalidSpec", message="m" * 2000)
     events = cluster.core.list_namespaced_event(namespace).items
     assert [(e.reason, e.type, e.involved_object.uid, len(e.message)) for e in events] == [
         ("InvalidSpec", WARNING, subject.metadata.uid, 1024)
     ]
-    assert events[0].event_time is not None and events[0].first_timestamp is not None
+    assert (events[0].event_time, events[0].first_timestamp, events[0].last_timestamp) == (at, at.replace(microsecond=0),
+                                                                                         at.replace(microsecond=0))

@@ -1,9 +1,12 @@
-"""The elector's renew deadline, on an injected monotonic clock.
+"""The elector's renew deadline and a held Lease's expiry, on injected clocks.
 
 Covers: a leader whose renewal hangs (a half-open connection) stops at the renew deadline while
 the call is still hanging, before a standby could take the Lease, and a write that comes back
 late claims nothing; a renewal's timeout ends at the deadline; a slow renewal counts from when it was sent, not answered; a leader that
-steps down is never told it lost; and the time bounds derived from the default settings.
+steps down is never told it lost; a standby takes a Lease whose holder stopped renewing only
+once it has not changed for the lease duration on the standby's monotonic clock, and writes the
+injected wall clock's time as acquireTime and renewTime (a renewal moves renewTime only); and the
+time bounds derived from the default settings.
 
 The Lease endpoints are an in-memory stand-in (conditional replace by resourceVersion, 404, 409)
 because what is tested is timing a real API server cannot hold still;
@@ -16,6 +19,7 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -57,6 +61,7 @@ class StandInLeases:
         self._holding = False
         self._passes = 0
         self.waiting = 0  # writes blocked at the gate now
+        self.reads = 0
         self.timeouts: list[float] = []  # the _request_timeout of every write, in order
 
     def hold(self) -> None:
@@ -92,8 +97,21 @@ class StandInLeases:
 
     def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> client.V1Lease:
         with self._gate:
+            self.reads += 1
             if self._lease is None:
                 raise ApiException(status=404, reason="Not Found")
+            return copy.deepcopy(self._lease)
+
+    def held_by(self, holder: str) -> None:
+        """A Lease another replica holds (and, from now on, no longer renews)."""
+        with self._gate:
+            spec = client.V1LeaseSpec(holder_identity=holder, lease_duration_seconds=3, lease_transitions=4)
+            self._store(client.V1Lease(metadata=client.V1ObjectMeta(name=LEASE.name, namespace=LEASE.namespace), spec=spec))
+
+    @property
+    def lease(self) -> client.V1Lease:
+        with self._gate:
+            assert self._lease is not None
             return copy.deepcopy(self._lease)
 
     def create_namespaced_lease(self, namespace: str, body: client.V1Lease, **kwargs: Any) -> client.V1Lease:
@@ -136,7 +154,7 @@ def leases() -> Iterator[StandInLeases]:
 
 
 def leader(leases: StandInLeases, clock: FakeClock, lost: Lost) -> LeaderElector:
-    elector = LeaderElector(leases, LEASE, on_lost=lost, clock=clock)
+    elector = LeaderElector(leases, LEASE, on_lost=lost, monotonic=clock)
     elector.start()
     assert elector.wait_until_leader(ACT_TIMEOUT)
     return elector
@@ -204,3 +222,45 @@ def test_the_defaults_give_a_ten_second_deadline_and_shorter_requests() -> None:
 def test_a_renew_period_that_does_not_fit_the_deadline_is_refused() -> None:
     with pytest.raises(ValueError, match="renew deadline"):
         LeaseConfig(namespace="ops", name="leader", identity="me", lease_duration=3.0, renew_period=2.0)
+
+
+class WallClock:
+    """A wall clock the test moves."""
+
+    def __init__(self) -> None:
+        self.at = datetime(2026, 12, 6, 4, 0, 0, 250000, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.at
+
+
+def test_a_standby_takes_a_lease_unrenewed_for_its_duration_and_stamps_it_with_its_wall_clock(
+    leases: StandInLeases, clock: FakeClock
+) -> None:
+    wall, lost = WallClock(), Lost()
+    leases.held_by("other")
+    standby = LeaderElector(leases, LEASE, on_lost=lost, clock=wall, monotonic=clock)
+    standby.start()
+    try:
+        wait_for(lambda: leases.reads >= 2, timeout=ACT_TIMEOUT, interval=0.02, what="the standby to look")
+        clock.advance(LEASE.lease_duration)  # not changed for exactly the duration: not yet expired
+        seen = leases.reads
+        wait_for(lambda: leases.reads >= seen + 2, timeout=ACT_TIMEOUT, interval=0.02, what="two more looks")
+        assert not standby.is_leader and leases.lease.spec.holder_identity == "other"
+
+        clock.advance(0.01)
+        assert standby.wait_until_leader(ACT_TIMEOUT), "the expired Lease was not taken"
+        taken = leases.lease.spec
+        assert (taken.holder_identity, taken.lease_transitions) == ("me", 5)
+        assert taken.acquire_time == taken.renew_time == wall.at
+
+        version = leases.lease.metadata.resource_version
+        wall.at += timedelta(seconds=7)
+        clock.advance(LEASE.renew_period)
+        wait_for(lambda: leases.lease.metadata.resource_version != version, timeout=ACT_TIMEOUT, interval=0.02,
+                 what="a renewal")  # fmt: skip
+        renewed = leases.lease.spec
+        assert (renewed.acquire_time, renewed.renew_time) == (taken.acquire_time, wall.at)
+    finally:
+        standby.stop()
+    assert not lost.event.is_set()

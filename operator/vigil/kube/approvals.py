@@ -29,15 +29,20 @@ approver of the step (:mod:`vigil.core.approvaltokens`) and POSTs each, as JSON
 with its approve and reject links, to ``approvals.notifier.url``
 (:class:`WebhookNotifier`). A token is sent once per process: the publisher
 remembers what it delivered, and a token that did not change (an approver kept
-across an escalation, a recheck) is not sent again. A failed delivery is tried
-again after ``notifier.retrySeconds``. A new leader sends the tokens of waiting
+across an escalation, a recheck) is not sent again. The sending happens off the
+engine: a pass only offers the workflow to a bounded outbox
+(:mod:`vigil.kube.outbox`), whose own sender threads read it, mint and POST, so
+a notifier that takes its whole timeout holds a sender, never a pass. A failed
+delivery is tried again after ``notifier.retrySeconds``, then after twice that,
+and so on up to ``recheckSeconds`` (each with up to a fifth more, at random); a
+full outbox refuses a new workflow, which its next pass offers again. A new leader sends the tokens of waiting
 steps again; each notification carries an ``id`` (a digest of the token) by
-which the bridge can drop a repeat. The publisher is level-triggered: it reads
-the Workflow and sends for every approval step that waits *now*, on the first
-pass this process sees of it, when a pass recorded an approval start or
+which the bridge can drop a repeat. The publisher is level-triggered: a sender reads
+the Workflow and sends for every approval step that waits *now*; it is offered on
+the first pass this process sees of it, when a pass recorded an approval start or
 escalation, when a token's lifetime ends, after a key rotation, and otherwise
 every ``approvals.recheckSeconds``. The HTTP callback's own decisions may start
-the next approval step: :meth:`TokenPublisher.after_submit` sends those at once.
+the next approval step: :meth:`TokenPublisher.after_submit` offers those at once.
 
 The verb. A token proves who it was sent to; whether that approver may decide
 is the API server's to say, as for a ``kubectl vigil approve``:
@@ -87,6 +92,7 @@ from vigil.core.workflow import (
 )
 from vigil.kube.conflicts import retry_on_conflict
 from vigil.kube.coreapi import CoreApi
+from vigil.kube.outbox import Outbox
 from vigil.kube.workflows import Pass
 from vigil.model import GROUP
 from vigil.model.names import (
@@ -378,7 +384,14 @@ def approver_review(namespace: str, workflow: str, approver: str) -> tuple[User,
 
 
 class TokenPublisher:
-    """Sends a token to the notifier for every approver of every waiting step (the leader's half)."""
+    """Sends a token to the notifier for every approver of every waiting step (the leader's half).
+
+    The engine's passes and the HTTP callback only *offer* a workflow (:meth:`on_pass`,
+    :meth:`after_submit`: no read, no key, no network); the outbox's sender threads read it,
+    mint and POST (:meth:`deliver`), and retry a failed delivery with backoff
+    (:mod:`vigil.kube.outbox`). Without an outbox (``outbox=None``: a tool or a test calling
+    :meth:`refresh` itself) nothing is offered.
+    """
 
     def __init__(
         self,
@@ -402,64 +415,80 @@ class TokenPublisher:
         self._retry = retry
         self._lock = threading.Lock()
         #: Per workflow checked by this process: when to check it again (a token's lifetime
-        #: ends, a delivery failed, or `recheck` passed). A workflow missing here is checked
-        #: on its next pass.
+        #: ends, or `recheck` passed). A workflow missing here is checked on its next pass.
         self._check_at: dict[tuple[str, str], datetime] = {}
         #: Per workflow: the ids of the notifications delivered for its current tokens.
         self._sent: dict[tuple[str, str], frozenset[str]] = {}
         self._fingerprint: str | None = None
+        self._outbox: Outbox[tuple[str, str]] | None = None
 
-    # --- hooks --------------------------------------------------------------------------------
+    def sending_with(self, outbox: Outbox[tuple[str, str]]) -> None:
+        """Deliver through ``outbox`` (whose deliveries call :meth:`deliver`)."""
+        self._outbox = outbox
+
+    # --- hooks (the engine's and the callback's threads: they only offer) ----------------------
 
     def on_pass(self, done: Pass) -> None:
-        """The engine's after-pass hook: send when the pass (or anything before it) calls for it."""
+        """The engine's after-pass hook: offer the workflow when the pass (or anything before it)
+        calls for a check. Reads nothing and sends nothing: a slow notifier holds no pass."""
         key = (done.namespace, done.name)
-        try:
-            if done.phase in TERMINAL_WORKFLOW_PHASES:
-                self._forget(key)
-                return
-            self._notice_rotation()
-            with self._lock:
-                check_at = self._check_at.get(key)
-            due = check_at is None or self._clock.now() >= check_at
-            if due or starts_waiting(done.records):
-                self.refresh(*key)
-        except KeyUnavailable as error:
+        if done.phase in TERMINAL_WORKFLOW_PHASES:
             self._forget(key)
-            log.warning("workflow %s/%s: approval tokens not sent: %s", *key, error)
-        except Exception:
-            self._forget(key)  # checked again on its next pass
-            log.exception("workflow %s/%s: approval tokens not sent; retrying next pass", *key)
+            return
+        with self._lock:
+            check_at = self._check_at.get(key)
+        if check_at is None or self._clock.now() >= check_at or starts_waiting(done.records):
+            self._offer(key)
 
     def after_submit(self, namespace: str, name: str, records: Sequence[Record]) -> None:
-        """After the HTTP callback recorded a decision: send for approval steps it started."""
+        """After the HTTP callback recorded a decision: offer the workflow when it started an
+        approval step (delivered at once by a sender, not in the callback's request)."""
         if starts_waiting(records):
-            try:
-                self.refresh(namespace, name)
-            except Exception:
-                self._forget((namespace, name))
-                log.exception("workflow %s/%s: approval tokens not sent", namespace, name)
+            self._offer((namespace, name))
 
-    # --- sending ------------------------------------------------------------------------------
+    def _offer(self, key: tuple[str, str]) -> None:
+        if self._outbox is None:
+            return
+        if not self._outbox.offer(key):
+            self._forget(key)  # refused (the outbox is full): due again on the workflow's next pass
+
+    # --- sending (the outbox's sender threads) ------------------------------------------------
+
+    def deliver(self, key: tuple[str, str]) -> bool:
+        """One delivery of the outbox's: send what ``key``'s waiting steps have not had yet.
+        False (retried with backoff) when a notification was not accepted; an error reading
+        the workflow or the key propagates (retried the same way)."""
+        self.notice_rotation()
+        return self._refresh(*key)[1]
 
     def refresh(self, namespace: str, name: str) -> list[str]:
         """Read the workflow and send the tokens not yet delivered; the ids of those sent now."""
+        return self._refresh(namespace, name)[0]
+
+    def _refresh(self, namespace: str, name: str) -> tuple[list[str], bool]:
         obj = self._find(namespace, name)
         if obj is None:
             self._forget((namespace, name))
-            return []
-        sent, wake = self.send_tokens(obj)
+            return [], True
+        sent, wake, complete = self.deliveries(obj)
         with self._lock:
             self._check_at[(namespace, name)] = wake
-        return sent
+        return sent, complete
 
     def send_tokens(self, workflow: Mapping[str, Any]) -> tuple[list[str], datetime]:
         """Send a token for every approver of every approval step of ``workflow`` that waits now
-        and has not had it yet. Returns the ids sent, and when to check the workflow again."""
+        and has not had it yet. Returns the ids sent, and when to check the workflow again (after
+        ``retry`` when one was not accepted)."""
+        sent, wake, complete = self.deliveries(workflow)
+        return sent, wake if complete else min(wake, self._clock.now() + self._retry)
+
+    def deliveries(self, workflow: Mapping[str, Any]) -> tuple[list[str], datetime, bool]:
+        """:meth:`send_tokens`'s work: the ids sent, when the workflow next needs a check
+        unprompted (recheck, or a token's lifetime ending), and whether every token was accepted."""
         meta, status = workflow["metadata"], workflow.get("status") or {}
         now = self._clock.now()
         if not status.get("definition"):
-            return [], now + self._recheck
+            return [], now + self._recheck, True
         definition = definition_of(status["definition"], uid=meta["uid"])
         checkpoint = Checkpoint.from_data(status.get("checkpoint"))
         state = resume(definition, checkpoint, records_from_data(status.get("history") or []))
@@ -489,9 +518,8 @@ class TokenPublisher:
                          *key, bound.approver, approval.step)  # fmt: skip
         with self._lock:
             self._sent[key] = frozenset(current)
-        wakes = [now + (self._retry if failed else self._recheck)]
-        wakes += [a.expires for a in waiting if a.renews]
-        return sent, min(wakes)
+        wakes = [now + self._recheck, *(a.expires for a in waiting if a.renews)]
+        return sent, min(wakes), not failed
 
     def _notification(
         self, meta: Mapping[str, Any], approval: WaitingApproval, bound: BoundApprover
@@ -516,12 +544,52 @@ class TokenPublisher:
             self._check_at.pop(key, None)
             self._sent.pop(key, None)
 
-    def _notice_rotation(self) -> None:
-        """A new key signs new tokens: check every workflow again (the old ones still verify
-        during the overlap)."""
+    def notice_rotation(self) -> None:
+        """A new key signs new tokens: check every workflow again on its next pass (the old
+        tokens still verify during the overlap). Reads the key Secret when the cached copy is
+        older than ``keyRefreshSeconds``: the runtime calls it that often on a thread of its own,
+        and each delivery calls it, never a pass."""
         fingerprint = self._key.fingerprint()
         with self._lock:
             if self._fingerprint is not None and fingerprint != self._fingerprint:
                 log.info("approval key rotated: sending new tokens for waiting approval steps")
                 self._check_at.clear()
             self._fingerprint = fingerprint
+
+
+# --- the outbox -----------------------------------------------------------------------------
+
+#: Sender threads of the approval outbox: each holds one POST for up to
+#: ``notifier.timeoutSeconds``. Two keep tokens flowing while one waits on a slow answer; more
+#: would only open more connections to a notifier that is slow already.
+SENDERS = 2
+#: Workflows that may wait in the outbox (ready, backing off, or being sent): far above the
+#: approval steps a cluster has waiting at once, and a set of names, so a few hundred KiB at most.
+#: Past it a new workflow is refused and offered again on its next pass (nothing is lost).
+OUTBOX_CAPACITY = 10_000
+
+
+def approval_outbox(
+    publisher: TokenPublisher,
+    *,
+    retry_seconds: float,
+    max_retry_seconds: float,
+    on_depth: Callable[[int], None] = lambda depth: None,
+    on_failed: Callable[[], None] = lambda: None,
+    on_refused: Callable[[], None] = lambda: None,
+) -> Outbox[tuple[str, str]]:
+    """The outbox that sends ``publisher``'s tokens, wired to it: failed deliveries retried after
+    ``retry_seconds``, doubling up to ``max_retry_seconds``. Its senders run in :meth:`Outbox.run`."""
+    outbox: Outbox[tuple[str, str]] = Outbox(
+        "approval-notifier",
+        publisher.deliver,
+        senders=SENDERS,
+        capacity=OUTBOX_CAPACITY,
+        first_retry=retry_seconds,
+        max_retry=max_retry_seconds,
+        on_depth=on_depth,
+        on_failed=on_failed,
+        on_refused=on_refused,
+    )
+    publisher.sending_with(outbox)
+    return outbox

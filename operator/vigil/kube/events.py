@@ -2,7 +2,8 @@
 
 The leader's recorder posts from a background thread: an Event is best effort
 and never holds up firing or dispatching. When its queue is full (the API server
-slow for long), the newest Events are dropped and counted in the log.
+slow for long), the newest Events are dropped and counted in the log. Events are
+stamped by the injected clock (the composition root's), not by reading the time.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ import queue
 import threading
 import uuid
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client
 
+from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339
+from vigil.kube.clocks import SYSTEM_CLOCK
 from vigil.kube.coreapi import CoreApi
 
 log = logging.getLogger(__name__)
@@ -30,9 +32,12 @@ QUEUED_EVENTS = 10_000  # waiting to be posted, when posted in the background
 
 
 class EventRecorder:
-    def __init__(self, api: client.ApiClient, *, instance: str, background: bool = False) -> None:
+    def __init__(
+        self, api: client.ApiClient, *, instance: str, clock: Clock = SYSTEM_CLOCK, background: bool = False
+    ) -> None:
         self._core = CoreApi(api)
         self._instance = instance
+        self._clock = clock  # stamps each Event (firstTimestamp, lastTimestamp, eventTime)
         self._queue: queue.Queue[tuple[str, dict[str, Any]]] | None = None
         self._dropped = 0
         if background:
@@ -62,7 +67,7 @@ class EventRecorder:
         self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str
     ) -> tuple[str, dict[str, Any]]:
         meta = obj["metadata"]
-        now = datetime.now(UTC)
+        now = self._clock.now()
         stamp = format_rfc3339(now)
         body = {
             "apiVersion": "v1",

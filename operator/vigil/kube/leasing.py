@@ -46,6 +46,9 @@ from typing import Any, Protocol
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from vigil.core.ports import Clock
+from vigil.kube.clocks import SYSTEM_CLOCK
+
 log = logging.getLogger(__name__)
 
 
@@ -113,19 +116,24 @@ class LeaderElector:
         *,
         on_lost: Callable[[], None],
         on_transition: Callable[[str], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self._api = leases
         self._config = config
         self._on_lost = on_lost
         self._on_transition = on_transition or (lambda holder: None)
+        #: The wall clock: only the times written into the Lease (acquireTime, renewTime), which
+        #: other processes display; nothing here decides by them.
         self._clock = clock
+        #: Every decision's clock: expiry, renew deadline, when to renew.
+        self._monotonic = monotonic
         self._lock = threading.Lock()  # leading, stopped and the last renewal change together
         self._leading = threading.Event()
         self._stopped = threading.Event()
-        self._last_renew = 0.0  # clock() when our last successful write was sent
+        self._last_renew = 0.0  # monotonic() when our last successful write was sent
         self._mine: Any = None  # the Lease as our last write left it: the next renewal replaces it
-        self._observed: tuple[str, float] | None = None  # (resourceVersion, clock() first seen)
+        self._observed: tuple[str, float] | None = None  # (resourceVersion, monotonic() first seen)
         self._holder: str | None = None
         self._threads = [
             threading.Thread(target=self._run, name="leader-election", daemon=True),
@@ -136,7 +144,7 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """Leading, and renewed within the deadline: false from the deadline on, even before the
         deadline thread has noticed."""
-        return self._leading.is_set() and self._clock() - self._last_renew <= self._config.renew_deadline
+        return self._leading.is_set() and self._monotonic() - self._last_renew <= self._config.renew_deadline
 
     @property
     def holder(self) -> str | None:
@@ -177,7 +185,7 @@ class LeaderElector:
 
     def check_deadline(self) -> None:
         """Lose the lease if this leader has not renewed within the deadline."""
-        silent = self._clock() - self._last_renew
+        silent = self._monotonic() - self._last_renew
         if self._leading.is_set() and silent > self._config.renew_deadline:
             self._lose(f"no renewal for {silent:.1f}s (renew deadline {self._config.renew_deadline:g}s)")
 
@@ -188,14 +196,14 @@ class LeaderElector:
     def _run(self) -> None:
         cfg = self._config
         while not self._stopped.is_set():
-            started = self._clock()
+            started = self._monotonic()
             renewed = self._attempt()
             if not self.is_leader:
                 wait = cfg.renew_period / 2
             elif renewed:  # the next renewal is due a period after this one was sent
-                wait = self._last_renew + cfg.renew_period - self._clock()
+                wait = self._last_renew + cfg.renew_period - self._monotonic()
             else:  # a quarter period after the failed attempt began: at once if it timed out
-                wait = started + cfg.renew_period / 4 - self._clock()
+                wait = started + cfg.renew_period / 4 - self._monotonic()
             self._stopped.wait(max(0.0, wait))
         self._leading.clear()  # a write racing stop() may have set it again
 
@@ -204,7 +212,7 @@ class LeaderElector:
         operator's request timeout."""
         if not self._leading.is_set():
             return self._config.request_timeout
-        left = self._last_renew + self._config.renew_deadline - self._clock()
+        left = self._last_renew + self._config.renew_deadline - self._monotonic()
         return max(MIN_ATTEMPT_SECONDS, left)
 
     def _attempt(self) -> bool:
@@ -253,18 +261,18 @@ class LeaderElector:
     def _expired(self, version: str, duration: float) -> bool:
         observed = self._observed
         if observed is None or observed[0] != version:
-            self._observed = (version, self._clock())
+            self._observed = (version, self._monotonic())
             return False
-        return self._clock() - observed[1] > duration
+        return self._monotonic() - observed[1] > duration
 
     def _create(self) -> bool:
         cfg = self._config
-        now = datetime.now(UTC)
+        now = self._clock.now()
         body = client.V1Lease(
             metadata=client.V1ObjectMeta(name=cfg.name, namespace=cfg.namespace),
             spec=self._spec(now, now, transitions=0),
         )
-        sent = self._clock()
+        sent = self._monotonic()
         try:
             created = self._api.create_namespaced_lease(cfg.namespace, body, _request_timeout=self._timeout())
         except ApiException as err:
@@ -287,8 +295,8 @@ class LeaderElector:
         """Replace `lease` with our claim, conditional on its resourceVersion; whether it took."""
         transitions = (lease.spec.lease_transitions or 0) + (1 if transition else 0)
         # replace carries metadata.resourceVersion: the write is conditional on what we last saw
-        lease.spec = self._spec(datetime.now(UTC), acquired, transitions=transitions)
-        sent = self._clock()
+        lease.spec = self._spec(self._clock.now(), acquired, transitions=transitions)
+        sent = self._monotonic()
         try:
             written = self._api.replace_namespaced_lease(
                 lease.metadata.name, lease.metadata.namespace, lease, _request_timeout=self._timeout()

@@ -42,7 +42,9 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from vigil.core.ports import Clock
 from vigil.core.shards import assigned_shards
+from vigil.kube.clocks import SYSTEM_CLOCK
 from vigil.kube.leasing import LeaderElector, LeaseApi, LeaseConfig
 
 log = logging.getLogger(__name__)
@@ -82,7 +84,8 @@ class ShardLeases:
         lease_duration: float = 15.0,
         renew_period: float = 5.0,
         on_lost: Callable[[], None] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = SYSTEM_CLOCK,
+        monotonic: Callable[[], float] = time.monotonic,
         reachable: Callable[[], bool] = lambda: True,
     ) -> None:
         if shards < 1:
@@ -93,7 +96,8 @@ class ShardLeases:
         self._shards = shards
         self._on_acquired = on_acquired
         self._on_lost = on_lost or (lambda: None)
-        self._clock = clock
+        self._clock = clock  # the times the electors write into the Leases
+        self._monotonic = monotonic  # every decision's: a member alive, a Lease expired
         self._duration = lease_duration
         self._period = renew_period
         self._lock = threading.Lock()
@@ -101,7 +105,7 @@ class ShardLeases:
         self._electors: dict[int, LeaderElector] = {}
         self._lost: set[int] = set()
         self._running: dict[int, Stopper] = {}
-        self._seen: dict[str, tuple[str, float]] = {}  # member lease → (version, clock() first seen)
+        self._seen: dict[str, tuple[str, float]] = {}  # member lease → (version, monotonic() first seen)
         self._started = False
         self._reachable = reachable
         self._withdraw = threading.Event()  # asked for by a trigger thread; done by the loop
@@ -152,7 +156,12 @@ class ShardLeases:
         self._withdraw.set()
 
     def _new_member(self) -> LeaderElector:
-        return LeaderElector(self._api, self._config(member_lease_name(self._identity)), on_lost=self._member_lost)
+        return self._elector(member_lease_name(self._identity), on_lost=self._member_lost)
+
+    def _elector(self, name: str, *, on_lost: Callable[[], None]) -> LeaderElector:
+        return LeaderElector(
+            self._api, self._config(name), on_lost=on_lost, clock=self._clock, monotonic=self._monotonic
+        )
 
     def _round(self) -> None:
         """One round of the loop: withdraw when asked, rejoin once the store answers, else reconcile."""
@@ -213,7 +222,7 @@ class ShardLeases:
 
     def _live_members(self) -> set[str]:
         listed = self._api.list_namespaced_lease(self._namespace, _request_timeout=self._duration / 3)
-        now, alive = self._clock(), {self._identity}
+        now, alive = self._monotonic(), {self._identity}
         for lease in listed.items:
             name, holder = lease.metadata.name, lease.spec.holder_identity
             if not name.startswith(MEMBER_PREFIX) or not holder:
@@ -231,9 +240,7 @@ class ShardLeases:
             if shard in self._electors and shard not in self._lost:
                 return
             self._lost.discard(shard)
-            elector = LeaderElector(
-                self._api, self._config(shard_lease_name(shard)), on_lost=lambda: self._shard_lost(shard)
-            )
+            elector = self._elector(shard_lease_name(shard), on_lost=lambda: self._shard_lost(shard))
             self._electors[shard] = elector
         elector.start()
 

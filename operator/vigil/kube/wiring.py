@@ -4,18 +4,19 @@
 need the bucket store and the watchdog; built here from the same `Settings`,
 the plugin reads the buckets with the operator's shard count and judges with
 the operator's grace and suspension limits, instead of constants of its own.
-`SystemClock` is the one clock either reads.
+`SystemClock` (from `vigil.kube.clocks`) is the one clock either reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from kubernetes import client
 
 from vigil.core.ports import Clock
 from vigil.kube.buckets import KubeBucketStore
+from vigil.kube.clocks import SystemClock as SystemClock  # the roots import it from here
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.informer import Informer
@@ -26,13 +27,6 @@ from vigil.kube.watchdog import NoGauges, PassGauges, Watchdog
 from vigil.kube.watchfacts import FactGatherer
 from vigil.model.durations import parse_duration
 from vigil.settings import Settings
-
-
-class SystemClock:
-    """The only clock the operator reads; the core receives it, never `datetime.now()`."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 def bucket_store(api: client.ApiClient, settings: Settings, *, cache: Informer | None = None) -> KubeBucketStore:

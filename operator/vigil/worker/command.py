@@ -11,28 +11,27 @@ in the store), its lease, heartbeat and backoff win over --lease, --heartbeat
 and --backoff-initial, which apply only to a queue without one. SIGTERM and SIGINT stop leasing and drain: the
 in-flight executions finish (up to --drain-timeout), their results are
 acknowledged, and the process exits 0. Bad input exits 2 with one line.
+
+The loop, the queue store, the PostgreSQL driver and the metrics are imported
+once the arguments are read (`--help` and bad input load none of them).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
-from prometheus_client import start_http_server
-
-from vigil import metrics
 from vigil.core.executions import Backoff
-from vigil.queue.store import QueueStore
-from vigil.worker.running import Worker
 from vigil.worker.settings import WorkerSettings
-from vigil.worker.tasks import REGISTRY
+
+if TYPE_CHECKING:
+    from vigil.worker.running import Worker
 
 DSN_ENV = "VIGIL_QUEUE_DSN"
 EXIT_BAD_INPUT = 2
@@ -82,6 +81,9 @@ def settings_from(args: argparse.Namespace) -> WorkerSettings:
 
 
 async def serve(worker: Worker) -> int:
+    import asyncio
+    import signal
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -103,9 +105,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, ImportError) as error:
         print(f"vigil worker: {error}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    return run(args, settings)
+
+
+def run(args: argparse.Namespace, settings: WorkerSettings) -> int:
+    """Run the loop until SIGTERM (the arguments read and the task modules imported)."""
+    import asyncio
+
+    from vigil.queue.store import QueueStore
+    from vigil.worker.running import Worker
+    from vigil.worker.tasks import REGISTRY
+
     if args.migrate:
         QueueStore(args.dsn).migrate()
     if args.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        from vigil import metrics
+
         start_http_server(args.metrics_port, registry=metrics.REGISTRY)
     worker = Worker(dsn=args.dsn, queue=args.queue, registry=REGISTRY, settings=settings, clock=SystemClock())
     return asyncio.run(serve(worker))
