@@ -51,13 +51,13 @@ done
 
 echo "== waiting for the video-publish workflow to reach its approval step"
 for _ in $(seq 1 60); do
-  if [ "$($kubectl get wf video-publish -o jsonpath='{.status.steps.approve.phase}' 2>/dev/null)" = Running ]; then break; fi
+  if [ "$($kubectl get vwf video-publish -o jsonpath='{.status.steps.approve.phase}' 2>/dev/null)" = Running ]; then break; fi
   sleep 1
 done
 
 echo
-echo "\$ kubectl get sj,wf"
-$kubectl get sj,wf
+echo "\$ kubectl get sj,vwf"
+$kubectl get sj,vwf
 echo
 echo "\$ kubectl get pods -A   # the operator in vigil-system, the jobs' pods beside it"
 $kubectl get pods -A
