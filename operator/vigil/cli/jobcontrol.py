@@ -138,7 +138,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     body["metadata"]["annotations"] = {ANNOTATION_REQUEST_ID: run.request_id}
     result = CREATED if cluster.executions.create(body) else EXISTED
-    data = {"namespace": namespace, "job": args.job, "result": result, **dataclasses.asdict(run)}
+    data = {
+        "namespace": namespace, "job": args.job, "result": result, "requestId": run.request_id,
+        "executionId": run.execution_id, "scheduledFor": run.scheduled_for,
+        "periodStart": run.period_start, "periodEnd": run.period_end,
+    }  # fmt: skip
     text = (
         f"execution {run.execution_id} {result} (request {run.request_id}, period "
         f"{format_rfc3339(run.period_start)} to {format_rfc3339(run.period_end)}); "
