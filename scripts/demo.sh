@@ -52,7 +52,9 @@ done
 
 echo "== waiting for the video-publish workflow to reach its approval step"
 for _ in $(seq 1 60); do
-  if [ "$($kubectl get vwf video-publish -o jsonpath='{.status.steps.approve.phase}' 2>/dev/null)" = Running ]; then break; fi
+  case "$($kubectl get vwf video-publish -o jsonpath='{.status.steps.approve.phase}' 2>/dev/null)" in
+    Running|Succeeded) break ;;  # Succeeded: approved after an earlier run of the demo
+  esac
   sleep 1
 done
 
