@@ -3,7 +3,7 @@
 The alerts come from `helm/vigil/files/alerts.yaml` (the rule file the
 PrometheusRule is rendered from) and the CRDs from `helm/vigil/files/crds/`.
 The README's Alerts row, the chart README's alert list and count, and
-docs/alerts.md's count and runbook table must name exactly those alerts; the
+docs/alerts.md's count must match exactly those alerts; the
 chart README's opening must name exactly those CRD kinds. No short name may be
 one another well-known project registers for its own CRDs (Argo Workflows'
 `wf`, Tekton's, Flux's, Kueue's), and the docs use none of the retired ones.
@@ -61,11 +61,10 @@ def test_the_chart_readme_lists_and_counts_every_shipped_alert() -> None:
     assert counts == [NUMBERS[len(shipped_alerts())]]
 
 
-def test_the_alerts_page_counts_every_shipped_alert_and_has_its_runbook() -> None:
+def test_the_alerts_page_counts_every_shipped_alert() -> None:
+    """(Its runbook sections, one per alert, are test_alerts.py's.)"""
     text = (ROOT / "docs" / "alerts.md").read_text()
     assert f"Vigil ships {NUMBERS[len(shipped_alerts())]} Prometheus alerts" in text
-    for alert in shipped_alerts():
-        assert re.search(rf"^#+ .*\b{alert}\b", text, re.M), f"docs/alerts.md has no runbook section for {alert}"
 
 
 def test_the_chart_readme_names_every_shipped_crd() -> None:

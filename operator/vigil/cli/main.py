@@ -25,7 +25,7 @@
     kubectl vigil timeline WF [--events]  a workflow's steps (or its whole history); a deleted
                                           one's from the history database (VIGIL_API_URL)
     kubectl vigil queue stats [NAME]      TaskQueues' statuses, and per priority and tenant
-    kubectl vigil queue jobs|dead-letters NAME [--limit N] [--continue TOKEN] [-o json]
+    kubectl vigil queue jobs|dead-letters NAME [--limit N] [--continue TOKEN] [-o json|yaml]
                                           a TaskQueue's jobs or dead executions, a page at a time
     kubectl vigil queue retry NAME EXECUTION...|--all-dead
                                           run a TaskQueue's dead executions again (the queue
