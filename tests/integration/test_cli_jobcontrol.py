@@ -3,7 +3,9 @@
 No operator runs: what is checked is what the verbs write. `run` creates one
 Execution marked `source: Manual` with the request id annotated; the same
 request again creates nothing and names the same execution; another request
-is another execution. `suspend` writes `suspendedBy` as the API server names
+is another execution. When the operator records the end of its attempt
+(`JobResults`, as the execution controller calls it), the job's ledger shows it as
+Manual with its request id, and `occurrences` prints it. `suspend` writes `suspendedBy` as the API server names
 the caller (a SelfSubjectReview asked here independently) and refuses a second
 suspension with exit 2; `resume` clears all three fields. `--kubeconfig` and
 `--context` choose the cluster and the default namespace: a kubeconfig whose
@@ -13,6 +15,7 @@ current context points nowhere still works with `--context` naming a good one.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
@@ -22,7 +25,12 @@ from tests.integration.jobs import create_job, get_job
 from tests.integration.test_cli import NEVER_SOON, kubectl_plugin
 from tests.integration.test_cli_workflows import whoami
 from vigil.cli.main import EXIT_BAD_INPUT
-from vigil.core.ids import manual_execution_id
+from vigil.core.executions import AttemptOutcome, AttemptResult, RetryPolicy, finish, start
+from vigil.core.ids import manual_execution_id, pod_name
+from vigil.core.memory import FakeClock
+from vigil.kube.events import EventRecorder
+from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.results import JobResults
 from vigil.model.names import ANNOTATION_REQUEST_ID, LABEL_JOB_UID
 
 
@@ -87,3 +95,26 @@ def test_kubeconfig_and_context_choose_the_cluster_and_namespace(
     assert chosen.returncode == 0, chosen.stderr
     assert json.loads(chosen.stdout) == {"occurrences": []}
     assert current.returncode != 0 and "127.0.0.1" in current.stderr
+
+
+def test_a_manual_run_enters_the_ledger_when_its_attempt_ends(cluster: KubeCluster, namespace: str) -> None:
+    create_job(cluster, namespace, "nightly", cron=NEVER_SOON, timezone="UTC")
+    ran = kubectl_plugin(cluster, "run", "nightly", "--request-id", "inc-4711", "-n", namespace, "-o", "json")
+    assert ran.returncode == 0, ran.stderr
+    name = json.loads(ran.stdout)["executionId"]
+    obj = cluster.custom.get_namespaced_custom_object("vigil.dev", "v1alpha1", namespace, "executions", name)
+    now = datetime.now(UTC).replace(microsecond=0)
+    running = start(execution_from_object(obj), pod=pod_name(name, 1), now=now)
+    result = AttemptResult(attempt=1, outcome=AttemptOutcome.SUCCEEDED, reason="Completed", started_at=now)
+    succeeded = finish(running, result, policy=RetryPolicy(max_attempts=1), now=now + timedelta(seconds=2))
+    results = JobResults(
+        cluster.api, store=ExecutionStore(cluster.api), events=EventRecorder(cluster.api, instance="test"),
+        clock=FakeClock(now + timedelta(seconds=2)),
+    )  # fmt: skip
+
+    results.record(obj, succeeded)
+
+    listed = kubectl_plugin(cluster, "occurrences", "nightly", "-n", namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    (entry,) = json.loads(listed.stdout)["occurrences"]
+    assert (entry["outcome"], entry["executionId"], entry["reason"]) == ("Manual", name, "run by hand, request inc-4711")
