@@ -2,7 +2,8 @@
 
 `--kubeconfig`, `--context`, `--as` and `--as-group` are accepted before any
 verb and every `Cluster` made after honours them (the server, the default
-namespace and the impersonation headers come from what they name). Every verb
+namespace and the impersonation headers come from what they name); under `--as`
+the operator's HTTP API is never sent the caller's own token. Every verb
 that prints takes `-o table|json|yaml` (`complete` excepted: its `--output` is
 the step's output), and `-o json`/`yaml` prints data that parses. `worker` is
 in `--help`. The completion scripts are generated from the parser: run in
@@ -26,6 +27,7 @@ from vigil.cli import cluster as cluster_module
 from vigil.cli.cluster import Cluster, Connection, set_connection
 from vigil.cli.completion import bash_script, walk, zsh_script
 from vigil.cli.main import EXIT_BAD_INPUT, main, parser
+from vigil.cli.operatorapi import HistoryNotShown, connect
 from vigil.cli.output import FORMATS, column_key
 
 #: Verbs that print nothing a program would read: they run a process, or print a script.
@@ -135,6 +137,15 @@ def test_as_group_without_as_is_bad_input(tmp_path: Path, capsys: pytest.Capture
 def test_a_missing_kubeconfig_is_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--kubeconfig", str(tmp_path / "absent"), "occurrences", "x"]) == EXIT_BAD_INPUT
     assert "cannot use the kubeconfig" in capsys.readouterr().err
+
+
+def test_the_operators_api_is_not_called_with_your_own_token_under_as() -> None:
+    set_connection(Connection(impersonate="alice"))
+    with pytest.raises(HistoryNotShown, match="--as reaches the API server only"):
+        connect("http://127.0.0.1:8080", environ={}, kube_token=lambda: "my-own-token")
+    assert connect("http://127.0.0.1:8080", environ={"VIGIL_API_TOKEN": "alices"}, kube_token=lambda: "mine").token == "alices"
+    set_connection(Connection())
+    assert connect("http://127.0.0.1:8080", environ={}, kube_token=lambda: "my-own-token").token == "my-own-token"
 
 
 def test_column_keys() -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from vigil.cli.cluster import Cluster, add_namespace_options, connection
+from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import EXIT_API_FAILURE, BadInput, Refused
 from vigil.cli.operatorapi import MESSAGE_MAX, HistoryNotShown, connect, kubeconfig_token
 from vigil.cli.output import add_output_option, emit
@@ -82,9 +82,6 @@ class Session:
     def client(self) -> Client:
         """The operator's API as the caller; HistoryNotShown when there is no address or token."""
         if self._client is None:
-            if connection().impersonate:
-                raise BadInput("--as reaches the API server only: the operator's API sees your own token "
-                               "(set VIGIL_API_TOKEN to a token of the identity to act as)")  # fmt: skip
             api = connect(
                 self._args.api_url, environ=os.environ,
                 kube_token=lambda: kubeconfig_token(self.cluster.api.configuration),
