@@ -66,17 +66,7 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from vigil.cli import (
-    backfill,
-    completion,
-    executions,
-    interventions,
-    jobcontrol,
-    queues,
-    timeline,
-    watch,
-    workflows,
-)
+from vigil.cli import backfill, executions, interventions, queues, timeline, watch, workflows
 from vigil.cli.cluster import (
     REQUEST_TIMEOUT_SECONDS,
     Cluster,
@@ -86,7 +76,9 @@ from vigil.cli.cluster import (
     set_connection,
     set_request_timeout,
 )
+from vigil.cli.completion import add_parsers as add_completion
 from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT, BadInput, api_failure
+from vigil.cli.jobcontrol import add_parsers as add_job_control
 from vigil.cli.output import add_output_option, emit
 from vigil.core.schedule import next_occurrences, occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
@@ -208,8 +200,8 @@ def parser() -> argparse.ArgumentParser:
     backfill.add_parsers(sub)
     watch.add_parsers(sub)
     queues.add_parsers(sub)
-    jobcontrol.add_parsers(sub)
-    completion.add_parsers(sub, root=p)
+    add_job_control(sub)  # run, suspend, resume
+    add_completion(sub, root=p)
     return p
 
 
