@@ -17,6 +17,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from vigil.cli.cluster import Cluster, Connection, set_connection
 from vigil.cli.completion import bash_script, walk, zsh_script
 from vigil.cli.main import EXIT_BAD_INPUT, main, parser
 from vigil.cli.operatorapi import HistoryNotShown, connect
-from vigil.cli.output import FORMATS, column_key
+from vigil.cli.output import FORMATS, column_key, plain, render
 
 #: Verbs that print nothing a program would read: they run a process, or print a script.
 NOT_PRINTING = {"operator", "watchdog", "worker", "completion"}
@@ -189,3 +190,11 @@ def test_the_scripts_cover_every_command_path() -> None:
 def test_completion_prints_the_script(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["completion", "bash"]) == 0
     assert capsys.readouterr().out == bash_script(parser())
+
+
+def test_plain_data_for_json_and_yaml() -> None:
+    when = datetime(2026, 8, 1, 2, 0, tzinfo=UTC)
+    assert plain({"at": when, "fine": when.replace(microsecond=5), "naive": when.replace(tzinfo=None)}) == {
+        "at": "2026-08-01T02:00:00Z", "fine": "2026-08-01T02:00:00.000005+00:00", "naive": "2026-08-01T02:00:00",
+    }  # fmt: skip
+    assert yaml.safe_load(render({"rows": [{"at": when}]}, "yaml")) == {"rows": [{"at": "2026-08-01T02:00:00Z"}]}

@@ -40,7 +40,8 @@ def plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [plain(item) for item in value]
     if isinstance(value, datetime):
-        return format_rfc3339(value) if value.microsecond == 0 else value.isoformat()
+        whole_utc = value.tzinfo is not None and value.microsecond == 0
+        return format_rfc3339(value) if whole_utc else value.isoformat()
     if isinstance(value, Enum):
         return value.value
     return value
