@@ -4,7 +4,7 @@ A manual run's execution id is a function of the job's uid and the request id
 only — the same request twice is the same execution, another request or
 another job a different one, and none ever equals a scheduled occurrence's id.
 Its period is the job's latest occurrence at or before the request. The
-default request id is the UTC minute. `suspend` writes `suspendedBy` with the
+default request id is the UTC minute; only pod-template jobs may be run. `suspend` writes `suspendedBy` with the
 caller's name and refuses a job already suspended; `resume` clears all three
 fields and refuses a job that is not suspended; both carry the version read.
 """
@@ -23,6 +23,7 @@ from vigil.cli.jobcontrol import (
     plan_run,
     request_id_arg,
     resume_patch,
+    run_refusal,
     suspend_patch,
 )
 from vigil.core.chain import JobView
@@ -101,3 +102,11 @@ def test_resume_clears_the_suspension_and_refuses_a_running_job() -> None:
     assert resume_patch(suspended)["spec"] == {"suspend": False, "suspendReason": None, "suspendedBy": None}
     with pytest.raises(BadInput, match="is not suspended"):
         resume_patch(job(cron="0 * * * *"))
+
+
+def test_run_starts_pod_template_jobs_only() -> None:
+    assert run_refusal(job(cron="0 * * * *")) is None
+    workflow = job(cron="0 * * * *", workflowTemplate={"steps": [{"id": "a", "type": "wait"}]})
+    task = job(cron="0 * * * *", task={"queue": "billing"})
+    assert "runs a workflowTemplate, not a pod" in (run_refusal(workflow) or "")
+    assert "runs a task, not a pod" in (run_refusal(task) or "")

@@ -12,6 +12,11 @@ the current UTC minute, so a repeat within the same minute is the same run. The
 run stands for the period of the job's latest occurrence at or before now (the
 one a payload template would most likely mean), or just "now" when the job has
 none yet; the request id is kept in the annotation `vigil.dev/request-id`.
+Like a backfilled execution it is not held to the job's `concurrencyPolicy`
+(the trigger applies that when it fires). Only a job that runs a pod template
+can be run this way: a `workflowTemplate` or `task:` job's occurrences are not
+Execution objects, and `run` refuses them (exit 2) rather than create one that
+could never start. A suspended job may be run; a note says it is suspended.
 
 `suspend` and `resume` write `spec.suspend`, `spec.suspendReason` and
 `spec.suspendedBy` in one patch conditional on the version read (a 409 reads
@@ -26,6 +31,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import re
+import sys
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,6 +96,18 @@ def plan_run(view: JobView, *, request_id: str, now: datetime) -> ManualRun:
     return ManualRun(request_id, manual_execution_id(view.uid, request_id), at, start, end)
 
 
+def run_refusal(job: dict[str, Any]) -> str | None:
+    """Why `run` cannot start this job, or None: only pod-template jobs run as Executions."""
+    spec = job.get("spec") or {}
+    for field, how in (("workflowTemplate", "create a Workflow"), ("task", "submit to its TaskQueue (POST /v1/jobs)")):
+        if spec.get(field):
+            return (
+                f'scheduledjob "{job["metadata"]["name"]}" runs a {field}, not a pod: run starts pod-template '
+                f"jobs only (to run it once now, {how})"
+            )
+    return None
+
+
 def suspend_patch(job: dict[str, Any], *, reason: str, by: str) -> dict[str, Any]:
     """Suspend `job` in `by`'s name; BadInput when it is suspended already."""
     spec = job.get("spec") or {}
@@ -127,6 +145,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         view, _ = job_view(job)
     except InvalidJob as err:
         raise BadInput(f'scheduledjob "{args.job}" in namespace "{namespace}" is invalid: {err}') from None
+    refusal = run_refusal(job)
+    if refusal is not None:
+        raise BadInput(refusal)
+    if view.suspended:
+        print(f"note: scheduledjob {args.job} is suspended; this run goes ahead all the same", file=sys.stderr)
     run = plan_run(view, request_id=args.request_id or default_request_id(now), now=now)
     body = execution_body(
         job=job,
