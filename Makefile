@@ -58,7 +58,7 @@ cluster-down: $(STAMP) docker-down ## stop the local control plane and the Docke
 	$(PY) -m e2e.cluster.localcluster down --state $(DEMO)
 
 .PHONY: demo
-demo: cluster-up ## the local control plane, the operator, the examples, and `kubectl get sj,wf`
+demo: cluster-up ## the local control plane, the operator, the examples, and `kubectl get sj,vwf`
 	@scripts/demo.sh
 
 .PHONY: lint

@@ -7,7 +7,9 @@ node's containerd, `helm upgrade --install` of helm/vigil into vigil-system, the
 as they are (their `busybox:1.36` is the node's local busybox, e2e/cluster/images.py). The test
 reads what the script prints and what the cluster holds: the operator pod Running under the
 chart's Deployment beside the jobs' pods, the heartbeat job fired and its pod Succeeded, the
-workflow waiting at its approval step. A second run (what a user does after a change) upgrades
+workflow waiting at its approval step. Then every command the script printed (each `$ ` line,
+and the approve hint) runs as a user pastes it, in a shell with the exports the script's last
+lines give: the approval, as the demo's editor, is recorded by the operator. A second run (what a user does after a change) upgrades
 the release in place. `localcluster down` then leaves no route of the node's bridge behind.
 """
 
@@ -62,8 +64,16 @@ def api(state: Path) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(state / "kubeconfig"))
 
 
-def test_the_demo_installs_the_chart_with_the_built_image_and_runs_the_examples(demo_cluster: Path) -> None:
-    out = run_demo(demo_cluster)
+@pytest.fixture(scope="module")
+def first_run(demo_cluster: Path) -> str:
+    """What the demo's first run printed (the tests after it read it; only the last runs it again)."""
+    return run_demo(demo_cluster)
+
+
+def test_the_demo_installs_the_chart_with_the_built_image_and_runs_the_examples(
+    demo_cluster: Path, first_run: str
+) -> None:
+    out = first_run
     core = client.CoreV1Api(api(demo_cluster))
     [operator] = core.list_namespaced_pod(DEMO_NAMESPACE, label_selector=f"app.kubernetes.io/instance={DEMO_RELEASE}").items
     assert operator.status.phase == "Running" and operator.metadata.owner_references[0].kind == "ReplicaSet"
@@ -82,6 +92,26 @@ def test_the_demo_installs_the_chart_with_the_built_image_and_runs_the_examples(
     assert job_pods and all(p.spec.containers[0].image == "busybox:1.36" for p in job_pods)
     assert all(p.status.phase in ("Running", "Succeeded") for p in job_pods), [p.status.phase for p in job_pods]
     assert f"-i vgl{DEMO_PORT_BASE} " in iptables_rules()  # the operator's route to the API server
+
+
+def printed_commands(out: str) -> tuple[str, list[str]]:
+    """The exports the demo's last lines give, and every command it printed for pasting."""
+    exports = re.search(r"^vigil plugin on PATH\): (export .*)$", out, re.M)
+    hint = re.search(r"^\(approve it as an editor, a member of group editors: (kubectl vigil .*)\)$", out, re.M)
+    assert exports is not None and hint is not None, out
+    shown = [line[2:] for line in out.splitlines() if line.startswith("$ ")]
+    return exports.group(1), [*shown, hint.group(1)]
+
+
+def test_the_commands_the_demo_printed_work_as_pasted(first_run: str) -> None:
+    exports, commands = printed_commands(first_run)
+    assert any(c.startswith("kubectl vigil --as ") and " approve video-publish approve " in c for c in commands)
+    for command in commands:
+        proc = subprocess.run(["bash", "-c", f"{exports}\n{command}"], cwd=REPO, env=dict(os.environ),
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert proc.returncode == 0, f"{command!r} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        if " approve " in command:
+            assert proc.stdout.startswith("approved step approve of workflow/video-publish"), proc.stdout
 
 
 def test_a_second_run_upgrades_the_release_in_place(demo_cluster: Path) -> None:

@@ -121,11 +121,11 @@ def test_each_verb_appends_one_request_signed_by_the_caller(
     matches = [NO_WAIT_LINE.match(line) for line in lines]
     assert all(matches), lines
     assert [m.group(1) for m in matches if m] == [
-        "approve step approve of wf/video-1",
-        "reject step approve of wf/video-1",
-        "retry step approve of wf/video-1",
-        "complete step cool of wf/video-1",
-        "cancel wf/video-1",
+        "approve step approve of workflow/video-1",
+        "reject step approve of workflow/video-1",
+        "retry step approve of workflow/video-1",
+        "complete step cool of workflow/video-1",
+        "cancel workflow/video-1",
     ]
     assert [item["id"] for item in items] == [m.group(2) for m in matches if m]
     assert all(REQUEST_ID.match(item["id"]) for item in items)
@@ -265,7 +265,7 @@ def test_admission_refuses_an_approval_or_a_retry_without_its_verb_and_the_cli_s
     approved = wait_for(
         lambda: appended("approve", video, "approve", "--reason", "ok"), timeout=30, what="the approve verb to take effect"
     )
-    assert approved.stdout.startswith("requested: approve step approve of wf/video-1")
+    assert approved.stdout.startswith("requested: approve step approve of workflow/video-1")
     assert [(item["action"], item["by"]) for item in requests_of(cluster, namespace, video)] == [
         ("retry", f"system:serviceaccount:{namespace}:editor"),
         ("approve", f"system:serviceaccount:{namespace}:editor"),
@@ -315,13 +315,13 @@ def test_a_waiting_verb_prints_what_the_operator_recorded(
     assert refused.returncode == EXIT_API_FAILURE, refused.stdout
     (line,) = refused.stderr.strip().splitlines()
     assert re.fullmatch(
-        r"kubectl vigil: request r-[a-z2-7]{10} \(approve step cool of wf/video-1\) was refused by the operator: "
+        r"kubectl vigil: request r-[a-z2-7]{10} \(approve step cool of workflow/video-1\) was refused by the operator: "
         r"StepNotWaiting: step cool is not waiting for approval",
         line,
     ), line
     assert approved.returncode == 0, approved.stderr
     assert approved.stdout.splitlines() == [
-        "approved step approve of wf/video-1 (recorded as Approved)",
+        "approved step approve of workflow/video-1 (recorded as Approved)",
         "then: StepStarted cool",
     ]
     timeline = kubectl_plugin(cluster, "timeline", video, "-n", namespace)

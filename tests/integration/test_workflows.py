@@ -70,7 +70,7 @@ def test_a_diamond_runs_once_per_step_and_outputs_flow_to_dependents(
     done = wait_phase(cluster, namespace, "diamond", "Succeeded", "Failed")
     assert done["status"]["phase"] == "Succeeded"
     assert done["status"]["progress"] == "4/4"
-    table = cluster.kubectl("get", "wf", "diamond", "-n", namespace).stdout.split("\n")
+    table = cluster.kubectl("get", "vwf", "diamond", "-n", namespace).stdout.split("\n")
     assert table[0].split() == ["NAME", "PHASE", "PROGRESS", "CURRENT", "AGE"]
     assert table[1].split()[:3] == ["diamond", "Succeeded", "4/4"]
     assert pods_per_step(cluster, namespace, "diamond") == {"a": 1, "b": 1, "c": 1, "d": 1}

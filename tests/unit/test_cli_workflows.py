@@ -142,11 +142,11 @@ def test_what_the_crd_would_refuse_is_refused_first_naming_the_argument(asked: A
 
 
 def test_requests_read_as_what_was_asked_and_what_was_done() -> None:
-    assert ask(RequestAction.APPROVE).describe() == "approve step review of wf/video-1"
-    assert ask(RequestAction.APPROVE).done() == "approved step review of wf/video-1"
-    assert ask(RequestAction.COMPLETE, step="encode").done() == "completed step encode of wf/video-1 by hand"
-    assert ask(RequestAction.RETRY, step="encode").done() == "retry requested for step encode of wf/video-1"
-    assert ask(RequestAction.CANCEL, step=None).done() == "cancel requested for wf/video-1"
+    assert ask(RequestAction.APPROVE).describe() == "approve step review of workflow/video-1"
+    assert ask(RequestAction.APPROVE).done() == "approved step review of workflow/video-1"
+    assert ask(RequestAction.COMPLETE, step="encode").done() == "completed step encode of workflow/video-1 by hand"
+    assert ask(RequestAction.RETRY, step="encode").done() == "retry requested for step encode of workflow/video-1"
+    assert ask(RequestAction.CANCEL, step=None).done() == "cancel requested for workflow/video-1"
 
 
 # --- appending --------------------------------------------------------------------------------
@@ -350,7 +350,7 @@ def test_a_refused_request_reports_the_operators_reason_and_fails() -> None:
     with pytest.raises(Refused) as info:
         report(asked, "r-1", outcome)
     assert str(info.value) == (
-        "request r-1 (approve step review of wf/video-1) was refused by the operator: "
+        "request r-1 (approve step review of workflow/video-1) was refused by the operator: "
         "NotAnApprover: mallory is not among the approvers of step review (group:editors)"
     )
 
@@ -364,7 +364,7 @@ def test_an_accepted_request_reports_what_happened_and_what_followed() -> None:
 
     assert outcome is not None
     assert report(ask(RequestAction.APPROVE), "r-1", outcome) == [
-        "approved step review of wf/video-1 (recorded as Approved)",
+        "approved step review of workflow/video-1 (recorded as Approved)",
         "then: StepStarted cool",
     ]
 

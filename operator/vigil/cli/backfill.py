@@ -26,6 +26,7 @@ from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import BadInput
+from vigil.cli.output import add_output_option, emit
 from vigil.cli.tables import render_table
 from vigil.core.chain import JobView
 from vigil.core.ids import ExecutionId, execution_id
@@ -184,14 +185,22 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         raise BadInput(f'scheduledjob "{args.job}" in namespace "{namespace}" is invalid: {err}') from None
     except ValueError as err:
         raise BadInput(f"backfill {args.job}: {err}") from None
-    print(f"scheduledjob {args.job} ({spec.timezone}): {len(planned)} occurrence(s) "
-          f"from {format_rfc3339(span.first)} to {format_rfc3339(span.last)}")  # fmt: skip
     _warn_about_future(planned, now=datetime.now(UTC))
     results = preview(cluster, job, planned) if args.dry_run else create_executions(cluster, job, planned)
+    lines = [f"scheduledjob {args.job} ({spec.timezone}): {len(planned)} occurrence(s) "
+             f"from {format_rfc3339(span.first)} to {format_rfc3339(span.last)}"]  # fmt: skip
     if planned:
-        print(result_table(planned, results))
-    print(summary(results, dry_run=args.dry_run))
-    return 0
+        lines.append(result_table(planned, results))
+    lines.append(summary(results, dry_run=args.dry_run))
+    data = {
+        "job": args.job, "timezone": spec.timezone, "from": span.first, "to": span.last, "dryRun": args.dry_run,
+        "occurrences": [
+            {"scheduled": p.occurrence.nominal, "periodStart": p.occurrence.period_start,
+             "periodEnd": p.occurrence.period_end, "executionId": p.execution_id, "result": result}
+            for p, result in zip(planned, results, strict=True)
+        ],
+    }  # fmt: skip
+    return emit(args, data, "\n".join(lines))
 
 
 def _warn_about_future(planned: list[Planned], *, now: datetime) -> None:
@@ -218,4 +227,5 @@ def add_parsers(sub: Any) -> None:
     bf.add_argument("--limit", type=positive_int, default=DEFAULT_LIMIT,
                     help=f"refuse more occurrences than this (default {DEFAULT_LIMIT})")  # fmt: skip
     add_namespace_options(bf)
+    add_output_option(bf)
     bf.set_defaults(func=cmd_backfill)

@@ -13,6 +13,12 @@ No request waits forever: every call the CLI makes carries a timeout
 answers — a wedged proxy, a dead NAT entry — ends the command with an error that
 says so, instead of a terminal that hangs. 429s are waited out as the operator
 does, never longer than the timeout.
+
+Which cluster, and as whom, is kubectl's to say: the global `--kubeconfig`,
+`--context`, `--as` and `--as-group` are set once per command
+(`set_connection`) and every `Cluster` made after honours them, whatever the
+verb. `--as-group` is one group: the client sends each default header once,
+and a comma-joined value would name a single group with a comma in it.
 """
 
 from __future__ import annotations
@@ -67,6 +73,33 @@ def parse_timeout(text: str) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
+class Connection:
+    """Which kubeconfig and context to use, and whom to impersonate (kubectl's global flags)."""
+
+    kubeconfig: str | None = None  # --kubeconfig; None: KUBECONFIG, else ~/.kube/config
+    context: str | None = None  # --context; None: the kubeconfig's current-context
+    impersonate: str | None = None  # --as: act as this user (needs RBAC's `impersonate`)
+    impersonate_group: str | None = None  # --as-group: with --as, as a member of this group
+
+
+#: The connection of the Clusters made from now on (the global flags set it, once per command).
+_connection = Connection()
+
+
+def set_connection(connection: Connection) -> None:
+    """Make every Cluster of this command use `connection` (`--kubeconfig`, `--context`, `--as`)."""
+    global _connection
+    if connection.impersonate_group and not connection.impersonate:
+        raise BadInput("--as-group needs --as (the user to impersonate)")
+    _connection = connection
+
+
+def connection() -> Connection:
+    """The kubeconfig, context and impersonation of this command."""
+    return _connection
+
+
+@dataclasses.dataclass(frozen=True)
 class Identity:
     """Who the caller is, as the API server authenticated them."""
 
@@ -75,17 +108,26 @@ class Identity:
 
 
 class Cluster:
-    """A connection made from the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    """A connection made from the kubeconfig (--kubeconfig, else KUBECONFIG or ~/.kube/config)."""
 
     def __init__(self) -> None:
+        chosen = connection()
         configuration = client.Configuration()
         try:
-            config.load_kube_config(client_configuration=configuration)
-            _, current = config.list_kube_config_contexts()
-        except ConfigException as err:
+            config.load_kube_config(
+                config_file=chosen.kubeconfig, context=chosen.context, client_configuration=configuration
+            )
+            contexts, current = config.list_kube_config_contexts(config_file=chosen.kubeconfig)
+        except (ConfigException, OSError) as err:
             raise BadInput(f"cannot use the kubeconfig: {err}") from None
+        if chosen.context is not None:
+            current = next((c for c in contexts if c.get("name") == chosen.context), current)
         timeout = request_timeout()
         self.api = build_client(configuration, RequestPolicy(timeout_seconds=timeout, retry_after_cap_seconds=timeout))
+        if chosen.impersonate:
+            self.api.set_default_header("Impersonate-User", chosen.impersonate)
+        if chosen.impersonate_group:
+            self.api.set_default_header("Impersonate-Group", chosen.impersonate_group)
         context = (current or {}).get("context") or {}
         self.default_namespace: str = context.get("namespace") or DEFAULT_NAMESPACE
         self.custom = client.CustomObjectsApi(self.api)

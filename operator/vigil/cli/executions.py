@@ -25,6 +25,7 @@ from typing import Any
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
 from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, connect, kubeconfig_token
+from vigil.cli.output import add_output_option, emit, table_data
 from vigil.cli.tables import age, cell, human_duration, precise_duration, relative, render_table
 from vigil.core.executions import AttemptResult, Execution, Phase, format_time
 from vigil.core.history import ExecutionSummary
@@ -151,12 +152,11 @@ def cmd_executions(args: argparse.Namespace) -> int:
     older, why_not = history_of(args, cluster, jobs, live)
     if why_not is not None:
         print(f"kubectl vigil: older executions from the history database are not shown: {why_not}", file=sys.stderr)
-    if not objs and not older:
+    if not objs and not older and args.output == "table":
         print(f'No executions of scheduledjob "{args.job}" in {where}.', file=sys.stderr)
         return 0
-    table = execution_table(objs, now=datetime.now(UTC), with_namespace=args.all_namespaces, history=older)
-    print(render_table(*table))
-    return 0
+    headers, rows = execution_table(objs, now=datetime.now(UTC), with_namespace=args.all_namespaces, history=older)
+    return emit(args, {"executions": table_data(headers, rows)}, lambda: render_table(headers, rows))
 
 
 def history_count(text: str) -> int:
@@ -234,8 +234,7 @@ def describe_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
 def cmd_describe(args: argparse.Namespace) -> int:
     cluster = Cluster()
     obj = cluster.execution(args.execution, cluster.namespace(args.namespace))
-    print("\n".join(describe_lines(obj, now=datetime.now(UTC))))
-    return 0
+    return emit(args, obj, lambda: "\n".join(describe_lines(obj, now=datetime.now(UTC))))
 
 
 # --- dead-letters -----------------------------------------------------------------------------
@@ -258,12 +257,11 @@ def cmd_dead_letters(args: argparse.Namespace) -> int:
     every = cluster.executions.select(selector="", namespace=namespace)
     objs = [o for o in every if phase_of(o) == Phase.DEAD]
     headers, rows = dead_letter_table(objs, now=datetime.now(UTC))
-    if not rows:
+    if not rows and args.output == "table":
         where = "any namespace" if namespace is None else f'namespace "{namespace}"'
         print(f"No dead executions in {where}.", file=sys.stderr)
         return 0
-    print(render_table(headers, rows))
-    return 0
+    return emit(args, {"deadLetters": table_data(headers, rows)}, lambda: render_table(headers, rows))
 
 
 def _time(value: datetime | None) -> str | None:
@@ -284,14 +282,17 @@ def add_parsers(sub: Any) -> None:
         "(default: $VIGIL_API_URL)",
     )  # fmt: skip
     add_namespace_options(ex, listing=True)
+    add_output_option(ex)
     ex.set_defaults(func=cmd_executions)
 
     de = sub.add_parser("describe", help="an execution's timeline: every attempt and why it ended")
     de.add_argument("execution", help="an execution id (the Execution's name)")
     add_namespace_options(de)
+    add_output_option(de)
     de.set_defaults(func=cmd_describe)
 
     dl = sub.add_parser("dead-letters", help="executions whose every attempt failed (phase Dead)")
     add_namespace_options(dl, listing=True)
+    add_output_option(dl)
     dl.set_defaults(func=cmd_dead_letters)
 

@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from vigil.cli import workflows
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput, Contention
+from vigil.cli.output import add_output_option, emit, table_data
 from vigil.cli.tables import render_table
 from vigil.core.executions import Execution, Phase, format_time
 from vigil.core.ports import Conflict
@@ -97,11 +98,11 @@ def cmd_retry(args: argparse.Namespace) -> int:
                        "an execution's retry takes none")  # fmt: skip
     cluster = Cluster()
     attempt = request_retry(cluster, args.name, cluster.namespace(args.namespace))
-    print(
+    text = (
         f"execution {args.name} will run again as attempt {attempt} with the same execution id "
         "(the operator starts it when a slot is free)"
     )
-    return 0
+    return emit(args, {"executionId": args.name, "attempt": attempt}, text)
 
 
 # --- cancel -----------------------------------------------------------------------------------
@@ -206,40 +207,47 @@ def cancel_job_workflows(cluster: Cluster, job: Mapping[str, Any], *, reason: st
     return sorted(cancels, key=lambda cancel: (cancel.scheduled_for, cancel.name))
 
 
-def _print_execution_cancelled(request: CancelRequest, *, also_a_job: bool) -> None:
+def _execution_cancelled(args: argparse.Namespace, request: CancelRequest, *, also_a_job: bool) -> int:
     ex = request.execution
     stops = "deletes its pod" if ex.phase is Phase.RUNNING else "stops it"
-    print(f"execution {ex.execution_id} ({ex.phase}, attempt {ex.attempt}): {request.outcome}; "
-          f"the operator {stops} and never retries it")  # fmt: skip
+    lines = [f"execution {ex.execution_id} ({ex.phase}, attempt {ex.attempt}): {request.outcome}; "
+             f"the operator {stops} and never retries it"]  # fmt: skip
     if also_a_job:
-        print(f'note: "{ex.execution_id}" also names a ScheduledJob; only the execution was cancelled '
-              "(add --job to cancel the job's in-flight executions)")  # fmt: skip
+        lines.append(f'note: "{ex.execution_id}" also names a ScheduledJob; only the execution was cancelled '
+                     "(add --job to cancel the job's in-flight executions)")  # fmt: skip
+    data = {"executions": [{"execution": ex.execution_id, "phase": ex.phase, "attempt": ex.attempt,
+                            "cancel": request.outcome}], "workflows": []}  # fmt: skip
+    return emit(args, data, "\n".join(lines))
 
 
-def _print_job_cancelled(
-    name: str, namespace: str, requests: list[CancelRequest], cancels: list[WorkflowCancel]
-) -> None:
+def _job_cancelled(
+    args: argparse.Namespace, namespace: str, requests: list[CancelRequest], cancels: list[WorkflowCancel]
+) -> int:
+    name = args.name
+    ex_headers, wf_headers = ["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "CANCEL"], ["WORKFLOW", "SCHEDULED", "PHASE", "CANCEL"]
+    ex_rows: list[list[object]] = [
+        [r.execution.execution_id, format_time(r.execution.scheduled_for), r.execution.phase,
+         r.execution.attempt, r.outcome]
+        for r in requests
+    ]  # fmt: skip
+    wf_rows: list[list[object]] = [[c.name, c.scheduled_for, c.phase, c.outcome] for c in cancels]
+    lines = []
     if not requests and not cancels:
-        print(f'scheduledjob {name} in namespace "{namespace}" has no in-flight executions '
-              "(Ready, Running or Backoff) and no unfinished workflows: nothing to cancel")  # fmt: skip
-        return
+        lines.append(f'scheduledjob {name} in namespace "{namespace}" has no in-flight executions '
+                     "(Ready, Running or Backoff) and no unfinished workflows: nothing to cancel")  # fmt: skip
     if requests:
         repeated = sum(request.repeated for request in requests)
-        print(f"scheduledjob {name}: cancel requested for {len(requests)} in-flight execution(s) "
-              f"({repeated} of them already requested before)")  # fmt: skip
-        rows = [
-            [r.execution.execution_id, format_time(r.execution.scheduled_for), r.execution.phase,
-             r.execution.attempt, r.outcome]
-            for r in requests
-        ]  # fmt: skip
-        print(render_table(["EXECUTION", "SCHEDULED", "PHASE", "ATTEMPT", "CANCEL"], rows))
+        lines.append(f"scheduledjob {name}: cancel requested for {len(requests)} in-flight execution(s) "
+                     f"({repeated} of them already requested before)")  # fmt: skip
+        lines.append(render_table(ex_headers, ex_rows))
     if cancels:
         repeated = sum(cancel.repeated for cancel in cancels)
-        print(f"scheduledjob {name}: cancel requested for {len(cancels)} unfinished workflow(s) "
-              f"({repeated} of them already requested before); the operator stops their pods "
-              "(kubectl vigil timeline WORKFLOW shows it)")  # fmt: skip
-        rows = [[c.name, c.scheduled_for, c.phase, c.outcome] for c in cancels]
-        print(render_table(["WORKFLOW", "SCHEDULED", "PHASE", "CANCEL"], rows))
+        lines.append(f"scheduledjob {name}: cancel requested for {len(cancels)} unfinished workflow(s) "
+                     f"({repeated} of them already requested before); the operator stops their pods "
+                     "(kubectl vigil timeline WORKFLOW shows it)")  # fmt: skip
+        lines.append(render_table(wf_headers, wf_rows))
+    data = {"executions": table_data(ex_headers, ex_rows), "workflows": table_data(wf_headers, wf_rows)}
+    return emit(args, data, "\n".join(lines))
 
 
 def _visible(find: Callable[[], Mapping[str, Any] | None], kind: str, hidden: list[str]) -> Mapping[str, Any] | None:
@@ -264,13 +272,11 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         execution = _visible(lambda: cluster.executions.get(namespace, args.name), EXECUTIONS, hidden)
     if execution is not None:
         request = cancel_execution(cluster, execution, reason=args.reason)
-        _print_execution_cancelled(request, also_a_job=cluster.find_job(args.name, namespace) is not None)
-        return 0
+        return _execution_cancelled(args, request, also_a_job=cluster.find_job(args.name, namespace) is not None)
     job = _visible(lambda: cluster.find_job(args.name, namespace), SCHEDULED_JOBS, hidden)
     if job is not None:
         requests = cancel_job(cluster, job, reason=args.reason)
-        _print_job_cancelled(args.name, namespace, requests, cancel_job_workflows(cluster, job, reason=args.reason))
-        return 0
+        return _job_cancelled(args, namespace, requests, cancel_job_workflows(cluster, job, reason=args.reason))
     if not args.job and _visible(lambda: cluster.find_workflow(args.name, namespace), WORKFLOWS, hidden):
         return workflows.request(args, RequestAction.CANCEL, workflow=args.name, cluster=cluster)
     what = "scheduledjob" if args.job else "workflow, execution or scheduledjob"
@@ -288,6 +294,7 @@ def add_parsers(sub: Any) -> None:
     rt.add_argument("--reason", help="with a workflow step: why, for the record")
     workflows.add_wait_options(rt)
     add_namespace_options(rt)
+    add_output_option(rt)
     rt.set_defaults(func=cmd_retry)
 
     ca = sub.add_parser(
@@ -300,4 +307,5 @@ def add_parsers(sub: Any) -> None:
     kind.add_argument("--workflow", action="store_true", help="NAME is a Workflow (no search)")
     workflows.add_wait_options(ca)
     add_namespace_options(ca)
+    add_output_option(ca)
     ca.set_defaults(func=cmd_cancel)

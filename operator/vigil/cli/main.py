@@ -25,11 +25,20 @@
     kubectl vigil timeline WF [--events]  a workflow's steps (or its whole history); a deleted
                                           one's from the history database (VIGIL_API_URL)
     kubectl vigil queue stats [NAME]      TaskQueues' statuses, and per priority and tenant
-    kubectl vigil queue jobs|dead-letters NAME [--limit N] [--continue TOKEN] [-o json]
+    kubectl vigil queue jobs|dead-letters NAME [--limit N] [--continue TOKEN] [-o json|yaml]
                                           a TaskQueue's jobs or dead executions, a page at a time
     kubectl vigil queue retry NAME EXECUTION...|--all-dead
                                           run a TaskQueue's dead executions again (the queue
                                           verbs ask the operator's API: VIGIL_API_URL)
+    kubectl vigil run JOB [--request-id ID]   run a job now, outside its schedule (once per request id)
+    kubectl vigil suspend JOB --reason TEXT   stop a job firing, in your name; `resume JOB` undoes it
+    kubectl vigil completion bash|zsh     a shell completion script
+    vigil worker --queue NS/NAME --tasks MODULE...
+                                          run a volume-tier worker (`vigil worker --help`)
+
+Global flags, before the verb: --kubeconfig FILE, --context NAME, --as USER
+[--as-group GROUP] (kubectl's), and --request-timeout. Verbs that print take
+-o table|json|yaml.
 
 Installed as `kubectl-vigil`, kubectl finds it as a plugin. Verbs that read the
 cluster take -n/--namespace (default: the kubeconfig context's namespace).
@@ -40,7 +49,8 @@ workflow verbs wait for the operator to record the request (--no-wait not to).
 
 `operator` and `watchdog` are parsed here but run by the entry point
 (`vigil.__main__`), which passes them in as `serve`: the CLI never imports the
-operator's composition root.
+operator's composition root. `worker` is parsed here only so that `--help`
+lists it: the entry point runs it before the CLI is imported.
 """
 
 from __future__ import annotations
@@ -60,11 +70,16 @@ from vigil.cli import backfill, executions, interventions, queues, timeline, wat
 from vigil.cli.cluster import (
     REQUEST_TIMEOUT_SECONDS,
     Cluster,
+    Connection,
     add_namespace_options,
     parse_timeout,
+    set_connection,
     set_request_timeout,
 )
+from vigil.cli.completion import add_parsers as add_completion
 from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT, BadInput, api_failure
+from vigil.cli.jobcontrol import add_parsers as add_job_control
+from vigil.cli.output import add_output_option, emit
 from vigil.core.schedule import next_occurrences, occurrence_at
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.model.jobspec import InvalidJob, job_view
@@ -111,27 +126,30 @@ def cmd_next(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise BadInput(f"--from: {err}") from None
     zone = spec.timezone
-    print(f"{'NOMINAL (UTC)':22} {'FIRE AT (UTC)':26} {'LOCAL (' + zone + ')':28} PERIOD START (UTC)")
+    lines = [f"{'NOMINAL (UTC)':22} {'FIRE AT (UTC)':26} {'LOCAL (' + zone + ')':28} PERIOD START (UTC)"]
+    data = []
     for nominal in next_occurrences(view.schedule, start, count=args.count):
         occ = occurrence_at(view.schedule, nominal, jitter=view.offset)
         local = nominal.astimezone(ZoneInfo(zone)).isoformat()
         fire = occ.fire_at.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-        print(f"{format_rfc3339(nominal):22} {fire:26} {local:28} {format_rfc3339(occ.period_start)}")
+        lines.append(f"{format_rfc3339(nominal):22} {fire:26} {local:28} {format_rfc3339(occ.period_start)}")
+        data.append({"nominal": nominal, "fireAt": fire, "local": local,
+                     "periodStart": occ.period_start, "periodEnd": occ.period_end})  # fmt: skip
     if args.file and view.jitter:
-        print(f"(jitter window {view.jitter}; the offset depends on the job's uid, known once applied)")
-    return 0
+        lines.append(f"(jitter window {view.jitter}; the offset depends on the job's uid, known once applied)")
+    return emit(args, {"timezone": zone, "occurrences": data}, "\n".join(lines))
 
 
 def cmd_occurrences(args: argparse.Namespace) -> int:
     obj = _fetch_job(args.job, args.namespace)
     ledger = (obj.get("status") or {}).get("occurrences") or []
-    print(f"{'NOMINAL':22} {'OUTCOME':11} {'EXECUTION':22} {'AT':22} REASON")
-    for entry in ledger:
-        print(
-            f"{entry.get('nominal', ''):22} {entry.get('outcome', ''):11} {entry.get('executionId', '-'):22} "
-            f"{entry.get('at', ''):22} {entry.get('reason', '')}"
-        )
-    return 0
+    lines = [f"{'NOMINAL':22} {'OUTCOME':11} {'EXECUTION':22} {'AT':22} REASON"]
+    lines += [
+        f"{entry.get('nominal', ''):22} {entry.get('outcome', ''):11} {entry.get('executionId', '-'):22} "
+        f"{entry.get('at', ''):22} {entry.get('reason', '')}"
+        for entry in ledger
+    ]
+    return emit(args, {"occurrences": ledger}, "\n".join(lines))
 
 
 #: Runs `operator` or `watchdog` with the config file given (if any); the entry point's.
@@ -148,11 +166,17 @@ def parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help=f"give up on an API request after this long (30, 30s or 2m; default {REQUEST_TIMEOUT_SECONDS:g}s)",
     )
+    p.add_argument("--kubeconfig", metavar="FILE", help="the kubeconfig to use (default: $KUBECONFIG, else ~/.kube/config)")
+    p.add_argument("--context", metavar="NAME", help="the kubeconfig context to use (default: its current-context)")
+    p.add_argument("--as", dest="impersonate", metavar="USER", help="act as this user (kubectl's --as)")
+    p.add_argument("--as-group", dest="impersonate_group", metavar="GROUP", help="with --as: as a member of this group")
     sub = p.add_subparsers(dest="command", required=True)
 
     for verb, text in (("operator", "run the operator"), ("watchdog", "run the watchdog alone (its own Deployment)")):
         run = sub.add_parser(verb, help=text)
         run.add_argument("--config", type=Path, help="the operator's config.yaml")
+    worker = sub.add_parser("worker", help="run a volume-tier worker: vigil worker --help", add_help=False)
+    worker.add_argument("worker_args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
     nx = sub.add_parser("next", help="print the next occurrences of a job")
     nx.add_argument("job", nargs="?", help="a ScheduledJob in the cluster")
@@ -160,11 +184,13 @@ def parser() -> argparse.ArgumentParser:
     nx.add_argument("--from", dest="start", help="start after this RFC 3339 time (default: now)")
     nx.add_argument("--count", type=int, default=5)
     add_namespace_options(nx)
+    add_output_option(nx)
     nx.set_defaults(func=cmd_next)
 
     oc = sub.add_parser("occurrences", help="the trigger ledger of a job")
     oc.add_argument("job")
     add_namespace_options(oc)
+    add_output_option(oc)
     oc.set_defaults(func=cmd_occurrences)
 
     executions.add_parsers(sub)
@@ -174,6 +200,8 @@ def parser() -> argparse.ArgumentParser:
     backfill.add_parsers(sub)
     watch.add_parsers(sub)
     queues.add_parsers(sub)
+    add_job_control(sub)  # run, suspend, resume
+    add_completion(sub, root=p)
     return p
 
 
@@ -184,6 +212,9 @@ def main(argv: Sequence[str] | None = None, *, serve: Serve | None = None) -> in
         parser().error("next: give a JOB name or -f FILE")
     try:
         set_request_timeout(args.request_timeout)
+        set_connection(Connection(args.kubeconfig, args.context, args.impersonate, args.impersonate_group))
+        if args.command == "worker":
+            raise BadInput("worker: run it as `vigil worker` (or `python -m vigil worker`)")
         if args.command in RUNTIME_VERBS:
             if serve is None:
                 raise BadInput(f"{args.command}: run it as `vigil {args.command}` (or `python -m vigil {args.command}`)")

@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from vigil.cli.cluster import connection
 from vigil.cli.errors import BadInput
 from vigil.core.history import MAX_PAGE_SIZE, AttemptState, ExecutionSummary
 
@@ -212,11 +213,18 @@ def _q(segment: str) -> str:
 def connect(given_url: str | None, *, environ: Mapping[str, str], kube_token: Callable[[], str | None]) -> OperatorApi:
     """The API named by `given_url` (else ``VIGIL_API_URL``), called with ``VIGIL_API_TOKEN`` or
     else the kubeconfig's token (`kube_token`). BadInput for an unusable URL; HistoryNotShown
-    when there is no address or no token."""
+    when there is no address or no token, or under `--as` without ``VIGIL_API_TOKEN`` (the
+    kubeconfig's token is the caller's own, not the impersonated identity's)."""
     url = api_url(given_url or environ.get(API_URL_ENV))
     if url is None:
         raise HistoryNotShown(f"no address for the operator's API: set {API_URL_ENV} or --api-url (docs/executions.md)")
-    token = environ.get(API_TOKEN_ENV) or kube_token()
+    token = environ.get(API_TOKEN_ENV)
+    if not token and connection().impersonate:
+        raise HistoryNotShown(
+            f"--as reaches the API server only: the operator's API would see your own kubeconfig's token; "
+            f"set {API_TOKEN_ENV} to a token of the identity to act as"
+        )
+    token = token or kube_token()
     if not token:
         raise HistoryNotShown(
             f"your kubeconfig has no bearer token for the operator's API (a client certificate cannot be sent on): "

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -38,6 +37,7 @@ from kubernetes.client.exceptions import ApiException
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import EXIT_API_FAILURE, BadInput, Refused
 from vigil.cli.operatorapi import MESSAGE_MAX, HistoryNotShown, connect, kubeconfig_token
+from vigil.cli.output import add_output_option, emit
 from vigil.cli.tables import age, human_duration, render_table
 from vigil.client import ApiError, Breakdown, Client, DeadLetter, QueueJob
 from vigil.core.conditions import ConditionType
@@ -197,7 +197,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     breakdowns, why_not = _breakdowns(session, names) if names else ({}, None)
     if why_not is not None:
         print(f"kubectl vigil: the breakdown per priority and tenant is not shown: {why_not}", file=sys.stderr)
-    if args.output == "json":
+    if args.output != "table":
         queues = [
             {
                 "namespace": obj["metadata"]["namespace"], "name": obj["metadata"]["name"],
@@ -206,8 +206,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             }
             for obj, name in zip(objs, names, strict=True)
         ]  # fmt: skip
-        print(json.dumps({"queues": queues}, indent=2))
-        return 0
+        return emit(args, {"queues": queues}, "")
     if not objs:
         print(f'No taskqueues in namespace "{session.namespace}".', file=sys.stderr)
         return 0
@@ -241,9 +240,8 @@ def dead_letters_table(dead: Sequence[DeadLetter]) -> Table:
 
 def _listed(args: argparse.Namespace, key: str, items: Sequence[Any], token: str | None, table: Table) -> int:
     """A page as a table (or JSON under `key`), and the token of the next one on stderr."""
-    if args.output == "json":
-        print(json.dumps({key: _plain(items), "continue": token}, indent=2))
-        return 0
+    if args.output != "table":
+        return emit(args, {key: _plain(items), "continue": token}, "")
     if not items:
         noun = {"jobs": "jobs", "deadLetters": "dead executions"}[key]
         print(f'No {noun} in taskqueue "{args.name}" (this page).', file=sys.stderr)
@@ -318,14 +316,13 @@ def cmd_retry(args: argparse.Namespace) -> int:
     else:
         ids = list(dict.fromkeys(args.executions))
     client = _client(session)
-    refused = 0
+    results = []
     for execution_id in ids:
         why = retry_one(client, namespace, args.name, execution_id, listed=args.all_dead)
-        if why is None:
-            print(f"retried {execution_id}")
-        else:
-            refused += 1
-            print(f"refused {execution_id}: {why}")
+        results.append({"executionId": execution_id, "retried": why is None, "reason": why})
+    lines = [f"retried {r['executionId']}" if r["retried"] else f"refused {r['executionId']}: {r['reason']}" for r in results]
+    emit(args, {"results": results}, "\n".join(lines))
+    refused = sum(not r["retried"] for r in results)
     print(f"{len(ids) - refused} retried, {refused} refused", file=sys.stderr)
     return EXIT_API_FAILURE if refused else 0
 
@@ -361,7 +358,7 @@ def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
         "(default: $VIGIL_API_URL)",
     )  # fmt: skip
     if output:
-        parser.add_argument("-o", "--output", choices=["table", "json"], default="table", help="table (default) or json")
+        add_output_option(parser)
     add_namespace_options(parser)
 
 
@@ -393,5 +390,5 @@ def add_parsers(sub: Any) -> None:
     rt.add_argument("name", type=queue_name, help="a TaskQueue")
     rt.add_argument("executions", nargs="*", metavar="EXECUTION", help="execution ids")
     rt.add_argument("--all-dead", action="store_true", help="every dead execution of the queue")
-    _common(rt, output=False)
+    _common(rt)
     rt.set_defaults(func=cmd_retry)

@@ -35,6 +35,7 @@ from typing import Any
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import BadInput, Refused
 from vigil.cli.operatorapi import HistoryNotShown, WorkflowHistory, connect, kubeconfig_token
+from vigil.cli.output import add_output_option, emit
 from vigil.cli.tables import precise_duration, relative, render_table
 from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.conditions import ConditionType
@@ -386,10 +387,11 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     if obj is None:
         history = deleted_workflow(args, cluster, namespace)
         lines = mirrored_lines(history, namespace=namespace, name=args.workflow, events=args.events, now=now)
+        data: Any = history
     else:
         lines = (events_lines if args.events else timeline_lines)(obj, now=now)
-    print("\n".join(lines))
-    return 0
+        data = obj
+    return emit(args, data, "\n".join(lines))
 
 
 def add_parsers(sub: Any) -> None:
@@ -402,4 +404,5 @@ def add_parsers(sub: Any) -> None:
         "http://127.0.0.1:8080 after kubectl port-forward (default: $VIGIL_API_URL)",
     )  # fmt: skip
     add_namespace_options(tl)
+    add_output_option(tl)
     tl.set_defaults(func=cmd_timeline)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options
+from vigil.cli.output import add_output_option, emit, table_data
 from vigil.cli.tables import age, render_table
 from vigil.core.conditions import ConditionType
 from vigil.kube.events import EventRecorder
@@ -67,15 +68,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
                 rows.append([item.facts.namespace, item.facts.name, str(finding.kind), str(finding.reason), finding.message])
         for dead in item.report.dead_letters:
             rows.append([item.facts.namespace, item.facts.name, "DeadLetter", dead.execution_id, f"dead for {dead.age_seconds:.0f}s"])
-    if rows:
-        print(render_table(["NAMESPACE", "JOB", "FINDING", "REASON", "DETAIL"], rows))
-    print(f"{len(assessed)} jobs checked, {len(rows)} findings")
-    print(_progress_line(assessed))
+    headers = ["NAMESPACE", "JOB", "FINDING", "REASON", "DETAIL"]
+    lines = [render_table(headers, rows)] if rows else []
+    lines += [f"{len(assessed)} jobs checked, {len(rows)} findings", _progress_line(assessed)]
+    repaired: int | None = None
     if args.repair:
         repaired = sum(
             watchdog.repair(item.job, clock.now()) for item in assessed if item.report.chain.repair_needed
         )
-        print(f"repaired {repaired} broken schedule chains")
+        lines.append(f"repaired {repaired} broken schedule chains")
+    data = {"checked": len(assessed), "findings": table_data(headers, rows), "repairedChains": repaired}
+    emit(args, data, "\n".join(lines))
     return 1 if rows and not args.repair else 0
 
 
@@ -113,8 +116,8 @@ def cmd_report_suspended(args: argparse.Namespace) -> int:
             job["metadata"]["namespace"], job["metadata"]["name"], spec.get("suspendedBy") or "(nobody)",
             age(since_time, now) if since_time else "?", spec.get("suspendReason") or "(no reason)",
         ])  # fmt: skip
-    print(render_table(["NAMESPACE", "JOB", "OWNER", "SUSPENDED FOR", "REASON"], rows) if rows else "no suspended jobs")
-    return 0
+    headers = ["NAMESPACE", "JOB", "OWNER", "SUSPENDED FOR", "REASON"]
+    return emit(args, {"suspended": table_data(headers, rows)}, render_table(headers, rows) if rows else "no suspended jobs")
 
 
 def add_parsers(sub: Any) -> None:
@@ -125,9 +128,11 @@ def add_parsers(sub: Any) -> None:
     audit.add_argument(
         "--grace-seconds", type=float, help="how late a chain head may be before it counts as broken (default: the config's)"
     )
+    add_output_option(audit)
     audit.set_defaults(func=cmd_audit)
 
     report = sub.add_parser("report", help="reports; `report suspended` lists suspended jobs")
     report.add_argument("what", choices=["suspended"])
     add_namespace_options(report, listing=True)
+    add_output_option(report)
     report.set_defaults(func=cmd_report_suspended)

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from vigil.cli.cluster import Cluster, Identity, add_namespace_options
 from vigil.cli.errors import BadInput, Contention, Refused, server_message
+from vigil.cli.output import add_output_option, emit_as
 from vigil.core.conditions import ConditionType
 from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339
@@ -76,7 +77,7 @@ EDITOR_ROLE_HINT = (
 
 #: The command-line argument a request field comes from, for messages about it.
 ARGUMENT_OF = {"step": "STEP", "reason": "--reason", "output": "--output", "by": "user name"}
-#: How each action reads once it is done: "approved step S of wf/W".
+#: How each action reads once it is done: "approved step S of workflow/W".
 DONE = {
     RequestAction.APPROVE: "approved {target}",
     RequestAction.REJECT: "rejected {target}",
@@ -99,15 +100,15 @@ class Ask:
 
     @property
     def target(self) -> str:
-        where = f"wf/{self.workflow}"
+        where = f"workflow/{self.workflow}"
         return where if self.step is None else f"step {self.step} of {where}"
 
     def describe(self) -> str:
-        """The request in words: "approve step publish of wf/video-1"."""
+        """The request in words: "approve step publish of workflow/video-1"."""
         return f"{self.action} {self.target}"
 
     def done(self) -> str:
-        """What happened, in words: "approved step publish of wf/video-1"."""
+        """What happened, in words: "approved step publish of workflow/video-1"."""
         return DONE[self.action].format(target=self.target)
 
 
@@ -318,23 +319,30 @@ def not_recorded(ask: Ask, request_id: str, timeout: float) -> Refused:
 # --- the verbs --------------------------------------------------------------------------------
 
 
-def run(cluster: Cluster, ask: Ask, *, wait: bool, timeout: float) -> int:
-    """Append the request for `ask`, then (with `wait`) print what the operator made of it."""
+def run(cluster: Cluster, ask: Ask, *, wait: bool, timeout: float, output: str = "table") -> int:
+    """Append the request for `ask`, then (with `wait`) print what the operator made of it
+    (as text, or for `output` json/yaml as data)."""
     if ask.output is not None:
         checked_output(ask.output)  # before any call: a typo costs no round trip
     request_id = new_request_id()
     item = request_item(ask, identity=cluster.whoami(), request_id=request_id, at=datetime.now(UTC))
     append_request(cluster, ask, item)
+    data: dict[str, Any] = {
+        "namespace": ask.namespace, "workflow": ask.workflow, "step": ask.step, "action": str(ask.action),
+        "requestId": request_id, "recorded": None, "followed": [],
+    }  # fmt: skip
     if not wait:
-        print(f"requested: {ask.describe()} (request {request_id}; not waiting for the operator)")
-        return 0
+        text = f"requested: {ask.describe()} (request {request_id}; not waiting for the operator)"
+        return emit_as(output, data, text)
     outcome = wait_recorded(
         lambda: cluster.workflow(ask.workflow, ask.namespace), request_id, timeout=timeout
     )
     if outcome is None:
         raise not_recorded(ask, request_id, timeout)
-    print("\n".join(report(ask, request_id, outcome)))
-    return 0
+    lines = report(ask, request_id, outcome)
+    data["recorded"] = str(outcome.recorded.event)
+    data["followed"] = [_record_text(record) for record in outcome.followed]
+    return emit_as(output, data, "\n".join(lines))
 
 
 def ask_from(args: argparse.Namespace, action: RequestAction, *, workflow: str, namespace: str) -> Ask:
@@ -344,7 +352,7 @@ def ask_from(args: argparse.Namespace, action: RequestAction, *, workflow: str, 
         namespace=namespace,
         step=getattr(args, "step", None),
         reason=args.reason,
-        output=getattr(args, "output", None),
+        output=args.output if action is RequestAction.COMPLETE else None,  # complete's --output: the step's
     )
 
 
@@ -354,7 +362,8 @@ def request(
     """Run one verb on the workflow named `workflow` (retry and cancel come here from interventions)."""
     cluster = cluster or Cluster()
     ask = ask_from(args, action, workflow=workflow, namespace=cluster.namespace(args.namespace))
-    return run(cluster, ask, wait=args.wait, timeout=args.timeout)
+    output = "table" if action is RequestAction.COMPLETE else args.output
+    return run(cluster, ask, wait=args.wait, timeout=args.timeout, output=output)
 
 
 def _command(action: RequestAction) -> Callable[[argparse.Namespace], int]:
@@ -391,6 +400,8 @@ def add_parsers(sub: Any) -> None:
         parser.add_argument("--reason", required=decision, help="why, for the record")
         if action is RequestAction.COMPLETE:
             parser.add_argument("--output", required=True, metavar="JSON", help="the step's output (JSON text)")
+        else:
+            add_output_option(parser)
         add_wait_options(parser)
         add_namespace_options(parser)
         parser.set_defaults(func=_command(action))

@@ -36,6 +36,7 @@ class Outcome(StrEnum):
     SKIPPED = "Skipped"
     SUSPENDED = "Suspended"
     FAILED = "Failed"  # the launch was refused for good (a quota, an admission webhook): settled
+    MANUAL = "Manual"  # a run outside the schedule (`kubectl vigil run`): in the job's ledger only
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,8 @@ create of the same execution meets 409 AlreadyExists instead of a second pod.
 Format: a prefix (``ex-`` or ``st-``) and the lowercase, unpadded base32 of the
 first 10 bytes (80 bits) of SHA-256 over ``"{uid}|{key}"``, where the key of a
 scheduled occurrence is its nominal time as RFC 3339 UTC to the second
-(``2026-08-01T02:00:00Z``). That is 19 characters of ``[a-z2-7-]`` starting with
+(``2026-08-01T02:00:00Z``), and the key of a manual run (`kubectl vigil run`) is
+``manual:`` and its request id, which no RFC 3339 time can equal. That is 19 characters of ``[a-z2-7-]`` starting with
 a letter: a valid DNS-1123 label, with room for an attempt suffix in a pod name.
 """
 
@@ -43,6 +44,18 @@ def execution_id(job_uid: str, nominal: datetime) -> ExecutionId:
     if nominal.microsecond:
         raise ValueError(f"nominal must be a whole second (ids are per second), got {nominal}")
     return _derive(EXECUTION_ID_PREFIX, job_uid, format_rfc3339(nominal))
+
+
+#: Starts the key of a run asked for by hand, so it never equals an occurrence's nominal time.
+MANUAL_KEY_PREFIX = "manual:"
+
+
+def manual_execution_id(job_uid: str, request_id: str) -> ExecutionId:
+    """The id of the run of job `job_uid` asked for by hand as `request_id`: the same request,
+    repeated, is the same execution, and never one of the schedule's."""
+    if not request_id:
+        raise ValueError("request_id must not be empty")
+    return _derive(EXECUTION_ID_PREFIX, job_uid, MANUAL_KEY_PREFIX + request_id)
 
 
 def step_execution_id(workflow_uid: str, step_id: str) -> ExecutionId:

@@ -129,8 +129,11 @@ class JobStatusWriter:
         change = Change(uid, _plan_step(plan, now), then, begins=not urgent(plan))
         self.add((plan.namespace, plan.name), change)
 
-    def add_transition(self, namespace: str, name: str, uid: str, ex: Execution, *, now: datetime, then: Then) -> None:
-        change = Change(uid, _transition_step(ex, now), then, begins=not ex.phase.terminal)
+    def add_transition(
+        self, namespace: str, name: str, uid: str, ex: Execution, *, now: datetime, then: Then, manual: str | None = None
+    ) -> None:
+        """An execution's transition; `manual`: the request id of a run asked for by hand."""
+        change = Change(uid, _transition_step(ex, now, manual), then, begins=not ex.phase.terminal)
         self.add((namespace, name), change)
 
     def write_plan_now(self, plan: EntryPlan, *, now: datetime, uid: str, then: Then) -> None:
@@ -286,8 +289,8 @@ def _plan_step(plan: EntryPlan, now: datetime) -> Step:
     return lambda status, generation: ledger_patch(status, plan, now, generation=generation)
 
 
-def _transition_step(ex: Execution, now: datetime) -> Step:
-    return lambda status, generation: transition_patch(status, ex, generation=generation, now=now)
+def _transition_step(ex: Execution, now: datetime, manual: str | None = None) -> Step:
+    return lambda status, generation: transition_patch(status, ex, generation=generation, now=now, manual=manual)
 
 
 def _generation(job: Mapping[str, Any]) -> int:

@@ -7,7 +7,9 @@ with a version precondition. The job's status follows — active and recent
 executions, LAST SUCCESS (what the watchdog asserts), the DeadLettered
 condition — through the leader's `JobStatusWriter`, or without one (tools,
 tests) written here with the job's resourceVersion, read again on a conflict.
-Events tell the story: Retrying, DeadLettered, Cancelled.
+Events tell the story: Retrying, DeadLettered, Cancelled. A run asked for by hand
+(`source: Manual`, `kubectl vigil run`) also enters the job's ledger, as Manual
+with its request id, when its first transition is recorded.
 Seeing the same pod event twice changes nothing: an attempt is recorded once.
 """
 
@@ -30,8 +32,9 @@ from vigil.kube.executions import ExecutionStore, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.jobstatus import JobStatusWriter
 from vigil.model import GROUP, VERSION
+from vigil.model.execution import ExecutionSource
 from vigil.model.jobpatches import transition_patch
-from vigil.model.names import SCHEDULED_JOBS
+from vigil.model.names import ANNOTATION_REQUEST_ID, SCHEDULED_JOBS
 
 log = logging.getLogger(__name__)
 
@@ -65,20 +68,24 @@ class JobResults:
         self._store.write(obj, ex)
         self._on_transition(execution_from_object(obj), ex)
         ref = obj["spec"]["job"]
+        manual = manual_request(obj)
         if self._writer is not None:
             self._writer.add_transition(
                 obj["metadata"]["namespace"], ref["name"], ref["uid"], ex, now=self._clock.now(),
-                then=lambda job: self.announce(job, ex),
+                then=lambda job: self.announce(job, ex), manual=manual,
             )  # fmt: skip
             return
         job = self._job(obj["metadata"]["namespace"], ref["name"], ref["uid"])
         if job is None:
             return
-        self.apply(job, [ex])
+        self.apply(job, [ex], manual={ex.execution_id: manual} if manual is not None else None)
 
-    def apply(self, job: Mapping[str, Any], transitions: list[Execution]) -> None:
-        """One status write carrying `transitions` (in order), then their Events."""
-        self._update_job(job, transitions)
+    def apply(
+        self, job: Mapping[str, Any], transitions: list[Execution], *, manual: Mapping[str, str] | None = None
+    ) -> None:
+        """One status write carrying `transitions` (in order), then their Events; `manual` maps
+        the execution ids of runs asked for by hand to their request ids."""
+        self._update_job(job, transitions, manual or {})
         for ex in transitions:
             self.announce(job, ex)
 
@@ -96,7 +103,7 @@ class JobResults:
             raise
         return job if job["metadata"]["uid"] == uid else None
 
-    def _update_job(self, job: Mapping[str, Any], transitions: list[Execution]) -> None:
+    def _update_job(self, job: Mapping[str, Any], transitions: list[Execution], manual: Mapping[str, str]) -> None:
         """Fold `transitions` into the job's status and write the fields they change, conditional
         on the resourceVersion the status was read at: a concurrent writer makes it a Conflict, and
         the job is read again and the fold done again, so no other writer's change is lost."""
@@ -110,19 +117,22 @@ class JobResults:
             if current is None:
                 return  # deleted (or deleted and created again): its status went with it
             try:
-                self._write_job_status(current, self._job_patch(current, transitions))
+                self._write_job_status(current, self._job_patch(current, transitions, manual))
             except Conflict:
                 current = None
                 raise
 
         retry_on_conflict(attempt)
 
-    def _job_patch(self, job: Mapping[str, Any], transitions: list[Execution]) -> dict[str, Any]:
+    def _job_patch(
+        self, job: Mapping[str, Any], transitions: list[Execution], manual: Mapping[str, str]
+    ) -> dict[str, Any]:
         status: dict[str, Any] = dict(job.get("status") or {})
         patch: dict[str, Any] = {}
         generation = int(job["metadata"].get("generation", 0))
         for ex in transitions:
-            patch.update(transition_patch(status, ex, generation=generation, now=self._clock.now()))
+            now = self._clock.now()
+            patch.update(transition_patch(status, ex, generation=generation, now=now, manual=manual.get(ex.execution_id)))
             status.update(patch)
         return patch
 
@@ -154,3 +164,11 @@ class JobResults:
         elif ex.phase is Phase.CANCELLED:
             self._events.emit(job, type_=NORMAL, reason=EventReason.CANCELLED, message=f"execution {ex.execution_id}: {ex.reason}")
         log.info("execution %s/%s -> %s (%s)", ex.namespace, ex.execution_id, ex.phase, detail)
+
+
+def manual_request(obj: Mapping[str, Any]) -> str | None:
+    """The request id of an Execution asked for by hand (`source: Manual`), else None."""
+    if (obj.get("spec") or {}).get("source") != ExecutionSource.MANUAL:
+        return None
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(ANNOTATION_REQUEST_ID) or obj["metadata"]["name"])

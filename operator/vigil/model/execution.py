@@ -60,6 +60,7 @@ class ExecutionPhase(StrEnum):
 class ExecutionSource(StrEnum):
     TRIGGER = "Trigger"
     BACKFILL = "Backfill"
+    MANUAL = "Manual"  # `kubectl vigil run`: outside the schedule, keyed by its request id
 
 
 class JobRef(SpecModel):
@@ -95,7 +96,7 @@ class ExecutionSpec(SpecModel):
         description="The job's retry policy when the execution was created.",
     )
     source: ExecutionSource = Field(
-        default=ExecutionSource.TRIGGER, description="Trigger or Backfill.", json_schema_extra=_IMMUTABLE
+        default=ExecutionSource.TRIGGER, description="Trigger, Backfill or Manual (kubectl vigil run).", json_schema_extra=_IMMUTABLE
     )
     cancel: bool = Field(default=False, description="Set true to stop the execution; it is never retried.")
     cancel_reason: ShortText | None = Field(default=None, description="Why it was cancelled.")

@@ -2,7 +2,7 @@
 
 A job's status is changed by the trigger's plans (the ledger of occurrences, the chain's progress,
 LAST SCHEDULED, NEXT RUN, LaunchFailing) and by its executions' transitions (active, recent,
-LAST SUCCESS, DeadLettered), and by the ends of the workflows it started (recent, LAST SUCCESS).
+LAST SUCCESS, DeadLettered; and for a run asked for by hand, its Manual entry in the ledger), and by the ends of the workflows it started (recent, LAST SUCCESS).
 Each fold here takes the status as it is and one change, and returns
 only the fields that change, so the job's one status writer (`kube/jobstatus.py`) can fold every
 waiting change into one write, and fold them again on a fresher status after a conflict. The
@@ -52,15 +52,21 @@ def _record_entry(record: Record, now: datetime) -> dict[str, Any]:
     }
 
 
+def _ledger_key(entry: Mapping[str, Any]) -> tuple[str, str, str]:
+    """Manual runs are keyed by their execution too: two may be asked for in the same second."""
+    manual = entry["outcome"] == Outcome.MANUAL
+    return entry["nominal"], entry["outcome"], str(entry.get("executionId") or "") if manual else ""
+
+
 def merge_ledger(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Existing entries plus new ones, one per (nominal time, outcome), oldest first.
 
     Keyed on the outcome too: after a schedule edit one nominal time can be both
     Superseded (old schedule) and Fired (new schedule), and both are true.
     """
-    by_key = {(e["nominal"], e["outcome"]): e for e in existing}
+    by_key = {_ledger_key(e): e for e in existing}
     for entry in new:
-        by_key[(entry["nominal"], entry["outcome"])] = entry
+        by_key[_ledger_key(entry)] = entry
     ordered = sorted(by_key.values(), key=lambda e: parse_rfc3339(e["nominal"]))
     return ordered[-LEDGER_SIZE:]
 
@@ -129,9 +135,28 @@ def ledger_patch(status: Mapping[str, Any], plan: EntryPlan, now: datetime, *, g
     return patch
 
 
-def transition_patch(status: Mapping[str, Any], ex: Execution, *, generation: int, now: datetime) -> dict[str, Any]:
-    """The job status fields one execution's transition changes, given the status so far."""
+def manual_entry(ex: Execution, request_id: str, now: datetime) -> dict[str, Any]:
+    """The ledger entry of a run asked for by hand: at its request time, with the request id."""
+    return {
+        "nominal": format_rfc3339(ex.scheduled_for),
+        "executionId": ex.execution_id,
+        "outcome": str(Outcome.MANUAL),
+        "at": format_rfc3339(now),
+        "reason": f"run by hand, request {request_id}"[:1024],
+    }
+
+
+def transition_patch(
+    status: Mapping[str, Any], ex: Execution, *, generation: int, now: datetime, manual: str | None = None
+) -> dict[str, Any]:
+    """The job status fields one execution's transition changes, given the status so far.
+
+    `manual` is the request id of a run asked for by hand (`source: Manual`): its first recorded
+    transition also enters it in the ledger, once."""
     patch: dict[str, Any] = {}
+    ledger = status.get("occurrences") or []
+    if manual is not None and not any(e.get("executionId") == ex.execution_id for e in ledger):
+        patch["occurrences"] = merge_ledger(ledger, [manual_entry(ex, manual, now)])
     active = [a for a in status.get("active") or [] if a.get("executionId") != ex.execution_id]
     if not ex.phase.terminal:
         entry = {

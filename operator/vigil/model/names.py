@@ -36,6 +36,8 @@ LABEL_PRIORITY = "vigil.dev/priority"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANNOTATION_SCHEDULED_FOR = "vigil.dev/scheduled-for"
 ANNOTATION_PERIOD = "vigil.dev/period"
+#: On a manual run's Execution (`kubectl vigil run`): the request id its execution id derives from.
+ANNOTATION_REQUEST_ID = "vigil.dev/request-id"
 #: `LABEL_MANAGED`'s value on an execution's pods, and on a workflow step's.
 MANAGED_BY = "vigil"
 MANAGED_BY_WORKFLOWS = "vigil-workflows"

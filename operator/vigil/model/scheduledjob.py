@@ -516,7 +516,9 @@ class OccurrenceRecord(StatusModel):
         default=None, description="The execution it started, if any."
     )
     outcome: OccurrenceOutcome | None = Field(
-        default=None, description="Fired, Missed, Superseded or Skipped."
+        default=None,
+        description="Fired, Missed, Superseded, Skipped, Suspended or Failed; Manual for a run asked "
+        "for by hand (kubectl vigil run), entered when its first attempt ends.",
     )
     at: Timestamp | None = Field(default=None, description="When the outcome was decided.")
     reason: ShortText | None = Field(default=None, description="Why, for Missed and Skipped.")

@@ -710,7 +710,7 @@ class WorkflowStatus(StatusModel):
 WORKFLOW = ResourceKind(
     kind="Workflow",
     plural=WORKFLOWS,
-    short_names=("wf",),
+    short_names=("vwf",),
     spec_model=WorkflowSpec,
     status_model=WorkflowStatus,
     description="A Workflow runs a DAG of steps (pods, approvals, timers) once, durably: it "
@@ -820,7 +820,7 @@ class WorkflowDefinitionStatus(StatusModel):
 WORKFLOW_DEFINITION = ResourceKind(
     kind="WorkflowDefinition",
     plural=WORKFLOW_DEFINITIONS,
-    short_names=("wfd",),
+    short_names=("vwfd",),
     spec_model=WorkflowDefinitionSpec,
     status_model=WorkflowDefinitionStatus,
     description="A WorkflowDefinition holds named, versioned workflow DAGs that Workflows "
