@@ -31,6 +31,7 @@ from prometheus_client import start_http_server
 from vigil import heap, httpserver, logs, metrics
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
+from vigil.core.logtail import LogPolicy
 from vigil.core.ports import Clock
 from vigil.core.queue import QuotaLimits
 from vigil.core.trigger import Trigger
@@ -54,6 +55,7 @@ from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.launcher import ExecutionLauncher, TaskSubmitter
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
+from vigil.kube.logcapture import KubePodLogs, LogCapture
 from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
@@ -520,9 +522,15 @@ def run(settings: Settings) -> int:
         on_progress=trigger_progress(api, settings, identity=me).publish,
     )
     flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.prune(*job))
-    pruner = Pruner(api, store=executions, catalogue=catalogue, written=flusher.written, pods=caches.pods)
+    logs = log_capture(api, settings, executions=executions, catalogue=catalogue, history=history, clock=clock,
+                       synced=caches.pods.synced.is_set, on_settled=lambda *job: pruner.prune(*job))  # fmt: skip
+    pruner = Pruner(
+        api, store=executions, catalogue=catalogue, pods=caches.pods,
+        written=lambda obj: flusher.written(obj) and logs.settled(obj),
+    )  # fmt: skip
     caches.executions.add_handler(controller.execution_changed)
     caches.executions.add_handler(flusher.changed)
+    caches.pods.add_handler(logs.pod_changed)  # first: an ended pod is owed its tail before it is recorded
     caches.pods.add_handler(controller.pod_changed)
     engine = WorkflowEngine(
         WorkflowApi(api, pod_cache=caches.workflow_pods),
@@ -559,6 +567,7 @@ def run(settings: Settings) -> int:
         ("dispatcher", lambda: caches.when_synced(
             stop, lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch))),
         ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
+        ("log-capture", lambda: logs.run(stop)),
         ("workflows-cache", lambda: workflow_watch.run(stop)),
         ("definitions-cache", lambda: definitions.run(stop)),
         ("definitions", lambda: definition_controller.queue.run(stop)),
@@ -587,6 +596,30 @@ def run(settings: Settings) -> int:
             shards.release()
         _hand_over(stop, started, elector, flush=writer.flush, wake=dispatcher.notify)
     return 0
+
+
+def log_capture(
+    api: client.ApiClient,
+    settings: Settings,
+    *,
+    executions: ExecutionStore,
+    catalogue: KubeCatalogue,
+    history: MigratingHistory,
+    clock: Clock,
+    synced: Callable[[], bool],
+    on_settled: Callable[[str, str, str], object],
+) -> LogCapture:
+    """Storing attempts' log tails in the history database as their pods end (vigil.kube.logcapture)."""
+
+    def policy_of(namespace: str, job: str) -> LogPolicy | None:
+        spec = catalogue.current_spec(namespace, job)
+        return spec.logs if spec is not None else None
+
+    return LogCapture(
+        reader=KubePodLogs(CoreApi(api), clock=clock), sink=history, executions=executions.cached,
+        policy_of=policy_of, clock=clock, tail_bytes=settings.history.log_tail_bytes,
+        settle_within=timedelta(seconds=settings.history.log_settle_seconds), synced=synced, on_settled=on_settled,
+    )  # fmt: skip
 
 
 def task_submitter(settings: Settings, clock: Clock) -> TaskSubmitter | None:
