@@ -154,7 +154,7 @@ class KubePodLogs:
         return str(containers[0].get("name") or "")
 
     def stream(self, namespace: str, pod: str, container: str, *, follow: bool) -> Iterator[bytes]:
-        options = {"container": container} | ({"follow": "true"} if follow else {})
+        options = {"container": container, "follow": follow or None}
         response = self._core.request(
             "GET", f"/api/v1/namespaces/{namespace}/pods/{pod}/log", options=options, preload=False,
             timeout=(self._timeout, None) if follow else self._timeout,

@@ -68,7 +68,7 @@ class KubePodLogs:
         self._read_timeout = read_timeout_seconds
 
     def read(self, namespace: str, pod: str, container: str, *, into: TailBuffer, deadline: datetime) -> None:
-        options: dict[str, Any] = {"tailLines": max(1, int(into.limit * LINES_PER_TAIL_BYTE))}
+        options: dict[str, Any] = {"tail_lines": max(1, int(into.limit * LINES_PER_TAIL_BYTE))}
         if container:
             options["container"] = container
         response = self._core.request(
