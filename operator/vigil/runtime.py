@@ -294,9 +294,10 @@ def build_approvals(
     return publisher, callback
 
 
-def _flush_history(flusher: HistoryFlusher) -> None:
+def _flush_history(flusher: HistoryFlusher, logs: LogCapture) -> None:
     flusher.flush()
     metrics.HISTORY_BUFFER.set(flusher.pending)
+    metrics.LOG_TAILS_PENDING.set(logs.pending())
 
 
 def _record_workflow_pass(done: Pass) -> None:
@@ -566,7 +567,7 @@ def run(settings: Settings) -> int:
         ("trigger", lambda: trigger_loop(trigger, settings, stop, on_tick=metrics.record_tick)),
         ("dispatcher", lambda: caches.when_synced(
             stop, lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch))),
-        ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
+        ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher, logs))),
         ("log-capture", lambda: logs.run(stop)),
         ("workflows-cache", lambda: workflow_watch.run(stop)),
         ("definitions-cache", lambda: definitions.run(stop)),
@@ -619,6 +620,7 @@ def log_capture(
         reader=KubePodLogs(CoreApi(api), clock=clock), sink=history, executions=executions.cached,
         policy_of=policy_of, clock=clock, tail_bytes=settings.history.log_tail_bytes,
         settle_within=timedelta(seconds=settings.history.log_settle_seconds), synced=synced, on_settled=on_settled,
+        on_lost=metrics.LOG_TAILS_LOST.inc,
     )  # fmt: skip
 
 

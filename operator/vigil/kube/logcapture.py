@@ -121,6 +121,7 @@ class LogCapture:
         retry_after: timedelta = timedelta(seconds=10),
         synced: Callable[[], bool] = lambda: True,
         on_settled: Settled | None = None,
+        on_lost: Callable[[], object] = lambda: None,
     ) -> None:
         self._reader = reader
         self._sink = sink
@@ -135,6 +136,7 @@ class LogCapture:
         self._retry_after = retry_after
         self._synced = synced
         self._on_settled = on_settled
+        self._on_lost = on_lost
         self._cond = threading.Condition()
         self._due: list[tuple[datetime, int, Key]] = []  # (not before, tie-break, pod key), a heap
         self._order = itertools.count()
@@ -165,11 +167,13 @@ class LogCapture:
             if len(self._pending) >= self._backlog:
                 self.dropped += 1
                 self._done.add(key)
-                log.warning("log capture backlog full (%d): the log of %s/%s is not stored", self._backlog, *key)
+            else:
+                self._pending[key] = item
+                heapq.heappush(self._due, (item.seen_at, next(self._order), key))
+                self._cond.notify()
                 return
-            self._pending[key] = item
-            heapq.heappush(self._due, (item.seen_at, next(self._order), key))
-            self._cond.notify()
+        log.warning("log capture backlog full (%d): the log of %s/%s is not stored", self._backlog, *key)
+        self._on_lost()
 
     def _item(self, key: Key, pod: Mapping[str, Any]) -> _Pending | None:
         """What capturing this pod's tail needs, or None when its job does not want it."""
@@ -319,6 +323,7 @@ class LogCapture:
         log.warning("the log of %s/%s is not stored: %s", *key, why)
         with self._cond:
             self.dropped += 1
+        self._on_lost()
         self._settle(key, item)
 
 
