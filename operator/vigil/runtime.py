@@ -31,7 +31,7 @@ from prometheus_client import start_http_server
 from vigil import heap, httpserver, logs, metrics
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
-from vigil.core.logtail import LogPolicy
+from vigil.core.logtail import DEFAULT_LOG_POLICY, LogPolicy
 from vigil.core.ports import Clock
 from vigil.core.queue import QuotaLimits
 from vigil.core.trigger import Trigger
@@ -66,6 +66,7 @@ from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine, workflow_cache
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
+from vigil.model.jobspec import InvalidJob, parse_spec
 from vigil.probes import serve_probes
 from vigil.queueapi import JobStore, QueueApi
 from vigil.settings import NamespaceQuota, QueueQuota, Settings
@@ -613,8 +614,16 @@ def log_capture(
     """Storing attempts' log tails in the history database as their pods end (vigil.kube.logcapture)."""
 
     def policy_of(namespace: str, job: str) -> LogPolicy | None:
-        spec = catalogue.current_spec(namespace, job)
-        return spec.logs if spec is not None else None
+        """From the caches only: this runs on the pods cache's thread, which must never wait on a
+        request. A job not cached yet (a new leader's cache still filling) gets the default."""
+        spec = catalogue.cached_spec(namespace, job)
+        if spec is not None:
+            return spec.logs
+        obj = catalogue.cached(namespace, job)
+        try:
+            return parse_spec(obj).logs if obj is not None else DEFAULT_LOG_POLICY
+        except InvalidJob:
+            return DEFAULT_LOG_POLICY
 
     return LogCapture(
         reader=KubePodLogs(CoreApi(api), clock=clock), sink=history, executions=executions.cached,

@@ -205,3 +205,23 @@ def test_a_pod_whose_execution_or_job_is_unknown_is_not_captured() -> None:
     ended(lc, "x-1", "not-cached")
 
     assert lc.pending() == 0 and reader.reads == []
+
+
+def test_while_the_database_is_down_at_most_max_held_tails_are_read_and_held() -> None:
+    lc, reader, sink, clock, _ = capture(logs={"e1-1": b"one", "e2-1": b"two"}, max_held=1)
+    ended(lc, "e1-1", "e1")
+    ended(lc, "e2-1", "e2")
+    sink.down = True
+    lc.capture((NS, "e1-1"))
+    lc.capture((NS, "e2-1"))  # one tail is held already: this log is not read yet
+
+    assert reader.reads == [("e1-1", "main")]
+    assert not lc.settled(execution("e2"))  # its pod is still owed a read
+
+    sink.down = False
+    clock.advance(timedelta(seconds=10))
+    lc.capture((NS, "e1-1"))
+    lc.capture((NS, "e2-1"))
+
+    assert reader.reads == [("e1-1", "main"), ("e2-1", "main")]
+    assert {k: t.text for k, t in sink.tails.items()} == {("e1", 1): "one", ("e2", 1): "two"}

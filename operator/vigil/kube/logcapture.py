@@ -10,17 +10,18 @@ Off the firing path, and bounded:
 * The pods cache's handler (`pod_changed`) only notes an ended pod and queues it; the
   one read of its log (the main container's, streamed into a `TailBuffer`, so a huge log
   costs the tail's size in memory) and the database write happen on a few workers of
-  their own. The queue holds at most `backlog` pods; a pod that finds it full is not
-  captured (a warning says so), never waited for.
+  their own. The queue holds at most `backlog` pods (a few hundred bytes each until read);
+  a pod that finds it full is not captured (a warning says so), never waited for.
 * Retention asks `settled` before it deletes an Execution: not while one of its pods'
   tails is pending, but only for `settle_within` after the pod was seen ended (a hung
   log read, a database down for long) — then retention goes ahead and the tail is lost,
   with a warning. Until the pods cache has announced its first list, nothing is settled
   (a new leader has not yet seen which pods' tails it owes).
-* A database that is down keeps the tail read in memory (one per queued pod, at most the
-  tail bound each) and the write is tried again every `retry_after` until the bound; the
-  log is never read twice. A new leader asks the database first and reads only the logs
-  of pods whose tail is not stored yet.
+* A database that is down keeps the tail read in memory and the write is tried again
+  every `retry_after` until the bound; the log is never read twice. At most `max_held`
+  tails are held so (64 of 64 KiB by default); past that no more logs are read until the
+  database is back (the pods stay, within the bound). A new leader asks the database
+  first and reads only the logs of pods whose tail is not stored yet.
 
 Nothing here writes to the API server; the log read is the only request per attempt.
 When a tail settles, `on_settled` lets retention look at the job again (the history
@@ -115,7 +116,8 @@ class LogCapture:
         clock: Clock,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
         workers: int = 2,
-        backlog: int = 256,
+        backlog: int = 2048,
+        max_held: int = 64,
         settle_within: timedelta = timedelta(minutes=5),
         read_within: timedelta = timedelta(seconds=60),
         retry_after: timedelta = timedelta(seconds=10),
@@ -131,6 +133,7 @@ class LogCapture:
         self._tail_bytes = tail_bytes
         self._workers = workers
         self._backlog = backlog
+        self._max_held = max_held
         self._settle_within = settle_within
         self._read_within = read_within
         self._retry_after = retry_after
@@ -272,16 +275,28 @@ class LogCapture:
             if self._stored(item):
                 self._settle(key, item)  # stored by an earlier leader
                 return
+            if self._held() >= self._max_held:  # the database is down: read no more until it is back
+                self._again(key, now)
+                return
             item.tail = self._read(item, now=now)  # read now, while the pod is there
         try:
             self._sink.write_log_tail(item.tail)
         except HistoryUnavailable as err:
             log.warning("history database unavailable; the log tail of %s/%s waits: %s", *key, err)
-            with self._cond:
-                if key in self._pending:
-                    heapq.heappush(self._due, (now + self._retry_after, next(self._order), key))
+            self._again(key, now)
             return
         self._settle(key, item)
+
+    def _again(self, key: Key, now: datetime) -> None:
+        """Look at the pod again after `retry_after` (while the bound lasts)."""
+        with self._cond:
+            if key in self._pending:
+                heapq.heappush(self._due, (now + self._retry_after, next(self._order), key))
+
+    def _held(self) -> int:
+        """Tails read and waiting for the database: each up to the tail bound in memory."""
+        with self._cond:
+            return sum(1 for p in self._pending.values() if p.tail is not None)
 
     def _stored(self, item: _Pending) -> bool:
         """Did an earlier leader store this tail? Unknown while the database is down: then the
