@@ -4,9 +4,10 @@ agent serves no logs.
 A job whose attempt prints hostile output — 300 KB, a NUL byte, invalid UTF-8 — and fails,
 with `retention.failed: 0`, so retention deletes its Execution (and the pod with it) as soon
 as it may: the tail is stored first (retention waits for it), bounded to 64 KiB of valid
-text without NUL, its end intact; and `kubectl vigil logs JOB` (the plugin, as a user runs it) shows it
-once the pod is gone. A second job with `spec.logs: none` stores nothing and its Execution goes all the same
-(nothing waits for a tail that is not wanted).
+text without NUL, its end intact; and `kubectl vigil logs JOB` (the plugin, as a user runs
+it) shows it once the pod is gone. A second job with `spec.logs: none` stores nothing and
+its Execution goes all the same (nothing waits for a tail that is not wanted). A running pod's log is followed (`-f`) to its
+end, from the pod, and a success's tail is not kept under the default `spec.logs: failed`.
 
 The stored tail is served to the CLI by a stand-in for the operator's route
 (GET /namespaces/{ns}/executions/{id}/log, vigil.cli.operatorapi.OperatorApi.attempt_log)
@@ -112,8 +113,8 @@ def api_url(history: SqlHistory) -> Iterator[str]:
     server.server_close()
 
 
-def job(cluster: KubeCluster, namespace: str, name: str, **spec: Any) -> str:
-    main_container = {"name": "main", "image": images.JOB_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", HOSTILE]}
+def job(cluster: KubeCluster, namespace: str, name: str, command: str = HOSTILE, **spec: Any) -> str:
+    main_container = {"name": "main", "image": images.JOB_IMAGE, "imagePullPolicy": "Never", "command": ["sh", "-c", command]}
     template = {"spec": {"containers": [main_container], "terminationGracePeriodSeconds": 2}}
     run_at = (datetime.now(UTC) + timedelta(seconds=4)).replace(microsecond=0)
     obj = create_job(
@@ -155,4 +156,24 @@ def test_a_failed_attempts_tail_outlives_its_pod_and_kubectl_vigil_logs_shows_it
     quiet = kubectl_plugin(kubelet_cluster, "logs", unwanted, "-n", namespace, "--api-url", api_url)
     assert (quiet.returncode, quiet.stdout) == (1, "")
     assert "no stored log" in quiet.stderr
+    kubelet_cluster.clear_namespace(namespace)
+
+
+def test_a_live_pods_log_is_followed_until_the_pod_ends(
+    kubelet_cluster: KubeCluster, fleet: OperatorFleet, history: SqlHistory, api_url: str
+) -> None:
+    namespace = make_namespace(kubelet_cluster, "logs")
+    ex_id = job(kubelet_cluster, namespace, "talks", "echo first; sleep 4; echo last")
+
+    def running() -> bool:
+        pods = kubelet_cluster.core.list_namespaced_pod(namespace).items
+        return bool(pods) and pods[0].status.phase == "Running"
+
+    wait_for(running, timeout=TIMEOUT, what="the pod running")
+    followed = kubectl_plugin(kubelet_cluster, "logs", "talks", "-n", namespace, "-f", "--api-url", api_url)
+
+    assert (followed.returncode, followed.stdout, followed.stderr) == (0, "first\nlast\n", "")
+    wait_for(lambda: [r for r in history.timeline(ex_id) if r.state is AttemptState.SUCCEEDED],
+             timeout=TIMEOUT, what="the success in the history")  # fmt: skip
+    assert history.log_tail(namespace, ex_id) is None  # spec.logs failed (the default): a success's is not kept
     kubelet_cluster.clear_namespace(namespace)

@@ -130,6 +130,6 @@ def test_describe_points_at_the_stored_log_once_the_pod_is_gone() -> None:
     here = "\n".join(describe_lines(obj, now=NOW, pods=[pod]))
     gone = "\n".join(describe_lines(obj, now=NOW, pods=[]))
 
-    assert f"Pod:          {pod}" in here
-    assert "Pod:          gone" in gone and f"kubectl vigil logs {ex.execution_id} --attempt {ex.attempt}" in gone
+    assert f"Pod:           {pod} (kubectl vigil logs {ex.execution_id})" in here.splitlines()
+    assert "Pod:           gone" in gone and f"kubectl vigil logs {ex.execution_id} --attempt {ex.attempt}" in gone
     assert pod not in gone.replace(ex.execution_id + " --attempt", "")

@@ -24,7 +24,7 @@ from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
-from vigil.cli.logs import pod_lines, pods_of
+from vigil.cli.logs import pod_field, pods_of
 from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, connect, kubeconfig_token
 from vigil.cli.tables import age, cell, human_duration, precise_duration, relative, render_table
 from vigil.core.executions import AttemptResult, Execution, Phase, format_time
@@ -228,10 +228,10 @@ def describe_lines(obj: Mapping[str, Any], *, now: datetime, pods: Iterable[str]
     requests = int(spec.get("retryRequests") or 0)
     if requests:
         fields.append(("Retry requests", f"{requests} (acted on {int(status.get('observedRetryRequests') or 0)})"))
+    if pods is not None and (ex.attempts or ex.phase is Phase.RUNNING):
+        fields.append(pod_field(ex, pods))
     width = max(len(label) for label, _ in fields) + 2
     lines = [f"{label + ':':{width}}{value}" for label, value in fields]
-    if pods is not None and (ex.attempts or ex.phase is Phase.RUNNING):
-        lines += pod_lines(ex, pods)
     attempts = attempt_rows(ex, now=now, present=None if pods is None else set(pods))
     lines.append("")
     lines.extend(render_table(ATTEMPT_COLUMNS, attempts).splitlines() if attempts else ["Attempts: none yet"])

@@ -194,17 +194,16 @@ def resolve(
     return Target(namespace, page[0].execution_id, attempt)
 
 
-def pod_lines(ex: Execution, present: Iterable[str]) -> list[str]:
-    """`describe`'s word on the attempts' pods: the current attempt's pod while it exists, else
-    that it is gone and where its stored log is (never a dead pod named as if it were there)."""
-    here = set(present)
+def pod_field(ex: Execution, present: Iterable[str]) -> tuple[str, str]:
+    """`describe`'s word on the current attempt's pod: its name while it exists, else that it is
+    gone and where its stored log is (never a dead pod named as if it were there)."""
     current = pod_name(ExecutionId(ex.execution_id), ex.attempt)
-    if current in here:
-        return [f"Pod:          {current} (kubectl vigil logs {ex.execution_id})"]
-    return [
-        f"Pod:          gone (retention deleted it, or it was never made); its log as stored: "
+    if current in set(present):
+        return "Pod", f"{current} (kubectl vigil logs {ex.execution_id})"
+    return "Pod", (
+        f"gone (retention deleted it, or it was never made); its log as stored: "
         f"kubectl vigil logs {ex.execution_id} --attempt {ex.attempt}"
-    ]
+    )
 
 
 def pods_of(cluster: Cluster, namespace: str, execution_id: str) -> list[str]:
