@@ -15,8 +15,9 @@ import pytest
 from vigil.core.logtail import LogPolicy, LogTail, TailBuffer
 from vigil.core.memory import FakeClock
 from vigil.core.ports import HistoryUnavailable
-from vigil.kube.logcapture import LogCapture, policy_from
+from vigil.kube.logcapture import LogCapture, execution_owner, policy_from, step_owner
 from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
+from vigil.model.names import LABEL_WORKFLOW_UID
 
 T0 = datetime(2026, 12, 6, 2, 0, tzinfo=UTC)
 NS = "team-a"
@@ -71,8 +72,9 @@ def capture(
     objs = {name: execution(name) for name in ("e1", "e2", "e3")}
     reader, sink, clock, settled = Reader(logs or {}), Sink(), FakeClock(T0), []
     lc = LogCapture(
-        reader=reader, sink=sink, executions=lambda ns, name: objs.get(name) if ns == NS else None,
-        policy_of=policy_from([(NS, "nightly", policy)]), clock=clock, tail_bytes=1024,
+        reader=reader, sink=sink, clock=clock, tail_bytes=1024,
+        owner_of=execution_owner(lambda ns, name: objs.get(name) if ns == NS else None,
+                                 policy_from([(NS, "nightly", policy)])),
         on_settled=lambda *job: settled.append(job), **options,
     )  # fmt: skip
     return lc, reader, sink, clock, settled
@@ -225,3 +227,33 @@ def test_while_the_database_is_down_at_most_max_held_tails_are_read_and_held() -
 
     assert reader.reads == [("e1-1", "main"), ("e2-1", "main")]
     assert {k: t.text for k, t in sink.tails.items()} == {("e1", 1): "one", ("e2", 1): "two"}
+
+
+def step_pod(*, phase: str = "Failed", owner: bool = True) -> dict[str, Any]:
+    pod = {
+        "metadata": {
+            "namespace": NS, "name": "sx-abc-2", "creationTimestamp": "2026-12-06T02:05:00Z",
+            "labels": {LABEL_EXECUTION: "sx-abc", LABEL_ATTEMPT: "2", LABEL_WORKFLOW_UID: "wf-uid"},
+            "ownerReferences": [{"kind": "Workflow", "name": "video-1", "uid": "wf-uid"}] if owner else [],
+        },
+        "spec": {"containers": [{"name": "main"}]},
+        "status": {"phase": phase},
+    }  # fmt: skip
+    return pod
+
+
+def test_a_workflow_steps_failed_pod_is_captured_under_the_steps_execution_id() -> None:
+    reader, sink, clock = Reader({"sx-abc-2": b"step failed\n"}), Sink(), FakeClock(T0)
+    lc = LogCapture(reader=reader, sink=sink, owner_of=step_owner, clock=clock)
+    lc.pod_changed((NS, "sx-abc-2"), step_pod(phase="Running"), False)
+    lc.pod_changed((NS, "sx-abc-2"), step_pod(), False)
+    lc.capture((NS, "sx-abc-2"))
+
+    tail = sink.tails[("sx-abc", 2)]
+    assert (tail.job, tail.pod, tail.text) == ("video-1", "sx-abc-2", "step failed\n")
+    assert tail.scheduled_for == datetime(2026, 12, 6, 2, 5, tzinfo=UTC)
+    assert step_owner(NS, step_pod(owner=False)) is None  # not a workflow's: nothing to name it by
+
+    succeeded = LogCapture(reader=reader, sink=sink, owner_of=step_owner, clock=clock)
+    succeeded.pod_changed((NS, "sx-abc-2"), step_pod(phase="Succeeded"), False)
+    assert succeeded.pending() == 0  # workflows keep the default: failed attempts' tails only

@@ -39,11 +39,21 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from vigil.core.logtail import DEFAULT_TAIL_BYTES, LogPolicy, LogTail, TailBuffer, wanted
+from vigil.core.logtail import (
+    DEFAULT_LOG_POLICY,
+    DEFAULT_TAIL_BYTES,
+    LogPolicy,
+    LogTail,
+    TailBuffer,
+    wanted,
+)
 from vigil.core.ports import Clock, HistoryUnavailable, LogTailSink
+from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.executions import readable
 from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION, ended
+from vigil.kube.workflowpods import workflow_of
+from vigil.model.names import LABEL_WORKFLOW_UID
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +109,53 @@ class _Pending:
     tail: LogTail | None = None  # read, not yet written (the database was down)
 
 
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """Whose attempt an ended pod ran, as the stored tail names it, and whether its tail is wanted."""
+
+    execution_id: str
+    job: str  # the ScheduledJob's name, or the Workflow's for a step's pod
+    job_uid: str
+    scheduled_for: datetime  # the row's time for retention: the occurrence, or the step pod's creation
+    policy: LogPolicy
+
+
+#: The owner of an ended pod (namespace, pod), or None when nothing is to be captured.
+OwnerOf = Callable[[str, Mapping[str, Any]], Owner | None]
 #: The job's `spec.logs`, or None when the job is gone or invalid (nothing is captured).
 PolicyOf = Callable[[str, str], LogPolicy | None]
 #: Called with (namespace, job name, job uid) once a pod's tail is settled.
 Settled = Callable[[str, str, str], object]
+
+
+def execution_owner(executions: Callable[[str, str], dict[str, Any] | None], policy_of: PolicyOf) -> OwnerOf:
+    """A job's pod: its Execution (from the cache) and the job's `spec.logs`."""
+
+    def owner(namespace: str, pod: Mapping[str, Any]) -> Owner | None:
+        execution_id = (pod["metadata"].get("labels") or {}).get(LABEL_EXECUTION)
+        obj = executions(namespace, execution_id) if execution_id else None
+        found = readable([obj]) if obj is not None else []
+        if not found:
+            return None
+        obj, ex = found[0]
+        policy = policy_of(namespace, ex.job)
+        if policy is None:
+            return None
+        return Owner(ex.execution_id, ex.job, obj["spec"]["job"]["uid"], ex.scheduled_for, policy)
+
+    return owner
+
+
+def step_owner(namespace: str, pod: Mapping[str, Any]) -> Owner | None:
+    """A workflow step's pod: the step's execution id and the workflow, from the pod itself.
+    Workflows have no `spec.logs`: failed attempts' tails are kept (the default)."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    workflow = workflow_of(pod)
+    execution_id, uid = labels.get(LABEL_EXECUTION), labels.get(LABEL_WORKFLOW_UID)
+    if workflow is None or not execution_id or not uid or not meta.get("creationTimestamp"):
+        return None
+    return Owner(execution_id, workflow[1], uid, parse_rfc3339(meta["creationTimestamp"]), DEFAULT_LOG_POLICY)
 
 
 class LogCapture:
@@ -111,8 +164,7 @@ class LogCapture:
         *,
         reader: PodLogReader,
         sink: LogTailSink,
-        executions: Callable[[str, str], dict[str, Any] | None],
-        policy_of: PolicyOf,
+        owner_of: OwnerOf,
         clock: Clock,
         tail_bytes: int = DEFAULT_TAIL_BYTES,
         workers: int = 2,
@@ -127,8 +179,7 @@ class LogCapture:
     ) -> None:
         self._reader = reader
         self._sink = sink
-        self._executions = executions
-        self._policy_of = policy_of
+        self._owner_of = owner_of
         self._clock = clock
         self._tail_bytes = tail_bytes
         self._workers = workers
@@ -179,23 +230,17 @@ class LogCapture:
         self._on_lost()
 
     def _item(self, key: Key, pod: Mapping[str, Any]) -> _Pending | None:
-        """What capturing this pod's tail needs, or None when its job does not want it."""
-        labels = pod["metadata"].get("labels") or {}
-        execution_id, attempt = labels.get(LABEL_EXECUTION), labels.get(LABEL_ATTEMPT)
-        obj = self._executions(key[0], execution_id) if execution_id else None
-        found = readable([obj]) if obj is not None and attempt and attempt.isdigit() else []
-        if not found or attempt is None:
-            return None
-        obj, ex = found[0]
-        policy = self._policy_of(key[0], ex.job)
+        """What capturing this pod's tail needs, or None when its owner does not want it."""
+        attempt = (pod["metadata"].get("labels") or {}).get(LABEL_ATTEMPT)
+        owner = self._owner_of(key[0], pod) if attempt and attempt.isdigit() else None
         failed = (pod.get("status") or {}).get("phase") == "Failed"
-        if policy is None or not wanted(policy, failed=failed):
+        if attempt is None or owner is None or not wanted(owner.policy, failed=failed):
             return None
         containers = (pod.get("spec") or {}).get("containers") or [{}]
         return _Pending(
             namespace=key[0], pod=key[1], container=str(containers[0].get("name") or ""),
-            execution_id=ex.execution_id, attempt=int(attempt), job=ex.job, job_uid=obj["spec"]["job"]["uid"],
-            scheduled_for=ex.scheduled_for, seen_at=self._clock.now(),
+            execution_id=owner.execution_id, attempt=int(attempt), job=owner.job, job_uid=owner.job_uid,
+            scheduled_for=owner.scheduled_for, seen_at=self._clock.now(),
         )  # fmt: skip
 
     # -- what retention asks ----------------------------------------------------------------------
