@@ -8,6 +8,8 @@ text without NUL, its end intact; and `kubectl vigil logs JOB` (the plugin, as a
 it) shows it once the pod is gone. A second job with `spec.logs: none` stores nothing and
 its Execution goes all the same (nothing waits for a tail that is not wanted). A running pod's log is followed (`-f`) to its
 end, from the pod, and a success's tail is not kept under the default `spec.logs: failed`.
+A workflow step's failed attempt (`kubectl vigil logs WORKFLOW STEP`): from its pod, then,
+the pod deleted, from the history.
 
 The stored tail is served to the CLI by a stand-in for the operator's route
 (GET /namespaces/{ns}/executions/{id}/log, vigil.cli.operatorapi.OperatorApi.attempt_log)
@@ -36,9 +38,10 @@ from tests.integration.jobs import (
 )
 from tests.integration.operators import OperatorFleet
 from tests.integration.test_cli import kubectl_plugin
+from tests.integration.workflows import create_workflow, wait_phase
 from tests.waiting import wait_for
 from vigil.core.history import AttemptState
-from vigil.core.ids import execution_id
+from vigil.core.ids import execution_id, step_execution_id
 from vigil.core.logtail import DEFAULT_TAIL_BYTES, log_tail_to_json
 from vigil.history.store import SqlHistory
 
@@ -103,7 +106,8 @@ class StoredLogRoute(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def api_url(history: SqlHistory) -> Iterator[str]:
+def api_url(history: SqlHistory, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("VIGIL_API_TOKEN", "a token the stand-in does not check")  # the kubeconfig has certificates
     handler = type("Route", (StoredLogRoute,), {"history": history})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -129,7 +133,6 @@ def test_a_failed_attempts_tail_outlives_its_pod_and_kubectl_vigil_logs_shows_it
     fleet: OperatorFleet,
     history: SqlHistory,
     api_url: str,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     namespace = make_namespace(kubelet_cluster, "logs")
     kept = job(kubelet_cluster, namespace, "fails")
@@ -149,7 +152,6 @@ def test_a_failed_attempts_tail_outlives_its_pod_and_kubectl_vigil_logs_shows_it
     assert tail.log_bytes > 300_000
     assert history.log_tail(namespace, unwanted) is None
 
-    monkeypatch.setenv("VIGIL_API_TOKEN", "a token the stand-in does not check")
     shown = kubectl_plugin(kubelet_cluster, "logs", "fails", "-n", namespace, "--api-url", api_url)  # its newest execution
     assert (shown.returncode, shown.stdout) == (0, tail.text), shown.stderr
     assert f"pod {kept}-1 (execution {kept}, attempt 1) is gone" in shown.stderr
@@ -176,4 +178,28 @@ def test_a_live_pods_log_is_followed_until_the_pod_ends(
     wait_for(lambda: [r for r in history.timeline(ex_id) if r.state is AttemptState.SUCCEEDED],
              timeout=TIMEOUT, what="the success in the history")  # fmt: skip
     assert history.log_tail(namespace, ex_id) is None  # spec.logs failed (the default): a success's is not kept
+    kubelet_cluster.clear_namespace(namespace)
+
+
+def test_a_workflow_steps_log_is_read_from_its_pod_then_from_the_history(
+    kubelet_cluster: KubeCluster, fleet: OperatorFleet, history: SqlHistory, api_url: str
+) -> None:
+    namespace = make_namespace(kubelet_cluster, "logs")
+    container = {"name": "main", "image": images.JOB_IMAGE, "imagePullPolicy": "Never",
+                 "command": ["sh", "-c", "echo step says hello; exit 4"]}  # fmt: skip
+    step = {"id": "build", "type": "pod", "template": {"spec": {"containers": [container]}}}
+    workflow = create_workflow(kubelet_cluster, namespace, "video-1", steps=[step])
+    wait_phase(kubelet_cluster, namespace, "video-1", "Failed", timeout=TIMEOUT)
+    execution = step_execution_id(workflow["metadata"]["uid"], "build")
+
+    live = kubectl_plugin(kubelet_cluster, "logs", "video-1", "build", "-n", namespace, "--api-url", api_url)
+    assert (live.returncode, live.stdout, live.stderr) == (0, "step says hello\n", "")
+
+    wait_for(lambda: history.log_tail(namespace, execution), timeout=TIMEOUT, what="the step's tail stored")
+    kubelet_cluster.core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+    wait_for(lambda: not kubelet_cluster.core.list_namespaced_pod(namespace).items, timeout=TIMEOUT, what="pods gone")
+
+    gone = kubectl_plugin(kubelet_cluster, "logs", "video-1", "build", "-n", namespace, "--api-url", api_url)
+    assert (gone.returncode, gone.stdout) == (0, "step says hello\n"), gone.stderr
+    assert f"(execution {execution}, attempt" in gone.stderr and "is gone" in gone.stderr
     kubelet_cluster.clear_namespace(namespace)

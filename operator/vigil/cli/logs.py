@@ -1,5 +1,8 @@
 """`kubectl vigil logs JOB|EXECUTION [--attempt N] [-f]`: an attempt's log, from its pod or, once
 retention has deleted the pod, from the tail the operator stored in the history database.
+`kubectl vigil logs WORKFLOW STEP` does the same for a workflow step's attempts (their
+execution id is the step's, a function of the workflow's uid and the step's id; a workflow
+its ttlAfterFinished deleted is found in the history).
 
 Which attempt: an execution's current attempt (or `--attempt N`); for a job, its newest
 execution — in the cluster, else the newest the history database holds. While the
@@ -29,10 +32,10 @@ from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
 from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, connect, kubeconfig_token
 from vigil.core.executions import Execution, format_time
-from vigil.core.ids import ExecutionId, pod_name
+from vigil.core.ids import ExecutionId, pod_name, step_execution_id
 from vigil.core.logtail import LogTail
 from vigil.kube.coreapi import CoreApi
-from vigil.model.names import LABEL_EXECUTION, LABEL_JOB_UID
+from vigil.model.names import LABEL_ATTEMPT, LABEL_EXECUTION, LABEL_JOB_UID
 
 CHUNK_BYTES = 32 * 1024
 #: The exit code when there is no log to show (none stored, or it could not be read).
@@ -194,6 +197,46 @@ def resolve(
     return Target(namespace, page[0].execution_id, attempt)
 
 
+def resolve_step(
+    workflow: str,
+    step: str,
+    namespace: str,
+    *,
+    attempt: int | None,
+    cluster: Cluster,
+    stored: Callable[[], OperatorApi],
+) -> Target:
+    """The attempt of a workflow step: `attempt`, else its latest pod's, else (its pods gone) the
+    latest stored. A workflow no longer in the cluster is looked up in the history by name."""
+    obj = cluster.find_workflow(workflow, namespace)
+    if obj is not None:
+        uid = str(obj["metadata"]["uid"])
+    else:
+        try:
+            found = stored().workflow_history(namespace, workflow)
+        except HistoryNotShown as why:
+            raise BadInput(f'workflow "{workflow}" is not in namespace "{namespace}", and the history cannot '
+                           f"be asked: {why}") from None  # fmt: skip
+        if found is None:
+            raise BadInput(f'workflow "{workflow}" not found in namespace "{namespace}", nor in the history')
+        uid = found.uid
+    execution = step_execution_id(uid, step)
+    if attempt is None:
+        attempt = latest_attempt(
+            CoreApi(cluster.api).list_namespaced_pod(namespace, label_selector=f"{LABEL_EXECUTION}={execution}")
+        )
+    return Target(namespace, execution, attempt)
+
+
+def latest_attempt(pods: Mapping[str, Any]) -> int | None:
+    """The greatest attempt among a pod list's items (None when there is none)."""
+    attempts = [
+        int(value) for p in pods.get("items") or ()
+        if (value := (p["metadata"].get("labels") or {}).get(LABEL_ATTEMPT, "")).isdigit()
+    ]  # fmt: skip
+    return max(attempts, default=None)
+
+
 def pod_field(ex: Execution, present: Iterable[str]) -> tuple[str, str]:
     """`describe`'s word on the current attempt's pod: its name while it exists, else that it is
     gone and where its stored log is (never a dead pod named as if it were there)."""
@@ -221,7 +264,10 @@ def cmd_logs(args: argparse.Namespace) -> int:
     def stored() -> OperatorApi:
         return connect(args.api_url, environ=os.environ, kube_token=lambda: kubeconfig_token(cluster.api.configuration))
 
-    target = resolve(args.name, namespace, attempt=args.attempt, cluster=cluster, stored=stored)
+    if args.step is not None:
+        target = resolve_step(args.name, args.step, namespace, attempt=args.attempt, cluster=cluster, stored=stored)
+    else:
+        target = resolve(args.name, namespace, attempt=args.attempt, cluster=cluster, stored=stored)
     pods = KubePodLogs(CoreApi(cluster.api), timeout=args.request_timeout)
     return show(target, pods=pods, stored=stored, follow=args.follow, out=sys.stdout.buffer, err=sys.stderr)
 
@@ -237,7 +283,11 @@ def add_parsers(sub: Any) -> None:
     lg = sub.add_parser(
         "logs", help="an attempt's log: from its pod, or the tail stored once retention deleted the pod"
     )
-    lg.add_argument("name", metavar="JOB|EXECUTION", help="an execution id, or a job (its newest execution)")
+    lg.add_argument(
+        "name", metavar="JOB|EXECUTION|WORKFLOW", help="an execution id, a job (its newest execution), or a "
+        "workflow (with STEP)",
+    )  # fmt: skip
+    lg.add_argument("step", nargs="?", metavar="STEP", help="a step of the workflow WORKFLOW")
     lg.add_argument("--attempt", type=attempt_number, metavar="N", help="this attempt (default: the latest)")
     lg.add_argument("-f", "--follow", action="store_true", help="follow the live pod's log until it ends")
     lg.add_argument(

@@ -9,7 +9,7 @@
                                           the job's executions, newest first, with older ones
                                           from the history database (VIGIL_API_URL)
     kubectl vigil describe EXECUTION      an execution's timeline, attempt by attempt
-    kubectl vigil logs JOB|EXECUTION [--attempt N] [-f]
+    kubectl vigil logs JOB|EXECUTION|WF STEP [--attempt N] [-f]
                                           an attempt's log: its pod's, or the tail stored once
                                           the pod is gone (VIGIL_API_URL)
     kubectl vigil dead-letters [-A]       executions whose every attempt failed
