@@ -157,7 +157,7 @@ def test_a_failed_attempts_tail_outlives_its_pod_and_kubectl_vigil_logs_shows_it
     assert f"pod {kept}-1 (execution {kept}, attempt 1) is gone" in shown.stderr
     quiet = kubectl_plugin(kubelet_cluster, "logs", unwanted, "-n", namespace, "--api-url", api_url)
     assert (quiet.returncode, quiet.stdout) == (1, "")
-    assert "no stored log" in quiet.stderr
+    assert "no log of it is stored" in quiet.stderr
     kubelet_cluster.clear_namespace(namespace)
 
 

@@ -19,9 +19,10 @@ from kubernetes.client.exceptions import ApiException
 from tests.unit.test_cli_executions import DAY1, NOW, as_object, failed, fresh
 from vigil.cli.errors import BadInput
 from vigil.cli.executions import describe_lines
-from vigil.cli.logs import EXIT_NO_LOG, Target, newest, show, target_of_execution
+from vigil.cli.logs import EXIT_NO_LOG, Target, latest_attempt, newest, show, target_of_execution
 from vigil.cli.operatorapi import HistoryNotShown
 from vigil.core.logtail import LogTail
+from vigil.model.names import LABEL_ATTEMPT
 
 T0 = datetime(2026, 12, 6, 2, 0, tzinfo=UTC)
 
@@ -96,7 +97,7 @@ def test_a_pod_deleted_before_its_log_came_gives_the_stored_tail() -> None:
 @pytest.mark.parametrize(
     ("stored", "says"),
     [
-        pytest.param(Stored(None), "no stored log", id="none stored"),
+        pytest.param(Stored(None), "has no pod any more, and no log of it is stored", id="none stored"),
         pytest.param(Stored(tail(text="", note="the log could not be read: timed out")), "could not be read", id="a note"),
         pytest.param(Stored(down=True), "cannot be asked: cannot reach", id="history down"),
     ],
@@ -133,3 +134,24 @@ def test_describe_points_at_the_stored_log_once_the_pod_is_gone() -> None:
     assert f"Pod:           {pod} (kubectl vigil logs {ex.execution_id})" in here.splitlines()
     assert "Pod:           gone" in gone and f"kubectl vigil logs {ex.execution_id} --attempt {ex.attempt}" in gone
     assert pod not in gone.replace(ex.execution_id + " --attempt", "")
+
+
+def test_a_pod_that_has_no_log_to_give_says_why_when_nothing_is_stored() -> None:
+    class Waiting(Pods):
+        def stream(self, namespace: str, pod: str, container: str, *, follow: bool) -> Iterator[bytes]:
+            error = ApiException(status=400, reason="Bad Request")
+            error.body = '{"message": "container \\"main\\" in pod \\"ex-2\\" is waiting to start: ContainerCreating"}'
+            raise error
+
+    code, out, err = run(Target("shop", "ex", 2), Waiting({"ex-2": []}), Stored(None))
+
+    assert (code, out) == (EXIT_NO_LOG, b"")
+    assert 'the log of pod ex-2 cannot be read (400: container "main" in pod "ex-2" is waiting to start' in err
+
+
+def test_a_steps_latest_attempt_is_its_greatest_pods() -> None:
+    def pod(attempt: str) -> dict[str, Any]:
+        return {"metadata": {"labels": {LABEL_ATTEMPT: attempt}}}
+
+    assert latest_attempt({"items": [pod("1"), pod("3"), pod("2"), pod("x")]}) == 3
+    assert latest_attempt({"items": []}) is None

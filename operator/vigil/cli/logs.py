@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -86,20 +87,23 @@ def show(
     err: TextIO,
 ) -> int:
     """Write the attempt's log to `out`: from its pod while it exists, else its stored tail."""
+    pod = f"{_whose(target)} has no pod any more"
     if target.attempt is not None:
         name = pod_name(ExecutionId(target.execution_id), target.attempt)
         container = pods.container(target.namespace, name)
-        if container is not None and _streamed(pods, target.namespace, name, container, follow=follow, out=out):
-            return 0
+        if container is not None:
+            unread = _streamed(pods, target.namespace, name, container, follow=follow, out=out)
+            if unread is None:
+                return 0
+            pod = f"the log of pod {name} cannot be read ({unread})"  # not started yet, or its node gone
     try:
         tail = stored().attempt_log(target.namespace, target.execution_id, attempt=target.attempt)
     except HistoryNotShown as why:
-        print(f"kubectl vigil: {_whose(target)} has no pod any more, and its stored log cannot be asked: {why}",
-              file=err)  # fmt: skip
+        print(f"kubectl vigil: {pod}, and its stored log cannot be asked: {why}", file=err)
         return EXIT_NO_LOG
     if tail is None:
-        print(f"kubectl vigil: {_whose(target)} has no pod any more and no stored log (its job's spec.logs "
-              "chooses whose logs are kept: failed attempts by default)", file=err)  # fmt: skip
+        print(f"kubectl vigil: {pod}, and no log of it is stored (its job's spec.logs chooses whose logs are "
+              "kept: failed attempts by default)", file=err)  # fmt: skip
         return EXIT_NO_LOG
     print(stored_header(tail), file=err)
     if tail.note:
@@ -119,8 +123,9 @@ def stored_header(tail: LogTail) -> str:
     )
 
 
-def _streamed(pods: PodLogs, namespace: str, name: str, container: str, *, follow: bool, out: BinaryIO) -> bool:
-    """Copy the pod's log to `out`; False when the pod went before a byte came (then the stored tail)."""
+def _streamed(pods: PodLogs, namespace: str, name: str, container: str, *, follow: bool, out: BinaryIO) -> str | None:
+    """Copy the pod's log to `out`: None once done, or why it could not be read when the pod
+    went (404) or has no log to give (400: not started, its node gone) before a byte came."""
     wrote = False
     try:
         for chunk in pods.stream(namespace, name, container, follow=follow):
@@ -128,10 +133,19 @@ def _streamed(pods: PodLogs, namespace: str, name: str, container: str, *, follo
             out.flush()
             wrote = wrote or bool(chunk)
     except ApiException as error:
-        if error.status in (400, 404) and not wrote:  # deleted, or its node gone with the log
-            return False
+        if error.status in (400, 404) and not wrote:
+            return f"{error.status}: {_api_message(error)}"
         raise
-    return True
+    return None
+
+
+def _api_message(error: ApiException) -> str:
+    """The API server's one-line message in an error (its Status body), else its reason."""
+    try:
+        message = str(json.loads(error.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        message = ""
+    return " ".join((message or str(error.reason or "")).split())[:200]
 
 
 def _whose(target: Target) -> str:
