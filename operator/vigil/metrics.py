@@ -104,6 +104,16 @@ HISTORY_BUFFER = Gauge(
     "Executions whose attempts wait to be written to the history database (no labels).",
     registry=REGISTRY,
 )
+LOG_TAILS_PENDING = Gauge(
+    "vigil_log_tails_pending",
+    "Ended pods whose log tail waits to be read or stored in the history database (no labels).",
+    registry=REGISTRY,
+)
+LOG_TAILS_LOST = Counter(
+    "vigil_log_tails_lost_total",
+    "Ended pods whose wanted log tail was not stored: the backlog was full or the bound ran out (no labels).",
+    registry=REGISTRY,
+)
 BUCKETS_PENDING = Gauge(
     "vigil_buckets_pending",
     "Schedule buckets at or before now that still hold unhandled occurrences (no labels).",

@@ -31,6 +31,7 @@ from prometheus_client import start_http_server
 from vigil import heap, httpserver, logs, metrics
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
+from vigil.core.logtail import DEFAULT_LOG_POLICY, LogPolicy
 from vigil.core.ports import Clock
 from vigil.core.queue import QuotaLimits
 from vigil.core.trigger import Trigger
@@ -60,6 +61,7 @@ from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.launcher import ExecutionLauncher, TaskSubmitter
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
+from vigil.kube.logcapture import KubePodLogs, LogCapture, OwnerOf, execution_owner, step_owner
 from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults
 from vigil.kube.retention import Pruner
@@ -70,6 +72,7 @@ from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger
 from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine, workflow_cache
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
+from vigil.model.jobspec import InvalidJob, parse_spec
 from vigil.probes import serve_probes
 from vigil.queueapi import JobStore, QueueApi
 from vigil.settings import NamespaceQuota, QueueQuota, Settings
@@ -299,9 +302,10 @@ def build_approvals(
     return publisher, callback
 
 
-def _flush_history(flusher: HistoryFlusher) -> None:
+def _flush_history(flusher: HistoryFlusher, *logs: LogCapture) -> None:
     flusher.flush()
     metrics.HISTORY_BUFFER.set(flusher.pending)
+    metrics.LOG_TAILS_PENDING.set(sum(capture.pending() for capture in logs))
 
 
 def _record_workflow_pass(done: Pass) -> None:
@@ -553,9 +557,21 @@ def run(settings: Settings) -> int:
         on_progress=trigger_progress(api, settings, identity=me).publish,
     )
     flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.prune(*job))
-    pruner = Pruner(api, store=executions, catalogue=catalogue, written=flusher.written, pods=caches.pods)
+    logs = log_capture(
+        api, settings, owner_of=execution_owner(executions.cached, job_log_policy(catalogue)), history=history,
+        clock=clock, synced=caches.pods.synced.is_set, on_settled=lambda *job: pruner.prune(*job),
+    )  # fmt: skip
+    step_logs = log_capture(  # no gate: a step's pod stays until its workflow's ttlAfterFinished
+        api, settings, owner_of=step_owner, history=history, clock=clock, synced=caches.workflow_pods.synced.is_set,
+        workers=1,
+    )  # fmt: skip
+    pruner = Pruner(
+        api, store=executions, catalogue=catalogue, pods=caches.pods,
+        written=lambda obj: flusher.written(obj) and logs.settled(obj),
+    )  # fmt: skip
     caches.executions.add_handler(controller.execution_changed)
     caches.executions.add_handler(flusher.changed)
+    caches.pods.add_handler(logs.pod_changed)  # first: an ended pod is owed its tail before it is recorded
     caches.pods.add_handler(controller.pod_changed)
     engine = WorkflowEngine(
         WorkflowApi(api, pod_cache=caches.workflow_pods),
@@ -571,6 +587,7 @@ def run(settings: Settings) -> int:
     )
     workflow_watch = workflow_cache(api)
     workflow_watch.add_handler(engine.seen)
+    caches.workflow_pods.add_handler(step_logs.pod_changed)
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
     caches.workflow_pods.add_handler(engine.pod_changed)
     job_controller = JobController(
@@ -591,7 +608,9 @@ def run(settings: Settings) -> int:
         ("trigger", lambda: trigger_loop(trigger, settings, stop, on_tick=metrics.record_tick)),
         ("dispatcher", lambda: caches.when_synced(
             stop, lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch))),
-        ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher))),
+        ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher, logs, step_logs))),
+        ("log-capture", lambda: logs.run(stop)),
+        ("step-log-capture", lambda: step_logs.run(stop)),
         ("workflows-cache", lambda: workflow_watch.run(stop)),
         ("definitions-cache", lambda: definitions.run(stop)),
         ("definitions", lambda: definition_controller.queue.run(stop)),
@@ -621,6 +640,44 @@ def run(settings: Settings) -> int:
             shards.release()
         _hand_over(stop, started, elector, flush=writer.flush, wake=dispatcher.notify)
     return 0
+
+
+def job_log_policy(catalogue: KubeCatalogue) -> Callable[[str, str], LogPolicy | None]:
+    """A job's `spec.logs`, from the caches only: this runs on the pods cache's thread, which must
+    never wait on a request. A job not cached yet (a new leader's cache still filling) gets the
+    default."""
+
+    def policy_of(namespace: str, job: str) -> LogPolicy | None:
+        spec = catalogue.cached_spec(namespace, job)
+        if spec is not None:
+            return spec.logs
+        obj = catalogue.cached(namespace, job)
+        try:
+            return parse_spec(obj).logs if obj is not None else DEFAULT_LOG_POLICY
+        except InvalidJob:
+            return DEFAULT_LOG_POLICY
+
+    return policy_of
+
+
+def log_capture(
+    api: client.ApiClient,
+    settings: Settings,
+    *,
+    owner_of: OwnerOf,
+    history: MigratingHistory,
+    clock: Clock,
+    synced: Callable[[], bool],
+    on_settled: Callable[[str, str, str], object] | None = None,
+    workers: int = 2,
+) -> LogCapture:
+    """Storing attempts' log tails in the history database as their pods end (vigil.kube.logcapture)."""
+    return LogCapture(
+        reader=KubePodLogs(CoreApi(api), clock=clock), sink=history, owner_of=owner_of, clock=clock,
+        tail_bytes=settings.history.log_tail_bytes, workers=workers,
+        settle_within=timedelta(seconds=settings.history.log_settle_seconds), synced=synced, on_settled=on_settled,
+        on_lost=metrics.LOG_TAILS_LOST.inc,
+    )  # fmt: skip
 
 
 def task_submitter(settings: Settings, clock: Clock) -> TaskSubmitter | None:

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic.alias_generators import to_camel
 
+from vigil.core.logtail import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES, MIN_TAIL_BYTES
 from vigil.model.durations import DURATION_PATTERN
 
 
@@ -228,6 +229,16 @@ class History(_Section):
         "sqlite:////var/lib/vigil/history.db", description="SQLAlchemy URL of the history database."
     )
     retention_days: int = Field(30, ge=1, description="Days of execution history kept.")
+    log_tail_bytes: int = Field(
+        DEFAULT_TAIL_BYTES, ge=MIN_TAIL_BYTES, le=MAX_TAIL_BYTES,
+        description="Bytes of the end of an attempt's log kept in the history database (jobs' "
+        "`spec.logs` choose whose): enough for a stack trace, bounded since a tenant writes it.",
+    )  # fmt: skip
+    log_settle_seconds: float = Field(
+        300.0, gt=0,
+        description="Seconds retention waits for an ended pod's log tail to be stored before it "
+        "deletes the pod anyway (a hung log read or a long database outage must not keep pods forever).",
+    )  # fmt: skip
 
 
 class NamespaceQuota(_Section):

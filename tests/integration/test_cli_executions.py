@@ -231,6 +231,7 @@ def test_describe_prints_the_timeline_of_an_execution(
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert "Job:           nightly" in lines
+    assert f"Pod:           gone (retention deleted it, or it was never made); its log as stored: kubectl vigil logs {ex_id} --attempt 1" in lines
     assert "Scheduled for: 2026-04-01T01:00:00Z" in lines
     assert "Period:        2026-03-31T01:00:00Z → 2026-04-01T01:00:00Z" in lines
     assert any(line.startswith("Phase:         Dead since") and line.endswith("reason ExitCode3") for line in lines)

@@ -79,6 +79,7 @@ CLUSTER_ALLOWLIST = (
     | grants("vigil.dev", ("taskqueues",), VIGIL_READ)
     | grants("vigil.dev", ("taskqueues/status",), ("get", "patch", "update"))
     | grants("", ("pods",), (*VIGIL_READ, "create", "delete", "patch"))
+    | grants("", ("pods/log",), ("get",))
     | grants("", ("events",), ("create", "patch"))
     | grants("authorization.k8s.io", ("subjectaccessreviews",), ("create",))
     | grants("", ("configmaps",), ("get",))

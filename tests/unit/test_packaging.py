@@ -75,7 +75,7 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
         "defaultTokenLifetime": "24h",
         "baseURL": "",
     },
-    "history": {"dsn": "sqlite:////var/lib/vigil/history.db", "retentionDays": 30},
+    "history": {"dsn": "sqlite:////var/lib/vigil/history.db", "retentionDays": 30, "logTailBytes": 65536, "logSettleSeconds": 300},
     "watchdog": {
         "enabled": True,
         "intervalSeconds": 30,

@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
+from vigil.cli.logs import pod_field, pods_of
 from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, connect, kubeconfig_token
 from vigil.cli.output import add_output_option, emit, table_data
 from vigil.cli.tables import age, cell, human_duration, precise_duration, relative, render_table
@@ -180,13 +181,15 @@ def phase_since(ex: Execution) -> datetime:
     return ex.ready_since
 
 
-def attempt_rows(ex: Execution, *, now: datetime) -> list[list[object]]:
-    """One row per recorded attempt, and one for the attempt running now."""
+def attempt_rows(ex: Execution, *, now: datetime, present: Collection[str] | None = None) -> list[list[object]]:
+    """One row per recorded attempt, and one for the attempt running now (its pod named only if
+    it is among the `present` ones, when they are known)."""
     rows = [_attempt_row(result) for result in ex.attempts]
     if ex.phase is Phase.RUNNING and not ex.recorded(ex.attempt):
         started = ex.started_at
         ran = precise_duration(now - started) if started is not None else None
-        rows.append([ex.attempt, RUNNING_OUTCOME, None, None, _time(started), None, ran, f"pod {ex.pod}"])
+        where = f"pod {ex.pod}" if present is None or ex.pod in present else "its pod is gone"
+        rows.append([ex.attempt, RUNNING_OUTCOME, None, None, _time(started), None, ran, where])
     return rows
 
 
@@ -201,8 +204,10 @@ def _attempt_row(result: AttemptResult) -> list[object]:
     ]  # fmt: skip
 
 
-def describe_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
-    """The execution's timeline: what it is for, where it stands, then every attempt."""
+def describe_lines(obj: Mapping[str, Any], *, now: datetime, pods: Iterable[str] | None = None) -> list[str]:
+    """The execution's timeline: what it is for, where it stands, then every attempt. With
+    `pods` (the names of its pods that exist), where the current attempt's log is: its pod,
+    or — the pod gone — the stored tail (never a dead pod named as if it were there)."""
     ex = read_execution(dict(obj))
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     since = phase_since(ex)
@@ -223,9 +228,11 @@ def describe_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
     requests = int(spec.get("retryRequests") or 0)
     if requests:
         fields.append(("Retry requests", f"{requests} (acted on {int(status.get('observedRetryRequests') or 0)})"))
+    if pods is not None and (ex.attempts or ex.phase is Phase.RUNNING):
+        fields.append(pod_field(ex, pods))
     width = max(len(label) for label, _ in fields) + 2
     lines = [f"{label + ':':{width}}{value}" for label, value in fields]
-    attempts = attempt_rows(ex, now=now)
+    attempts = attempt_rows(ex, now=now, present=None if pods is None else set(pods))
     lines.append("")
     lines.extend(render_table(ATTEMPT_COLUMNS, attempts).splitlines() if attempts else ["Attempts: none yet"])
     return lines
@@ -233,8 +240,10 @@ def describe_lines(obj: Mapping[str, Any], *, now: datetime) -> list[str]:
 
 def cmd_describe(args: argparse.Namespace) -> int:
     cluster = Cluster()
-    obj = cluster.execution(args.execution, cluster.namespace(args.namespace))
-    return emit(args, obj, lambda: "\n".join(describe_lines(obj, now=datetime.now(UTC))))
+    namespace = cluster.namespace(args.namespace)
+    obj = cluster.execution(args.execution, namespace)
+    pods = pods_of(cluster, namespace, args.execution)
+    return emit(args, obj, lambda: "\n".join(describe_lines(obj, now=datetime.now(UTC), pods=pods)))
 
 
 # --- dead-letters -----------------------------------------------------------------------------

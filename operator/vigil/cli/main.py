@@ -9,6 +9,9 @@
                                           the job's executions, newest first, with older ones
                                           from the history database (VIGIL_API_URL)
     kubectl vigil describe EXECUTION      an execution's timeline, attempt by attempt
+    kubectl vigil logs JOB|EXECUTION|WF STEP [--attempt N] [-f]
+                                          an attempt's log: its pod's, or the tail stored once
+                                          the pod is gone (VIGIL_API_URL)
     kubectl vigil dead-letters [-A]       executions whose every attempt failed
     kubectl vigil retry EXECUTION         run a dead execution once more (same execution id)
     kubectl vigil cancel EXECUTION|JOB    cancel an execution, or all in-flight ones of a job (and its workflows)
@@ -66,7 +69,7 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from vigil.cli import backfill, executions, interventions, queues, timeline, watch, workflows
+from vigil.cli import backfill, executions, interventions, logs, queues, timeline, watch, workflows
 from vigil.cli.cluster import (
     REQUEST_TIMEOUT_SECONDS,
     Cluster,
@@ -194,6 +197,7 @@ def parser() -> argparse.ArgumentParser:
     oc.set_defaults(func=cmd_occurrences)
 
     executions.add_parsers(sub)
+    logs.add_parsers(sub)
     interventions.add_parsers(sub)
     workflows.add_parsers(sub)
     timeline.add_parsers(sub)

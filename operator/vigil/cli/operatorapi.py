@@ -34,6 +34,7 @@ from typing import Any
 from vigil.cli.cluster import connection
 from vigil.cli.errors import BadInput
 from vigil.core.history import MAX_PAGE_SIZE, AttemptState, ExecutionSummary
+from vigil.core.logtail import LogTail, log_tail_from_json
 
 API_URL_ENV = "VIGIL_API_URL"
 API_TOKEN_ENV = "VIGIL_API_TOKEN"
@@ -115,6 +116,21 @@ class OperatorApi:
             return workflow_history_from_json(pages)
         except (KeyError, TypeError, ValueError) as error:
             raise HistoryNotShown(f"the operator's API at {self.url} answered a page it cannot read: {error}") from None
+
+    def attempt_log(self, namespace: str, execution: str, *, attempt: int | None = None) -> LogTail | None:
+        """The stored tail of an attempt's log (without `attempt`, of the latest attempt that has
+        one) from the history database, or None when none is stored.
+
+        The route is ``GET /namespaces/{ns}/executions/{id}/log[?attempt=N]``: 200 with the
+        tail as `vigil.core.logtail.log_tail_to_json` writes it, 404 ``NotFound`` when none."""
+        query = f"?{urllib.parse.urlencode({'attempt': str(attempt)})}" if attempt is not None else ""
+        body = self._request(f"/namespaces/{_q(namespace)}/executions/{_q(execution)}/log{query}", absent_is_none=True)
+        if body is None:
+            return None
+        try:
+            return log_tail_from_json(dict(body))
+        except (KeyError, TypeError, ValueError) as error:
+            raise HistoryNotShown(f"the operator's API at {self.url} answered a log it cannot read: {error}") from None
 
     def _get(self, path: str) -> Mapping[str, Any]:
         body = self._request(path, absent_is_none=False)

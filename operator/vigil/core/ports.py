@@ -16,6 +16,7 @@ from typing import Protocol
 from vigil.core.buckets import Bucket, BucketEntry, Mark
 from vigil.core.chain import EntryPlan, Fire, JobLookup
 from vigil.core.history import AttemptRecord, WorkflowEventRecord
+from vigil.core.logtail import LogTail
 
 
 class Clock(Protocol):
@@ -126,4 +127,18 @@ class WorkflowHistorySink(Protocol):
         """Entry ``seq`` of the workflow ``workflow_uid``, or None when it was never written (or
         has expired); raise HistoryUnavailable if the database is unreachable. Read back only
         for a step output that left the Workflow's status (vigil.core.checkpoint)."""
+        ...
+
+
+class LogTailSink(Protocol):
+    """Where the tails of attempts' logs are kept once their pods are gone (off the firing path)."""
+
+    def write_log_tail(self, tail: LogTail) -> None:
+        """Store the tail by (execution id, attempt), keeping one stored before (a tail that was
+        read replaces only a note that it could not be); raise HistoryUnavailable if unreachable."""
+        ...
+
+    def has_log_tail(self, execution_id: str, attempt: int) -> bool:
+        """Is the attempt's tail stored (so its log need not be read again)? HistoryUnavailable
+        if unreachable."""
         ...

@@ -18,6 +18,7 @@ import threading
 
 from vigil import apart
 from vigil.core.history import AttemptRecord, WorkflowEventRecord
+from vigil.core.logtail import LogTail
 from vigil.core.ports import Clock, HistoryUnavailable
 from vigil.history.store import SqlHistory
 
@@ -65,6 +66,12 @@ class MigratingHistory:
 
     def workflow_event(self, workflow_uid: str, seq: int) -> WorkflowEventRecord | None:
         return self.history.workflow_event(workflow_uid, seq)
+
+    def write_log_tail(self, tail: LogTail) -> None:
+        self.history.write_log_tail(tail)
+
+    def has_log_tail(self, execution_id: str, attempt: int) -> bool:
+        return self.history.has_log_tail(execution_id, attempt)
 
 
 def main() -> int:

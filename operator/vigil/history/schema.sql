@@ -14,7 +14,13 @@
 -- so a repeated write keeps the row already there. `data` is the whole entry; the other
 -- columns are copied out of it for querying. `definition` (migration 0003) is set on entry 0
 -- only: the workflow's pinned definition, which the history folds over once the Workflow
--- object is gone (ttlAfterFinished); NULL on the other entries and on older rows. Not partitioned on either database: retention
+-- object is gone (ttlAfterFinished); NULL on the other entries and on older rows.
+--
+-- One row per attempt whose log tail the operator stored (attempt_logs, migration 0004),
+-- keyed like the attempt: the end of its main container's log, bounded (64 KiB by default)
+-- and cut at a character boundary, NUL bytes dropped; or an empty text and a `note` saying
+-- why the log could not be read. Not partitioned; retention deletes rows by scheduled_for
+-- at the attempts' whole-day cutoff. Not partitioned on either database: retention
 -- deletes a workflow's rows together, once every one of them is older than the retention
 -- (queries.sql: expire_workflow_events), so a history is never cut short at the front.
 
@@ -67,6 +73,25 @@ CREATE INDEX workflow_events_workflow ON workflow_events (namespace, workflow, s
 -- Retention: finds the old rows without reading the rest.
 CREATE INDEX workflow_events_at ON workflow_events (at);
 
+-- Migration 0004.
+CREATE TABLE attempt_logs (
+    execution_id  TEXT                     NOT NULL,
+    attempt       SMALLINT                 NOT NULL,
+    namespace     TEXT                     NOT NULL,
+    job           TEXT                     NOT NULL,
+    pod           TEXT                     NOT NULL,
+    scheduled_for TIMESTAMP WITH TIME ZONE NOT NULL,
+    captured_at   TIMESTAMP WITH TIME ZONE NOT NULL,
+    truncated     BOOLEAN                  NOT NULL,
+    log_bytes     BIGINT                   NOT NULL,
+    note          TEXT                     NOT NULL,
+    text          TEXT                     NOT NULL,
+    CONSTRAINT attempt_logs_pkey PRIMARY KEY (execution_id, attempt)
+);
+
+-- Retention: finds the old rows without reading the rest.
+CREATE INDEX attempt_logs_scheduled_for ON attempt_logs (scheduled_for);
+
 -- name: sqlite
 -- The embedded default: one file, no partitions; retention deletes old rows. SQLite has
 -- no time zone type: times are stored as UTC text ('YYYY-MM-DD HH:MM:SS.ffffff'), which
@@ -109,3 +134,21 @@ CREATE TABLE workflow_events (
 CREATE INDEX workflow_events_workflow ON workflow_events (namespace, workflow, seq);
 
 CREATE INDEX workflow_events_at ON workflow_events (at);
+
+-- Migration 0004.
+CREATE TABLE attempt_logs (
+    execution_id  TEXT     NOT NULL,
+    attempt       SMALLINT NOT NULL,
+    namespace     TEXT     NOT NULL,
+    job           TEXT     NOT NULL,
+    pod           TEXT     NOT NULL,
+    scheduled_for DATETIME NOT NULL,
+    captured_at   DATETIME NOT NULL,
+    truncated     BOOLEAN  NOT NULL,
+    log_bytes     BIGINT   NOT NULL,
+    note          TEXT     NOT NULL,
+    text          TEXT     NOT NULL,
+    CONSTRAINT attempt_logs_pkey PRIMARY KEY (execution_id, attempt)
+);
+
+CREATE INDEX attempt_logs_scheduled_for ON attempt_logs (scheduled_for);

@@ -39,6 +39,10 @@ found), which the operator's HTTP API serves to `kubectl vigil timeline`.
 its older Executions: one summary per execution (its last attempt), newest
 first, in keyset pages (a cursor of scheduled time and execution id, so a page
 costs the same however deep it is). The operator's HTTP API serves it.
+
+`write_log_tail` / `log_tail` are the `LogTailSink`: the bounded end of an attempt's log
+(vigil.core.logtail), one row per attempt in `attempt_logs`, kept once its pod is gone and
+expired with the attempts (same whole-day cutoff) on both databases.
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from vigil.core.history import (
     WorkflowEventRecord,
     WorkflowHistoryPage,
 )
+from vigil.core.logtail import LogTail
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.migrations import SCRIPT_LOCATION
 from vigil.history.precedence import STAGES, TERMINAL_STAGE, key_of, updated_at_of, winners
@@ -149,6 +154,23 @@ workflow_events = sa.Table(
     sa.Column("at", UtcDateTime, nullable=False),
     sa.Column("data", JsonData, nullable=False),
     sa.Column("definition", JsonOrNull),
+)
+
+# Attempts' log tails (migration 0004), keyed like the attempts.
+attempt_logs = sa.Table(
+    "attempt_logs",
+    metadata,
+    sa.Column("execution_id", sa.Text, primary_key=True),
+    sa.Column("attempt", sa.SmallInteger, primary_key=True),
+    sa.Column("namespace", sa.Text, nullable=False),
+    sa.Column("job", sa.Text, nullable=False),
+    sa.Column("pod", sa.Text, nullable=False),
+    sa.Column("scheduled_for", UtcDateTime, nullable=False),
+    sa.Column("captured_at", UtcDateTime, nullable=False),
+    sa.Column("truncated", sa.Boolean, nullable=False),
+    sa.Column("log_bytes", sa.BigInteger, nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+    sa.Column("text", sa.Text, nullable=False),
 )
 
 UPDATED_BY_UPSERT = [
@@ -271,6 +293,27 @@ def _upsert(dialect: str) -> sa.Insert:
     )
 
 
+def _log_upsert(dialect: str) -> sa.Insert:
+    """INSERT … ON CONFLICT: a stored tail stays; only a row that says the log could not be
+    read (a `note`) gives way, and only to a tail that was read."""
+    insert = postgresql.insert(attempt_logs) if dialect == "postgresql" else sqlite.insert(attempt_logs)
+    new, old = insert.excluded, attempt_logs.c
+    return insert.on_conflict_do_update(
+        index_elements=["execution_id", "attempt"],
+        set_={c.name: new[c.name] for c in attempt_logs.columns if not c.primary_key},
+        where=sa.and_(old.note != "", new.note == ""),
+    )
+
+
+def _log_row(tail: LogTail) -> dict[str, Any]:
+    for name in ("scheduled_for", "captured_at"):
+        if getattr(tail, name).tzinfo is None:
+            raise ValueError(f"{name} of the log of {tail.execution_id}#{tail.attempt} is naive")
+    if "\x00" in tail.text:
+        raise ValueError(f"the log of {tail.execution_id}#{tail.attempt} holds NUL (vigil.core.logtail bounds it)")
+    return {c.name: getattr(tail, c.name) for c in attempt_logs.columns}
+
+
 def _require_aware(record: AttemptRecord) -> None:
     for name in ("scheduled_for", "started_at", "finished_at", "updated_at"):
         value = getattr(record, name)
@@ -345,6 +388,7 @@ class Expiry:
     partitions_dropped: list[str]  # PostgreSQL
     rows_deleted: int  # SQLite
     workflow_events_deleted: int  # both
+    log_tails_deleted: int = 0  # both
 
 
 class SqlHistory:
@@ -363,6 +407,7 @@ class SqlHistory:
         self.engine = create_history_engine(dsn, connect_timeout_seconds=connect_timeout_seconds)
         self.partitioned = self.engine.dialect.name == "postgresql"
         self._upsert = _upsert(self.engine.dialect.name)
+        self._log_upsert = _log_upsert(self.engine.dialect.name)
         self._known_partitions: set[date] = set()
 
     def close(self) -> None:
@@ -436,6 +481,37 @@ class SqlHistory:
                 with self.engine.begin() as connection:
                     connection.execute(INSERT_WORKFLOW_EVENT, list(batch))
 
+    def write_log_tail(self, tail: LogTail) -> None:
+        """Store an attempt's log tail, keyed by (execution id, attempt); writing it again keeps
+        the first (a tail that was read replaces only a note that it could not be). Raises
+        HistoryUnavailable if the database is unreachable, ValueError for a naive time or a NUL."""
+        row = _log_row(tail)
+        with unavailable_on_outage(), self.engine.begin() as connection:
+            connection.execute(self._log_upsert, [row])
+
+    def has_log_tail(self, execution_id: str, attempt: int) -> bool:
+        """Is this attempt's log tail stored (read, not a note that it could not be)?"""
+        query = sa.select(attempt_logs.c.attempt).where(
+            attempt_logs.c.execution_id == execution_id,
+            attempt_logs.c.attempt == attempt,
+            attempt_logs.c.note == "",
+        )
+        with unavailable_on_outage(), self.engine.connect() as connection:
+            return connection.execute(query).first() is not None
+
+    def log_tail(self, namespace: str, execution_id: str, *, attempt: int | None = None) -> LogTail | None:
+        """The stored log tail of an attempt of the execution in `namespace` (without `attempt`,
+        of its latest attempt that has one), or None."""
+        query = sa.select(attempt_logs).where(
+            attempt_logs.c.namespace == namespace, attempt_logs.c.execution_id == execution_id
+        )
+        if attempt is not None:
+            query = query.where(attempt_logs.c.attempt == attempt)
+        query = query.order_by(attempt_logs.c.attempt.desc()).limit(1)
+        with unavailable_on_outage(), self.engine.connect() as connection:
+            row = connection.execute(query).mappings().first()
+        return LogTail(**{str(k): v for k, v in row.items()}) if row is not None else None
+
     # -- retention -----------------------------------------------------------------------------
 
     def drop_expired_partitions(self, now: datetime) -> Expiry:
@@ -459,6 +535,10 @@ class SqlHistory:
             # held while waiting for that lock.
             with self.engine.begin() as connection:
                 events = connection.execute(EXPIRE_WORKFLOW_EVENTS, {"cutoff": cutoff}).rowcount
+            with self.engine.begin() as connection:
+                tails = connection.execute(
+                    sa.delete(attempt_logs).where(attempt_logs.c.scheduled_for < cutoff)
+                ).rowcount
         if dropped:
             log.info(
                 "history retention dropped %d partitions: %s", len(dropped), ", ".join(dropped)
@@ -470,6 +550,7 @@ class SqlHistory:
             partitions_dropped=dropped,
             rows_deleted=deleted,
             workflow_events_deleted=events,
+            log_tails_deleted=tails,
         )
 
     def _drop_partitions_before(self, connection: Connection, cutoff: date) -> list[str]:

@@ -34,6 +34,9 @@ QUERY = {
     "timeout_seconds": "timeoutSeconds",
     "watch": "watch",
     "grace_period_seconds": "gracePeriodSeconds",
+    "container": "container",  # a pod's log: which container's
+    "tail_lines": "tailLines",
+    "follow": "follow",
 }
 JSON = "application/json"
 

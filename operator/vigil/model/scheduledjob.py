@@ -30,6 +30,8 @@ from vigil.core.chain import CatchUpPolicy as CoreCatchUpPolicy
 from vigil.core.dispatch import Priority as CorePriority
 from vigil.core.executions import ConcurrencyPolicy as CoreConcurrencyPolicy
 from vigil.core.jitter import shortest_cron_interval
+from vigil.core.logtail import DEFAULT_LOG_POLICY
+from vigil.core.logtail import LogPolicy as CoreLogPolicy
 from vigil.core.schedule import GapPolicy as CoreGapPolicy
 from vigil.core.schedule import OverlapPolicy as CoreOverlapPolicy
 from vigil.core.timeparse import CRON_FIELD_COUNT, CRON_MACROS, parse_cron
@@ -141,6 +143,7 @@ GapPolicy = CoreGapPolicy
 OverlapPolicy = CoreOverlapPolicy
 CatchUpPolicy = CoreCatchUpPolicy
 ConcurrencyPolicy = CoreConcurrencyPolicy
+LogPolicy = CoreLogPolicy
 Priority = CorePriority
 
 
@@ -370,6 +373,13 @@ class ScheduledJobSpec(SpecModel, json_schema_extra=_SPEC_RULES):
         json_schema_extra=DEFAULT_EMPTY_OBJECT,
         description="Finished Executions kept, and their pods; older ones are deleted once their "
         "history is in the database, which keeps every attempt (the operator's HTTP API serves it).",
+    )
+    logs: LogPolicy = Field(
+        default=DEFAULT_LOG_POLICY,
+        description="Whose log tails the history database keeps once an attempt's pod ends (the "
+        "last 64 KiB of the main container's log by default; retention waits for it, within a "
+        "bound): all (every attempt), failed (failed attempts only) or none. `kubectl vigil logs` "
+        "shows the stored tail once the pod is gone.",
     )
     timeout: PositiveDuration | None = Field(
         default=None,
