@@ -13,8 +13,10 @@ A worker never reads or writes a table. Each statement a worker runs (its block 
   its own namespace's queues only; a role that is no namespace's must be the schema's owner (the
   operator, tests, a worker given the owner's DSN); anyone else is refused.
 * `search_path` is pinned (`pg_catalog, pg_temp`: every name in a block is schema-qualified), so
-  a caller's objects can never stand in for the owner's; JIT is off and each call plans for its
-  own values (`force_custom_plan`), as the statements are planned when sent directly.
+  a caller's objects can never stand in for the owner's; JIT is off. Plans are cached per session,
+  as for the statements a worker sent directly (psycopg prepares one after its fifth use), with
+  PostgreSQL's own choice between a custom and a generic plan: every LIMIT is a parameter the
+  planner does not read from a column (queries.sql, `lease`), so a generic plan stays small.
 * What acknowledges, extends or claims by a lease (heartbeat, settle, settle_succeeded, once)
   names the lease's token, drawn when the lease is taken: an acknowledgement of a lease taken
   since by another attempt (a stale token) changes nothing.
@@ -131,7 +133,7 @@ def definition(spec: WorkerStatement) -> str:
     return (
         f"CREATE OR REPLACE FUNCTION {function_name(spec.block)}({arguments}) RETURNS {returns}\n"
         "LANGUAGE plpgsql VOLATILE SECURITY DEFINER\n"
-        "SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_custom_plan\n"
+        "SET search_path = pg_catalog, pg_temp SET jit = off\n"
         "AS $worker$\n#variable_conflict use_column\nBEGIN\n"
         f"PERFORM {SCHEMA}.admit_caller(p_queue);\n{run}\nEND\n$worker$;\n"
         f"REVOKE ALL ON FUNCTION {function_name(spec.block)}({_types(names)}) FROM PUBLIC;\n"
