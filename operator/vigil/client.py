@@ -7,7 +7,7 @@
                        payload={"date": "2026-12-01"}, idempotency_key="reconcile-2026-12-01")
     print(vigil.execution(job.execution_id).state)
 
-It speaks the routes of vigil.queueapi (docs/queue.md, "HTTP API") with the caller's
+It speaks the routes of vigil.api.queue (docs/queue.md, "HTTP API") with the caller's
 Kubernetes bearer token: given directly, or read from a file at every request (a pod's
 projected ServiceAccount token is rotated on disk, so it is never cached here). Every request
 has a timeout. Answers are typed (frozen dataclasses, times as aware datetimes); an error answer
@@ -31,17 +31,29 @@ from typing import Any
 DEFAULT_TIMEOUT_SECONDS = 10.0  # one request, connect to last byte: the operator's own cap is 30 s
 
 
+#: Where a problem's ``type`` starts; the API's reason completes it (vigil.api.problems).
+PROBLEM_TYPE_PREFIX = "urn:vigil:problem:"
+
+
 class ApiError(Exception):
     """An error answer (or no answer): `status` is the HTTP status (0: the request failed before
     one came), `reason` the API's reason (``Invalid``, ``Forbidden``, ``Conflict``, ...), `field`
-    the request field a 422 names."""
+    the request field at fault (a 422's, or a 403's ``tenant``), `request_id` the operator's id
+    of the request (its log lines carry it; "" when none came back).
 
-    def __init__(self, status: int, message: str, *, reason: str = "", field: str | None = None) -> None:
+    The operator answers every error as RFC 9457 problem details (``application/problem+json``:
+    ``type``, ``title``, ``status``, ``detail``, ``reason``, ``errors: [{field, reason}]``);
+    an older operator's ``{"error", "reason", "field"}`` is read as well."""
+
+    def __init__(
+        self, status: int, message: str, *, reason: str = "", field: str | None = None, request_id: str = ""
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.field = field
+        self.request_id = request_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -291,7 +303,7 @@ class Client:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             with error:
-                raise _api_error(error.code, error.read()) from None
+                raise _api_error(error.code, error.read(), request_id=error.headers.get("X-Request-Id") or "") from None
         except (urllib.error.URLError, OSError) as error:
             why = getattr(error, "reason", error)
             raise ApiError(0, f"{method} {self.base_url}{path} failed: {why}", reason="Unreachable") from None
@@ -299,14 +311,24 @@ class Client:
             raise ApiError(0, f"{method} {path}: the answer is not JSON: {error}", reason="BadAnswer") from None
 
 
-def _api_error(status: int, raw: bytes) -> ApiError:
+def _api_error(status: int, raw: bytes, *, request_id: str = "") -> ApiError:
+    """The ApiError of an error answer's body: problem details, or an older operator's shape."""
     try:
         data = json.loads(raw)
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        return ApiError(status, raw.decode(errors="replace").strip())
-    return ApiError(status, str(data.get("error", "")), reason=str(data.get("reason", "")), field=data.get("field"))
+        return ApiError(status, raw.decode(errors="replace").strip(), request_id=request_id)
+    kind = str(data.get("type") or "")
+    reason = str(data.get("reason") or (kind[len(PROBLEM_TYPE_PREFIX):] if kind.startswith(PROBLEM_TYPE_PREFIX) else ""))
+    message = str(data.get("detail") or data.get("title") or data.get("error") or "")
+    errors = data.get("errors")
+    field = data.get("field")
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        field = errors[0].get("field")
+    return ApiError(
+        status, message, reason=reason, field=None if field is None else str(field), request_id=request_id
+    )
 
 
 def _segment(ident: str) -> str:

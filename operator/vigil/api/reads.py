@@ -31,7 +31,7 @@
                                    the token's), or the approver is no longer one of its
                                    approvers; 503 try again
     /v1/jobs, /v1/executions/..., /v1/namespaces/{ns}/taskqueues/{q}/...
-                                   the volume tier's API for programs (vigil.queueapi; docs/queue.md)
+                                   the volume tier's API for programs (vigil.api.queue; docs/queue.md)
 
 Who may call. Every endpoint but the health probes and the approval callback (whose signed
 token is its own authority) needs the caller's Kubernetes bearer token
@@ -65,17 +65,20 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
-import json
 import logging
 import re
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from vigil import httpserver
+from vigil.api.app import Application
+from vigil.api.approvals import APPROVAL_PATH, MAX_BODY_BYTES, ApprovalCallback, redacted
+from vigil.api.bodies import field_name
+from vigil.api.problems import NO_ROUTE, Answer, json_answer, problem
+from vigil.api.queue import QueueApi
+from vigil.api.transport import Limits, Serving, serve
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
-from vigil.core.approvaltokens import MAX_TOKEN_LENGTH, Claims, InvalidToken, verify_any
 from vigil.core.history import (
     DEFAULT_PAGE_SIZE,
     MAX_PAGE_SIZE,
@@ -87,11 +90,9 @@ from vigil.core.history import (
     WorkflowEventRecord,
     WorkflowHistoryPage,
 )
-from vigil.core.ports import Clock, HistoryUnavailable
-from vigil.core.workflow import RULES, Event, Reason, Record, identity_of
+from vigil.core.ports import HistoryUnavailable
 from vigil.model.names import EXECUTIONS, GROUP, WORKFLOWS
 from vigil.probes import HEALTH_PATHS
-from vigil.queueapi import QueueApi
 
 log = logging.getLogger(__name__)
 
@@ -105,21 +106,8 @@ JOB_EXECUTIONS_PARAMETERS = frozenset({"limit", "continue"})
 WORKFLOW_HISTORY_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/workflows/({JOB_NAME})/history/?$")
 #: A workflow's uid in a `continue` token (Kubernetes writes UUIDs).
 WORKFLOW_UID = r"[-a-zA-Z0-9]{1,128}"
-APPROVAL_PATH = re.compile(rf"^/approvals/([^/]{{1,{MAX_TOKEN_LENGTH}}})/(approve|reject)/?$")
-#: Largest request body read, in bytes: a name and a reason fit many times over.
-MAX_BODY_BYTES = 16 * 1024
-BY_MAX_LENGTH = 253
-REASON_MAX_LENGTH = 1024
-DECISIONS = {"approve": (Event.APPROVED, "approved"), "reject": (Event.REJECTED, "rejected")}
-DECIDE_EVENTS = {action: event for action, (event, _) in DECISIONS.items()}
-#: The 409 reason of a token minted for an earlier attempt of a step that waits again.
-SUPERSEDED = "Superseded"
-#: The 403 reason of a body whose `by` is not the approver the token is bound to.
-IDENTITY_MISMATCH = "IdentityMismatch"
-#: The 403 reason of a token whose approver does not hold the RBAC verb `approve`.
-NOT_AUTHORIZED = "NotAuthorized"
+#: The approval callback's route (vigil.api.approvals) lives beside these.
 
-Answer = tuple[int, str, bytes]
 Cursor = TypeVar("Cursor")
 #: ``job_executions(namespace, job, limit, after)``: a page of the job's history (SqlHistory's).
 JobExecutions = Callable[[str, str, int, HistoryCursor | None], ExecutionPage]
@@ -128,179 +116,8 @@ JobExecutions = Callable[[str, str, int, HistoryCursor | None], ExecutionPage]
 WorkflowHistory = Callable[[str, str, int, WorkflowCursor | None], WorkflowHistoryPage]
 
 
-@dataclasses.dataclass(frozen=True)
-class ApprovalCallback:
-    """The approval callback (`POST /approvals/{token}/...`): a decision checked against the
-    token, the workflow as it is and the approver's RBAC, then recorded. It holds what that
-    needs: the keys, a clock, the workflow engine's two calls, and the API server's word on the verb.
 
-    ``keys`` are the keys that verify now (the current one, and the previous one during a
-    rotation's overlap). ``submit`` records an input the way ``WorkflowEngine.submit`` does (a
-    conditional status write) and returns the records appended, the input first; LookupError
-    when the workflow is gone. ``may_approve(namespace, workflow, approver)`` says whether the
-    approver (``user:NAME`` or ``group:NAME``) holds the verb ``approve`` on the workflow.
-    """
-
-    keys: Callable[[], Sequence[bytes]]
-    clock: Clock
-    find_workflow: Callable[[str, str], Mapping[str, Any] | None]
-    submit: Callable[[str, str, Record], Sequence[Record]]
-    may_approve: Callable[[str, str, str], bool]
-
-    def decide(self, token: str, action: str, raw: bytes) -> Answer:
-        """(status, content type, body) for a decision (`action`) posted with an approval token."""
-        try:
-            keys = self.keys()
-        except Exception as error:
-            log.warning("approval callback: no signing key: %s", error)
-            return _error(503, "the signing key is unavailable; try again", "KeyUnavailable")
-        now = self.clock.now()
-        try:
-            claims = verify_any(keys, token, now=now)
-        except InvalidToken as error:
-            return _error(403, str(error), str(error.problem))
-        try:
-            by, reason = decision_body(raw)
-        except ValueError as error:
-            return _error(400, str(error), "BadBody")
-        if not claims_identity(claims.approver, by):
-            return _error(
-                403, f"the token is {claims.approver}'s: it decides in no other name than theirs", IDENTITY_MISMATCH
-            )
-        refused = self._not_waiting(claims) or self._not_authorized(claims)
-        if refused is not None:
-            return refused
-        record = token_decision(claims, DECIDE_EVENTS[action], now=now, reason=reason)
-        try:
-            added = list(self.submit(claims.namespace, claims.workflow, record))
-        except LookupError as error:
-            return _error(404, str(error), "WorkflowNotFound")
-        except RuntimeError as error:  # the status kept changing under it
-            return _error(503, f"{error}", "Conflict")
-        refusal = next((r for r in added if r.event is Event.REQUEST_REFUSED), None)
-        if refusal is not None:
-            return _error(409, str(refusal.detail.get("message", "")), str(refusal.detail.get("reason", "")))
-        log.info(
-            "approval callback: step %s of %s/%s %s by %s (token)",
-            claims.step, claims.namespace, claims.workflow, DECISIONS[action][1], record.detail["by"],
-        )
-        return _json(
-            200,
-            {
-                "namespace": claims.namespace,
-                "workflow": claims.workflow,
-                "step": claims.step,
-                "decision": DECISIONS[action][1],
-                "by": record.detail["by"],
-                "approver": claims.approver,
-                "at": record.to_data()["at"],
-                "tokenLevel": claims.level,
-                "records": [r.to_data() for r in added],
-            },
-        )
-
-    def _not_authorized(self, claims: Claims) -> Answer | None:
-        """403 unless the token's approver holds the verb `approve` on the workflow: the same
-        check admission makes of a `kubectl vigil approve`."""
-        try:
-            allowed = self.may_approve(claims.namespace, claims.workflow, claims.approver)
-        except Exception as error:
-            log.warning("approval callback: the verb of %s could not be checked: %s", claims.approver, error)
-            return _error(503, "the approver's RBAC could not be checked; try again", "AuthorizationUnavailable")
-        if allowed:
-            return None
-        return _error(
-            403,
-            f"{claims.approver} may not decide: deciding an approval needs the 'approve' verb on "
-            f"workflows.vigil.dev (workflow {claims.namespace}/{claims.workflow})",
-            NOT_AUTHORIZED,
-        )
-
-    def _not_waiting(self, claims: Claims) -> Answer | None:
-        """404 or 409 when the token's step cannot be decided now: checked before any write,
-        so a replayed token cannot grow the workflow's history (the engine re-checks in its
-        conditional write)."""
-        where = f"workflow {claims.namespace}/{claims.workflow}"
-        obj = self.find_workflow(claims.namespace, claims.workflow)
-        if obj is None:
-            return _error(404, f"{where} not found", "WorkflowNotFound")
-        if obj["metadata"].get("uid") != claims.uid:
-            return _error(
-                404, f"{where} was deleted and created again: the token is for the old one", "WorkflowNotFound"
-            )
-        step = ((obj.get("status") or {}).get("steps") or {}).get(claims.step) or {}
-        if step.get("phase") != "Running":
-            phase = step.get("phase", "unknown")
-            return _error(409, f"step {claims.step} of {where} is not waiting ({phase})", str(Reason.NOT_WAITING))
-        if step.get("attempts") != claims.attempt:
-            return _error(
-                409,
-                f"step {claims.step} of {where} waits in attempt {step.get('attempts')}; the token is for "
-                f"attempt {claims.attempt}: use the token published for it",
-                SUPERSEDED,
-            )
-        return None
-
-
-def _json(status: int, body: Mapping[str, Any]) -> Answer:
-    return status, "application/json", json.dumps(body, indent=2, default=str).encode()
-
-
-def _error(status: int, message: str, reason: str) -> Answer:
-    return _json(status, {"error": message, "reason": reason})
-
-
-def decision_body(raw: bytes) -> tuple[str, str]:
-    """(by, reason) from an optional JSON body; ValueError naming what is wrong."""
-    if not raw.strip():
-        return "", ""
-    try:
-        data = json.loads(raw)
-    except ValueError as error:
-        raise ValueError(f"the body is not JSON: {error}") from None
-    if not isinstance(data, dict):
-        raise ValueError('the body must be a JSON object: {"by": "...", "reason": "..."}')
-    unknown = sorted(set(data) - {"by", "reason"})
-    if unknown:
-        raise ValueError(f"unknown field {unknown[0]!r}: only 'by' and 'reason' are accepted")
-    found: list[str] = []
-    for field, longest in (("by", BY_MAX_LENGTH), ("reason", REASON_MAX_LENGTH)):
-        value = data.get(field, "")
-        if not isinstance(value, str):
-            raise ValueError(f"{field} must be a string")
-        if len(value) > longest:
-            raise ValueError(f"{field} is longer than {longest} characters")
-        if field == "by" and any(not ch.isprintable() for ch in value):
-            raise ValueError("by must be printable text")
-        found.append(value.strip())
-    return found[0], found[1]
-
-
-def token_decision(claims: Claims, event: Event, *, now: datetime, reason: str) -> Record:
-    """The input a token records: in its approver's name (a group decides as ``group:NAME``,
-    with that group), so the fold checks it against the step's approvers like any request."""
-    by, groups = identity_of(claims.approver)
-    detail: dict[str, Any] = {
-        "by": by,
-        "via": "token",
-        "approver": claims.approver,
-        "tokenLevel": claims.level,
-        "rules": RULES,
-    }
-    if groups:
-        detail["byGroups"] = list(groups)
-    if reason:
-        detail["reason"] = reason
-    return Record(event, now, step=claims.step, detail=detail)
-
-
-def claims_identity(approver: str, by: str) -> bool:
-    """Whether a body's ``by`` (empty: not given) names the approver a token is bound to: the
-    user's name, or the entry as written (``user:carol``, ``group:editors``)."""
-    return not by or by in (approver, identity_of(approver)[0])
-
-
-def record_to_json(record: AttemptRecord) -> dict[str, Any]:
+def record_tojson_answer(record: AttemptRecord) -> dict[str, Any]:
     def t(value: Any) -> str | None:
         return value.isoformat() if value is not None else None
 
@@ -347,7 +164,7 @@ def workflow_access(namespace: str, workflow: str) -> Access:
     return Access(verb="get", group=GROUP, resource=WORKFLOWS, namespace=namespace, name=workflow)
 
 
-def summary_to_json(summary: ExecutionSummary) -> dict[str, Any]:
+def summary_tojson_answer(summary: ExecutionSummary) -> dict[str, Any]:
     def t(value: datetime | None) -> str | None:
         return value.isoformat() if value is not None else None
 
@@ -402,7 +219,7 @@ def decode_workflow_cursor(token: str) -> WorkflowCursor:
     return WorkflowCursor(uid, int(seq))
 
 
-def entry_to_json(record: WorkflowEventRecord) -> dict[str, Any]:
+def entry_tojson_answer(record: WorkflowEventRecord) -> dict[str, Any]:
     """One history entry of the workflow_history answer: its position and the entry as recorded."""
     return {"seq": record.seq, "entry": dict(record.data)}
 
@@ -416,12 +233,14 @@ def page_request(query: str, decode: Callable[[str], Cursor]) -> tuple[int, Curs
         raise ValueError("the query string cannot be read") from None
     unknown = sorted(set(params) - JOB_EXECUTIONS_PARAMETERS)
     if unknown:
-        raise ValueError(f"unknown parameter {unknown[0]!r}: only 'limit' and 'continue' are accepted")
+        named = field_name(unknown[0], instead="")  # a parameter's name is caller's text: plain ones only
+        shown = f" {named!r}" if named else ""
+        raise ValueError(f"unknown parameter{shown}: only 'limit' and 'continue' are accepted")
     if any(len(values) > 1 for values in params.values()):
         raise ValueError("each parameter may be given once")
     limit_text = params.get("limit", [str(DEFAULT_PAGE_SIZE)])[0]
     if not (limit_text.isascii() and limit_text.isdigit()) or not 1 <= int(limit_text) <= MAX_PAGE_SIZE:
-        raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE_SIZE}, not {limit_text!r}")
+        raise ValueError(f"limit must be a whole number from 1 to {MAX_PAGE_SIZE}")
     token = params.get("continue", [""])[0]
     return int(limit_text), decode(token) if token else None
 
@@ -467,25 +286,25 @@ class ApiServer:
         if self._queue_api is not None and self._queue_api.serves(path):
             return self._queue_api.answer("GET", path, token=token, query=query)
         if APPROVAL_PATH.match(path) and self._approvals is not None:
-            return 405, "text/plain", b"POST decides an approval; GET does nothing\n"
+            return problem(405, "POST decides an approval; GET does nothing", "MethodNotAllowed")
         if path != "/leader" and not (
             EXECUTION_PATH.match(path)
             or NAMESPACED_EXECUTION_PATH.match(path)
             or (JOB_EXECUTIONS_PATH.match(path) and self._job_executions is not None)
             or (WORKFLOW_HISTORY_PATH.match(path) and self._workflow_history is not None)
         ):
-            return 404, "text/plain", b"not found\n"
+            return problem(404, "no such route", NO_ROUTE)
         try:
             return self._guarded(path, query, token)
         except ReviewUnavailable as error:
             log.warning("HTTP API: cannot review a caller: %s", error)
-            return _error(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
+            return problem(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
 
     def _guarded(self, path: str, query: str, token: str | None) -> Answer:
         guard = self._guard
         user = guard.authenticator.authenticate(token) if guard is not None and token else None
         if guard is None or user is None:
-            return _error(
+            return problem(
                 401, "a Kubernetes bearer token the API server accepts is required (Authorization: Bearer ...)",
                 "Unauthorized",
             )  # fmt: skip
@@ -511,17 +330,17 @@ class ApiServer:
         if self._queue_api is not None and self._queue_api.serves(path):
             return self._queue_api.answer("POST", path, token=token, body=body)
         if len(body) > MAX_BODY_BYTES:
-            return _error(400, f"the body must be at most {MAX_BODY_BYTES} bytes", "BadBody")
+            return problem(400, f"the body must be at most {MAX_BODY_BYTES} bytes", "BadBody")
         match = APPROVAL_PATH.match(path)
         if match is None or self._approvals is None:
-            return 404, "text/plain", b"not found\n"
+            return problem(404, "no such route", NO_ROUTE)
         return self._approvals.decide(match.group(1), match.group(2), body)
 
     def answer_delete(self, path: str, token: str | None) -> Answer:
         """(status, content type, body) for a DELETE of `path` by the holder of `token`."""
         if self._queue_api is not None and self._queue_api.serves(path):
             return self._queue_api.answer("DELETE", path, token=token)
-        return 405, "text/plain", b"DELETE is served only under /v1/\n"
+        return problem(405, "DELETE is served only under /v1/", "MethodNotAllowed")
 
     def _execution_in(self, guard: Guard, user: User, namespace: str, execution_id: str) -> Answer:
         """The execution asked for in `namespace`: authorised first, then looked up there only."""
@@ -552,7 +371,7 @@ class ApiServer:
                 return self._execution_answer(execution_id, namespace, mine, rows, error)
         if not found and guard.authorizer.allowed(user, execution_access("")):
             return self._execution_answer(execution_id, "", None, rows, error)
-        return _error(
+        return problem(
             403,
             f"{user.name} may not get execution {execution_id}: it does not exist in any namespace where "
             "they may get executions (ask by /namespaces/NAMESPACE/executions/ID to tell the two apart)",
@@ -574,11 +393,11 @@ class ApiServer:
         body: dict[str, Any] = {
             "namespace": namespace,
             "job": job,
-            "executions": [summary_to_json(s) for s in page.executions],
+            "executions": [summary_tojson_answer(s) for s in page.executions],
         }
         if page.after is not None:
             body["continue"] = encode_cursor(page.after)
-        return _json(200, body)
+        return json_answer(200, body)
 
     def _workflow_entries(self, guard: Guard, user: User, namespace: str, workflow: str, query: str) -> Answer:
         """A page of the workflow's history entries: authorised first (``get`` on that workflow),
@@ -593,20 +412,20 @@ class ApiServer:
             return got
         page, after = got.page, got.after
         if after is None and not page.entries:
-            return _error(404, f"no history of workflow {workflow} in namespace {namespace}", "NotFound")
+            return problem(404, f"no history of workflow {workflow} in namespace {namespace}", "NotFound")
         uid = after.workflow_uid if after is not None else page.entries[0].workflow_uid
         body: dict[str, Any] = {
             "namespace": namespace,
             "workflow": workflow,
             "uid": uid,
-            "entries": [entry_to_json(record) for record in page.entries],
+            "entries": [entry_tojson_answer(record) for record in page.entries],
         }
         first = next((record for record in page.entries if record.seq == 0), None)
         if first is not None:
             body["definition"] = first.definition
         if page.after is not None:
             body["continue"] = encode_workflow_cursor(page.after)
-        return _json(200, body)
+        return json_answer(200, body)
 
     def _rows(self, execution_id: str) -> tuple[list[AttemptRecord] | None, str | None]:
         try:
@@ -624,26 +443,35 @@ class ApiServer:
     ) -> Answer:
         mine = [r for r in rows or [] if r.namespace == namespace]
         if obj is None and not mine:
-            return _json(404, {"error": f"execution {execution_id} not found", "reason": "NotFound"})
+            return problem(404, f"execution {execution_id} not found", "NotFound")
         body: dict[str, Any] = {"executionId": execution_id, "namespace": namespace}
         if obj is not None:
             body["spec"] = obj.get("spec") or {}
             body["status"] = obj.get("status") or {}
-        body["history"] = [record_to_json(r) for r in mine] if rows is not None else None
+        body["history"] = [record_tojson_answer(r) for r in mine] if rows is not None else None
         if history_error is not None:
             body["historyError"] = history_error
-        return _json(200, body)
+        return json_answer(200, body)
 
-    def serve(self, port: int, limits: httpserver.Limits | None = None) -> httpserver.BoundedServer:
+    def dispatch(self, method: str, path: str, query: str, token: str | None, body: bytes) -> Answer:
+        """The answer to `method` on `path` (with its `query` string): the one router every
+        request goes through (vigil.api.app runs it on an executor thread)."""
+        if method in ("GET", "HEAD"):
+            return self.answer(f"{path}?{query}" if query else path, token=token)
+        if method == "POST":
+            return self.answer_post(path, body, token=token)
+        if method == "DELETE":
+            return self.answer_delete(path, token)
+        return problem(405, f"{method} is not served here", "MethodNotAllowed")
+
+    def application(self, limits: Limits | None = None) -> Application:
+        """This API as an ASGI application within `limits` (default: Limits())."""
+        return Application(self.dispatch, limits or Limits(), redact=redacted)
+
+    def serve(self, port: int, limits: Limits | None = None) -> Serving:
         """Serve on `port` (0: any free one) from a thread, within `limits` (default: Limits())."""
-        return httpserver.serve(
-            port,
-            get=lambda target, token: self.answer(target, token=token),
-            post=lambda path, token, body: self.answer_post(path, body, token=token),
-            delete=self.answer_delete,
-            limits=limits or httpserver.Limits(),
-            redact=_redacted,
-        )
+        limits = limits or Limits()
+        return serve(self.application(limits), port, limits)
 
 
 Page = TypeVar("Page")
@@ -672,11 +500,11 @@ def _history_page(
     try:
         limit, after = page_request(query, decode)
     except ValueError as error:
-        return _error(400, str(error), "BadRequest")
+        return problem(400, str(error), "BadRequest")
     try:
         return _Page(read(limit, after), after)
     except HistoryUnavailable as error:
-        return _error(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
+        return problem(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
 
 
 def _named(obj: Mapping[str, Any] | None, execution_id: str, namespace: str | None) -> Mapping[str, Any] | None:
@@ -693,8 +521,4 @@ def _forbidden(user: User, access: Access) -> Answer:
     where = f" in namespace {access.namespace}" if access.namespace else " in every namespace"
     what = f"{access.resource}.{access.group}" if access.group else access.resource
     name = f" {access.name}" if access.name else ""
-    return _error(403, f"{user.name} may not {access.verb} {what}{name}{where}", "Forbidden")
-
-def _redacted(path: str) -> str:
-    """A path fit for logs: an approval token is a credential."""
-    return APPROVAL_PATH.sub(r"/approvals/<token>/\2", path)
+    return problem(403, f"{user.name} may not {access.verb} {what}{name}{where}", "Forbidden")

@@ -49,7 +49,7 @@ unknown, 405 another method, 409 the execution's state does not allow the cancel
 to try again), 503 the API server's reviews or the queue store cannot be reached now (try again).
 
 The store's calls block; like the history routes, they run on the HTTP server's worker
-threads (httpserver.Limits bounds how many at once). This module knows the store only
+threads (vigil.api.transport.Limits bounds how many at once). This module knows the store only
 through the JobStore protocol (the runtime hands it a vigil.queue.QueueStore), so the HTTP
 layer never imports a database driver.
 """
@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import re
 import urllib.parse
@@ -66,6 +65,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
+from vigil.api.bodies import field_name, read_json
+from vigil.api.problems import NO_ROUTE, Answer, json_answer, problem
 from vigil.core import jsonvalues
 from vigil.core.access import Access, Authenticator, Authorizer, ReviewUnavailable, User
 from vigil.core.chain import CatchUp
@@ -99,7 +100,6 @@ from vigil.model.names import GROUP, TASK_QUEUE_EXECUTIONS, TASK_QUEUES
 
 log = logging.getLogger(__name__)
 
-Answer = tuple[int, str, bytes]
 
 ID = r"[a-z0-9][-a-z0-9]{0,62}"
 JOBS_PATH = "/v1/jobs"
@@ -119,7 +119,7 @@ NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 QUEUE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 TEXT_MAX_LENGTH = 253  # task, tenant and idempotency key: as long as an object name
 #: Largest payload, as compact JSON: executions are rows, not blobs (the request itself is
-#: capped by httpserver.Limits.max_request_bytes, 64 KiB by default).
+#: capped by vigil.api.transport.Limits.max_request_bytes, 64 KiB by default).
 MAX_PAYLOAD_BYTES = jsonvalues.MAX_PAYLOAD_BYTES
 MAX_ATTEMPTS_LIMIT = 1000
 SMALLINT = (-32768, 32767)
@@ -208,14 +208,6 @@ class Refused(Exception):
         self.answer = answer
 
 
-def _json(status: int, body: Mapping[str, Any]) -> Answer:
-    return status, "application/json", json.dumps(body, indent=2, default=str).encode()
-
-
-def _error(status: int, message: str, reason: str, **extra: str) -> Answer:
-    return _json(status, {"error": message, "reason": reason, **extra})
-
-
 def taskqueue_access(verb: str, namespace: str, name: str = "") -> Access:
     """`verb` on the TaskQueue object itself, named `name` in `namespace` ("" = every namespace)."""
     return Access(verb=verb, group=GROUP, resource=TASK_QUEUES, namespace=namespace, name=name)
@@ -260,7 +252,7 @@ class QueueApi:
         holder of `token`."""
         store = self._store
         if store is None:
-            return _error(
+            return problem(
                 404, "the volume tier is off: this operator has no queue store (settings queue.dsn)", VOLUME_TIER_OFF
             )
         route = _route(method, path)
@@ -269,7 +261,7 @@ class QueueApi:
         try:
             user = self._user(token)
             if user is None:
-                return _error(
+                return problem(
                     401, "a Kubernetes bearer token the API server accepts is required (Authorization: Bearer ...)",
                     "Unauthorized",
                 )  # fmt: skip
@@ -278,15 +270,15 @@ class QueueApi:
             return refused.answer
         except ReviewUnavailable as error:
             log.warning("queue API: cannot review a caller: %s", error)
-            return _error(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
+            return problem(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
         except QueueUnavailable as error:
             log.warning("queue API: the queue store is unavailable: %s", error)
-            return _error(503, f"the queue store is unavailable: {error}; try again", QUEUE_UNAVAILABLE)
-        except QuotaExceeded as error:  # 429: the server adds Retry-After (httpserver.RETRY_AFTER_SECONDS)
-            return _json(429, {
-                "error": f"{error}; try again once some of them finish", "reason": QUOTA_EXCEEDED,
-                "namespace": error.namespace, "quota": error.quota, "limit": error.limit, "used": error.used,
-            })  # fmt: skip
+            return problem(503, f"the queue store is unavailable: {error}; try again", QUEUE_UNAVAILABLE)
+        except QuotaExceeded as error:  # 429: the server adds Retry-After (vigil.api.transport.RETRY_AFTER_SECONDS)
+            return problem(
+                429, f"{error}; try again once some of them finish", QUOTA_EXCEEDED,
+                namespace=error.namespace, quota=error.quota, limit=error.limit, used=error.used,
+            )  # fmt: skip
 
     def _user(self, token: str | None) -> User | None:
         if self._authenticator is None or self._authorizer is None or not token:
@@ -329,7 +321,7 @@ class QueueApi:
             "executionId": submitted.execution_id,
             "scheduledFor": _time(submitted.scheduled_for),
         }
-        return _json(201 if submitted.created else 200, body)
+        return json_answer(201 if submitted.created else 200, body)
 
     def _submit_recurring(
         self, store: JobStore, user: User, data: Mapping[str, Any], *, namespace: str, name: str, tenant: str,
@@ -345,7 +337,7 @@ class QueueApi:
             return _invalid(_recurring_invalid(error))
         if added.created:
             log.info("queue API: %s catalogued recurring job %s on %s", user.name, added.job_id, job.queue)
-        return _json(201 if added.created else 200, {"jobId": added.job_id, "nextRun": _time(added.next_run)})
+        return json_answer(201 if added.created else 200, {"jobId": added.job_id, "nextRun": _time(added.next_run)})
 
     def _tenant(self, user: User, named: str | None, *, namespace: str, name: str) -> str:
         """The submission's tenant: the caller's own (vigil.core.tenancy). Naming another is
@@ -356,7 +348,7 @@ class QueueApi:
         except TenantRefused as refused:
             if self._allowed(user, taskqueue_access("update", namespace, name)):
                 return refused.named
-            raise Refused(_error(
+            raise Refused(problem(
                 403, f"{user.name} may not submit to {namespace}/{name} as {refused}: a tenant is who the caller "
                 "is (its namespace, or a tenant the TaskQueue binds to it in spec.tenants.bindings)",
                 FORBIDDEN, field="tenant",
@@ -367,7 +359,7 @@ class QueueApi:
         allowed = self._high_priority
         if allowed is None or priority >= PRIORITIES["normal"] or namespace in allowed:
             return
-        raise Refused(_error(
+        raise Refused(problem(
             403, f"priority {priority} is above normal, which is reserved for the namespaces the Vigil chart "
             f"lists (admission.highPriority.namespaces); {namespace} is not one: use normal or low",
             FORBIDDEN, field="priority",
@@ -375,7 +367,7 @@ class QueueApi:
 
     def get_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
-        return _json(200, job_to_json(self._visible(user, "get", "job", job_id, store.job(job_id))))
+        return json_answer(200, job_tojson_answer(self._visible(user, "get", "job", job_id, store.job(job_id))))
 
     def delete_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
@@ -384,12 +376,12 @@ class QueueApi:
         if deleted is None:
             return _not_found("job", job_id)
         log.info("queue API: %s deleted job %s of %s", user.name, job_id, job.queue)
-        return _json(200, job_to_json(deleted))
+        return json_answer(200, job_tojson_answer(deleted))
 
     def get_execution(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         execution_id = _id(EXECUTION_PATH, path)
         record = self._visible(user, "get", "execution", execution_id, store.timeline(execution_id))
-        return _json(200, execution_to_json(record))
+        return json_answer(200, execution_tojson_answer(record))
 
     def act(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         match = EXECUTION_ACTION_PATH.match(path)
@@ -406,9 +398,9 @@ class QueueApi:
         if change is None:
             return _not_found("execution", execution_id)
         if change.refusal is not None:
-            return _error(409, f"execution {execution_id} cannot be {DONE[action]}: {change.refusal}", CONFLICT)
+            return problem(409, f"execution {execution_id} cannot be {DONE[action]}: {change.refusal}", CONFLICT)
         log.info("queue API: %s %s execution %s of %s", user.name, DONE[action], execution_id, record.queue)
-        return _json(200, execution_to_json(change.record))
+        return json_answer(200, execution_tojson_answer(change.record))
 
     def listing(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         """A queue's jobs, dead letters or stats: `get` on its TaskQueue (403) first, then the
@@ -425,17 +417,17 @@ class QueueApi:
             if kind == "stats":
                 _page_request(query, kind, allowed=frozenset())
                 rows = store.queue_breakdown(key, now=self._clock.now(), limit=QUEUE_PAGE_MAX)
-                return _json(200, head | {"breakdown": [breakdown_to_json(row) for row in rows]})
+                return json_answer(200, head | {"breakdown": [breakdown_tojson_answer(row) for row in rows]})
             limit, after = _page_request(query, kind, allowed=PAGE_PARAMETERS)
         except Invalid as error:
             return _invalid(error)
         if kind == "jobs":
             jobs = store.queue_jobs(key, limit=limit, after=after)
-            return _json(200, _paged(head | {"jobs": [queue_job_to_json(j) for j in jobs.jobs]}, kind, jobs.after))
+            return json_answer(200, _paged(head | {"jobs": [queue_job_tojson_answer(j) for j in jobs.jobs]}, kind, jobs.after))
         dead = store.dead_letters(key, limit=limit, after=after)
         now = self._clock.now()
-        body = head | {"deadLetters": [dead_letter_to_json(d, now=now) for d in dead.dead]}
-        return _json(200, _paged(body, kind, dead.after))
+        body = head | {"deadLetters": [dead_letter_tojson_answer(d, now=now) for d in dead.dead]}
+        return json_answer(200, _paged(body, kind, dead.after))
 
     def _visible(self, user: User, verb: str, kind: str, ident: str, record: Record | None) -> Record:
         """`record` if `user` may `verb` its TaskQueue; else Refused, with 403. An unknown id (None)
@@ -447,7 +439,7 @@ class QueueApi:
                 return record
         elif self._allowed(user, executions_access(verb, "")):
             raise Refused(_not_found(kind, ident))
-        raise Refused(_error(
+        raise Refused(problem(
             403,
             f"{user.name} may not {verb} {kind} {ident}: it does not exist in any queue where they may "
             f"{verb} {TASK_QUEUES}/{TASK_QUEUE_EXECUTIONS}.{GROUP}",
@@ -472,9 +464,9 @@ def _route(method: str, path: str) -> Route | Answer:
     elif QUEUE_LISTING_PATH.match(path):
         routes = {"GET": QueueApi.listing}
     else:
-        return _error(404, f"no route {path}", NOT_FOUND)
+        return problem(404, "no such route under /v1/", NO_ROUTE)
     if method not in routes:
-        return _error(405, f"{path} answers {', '.join(sorted(routes))}, not {method}", "MethodNotAllowed")
+        return problem(405, f"this route answers {', '.join(sorted(routes))}, not {method}", "MethodNotAllowed")
     return routes[method]
 
 
@@ -486,11 +478,9 @@ def _id(pattern: re.Pattern[str], path: str) -> str:
 
 def _object(raw: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
-    except ValueError as error:
-        raise Invalid("body", f"not JSON: {error}") from None
-    except RecursionError:  # nesting deeper than the decoder's stack: refused like any deep value
-        raise Invalid("body", f"is nested deeper than {jsonvalues.MAX_DEPTH} objects and arrays") from None
+        data = read_json(raw, field="body")
+    except jsonvalues.UnsafeValue as error:
+        raise Invalid(error.path, error.why) from None
     if not isinstance(data, dict):
         raise Invalid("body", "must be a JSON object")
     return data
@@ -505,13 +495,13 @@ def _page_request(query: str, kind: str, *, allowed: frozenset[str]) -> tuple[in
     unknown = sorted(set(params) - allowed)
     if unknown:
         takes = f"only {' and '.join(sorted(allowed))} are accepted" if allowed else "it takes no parameters"
-        raise Invalid(unknown[0], f"unknown parameter: {takes}")
+        raise Invalid(field_name(unknown[0], instead="query"), f"unknown parameter: {takes}")
     for field, values in params.items():
         if len(values) > 1:
             raise Invalid(field, "may be given once")
     limit = params.get("limit", [str(QUEUE_PAGE_DEFAULT)])[0]
     if not (limit.isascii() and limit.isdigit()) or not 1 <= int(limit) <= QUEUE_PAGE_MAX:
-        raise Invalid("limit", f"must be a whole number from 1 to {QUEUE_PAGE_MAX}, not {limit!r}")
+        raise Invalid("limit", f"must be a whole number from 1 to {QUEUE_PAGE_MAX}")
     token = params.get("continue", [""])[0]
     return int(limit), decode_cursor(token, kind) if token else None
 
@@ -543,10 +533,10 @@ def _queue_of(data: Mapping[str, Any]) -> tuple[str, str]:
     """(namespace, TaskQueue name) a submission names: what it is authorised against."""
     namespace = _required_text(data, "namespace")
     if not NAMESPACE.fullmatch(namespace):
-        raise Invalid("namespace", f"{namespace!r} is not a namespace name (a DNS label)")
+        raise Invalid("namespace", "is not a namespace name (a DNS label)")
     name = _required_text(data, "queue")
     if not QUEUE_NAME.fullmatch(name):
-        raise Invalid("queue", f"{name!r} is not a TaskQueue name (a DNS subdomain)")
+        raise Invalid("queue", "is not a TaskQueue name (a DNS subdomain)")
     return namespace, name
 
 
@@ -558,7 +548,7 @@ def recurring_job(data: Mapping[str, Any], *, namespace: str, name: str, tenant:
                           "rendered for each occurrence")  # fmt: skip
     unknown = sorted(set(data) - RECURRING_SUBMIT_FIELDS)
     if unknown:
-        raise Invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(RECURRING_SUBMIT_FIELDS))}")
+        raise Invalid(field_name(unknown[0], instead="body"), f"unknown field; the fields are {', '.join(sorted(RECURRING_SUBMIT_FIELDS))}")
     template = data.get("payloadTemplate", {})
     _payload(template, field="payloadTemplate")
     max_attempts = data.get("maxAttempts")
@@ -595,15 +585,15 @@ def _interval(value: Any) -> timedelta | None:
         raise Invalid("expectedMaxInterval", "must be a duration string, like '26h'")
     try:
         return parse_duration(value)
-    except ValueError as error:
-        raise Invalid("expectedMaxInterval", str(error)) from None
+    except ValueError:
+        raise Invalid("expectedMaxInterval", "must be a positive duration, like '26h' or '90s'") from None
 
 
 def one_off_job(data: Mapping[str, Any], *, namespace: str, name: str, tenant: str, now: datetime) -> OneOffJob:
     """The one-off job a submission's body describes; Invalid naming the first wrong field."""
     unknown = sorted(set(data) - SUBMIT_FIELDS)
     if unknown:
-        raise Invalid(unknown[0], f"unknown field; the fields are {', '.join(sorted(SUBMIT_FIELDS))}")
+        raise Invalid(field_name(unknown[0], instead="body"), f"unknown field; the fields are {', '.join(sorted(SUBMIT_FIELDS))}")
     task = _required_text(data, "task")
     return OneOffJob(
         queue=queue_key(namespace, name),
@@ -653,11 +643,11 @@ def _run_at(value: Any, *, now: datetime) -> datetime:
         raise Invalid("runAt", "must be an RFC 3339 timestamp string, like '2026-08-01T02:00:00Z'")
     try:
         run_at = parse_rfc3339(value)
-    except ValueError as error:
-        raise Invalid("runAt", str(error)) from None
+    except ValueError:
+        raise Invalid("runAt", "must be an RFC 3339 timestamp with its offset, like '2026-08-01T02:00:00Z'") from None
     if now - run_at > PAST_RUN_AT:
         raise Invalid(
-            "runAt", f"{value} is more than {PAST_RUN_AT} in the past (the catch-up window): it would never run on time"
+            "runAt", f"is more than {PAST_RUN_AT} in the past (the catch-up window): it would never run on time"
         )
     return run_at
 
@@ -665,7 +655,7 @@ def _run_at(value: Any, *, now: datetime) -> datetime:
 def _priority(value: Any) -> int:
     if isinstance(value, str):
         if value not in PRIORITIES:
-            raise Invalid("priority", f"{value!r} is not one of {', '.join(PRIORITIES)} (or a whole number)")
+            raise Invalid("priority", f"is not one of {', '.join(PRIORITIES)} (or a whole number)")
         return PRIORITIES[value]
     if isinstance(value, bool) or not isinstance(value, int) or not SMALLINT[0] <= value <= SMALLINT[1]:
         raise Invalid(
@@ -685,7 +675,7 @@ def _time(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat() if value is not None else None
 
 
-def job_to_json(job: JobRecord) -> dict[str, Any]:
+def job_tojson_answer(job: JobRecord) -> dict[str, Any]:
     namespace, name = split_queue_key(job.queue)
     return {
         "jobId": job.job_id,
@@ -698,7 +688,7 @@ def job_to_json(job: JobRecord) -> dict[str, Any]:
         "maxAttempts": job.max_attempts,
         "enabled": job.enabled,
         "createdAt": _time(job.created_at),
-        **_recurrence_to_json(job.schedule),
+        **_recurrence_tojson_answer(job.schedule),
         "executions": [
             {
                 "executionId": e.execution_id,
@@ -711,7 +701,7 @@ def job_to_json(job: JobRecord) -> dict[str, Any]:
     }
 
 
-def _recurrence_to_json(recurrence: Recurrence | None) -> dict[str, Any]:
+def _recurrence_tojson_answer(recurrence: Recurrence | None) -> dict[str, Any]:
     if recurrence is None:
         return {}
     expected = recurrence.expected_max_interval
@@ -724,7 +714,7 @@ def _recurrence_to_json(recurrence: Recurrence | None) -> dict[str, Any]:
     }
 
 
-def attempt_to_json(row: AttemptRow) -> dict[str, Any]:
+def attempt_tojson_answer(row: AttemptRow) -> dict[str, Any]:
     return {
         "attempt": row.attempt,
         "worker": row.worker,
@@ -736,7 +726,7 @@ def attempt_to_json(row: AttemptRow) -> dict[str, Any]:
     }
 
 
-def execution_to_json(record: ExecutionRecord) -> dict[str, Any]:
+def execution_tojson_answer(record: ExecutionRecord) -> dict[str, Any]:
     namespace, name = split_queue_key(record.queue)
     return {
         "executionId": record.execution_id,
@@ -758,11 +748,11 @@ def execution_to_json(record: ExecutionRecord) -> dict[str, Any]:
         "finishedAt": _time(record.finished_at),
         "lastError": record.last_error,
         "cancelledBy": record.cancelled_by,
-        "attempts": [attempt_to_json(row) for row in record.attempts],
+        "attempts": [attempt_tojson_answer(row) for row in record.attempts],
     }
 
 
-def queue_job_to_json(job: QueueJob) -> dict[str, Any]:
+def queue_job_tojson_answer(job: QueueJob) -> dict[str, Any]:
     return {
         "jobId": job.job_id,
         "task": job.task,
@@ -775,7 +765,7 @@ def queue_job_to_json(job: QueueJob) -> dict[str, Any]:
     }
 
 
-def dead_letter_to_json(dead: DeadLetter, *, now: datetime) -> dict[str, Any]:
+def dead_letter_tojson_answer(dead: DeadLetter, *, now: datetime) -> dict[str, Any]:
     return {
         "executionId": dead.execution_id,
         "task": dead.task,
@@ -790,7 +780,7 @@ def dead_letter_to_json(dead: DeadLetter, *, now: datetime) -> dict[str, Any]:
     }
 
 
-def breakdown_to_json(row: QueueBreakdown) -> dict[str, Any]:
+def breakdown_tojson_answer(row: QueueBreakdown) -> dict[str, Any]:
     age = row.oldest_ready_age
     return {
         "priority": row.priority,
@@ -803,16 +793,16 @@ def breakdown_to_json(row: QueueBreakdown) -> dict[str, Any]:
 
 
 def _invalid(error: Invalid) -> Answer:
-    return _error(422, str(error), INVALID, field=error.field)
+    return problem(422, str(error), INVALID, field=error.field)
 
 
 def _not_found(kind: str, ident: str) -> Answer:
-    return _error(404, f"{kind} {ident} not found", NOT_FOUND)
+    return problem(404, f"{kind} {ident} not found", NOT_FOUND)
 
 
 def _forbidden(user: User, access: Access) -> Answer:
     resource = f"{access.resource}/{access.subresource}" if access.subresource else access.resource
-    return _error(
+    return problem(
         403,
         f"{user.name} may not {access.verb} {resource}.{access.group} {access.name} in namespace "
         f"{access.namespace}",
