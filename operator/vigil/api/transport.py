@@ -31,7 +31,7 @@ import logging
 import socket
 import threading
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 import h11
 import uvicorn
@@ -82,8 +82,8 @@ def _protocol(limits: Limits) -> type[H11Protocol]:
         _deadline: asyncio.TimerHandle | None = None
         _peer: str | None = None
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn narrows BaseTransport the same way
-            super().connection_made(transport)
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(cast(asyncio.Transport, transport))  # a TCP server's: always one
             peer = self.client[0] if self.client else ""
             peers[peer] += 1
             self._peer = peer
