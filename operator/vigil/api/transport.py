@@ -84,6 +84,10 @@ def _protocol(limits: Limits) -> type[H11Protocol]:
 
         def connection_made(self, transport: asyncio.BaseTransport) -> None:
             super().connection_made(cast(asyncio.Transport, transport))  # a TCP server's: always one
+            sock = transport.get_extra_info("socket")
+            if sock is not None:  # an answer's head and body are two writes: Nagle would hold the
+                with contextlib.suppress(OSError):  # second for the client's delayed ACK (40 ms)
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             peer = self.client[0] if self.client else ""
             peers[peer] += 1
             self._peer = peer
