@@ -27,7 +27,7 @@ from tests.queue.conftest import conninfo
 from tests.queue.test_api import Clock
 from tests.unit.reviews import Reviews
 from vigil.api.queue import QueueApi
-from vigil.api.reads import ApiServer
+from vigil.api.router import ApiServer
 from vigil.cli.errors import EXIT_BAD_INPUT
 from vigil.model import GROUP, VERSION
 from vigil.queue.store import QueueStore, Submission

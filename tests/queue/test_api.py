@@ -26,7 +26,7 @@ from tests.queue.workers import in_process, runs
 from tests.unit.reviews import Reviews, body
 from tests.waiting import wait_for
 from vigil.api.queue import JobStore, QueueApi
-from vigil.api.reads import ApiServer
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, User
 from vigil.core.executions import RetryPolicy
 from vigil.core.queue import AttemptOutcome, QueueDeclaration, after_failure

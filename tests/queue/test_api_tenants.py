@@ -17,7 +17,7 @@ import pytest
 
 from tests.queue.test_api import Clock
 from vigil.api.queue import QueueApi
-from vigil.api.reads import ApiServer
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, ReviewUnavailable, User
 from vigil.core.tenancy import TenantBinding
 from vigil.queue.store import QueueStore

@@ -17,7 +17,7 @@ import pytest
 
 from tests.queue.test_api import ALL_VERBS, LEASE, T0, Clock, api, get, grants, post, submit, worker
 from tests.unit.reviews import Reviews
-from vigil.api.reads import ApiServer
+from vigil.api.router import ApiServer
 from vigil.core.access import Access
 from vigil.core.executions import RetryPolicy
 from vigil.core.queue import AttemptOutcome, after_failure

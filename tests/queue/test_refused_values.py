@@ -21,7 +21,7 @@ import pytest
 
 from tests.unit.reviews import Reviews, body
 from vigil.api.queue import QueueApi
-from vigil.api.reads import ApiServer
+from vigil.api.router import ApiServer
 from vigil.core.chain import Fire
 from vigil.core.ids import ExecutionId, execution_id
 from vigil.core.jsonvalues import MAX_DEPTH

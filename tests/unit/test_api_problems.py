@@ -21,11 +21,13 @@ from typing import Any, cast
 import pytest
 
 from tests.unit.reviews import Reviews
-from tests.unit.test_httpapi import ROW, FakeWorkflows, approval_token, approvals_server, server
+from tests.unit.test_httpapi import LEASE, OBJ, ROW, FakeWorkflows, approval_token, approvals_server
+from tests.unit.test_httpapi import Reviews as ExecutionReviews
 from vigil.api.app import Application
+from vigil.api.guards import Guard
 from vigil.api.problems import TYPE_PREFIX, Answer
 from vigil.api.queue import JobStore, QueueApi
-from vigil.api.reads import ApiServer
+from vigil.api.router import ApiServer
 from vigil.api.transport import Limits, Serving, serve
 from vigil.core.memory import FakeClock
 from vigil.logs import REQUEST_ID, TextFormatter
@@ -49,16 +51,22 @@ class RecordingStore:
 
 
 def api() -> tuple[ApiServer, FakeWorkflows, RecordingStore]:
+    """The API as the runtime builds it: executions (alice may read namespace ns), the approval
+    callback over one waiting workflow, and the queue routes over a recording store."""
     workflows = FakeWorkflows()
     store = RecordingStore()
     anyone = Reviews(lambda user, access: user.name == "alice")
-    callback = approvals_server(workflows)._approvals  # the callback as its own tests build it
     queue = QueueApi(cast(JobStore, store), clock=FakeClock(), authenticator=anyone, authorizer=anyone)
-    reads = server(rows=[ROW])
-    return ApiServer(
-        leader=lambda: "op-1", find_execution=reads._find_execution, get_execution=reads._get_execution,
-        timeline=reads._timeline, guard=reads._guard, approvals=callback, queue_api=queue,
-    ), workflows, store  # fmt: skip
+    readers = ExecutionReviews()
+    built = ApiServer(
+        leader=lambda: "op-1",
+        find_execution=lambda execution_id: OBJ if execution_id == "ex-abc" else None,
+        timeline=lambda execution_id: [ROW] if execution_id == "ex-abc" else [],
+        guard=Guard(authenticator=readers, authorizer=readers, leader_lease=LEASE),
+        approvals=approvals_server(workflows).approvals,
+        queue_api=queue,
+    )
+    return built, workflows, store
 
 
 @pytest.fixture

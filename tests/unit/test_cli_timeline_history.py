@@ -25,7 +25,7 @@ import pytest
 from tests.unit.test_cli_workflows import UID, VIDEO, encoded, history, object_of, pinned, world_of
 from tests.unit.test_httpapi_workflow_history import History, api, reviewer
 from tests.unit.workflowsim import World
-from vigil.api.reads import ApiServer
+from vigil.api.router import ApiServer
 from vigil.api.transport import Serving
 from vigil.cli.errors import BadInput
 from vigil.cli.operatorapi import (

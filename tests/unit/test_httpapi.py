@@ -21,7 +21,8 @@ import pytest
 
 from vigil.api.approvals import ApprovalCallback
 from vigil.api.approvals import redacted as _redacted
-from vigil.api.reads import ApiServer, Guard
+from vigil.api.guards import Guard
+from vigil.api.router import ApiServer
 from vigil.api.transport import Limits, bearer_token
 from vigil.core.access import Access, ReviewUnavailable, User
 from vigil.core.approvaltokens import mint

@@ -22,7 +22,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.unit.reviews import LEASE, Reviews, body
-from vigil.api.reads import ApiServer, Guard, encode_cursor
+from vigil.api.guards import Guard
+from vigil.api.histories import encode_cursor
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, User
 from vigil.core.history import (
     DEFAULT_PAGE_SIZE,

@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 
 from tests.unit.reviews import LEASE, Reviews, body
-from vigil.api.reads import ApiServer, Guard, encode_workflow_cursor
+from vigil.api.guards import Guard
+from vigil.api.histories import encode_workflow_cursor
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, User
 from vigil.core.history import (
     DEFAULT_PAGE_SIZE,

@@ -6,8 +6,11 @@
                 the blocking routes run in, and the one error shape
     problems    that shape: RFC 9457 problem details for every 4xx and 5xx
     bodies      request bodies read one way (UTF-8 JSON, depth and text checked, nothing quoted)
-    reads       the read API (executions, job and workflow history, the Lease holder) and the
-                router every request goes through (`ApiServer.dispatch`)
+    router      the one router every request goes through (`ApiServer.dispatch`): which route
+                module serves it, the caller authenticated, /leader
+    executions  an Execution with its history rows (`/executions/{id}`, namespaced too)
+    histories   a job's executions and a workflow's history from the history database
+    guards      who may call: the TokenReview and SubjectAccessReview, and the accesses asked
     approvals   the approval callback (`POST /approvals/{token}/...`)
     queue       the volume tier's `/v1/...` routes, knowing the queue store by its protocol
 
@@ -17,8 +20,9 @@ client of this API does can fail a probe.
 """
 
 from vigil.api.approvals import ApprovalCallback
+from vigil.api.guards import Guard
 from vigil.api.queue import JobStore, QueueApi
-from vigil.api.reads import ApiServer, Guard
+from vigil.api.router import ApiServer
 from vigil.api.transport import Limits, Serving
 
 __all__ = ["ApiServer", "ApprovalCallback", "Guard", "JobStore", "Limits", "QueueApi", "Serving"]

@@ -1,6 +1,6 @@
 """The operator's HTTP API as one ASGI application: request ids, deadlines, a bounded executor.
 
-The routes (vigil.api.reads, .approvals, .queue) are plain functions of (method, path, query,
+The routes (vigil.api.router and the route modules under it) are plain functions of (method, path, query,
 token, body) that block: they ask the API server's reviews, the history database and the queue
 store. This application is what stands between them and the network:
 

@@ -367,7 +367,7 @@ class QueueApi:
 
     def get_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
-        return json_answer(200, job_tojson_answer(self._visible(user, "get", "job", job_id, store.job(job_id))))
+        return json_answer(200, job_to_json(self._visible(user, "get", "job", job_id, store.job(job_id))))
 
     def delete_job(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         job_id = _id(JOB_PATH, path)
@@ -376,12 +376,12 @@ class QueueApi:
         if deleted is None:
             return _not_found("job", job_id)
         log.info("queue API: %s deleted job %s of %s", user.name, job_id, job.queue)
-        return json_answer(200, job_tojson_answer(deleted))
+        return json_answer(200, job_to_json(deleted))
 
     def get_execution(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         execution_id = _id(EXECUTION_PATH, path)
         record = self._visible(user, "get", "execution", execution_id, store.timeline(execution_id))
-        return json_answer(200, execution_tojson_answer(record))
+        return json_answer(200, execution_to_json(record))
 
     def act(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         match = EXECUTION_ACTION_PATH.match(path)
@@ -400,7 +400,7 @@ class QueueApi:
         if change.refusal is not None:
             return problem(409, f"execution {execution_id} cannot be {DONE[action]}: {change.refusal}", CONFLICT)
         log.info("queue API: %s %s execution %s of %s", user.name, DONE[action], execution_id, record.queue)
-        return json_answer(200, execution_tojson_answer(change.record))
+        return json_answer(200, execution_to_json(change.record))
 
     def listing(self, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
         """A queue's jobs, dead letters or stats: `get` on its TaskQueue (403) first, then the
@@ -417,16 +417,16 @@ class QueueApi:
             if kind == "stats":
                 _page_request(query, kind, allowed=frozenset())
                 rows = store.queue_breakdown(key, now=self._clock.now(), limit=QUEUE_PAGE_MAX)
-                return json_answer(200, head | {"breakdown": [breakdown_tojson_answer(row) for row in rows]})
+                return json_answer(200, head | {"breakdown": [breakdown_to_json(row) for row in rows]})
             limit, after = _page_request(query, kind, allowed=PAGE_PARAMETERS)
         except Invalid as error:
             return _invalid(error)
         if kind == "jobs":
             jobs = store.queue_jobs(key, limit=limit, after=after)
-            return json_answer(200, _paged(head | {"jobs": [queue_job_tojson_answer(j) for j in jobs.jobs]}, kind, jobs.after))
+            return json_answer(200, _paged(head | {"jobs": [queue_job_to_json(j) for j in jobs.jobs]}, kind, jobs.after))
         dead = store.dead_letters(key, limit=limit, after=after)
         now = self._clock.now()
-        body = head | {"deadLetters": [dead_letter_tojson_answer(d, now=now) for d in dead.dead]}
+        body = head | {"deadLetters": [dead_letter_to_json(d, now=now) for d in dead.dead]}
         return json_answer(200, _paged(body, kind, dead.after))
 
     def _visible(self, user: User, verb: str, kind: str, ident: str, record: Record | None) -> Record:
@@ -675,7 +675,7 @@ def _time(value: datetime | None) -> str | None:
     return value.astimezone(UTC).isoformat() if value is not None else None
 
 
-def job_tojson_answer(job: JobRecord) -> dict[str, Any]:
+def job_to_json(job: JobRecord) -> dict[str, Any]:
     namespace, name = split_queue_key(job.queue)
     return {
         "jobId": job.job_id,
@@ -688,7 +688,7 @@ def job_tojson_answer(job: JobRecord) -> dict[str, Any]:
         "maxAttempts": job.max_attempts,
         "enabled": job.enabled,
         "createdAt": _time(job.created_at),
-        **_recurrence_tojson_answer(job.schedule),
+        **_recurrence_to_json(job.schedule),
         "executions": [
             {
                 "executionId": e.execution_id,
@@ -701,7 +701,7 @@ def job_tojson_answer(job: JobRecord) -> dict[str, Any]:
     }
 
 
-def _recurrence_tojson_answer(recurrence: Recurrence | None) -> dict[str, Any]:
+def _recurrence_to_json(recurrence: Recurrence | None) -> dict[str, Any]:
     if recurrence is None:
         return {}
     expected = recurrence.expected_max_interval
@@ -714,7 +714,7 @@ def _recurrence_tojson_answer(recurrence: Recurrence | None) -> dict[str, Any]:
     }
 
 
-def attempt_tojson_answer(row: AttemptRow) -> dict[str, Any]:
+def attempt_to_json(row: AttemptRow) -> dict[str, Any]:
     return {
         "attempt": row.attempt,
         "worker": row.worker,
@@ -726,7 +726,7 @@ def attempt_tojson_answer(row: AttemptRow) -> dict[str, Any]:
     }
 
 
-def execution_tojson_answer(record: ExecutionRecord) -> dict[str, Any]:
+def execution_to_json(record: ExecutionRecord) -> dict[str, Any]:
     namespace, name = split_queue_key(record.queue)
     return {
         "executionId": record.execution_id,
@@ -748,11 +748,11 @@ def execution_tojson_answer(record: ExecutionRecord) -> dict[str, Any]:
         "finishedAt": _time(record.finished_at),
         "lastError": record.last_error,
         "cancelledBy": record.cancelled_by,
-        "attempts": [attempt_tojson_answer(row) for row in record.attempts],
+        "attempts": [attempt_to_json(row) for row in record.attempts],
     }
 
 
-def queue_job_tojson_answer(job: QueueJob) -> dict[str, Any]:
+def queue_job_to_json(job: QueueJob) -> dict[str, Any]:
     return {
         "jobId": job.job_id,
         "task": job.task,
@@ -765,7 +765,7 @@ def queue_job_tojson_answer(job: QueueJob) -> dict[str, Any]:
     }
 
 
-def dead_letter_tojson_answer(dead: DeadLetter, *, now: datetime) -> dict[str, Any]:
+def dead_letter_to_json(dead: DeadLetter, *, now: datetime) -> dict[str, Any]:
     return {
         "executionId": dead.execution_id,
         "task": dead.task,
@@ -780,7 +780,7 @@ def dead_letter_tojson_answer(dead: DeadLetter, *, now: datetime) -> dict[str, A
     }
 
 
-def breakdown_tojson_answer(row: QueueBreakdown) -> dict[str, Any]:
+def breakdown_to_json(row: QueueBreakdown) -> dict[str, Any]:
     age = row.oldest_ready_age
     return {
         "priority": row.priority,
