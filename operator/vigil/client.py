@@ -242,23 +242,26 @@ class Client:
             created=status == 201,
         )
 
-    def job(self, job_id: str) -> Job:
-        return _job(self._call("GET", f"/v1/jobs/{_segment(job_id)}")[1])
+    def job(self, job_id: str, *, queue: tuple[str, str] | None = None) -> Job:
+        """The job and its newest executions. Given its `queue` (namespace, TaskQueue name), the
+        operator checks the caller's right on that queue before it reads anything (a job of
+        another queue is then 404); by id alone it reads the job to learn its queue."""
+        return _job(self._call("GET", _record_path("jobs", job_id, queue))[1])
 
-    def delete_job(self, job_id: str) -> Job:
+    def delete_job(self, job_id: str, *, queue: tuple[str, str] | None = None) -> Job:
         """Delete (disable) the job: what of it has not finished is cancelled. The job as it is now."""
-        return _job(self._call("DELETE", f"/v1/jobs/{_segment(job_id)}")[1])
+        return _job(self._call("DELETE", _record_path("jobs", job_id, queue))[1])
 
-    def execution(self, execution_id: str) -> Execution:
-        return _execution(self._call("GET", f"/v1/executions/{_segment(execution_id)}")[1])
+    def execution(self, execution_id: str, *, queue: tuple[str, str] | None = None) -> Execution:
+        return _execution(self._call("GET", _record_path("executions", execution_id, queue))[1])
 
-    def cancel(self, execution_id: str) -> Execution:
+    def cancel(self, execution_id: str, *, queue: tuple[str, str] | None = None) -> Execution:
         """Cancel a ready or leased execution (409 ApiError when it has finished)."""
-        return _execution(self._call("POST", f"/v1/executions/{_segment(execution_id)}/cancel", {})[1])
+        return _execution(self._call("POST", _record_path("executions", execution_id, queue) + "/cancel", {})[1])
 
-    def retry(self, execution_id: str) -> Execution:
+    def retry(self, execution_id: str, *, queue: tuple[str, str] | None = None) -> Execution:
         """Run a dead or cancelled execution again, same id (409 ApiError otherwise)."""
-        return _execution(self._call("POST", f"/v1/executions/{_segment(execution_id)}/retry", {})[1])
+        return _execution(self._call("POST", _record_path("executions", execution_id, queue) + "/retry", {})[1])
 
     def queue_jobs(self, namespace: str, queue: str, *, limit: int = 50, cont: str | None = None) -> QueueJobs:
         """A page of the TaskQueue's jobs, newest first (`limit` 1 to 500); `cont` the token of
@@ -335,6 +338,13 @@ def _segment(ident: str) -> str:
     if not ident or not ident.isascii() or not all(ch.isalnum() or ch == "-" for ch in ident):
         raise ValueError(f"{ident!r} is not a job or execution id")
     return ident
+
+
+def _record_path(kind: str, ident: str, queue: tuple[str, str] | None) -> str:
+    """A job's or execution's path: within its queue when given (authorised before any read)."""
+    if queue is None:
+        return f"/v1/{kind}/{_segment(ident)}"
+    return _listing(queue[0], queue[1], f"{kind}/{_segment(ident)}")
 
 
 def _listing(namespace: str, queue: str, kind: str, *, limit: int | None = None, cont: str | None = None) -> str:

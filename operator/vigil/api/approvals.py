@@ -81,7 +81,7 @@ class ApprovalCallback:
             return problem(
                 403, f"the token is {claims.approver}'s: it decides in no other name than theirs", IDENTITY_MISMATCH
             )
-        refused = self._not_waiting(claims) or self._not_authorized(claims)
+        refused = self._not_authorized(claims) or self._not_waiting(claims)  # authorised before the workflow is read
         if refused is not None:
             return refused
         record = token_decision(claims, DECIDE_EVENTS[action], now=now, reason=reason)

@@ -5,6 +5,9 @@
     GET    /v1/jobs/{id}                   the job and its newest executions
     DELETE /v1/jobs/{id}                   disable the job; cancel what of it has not finished
     GET    /v1/executions/{id}             the execution's timeline: state, lease, every attempt
+    ...    /v1/namespaces/{ns}/taskqueues/{q}/jobs/{id}, .../executions/{id}[/cancel|/retry]
+                                           the same within the queue: authorised on it before
+                                           the store is read (vigil.api.queuerecords)
     POST   /v1/executions/{id}/cancel      a ready or leased execution never runs (again)
     POST   /v1/executions/{id}/retry       a dead or cancelled execution runs again, same id
     GET    /v1/namespaces/{ns}/taskqueues/{q}/jobs?limit=N&continue=TOKEN
@@ -69,6 +72,9 @@ from vigil.api.queuebase import (
     JOBS_PATH,
     MAX_PAYLOAD_BYTES,
     PREFIX,
+    QUEUE_EXECUTION_ACTION_PATH,
+    QUEUE_EXECUTION_PATH,
+    QUEUE_JOB_PATH,
     QUEUE_LISTING_PATH,
     QUEUE_UNAVAILABLE,
     QUOTA_EXCEEDED,
@@ -166,11 +172,11 @@ def _route(method: str, path: str) -> Route | Answer:
     routes: dict[str, Route]
     if path.rstrip("/") == JOBS_PATH:
         routes = {"POST": queuesubmit.submit}
-    elif JOB_PATH.match(path):
+    elif JOB_PATH.match(path) or QUEUE_JOB_PATH.match(path):
         routes = {"GET": queuerecords.get_job, "DELETE": queuerecords.delete_job}
-    elif EXECUTION_PATH.match(path):
+    elif EXECUTION_PATH.match(path) or QUEUE_EXECUTION_PATH.match(path):
         routes = {"GET": queuerecords.get_execution}
-    elif EXECUTION_ACTION_PATH.match(path):
+    elif EXECUTION_ACTION_PATH.match(path) or QUEUE_EXECUTION_ACTION_PATH.match(path):
         routes = {"POST": queuerecords.act}
     elif QUEUE_LISTING_PATH.match(path):
         routes = {"GET": queuelistings.listing}

@@ -49,6 +49,12 @@ QUEUE_LISTING_PATH = re.compile(
     r"^/v1/namespaces/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/taskqueues/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)"
     r"/(jobs|dead-letters|stats)/?$"
 )
+#: A queue's own path: its namespace (group 1) and TaskQueue name (group 3).
+IN_QUEUE = r"^/v1/namespaces/([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)/taskqueues/([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?)"
+#: A job or execution by id within its queue: authorised on that queue before the store is read.
+QUEUE_JOB_PATH = re.compile(rf"{IN_QUEUE}/jobs/({ID})/?$")
+QUEUE_EXECUTION_PATH = re.compile(rf"{IN_QUEUE}/executions/({ID})/?$")
+QUEUE_EXECUTION_ACTION_PATH = re.compile(rf"{IN_QUEUE}/executions/({ID})/(cancel|retry)/?$")
 PREFIX = "/v1/"
 #: The query parameters of a listing.
 PAGE_PARAMETERS = frozenset({"limit", "continue"})
