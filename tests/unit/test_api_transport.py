@@ -133,6 +133,28 @@ def test_a_peer_past_its_cap_is_closed_at_once_and_others_are_served(serving: Ca
     assert request(port, source="127.0.0.2")[0] == 200  # the count goes down as they close
 
 
+def test_past_the_servers_connection_cap_a_connection_is_closed_at_once(serving: Callable[..., int]) -> None:
+    port = serving(max_connections=3, read_timeout_seconds=30)
+    held = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+    extra = socket.create_connection(("127.0.0.1", port))
+    try:
+        assert closed_by_server(extra, within=2)
+        assert not closed_by_server(held[0], within=0.2)
+    finally:
+        extra.close()
+        for sock in held:
+            sock.close()
+    wait_for(lambda: answers(port), timeout=5, interval=0.05, what="a place freed by the closed ones")
+
+
+def answers(port: int) -> bool:
+    """Whether an ordinary request is answered 200 now (False when its connection is closed)."""
+    try:
+        return request(port)[0] == 200
+    except (ConnectionError, http.client.HTTPException):
+        return False
+
+
 class Blocking:
     """A route that blocks until released, recording the paths it started."""
 

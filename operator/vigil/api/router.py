@@ -189,4 +189,5 @@ class ApiServer:
     def serve(self, port: int, limits: Limits | None = None) -> Serving:
         """Serve on `port` (0: any free one) from a thread, within `limits` (default: Limits())."""
         limits = limits or Limits()
-        return serve(self.application(limits), port, limits)
+        app = self.application(limits)
+        return serve(app, port, limits, on_close=app.close)

@@ -13,9 +13,9 @@ would otherwise wait on:
 * between requests a keep-alive connection may idle ``idle_timeout_seconds``, then it is closed;
 * a head is at most ``max_header_bytes`` (431), a body at most ``max_request_bytes`` (413, from
   the application, which also bounds the time to read it);
-* one peer address may hold ``connections_per_peer`` connections; more are closed at once, so one
-  pod cannot take every connection the process allows (``max_connections``: past that, uvicorn
-  answers 503).
+* one peer address may hold ``connections_per_peer`` connections, and the server
+  ``max_connections`` in all; more are closed at once, unanswered, so one pod cannot take every
+  connection the process allows.
 
 Even the transport's own refusals (a malformed or oversized head) are problem details
 (vigil.api.problems). Nothing here knows what is served: `serve` takes any ASGI application.
@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from http import HTTPStatus
 from typing import Any, cast
 
@@ -58,7 +59,7 @@ class Limits:
     idle_timeout_seconds: float = 5.0  # a keep-alive connection between requests
     max_request_bytes: int = 64 * 1024  # a body: the largest payload (32 KiB) fits twice
     max_header_bytes: int = 16 * 1024  # request line and headers: a token fits many times
-    max_connections: int = 1024  # open at once; past it a request is answered 503
+    max_connections: int = 1024  # open at once in all; more are closed unanswered
     connections_per_peer: int = 64  # open at once from one address; more are closed unanswered
 
 
@@ -77,6 +78,7 @@ def _protocol(limits: Limits) -> type[H11Protocol]:
     """uvicorn's h11 protocol with this module's per-connection bounds; the count of connections
     per peer lives in the closure, shared by every connection of one server."""
     peers: collections.Counter[str] = collections.Counter()
+    every = ""  # the key in `peers` counting every connection (no address is empty)
 
     class Bounded(H11Protocol):
         _deadline: asyncio.TimerHandle | None = None
@@ -88,11 +90,13 @@ def _protocol(limits: Limits) -> type[H11Protocol]:
             if sock is not None:  # an answer's head and body are two writes: Nagle would hold the
                 with contextlib.suppress(OSError):  # second for the client's delayed ACK (40 ms)
                     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            peer = self.client[0] if self.client else ""
+            peer = self.client[0] if self.client else "unknown"
             peers[peer] += 1
+            peers[every] += 1
             self._peer = peer
-            if peers[peer] > limits.connections_per_peer:
-                log.debug("HTTP: a connection past the %d a peer may hold is closed", limits.connections_per_peer)
+            if peers[peer] > limits.connections_per_peer or peers[every] > limits.max_connections:
+                log.debug("HTTP: a connection past the %d a peer may hold (%d in all) is closed",
+                          limits.connections_per_peer, limits.max_connections)  # fmt: skip
                 transport.close()
                 return
             self._arm()
@@ -100,9 +104,10 @@ def _protocol(limits: Limits) -> type[H11Protocol]:
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             if self._peer is not None:
-                peers[self._peer] -= 1
-                if peers[self._peer] <= 0:
-                    del peers[self._peer]
+                for key in (self._peer, every):
+                    peers[key] -= 1
+                    if peers[key] <= 0:
+                        del peers[key]
                 self._peer = None
             super().connection_lost(exc)
 
@@ -168,8 +173,9 @@ def _protocol(limits: Limits) -> type[H11Protocol]:
 class Serving:
     """A server running on a thread of its own: its address, and how to stop it."""
 
-    def __init__(self, server: uvicorn.Server, sock: socket.socket) -> None:
+    def __init__(self, server: uvicorn.Server, sock: socket.socket, on_close: Callable[[], None] | None) -> None:
         self._server = server
+        self._on_close = on_close
         self._socket = sock
         self.server_address: tuple[str, int] = sock.getsockname()[:2]
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
@@ -182,15 +188,20 @@ class Serving:
         """Stop accepting, close the connections, and wait for the thread (at most 10 s)."""
         self._server.should_exit = True
         self._thread.join(timeout=10)
+        if self._on_close is not None:
+            self._on_close()
 
     def server_close(self) -> None:
         """Release the listening socket (after `shutdown`)."""
         self._socket.close()
 
 
-def serve(app: Any, port: int, limits: Limits, *, host: str = "") -> Serving:
+def serve(
+    app: Any, port: int, limits: Limits, *, host: str = "", on_close: Callable[[], None] | None = None
+) -> Serving:
     """Serve the ASGI `app` on `port` (0: any free port) from a thread; returns at once, the
-    socket already listening (connections made before the loop starts wait in its backlog)."""
+    socket already listening (connections made before the loop starts wait in its backlog).
+    `on_close` runs once the server has stopped (the application's executor is closed there)."""
     sock = socket.create_server((host, port), backlog=min(limits.max_connections, socket.SOMAXCONN))
     config = uvicorn.Config(
         app,
@@ -200,8 +211,7 @@ def serve(app: Any, port: int, limits: Limits, *, host: str = "") -> Serving:
         access_log=False,
         server_header=False,
         timeout_keep_alive=max(1, round(limits.idle_timeout_seconds)),
-        limit_concurrency=limits.max_connections,
         h11_max_incomplete_event_size=limits.max_header_bytes,
         timeout_graceful_shutdown=1,
     )
-    return Serving(uvicorn.Server(config), sock)
+    return Serving(uvicorn.Server(config), sock, on_close)
