@@ -28,7 +28,8 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         request_id = REQUEST_ID.get()
-        return f"{line} [request {request_id}]" if request_id else line
+        mark = f"[request {request_id}]"
+        return f"{line} {mark}" if request_id and mark not in line else line
 
 
 class JsonFormatter(logging.Formatter):

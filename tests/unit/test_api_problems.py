@@ -222,5 +222,7 @@ def test_a_log_line_written_while_answering_carries_the_request_id() -> None:
     token = REQUEST_ID.set("abc123")
     try:
         assert formatter.format(record) == "submitted [request abc123]"
+        named = logging.LogRecord("vigil.api.app", logging.ERROR, __file__, 1, "HTTP GET /x [request abc123] failed", None, None)
+        assert formatter.format(named) == "HTTP GET /x [request abc123] failed"  # named once
     finally:
         REQUEST_ID.reset(token)
