@@ -7,7 +7,7 @@
                        payload={"date": "2026-12-01"}, idempotency_key="reconcile-2026-12-01")
     print(vigil.execution(job.execution_id).state)
 
-It speaks the routes of vigil.queueapi (docs/queue.md, "HTTP API") with the caller's
+It speaks the routes of vigil.api.queue (docs/queue.md, "HTTP API") with the caller's
 Kubernetes bearer token: given directly, or read from a file at every request (a pod's
 projected ServiceAccount token is rotated on disk, so it is never cached here). Every request
 has a timeout. Answers are typed (frozen dataclasses, times as aware datetimes); an error answer
@@ -31,17 +31,29 @@ from typing import Any
 DEFAULT_TIMEOUT_SECONDS = 10.0  # one request, connect to last byte: the operator's own cap is 30 s
 
 
+#: Where a problem's ``type`` starts; the API's reason completes it (vigil.api.problems).
+PROBLEM_TYPE_PREFIX = "urn:vigil:problem:"
+
+
 class ApiError(Exception):
     """An error answer (or no answer): `status` is the HTTP status (0: the request failed before
     one came), `reason` the API's reason (``Invalid``, ``Forbidden``, ``Conflict``, ...), `field`
-    the request field a 422 names."""
+    the request field at fault (a 422's, or a 403's ``tenant``), `request_id` the operator's id
+    of the request (its log lines carry it; "" when none came back).
 
-    def __init__(self, status: int, message: str, *, reason: str = "", field: str | None = None) -> None:
+    The operator answers every error as RFC 9457 problem details (``application/problem+json``:
+    ``type``, ``title``, ``status``, ``detail``, ``reason``, ``errors: [{field, reason}]``);
+    an older operator's ``{"error", "reason", "field"}`` is read as well."""
+
+    def __init__(
+        self, status: int, message: str, *, reason: str = "", field: str | None = None, request_id: str = ""
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
         self.field = field
+        self.request_id = request_id
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,23 +242,26 @@ class Client:
             created=status == 201,
         )
 
-    def job(self, job_id: str) -> Job:
-        return _job(self._call("GET", f"/v1/jobs/{_segment(job_id)}")[1])
+    def job(self, job_id: str, *, queue: tuple[str, str] | None = None) -> Job:
+        """The job and its newest executions. Given its `queue` (namespace, TaskQueue name), the
+        operator checks the caller's right on that queue before it reads anything (a job of
+        another queue is then 404); by id alone it reads the job to learn its queue."""
+        return _job(self._call("GET", _record_path("jobs", job_id, queue))[1])
 
-    def delete_job(self, job_id: str) -> Job:
+    def delete_job(self, job_id: str, *, queue: tuple[str, str] | None = None) -> Job:
         """Delete (disable) the job: what of it has not finished is cancelled. The job as it is now."""
-        return _job(self._call("DELETE", f"/v1/jobs/{_segment(job_id)}")[1])
+        return _job(self._call("DELETE", _record_path("jobs", job_id, queue))[1])
 
-    def execution(self, execution_id: str) -> Execution:
-        return _execution(self._call("GET", f"/v1/executions/{_segment(execution_id)}")[1])
+    def execution(self, execution_id: str, *, queue: tuple[str, str] | None = None) -> Execution:
+        return _execution(self._call("GET", _record_path("executions", execution_id, queue))[1])
 
-    def cancel(self, execution_id: str) -> Execution:
+    def cancel(self, execution_id: str, *, queue: tuple[str, str] | None = None) -> Execution:
         """Cancel a ready or leased execution (409 ApiError when it has finished)."""
-        return _execution(self._call("POST", f"/v1/executions/{_segment(execution_id)}/cancel", {})[1])
+        return _execution(self._call("POST", _record_path("executions", execution_id, queue) + "/cancel", {})[1])
 
-    def retry(self, execution_id: str) -> Execution:
+    def retry(self, execution_id: str, *, queue: tuple[str, str] | None = None) -> Execution:
         """Run a dead or cancelled execution again, same id (409 ApiError otherwise)."""
-        return _execution(self._call("POST", f"/v1/executions/{_segment(execution_id)}/retry", {})[1])
+        return _execution(self._call("POST", _record_path("executions", execution_id, queue) + "/retry", {})[1])
 
     def queue_jobs(self, namespace: str, queue: str, *, limit: int = 50, cont: str | None = None) -> QueueJobs:
         """A page of the TaskQueue's jobs, newest first (`limit` 1 to 500); `cont` the token of
@@ -291,7 +306,7 @@ class Client:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             with error:
-                raise _api_error(error.code, error.read()) from None
+                raise _api_error(error.code, error.read(), request_id=error.headers.get("X-Request-Id") or "") from None
         except (urllib.error.URLError, OSError) as error:
             why = getattr(error, "reason", error)
             raise ApiError(0, f"{method} {self.base_url}{path} failed: {why}", reason="Unreachable") from None
@@ -299,20 +314,37 @@ class Client:
             raise ApiError(0, f"{method} {path}: the answer is not JSON: {error}", reason="BadAnswer") from None
 
 
-def _api_error(status: int, raw: bytes) -> ApiError:
+def _api_error(status: int, raw: bytes, *, request_id: str = "") -> ApiError:
+    """The ApiError of an error answer's body: problem details, or an older operator's shape."""
     try:
         data = json.loads(raw)
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        return ApiError(status, raw.decode(errors="replace").strip())
-    return ApiError(status, str(data.get("error", "")), reason=str(data.get("reason", "")), field=data.get("field"))
+        return ApiError(status, raw.decode(errors="replace").strip(), request_id=request_id)
+    kind = str(data.get("type") or "")
+    reason = str(data.get("reason") or (kind[len(PROBLEM_TYPE_PREFIX):] if kind.startswith(PROBLEM_TYPE_PREFIX) else ""))
+    message = str(data.get("detail") or data.get("title") or data.get("error") or "")
+    errors = data.get("errors")
+    field = data.get("field")
+    if isinstance(errors, list) and errors and isinstance(errors[0], dict):
+        field = errors[0].get("field")
+    return ApiError(
+        status, message, reason=reason, field=None if field is None else str(field), request_id=request_id
+    )
 
 
 def _segment(ident: str) -> str:
     if not ident or not ident.isascii() or not all(ch.isalnum() or ch == "-" for ch in ident):
         raise ValueError(f"{ident!r} is not a job or execution id")
     return ident
+
+
+def _record_path(kind: str, ident: str, queue: tuple[str, str] | None) -> str:
+    """A job's or execution's path: within its queue when given (authorised before any read)."""
+    if queue is None:
+        return f"/v1/{kind}/{_segment(ident)}"
+    return _listing(queue[0], queue[1], f"{kind}/{_segment(ident)}")
 
 
 def _listing(namespace: str, queue: str, kind: str, *, limit: int | None = None, cont: str | None = None) -> str:

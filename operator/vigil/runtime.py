@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING
 from kubernetes import client, config
 from prometheus_client import start_http_server
 
-from vigil import heap, httpserver, logs, metrics
+from vigil import heap, logs, metrics
+from vigil.api import ApiServer, ApprovalCallback, Guard, JobStore, Limits, QueueApi
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
 from vigil.core.logtail import DEFAULT_LOG_POLICY, LogPolicy
@@ -37,7 +38,6 @@ from vigil.core.queue import QuotaLimits
 from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
 from vigil.history.migrating import MigratingHistory
-from vigil.httpapi import ApiServer, ApprovalCallback, Guard
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
 from vigil.kube.approvals import (
@@ -74,8 +74,7 @@ from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
 from vigil.model.jobspec import InvalidJob, parse_spec
 from vigil.probes import serve_probes
-from vigil.queueapi import JobStore, QueueApi
-from vigil.settings import NamespaceQuota, QueueQuota, Settings
+from vigil.settings import Http, NamespaceQuota, QueueQuota, Settings
 
 if TYPE_CHECKING:
     from vigil.kube.queuecredentials import QueueCredentials
@@ -197,13 +196,20 @@ def _serve(
             ),
         ).serve(
             http.api_port,
-            httpserver.Limits(
-                workers=http.workers,
-                queued=4 * http.workers,
-                deadline_seconds=http.request_timeout_seconds,
-                io_timeout_seconds=http.request_timeout_seconds / 3,
-            ),
+            api_limits(http),
         )
+
+
+def api_limits(http: Http) -> Limits:
+    """The API transport's bounds from the chart's `config.http`."""
+    return Limits(
+        workers=http.workers,
+        queued=4 * http.workers,
+        deadline_seconds=http.request_timeout_seconds,
+        read_timeout_seconds=http.read_timeout_seconds,
+        idle_timeout_seconds=http.idle_timeout_seconds,
+        connections_per_peer=http.connections_per_peer,
+    )
 
 
 def _namespaces(names: list[str] | None) -> frozenset[str] | None:

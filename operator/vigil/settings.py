@@ -421,15 +421,37 @@ class Http(_Section):
         8,
         ge=1,
         le=64,
-        description="API requests answered at once (each may wait on the API server's reviews or the "
-        "history database); four times as many wait queued, the rest get 503.",
+        description="API requests answered at once: the threads that run the routes' blocking calls "
+        "(the API server's reviews, the history database, the queue store); four times as many may "
+        "wait for one, the rest get 503 at once. Idle and slow connections hold none of them.",
     )
     request_timeout_seconds: float = Field(
         30.0,
         gt=0,
         le=300,
-        description="Seconds one API request may take from accept to answer, so a slow client "
-        "cannot hold a worker; each socket read or write also gives up after a third of it.",
+        description="Seconds one API request may take from its whole head to its answer (its body "
+        "read included); past it the caller gets 503 and the handler is freed.",
+    )
+    read_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="Seconds a request's line and headers may take to arrive, from the connection's "
+        "opening or the first byte after an answer: a client that sends nothing, or a byte now and "
+        "then, is closed after it.",
+    )
+    idle_timeout_seconds: float = Field(
+        5.0,
+        ge=1,
+        le=300,
+        description="Seconds a keep-alive connection may idle between requests before it is closed.",
+    )
+    connections_per_peer: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="Connections one client address may hold open at once; more are closed "
+        "unanswered, so one pod cannot take every connection the operator allows (1024).",
     )
     auth_cache_seconds: float = Field(
         10.0,

@@ -26,11 +26,11 @@ from tests.integration.test_task_queues import create
 from tests.queue.conftest import conninfo
 from tests.queue.test_api import Clock
 from tests.unit.reviews import Reviews
+from vigil.api.queue import QueueApi
+from vigil.api.router import ApiServer
 from vigil.cli.errors import EXIT_BAD_INPUT
-from vigil.httpapi import ApiServer
 from vigil.model import GROUP, VERSION
 from vigil.queue.store import QueueStore, Submission
-from vigil.queueapi import QueueApi
 
 __all__ = ["postgres"]
 

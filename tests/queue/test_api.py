@@ -1,4 +1,4 @@
-"""The volume tier's HTTP API (vigil.queueapi) on a real PostgreSQL queue store: routes, who may
+"""The volume tier's HTTP API (vigil.api.queue) on a real PostgreSQL queue store: routes, who may
 call them, field validation, and what cancel, retry and delete do to leasing.
 
 The store is real (a migrated database per test); the API server's TokenReview and
@@ -25,13 +25,13 @@ from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import in_process, runs
 from tests.unit.reviews import Reviews, body
 from tests.waiting import wait_for
+from vigil.api.queue import JobStore, QueueApi
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, User
 from vigil.core.executions import RetryPolicy
 from vigil.core.queue import AttemptOutcome, QueueDeclaration, after_failure
-from vigil.httpapi import ApiServer
 from vigil.queue.store import Finished, QueueStore, WorkerStore
 from vigil.queue.trigger import ShardTrigger
-from vigil.queueapi import JobStore, QueueApi
 
 pytestmark = pytest.mark.postgres
 
@@ -206,7 +206,7 @@ def test_a_cancelled_ready_execution_is_never_leased(store: QueueStore, dsn: str
     assert lease(dsn, now=T0 + timedelta(hours=1)) == [(kept["executionId"], 1)]
     status, refused = post(server, f"/v1/executions/{made['executionId']}/cancel")
     assert (status, refused["reason"]) == (409, "Conflict")
-    assert "it is cancelled" in refused["error"]
+    assert "it is cancelled" in refused["detail"]
 
 
 def test_a_cancelled_leased_execution_is_not_revived_by_its_holders_acknowledgement(store: QueueStore, dsn: str) -> None:
@@ -248,7 +248,7 @@ def test_a_retried_dead_execution_is_leased_again_with_the_same_id(store: QueueS
     assert (status, timeline["state"], timeline["attempt"], timeline["maxAttempts"]) == (200, "ready", 2, 2)
     assert lease(dsn) == [(eid, 2)]
     status, refused = post(server, f"/v1/executions/{eid}/retry")
-    assert status == 409 and "it is leased" in refused["error"]
+    assert status == 409 and "it is leased" in refused["detail"]
 
 
 def test_a_cancelled_execution_can_be_retried_too(store: QueueStore, dsn: str) -> None:
@@ -270,7 +270,7 @@ def test_a_deleted_job_is_disabled_its_unfinished_executions_cancelled_and_not_r
     assert [e["state"] for e in job["executions"]] == ["cancelled"]
     assert lease(dsn) == []
     status, refused = post(server, f"/v1/executions/{made['executionId']}/retry")
-    assert status == 409 and "job was deleted" in refused["error"]
+    assert status == 409 and "job was deleted" in refused["detail"]
     assert delete(server, f"/v1/jobs/{made['jobId']}")[0] == 200  # again: nothing changes
     assert get(server, f"/v1/jobs/{made['jobId']}")[1]["enabled"] is False
 
@@ -425,8 +425,8 @@ BAD_FIELDS = [
 @pytest.mark.parametrize(("fields", "field"), BAD_FIELDS)
 def test_a_bad_field_is_422_naming_it_and_adds_nothing(store: QueueStore, fields: dict[str, Any], field: str) -> None:
     status, answer = submit(api(store), **fields)
-    assert (status, answer["reason"], answer["field"]) == (422, "Invalid", field)
-    assert answer["error"].startswith(f"{field}: ")
+    assert (status, answer["reason"], answer["errors"][0]["field"]) == (422, "Invalid", field)
+    assert answer["detail"].startswith(f"{field}: ")
     assert store.counts(QUEUE)["ready"] == 0
 
 
@@ -473,9 +473,9 @@ def test_a_body_that_is_not_a_json_object_is_422(store: QueueStore) -> None:
     server = api(store)
     for raw in (b"", b"[]", b"{"):
         answer = server.answer_post("/v1/jobs", raw, token="t-alice")
-        assert (answer[0], body(answer)["field"]) == (422, "body")
+        assert (answer[0], body(answer)["errors"][0]["field"]) == (422, "body")
     answer = server.answer_post("/v1/executions/ex-1/cancel", b'{"why": 1}', token="t-alice")
-    assert (answer[0], body(answer)["field"]) == (422, "body")
+    assert (answer[0], body(answer)["errors"][0]["field"]) == (422, "body")
 
 
 def test_a_runat_within_the_catch_up_window_runs_at_once_with_its_own_scheduled_time(store: QueueStore) -> None:

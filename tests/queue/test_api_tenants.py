@@ -1,4 +1,4 @@
-"""A submission's tenant and priority through the HTTP API (vigil.queueapi), on a real PostgreSQL store.
+"""A submission's tenant and priority through the HTTP API (vigil.api.queue), on a real PostgreSQL store.
 
 The tenant is the caller's, never the body's: a ServiceAccount's namespace, or a tenant the
 TaskQueue binds to it; naming another is 403 (field `tenant`) and stores nothing, unless the
@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from tests.queue.test_api import Clock
+from vigil.api.queue import QueueApi
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, ReviewUnavailable, User
 from vigil.core.tenancy import TenantBinding
-from vigil.httpapi import ApiServer
 from vigil.queue.store import QueueStore
-from vigil.queueapi import QueueApi
 
 pytestmark = pytest.mark.postgres
 
@@ -95,8 +95,8 @@ def test_naming_a_tenant_that_is_not_the_callers_is_403_and_stores_nothing(
 ) -> None:
     extra = {} if cron is None else {"cron": cron}
     status, answer = submit(serve(store), "t-worker", tenant=tenant, **extra)
-    assert (status, answer["reason"], answer["field"]) == (403, "Forbidden", "tenant")
-    assert tenant in answer["error"] and "team-a" in answer["error"]
+    assert (status, answer["reason"], answer["errors"][0]["field"]) == (403, "Forbidden", "tenant")
+    assert tenant in answer["detail"] and "team-a" in answer["detail"]
     assert store.counts("shop/orders")["ready"] == 0
 
 
@@ -124,8 +124,8 @@ def test_a_priority_above_normal_is_403_outside_the_listed_namespaces(
 ) -> None:
     extra = {} if cron is None else {"cron": cron}
     status, answer = submit(serve(store, high=frozenset({"payments"})), "t-worker", priority=priority, **extra)
-    assert (status, answer["reason"], answer["field"]) == (403, "Forbidden", "priority")
-    assert "admission.highPriority.namespaces" in answer["error"]
+    assert (status, answer["reason"], answer["errors"][0]["field"]) == (403, "Forbidden", "priority")
+    assert "admission.highPriority.namespaces" in answer["detail"]
     for allowed in ("normal", "low", 0, 5):
         assert submit(serve(store, high=frozenset()), "t-worker", priority=allowed, idempotencyKey=str(allowed))[0] == 201
     assert submit(serve(store, high=frozenset({"shop"})), "t-worker", priority=priority, idempotencyKey="listed")[0] == 201

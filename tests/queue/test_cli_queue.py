@@ -23,12 +23,12 @@ import pytest
 from tests.queue.test_api import ALL_VERBS, T0, Clock, api, get, grants, post, submit
 from tests.queue.test_listings import kill
 from tests.unit.reviews import Reviews
+from vigil.api.router import ApiServer
 from vigil.cli.errors import EXIT_API_FAILURE, EXIT_BAD_INPUT
 from vigil.cli.main import main, parser
 from vigil.cli.queues import breakdown_table, stats_table
 from vigil.cli.tables import render_table
 from vigil.client import Client
-from vigil.httpapi import ApiServer
 from vigil.queue.store import QueueStore, Submission
 
 pytestmark = pytest.mark.postgres

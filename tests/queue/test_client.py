@@ -123,3 +123,20 @@ def test_the_client_refuses_what_it_cannot_send() -> None:
         Client("http://x", token="a").job("../leader")
     with pytest.raises(ValueError, match="run_at must be timezone-aware"):
         Client("http://x", token="a").submit(namespace="shop", queue="orders", task="t", run_at=T0.replace(tzinfo=None))
+
+
+def test_a_job_and_an_execution_are_read_and_changed_within_their_queue(url: str) -> None:
+    """Given the queue, the client uses the routes that authorise before reading the store: a
+    job named within a queue alice may not read is 403, whatever the id."""
+    alice = Client(url, token="t-alice", timeout=10)
+    made = alice.submit(namespace="shop", queue="orders", task="record", run_at=T0 + timedelta(minutes=1))
+    assert made.job_id is not None
+    orders = ("shop", "orders")
+    assert alice.job(made.job_id, queue=orders).job_id == made.job_id
+    assert alice.execution(made.execution_id, queue=orders).execution_id == made.execution_id
+    assert alice.cancel(made.execution_id, queue=orders).state == "cancelled"
+    assert alice.retry(made.execution_id, queue=orders).state == "ready"
+    with pytest.raises(ApiError) as elsewhere:
+        alice.job(made.job_id, queue=("shop", "refunds"))
+    assert (elsewhere.value.status, elsewhere.value.reason, elsewhere.value.request_id != "") == (403, "Forbidden", True)
+    assert alice.delete_job(made.job_id, queue=orders).enabled is False

@@ -1,4 +1,4 @@
-"""A queue's listings on the HTTP API (vigil.queueapi), on a real PostgreSQL queue store: its jobs,
+"""A queue's listings on the HTTP API (vigil.api.queue), on a real PostgreSQL queue store: its jobs,
 its dead letters and its per (priority, tenant) stats, what they show, their pages and bounds,
 and who may read them.
 
@@ -17,10 +17,10 @@ import pytest
 
 from tests.queue.test_api import ALL_VERBS, LEASE, T0, Clock, api, get, grants, post, submit, worker
 from tests.unit.reviews import Reviews
+from vigil.api.router import ApiServer
 from vigil.core.access import Access
 from vigil.core.executions import RetryPolicy
 from vigil.core.queue import AttemptOutcome, after_failure
-from vigil.httpapi import ApiServer
 from vigil.queue.store import Finished, QueueStore
 
 pytestmark = pytest.mark.postgres
@@ -202,8 +202,8 @@ def test_a_bad_limit_cursor_or_parameter_is_422_naming_it(store: QueueStore, kin
     if field is None:
         assert status == 200
     else:
-        assert (status, answer["reason"], answer["field"]) == (422, "Invalid", field), answer
-        assert answer["error"].startswith(f"{field}: ")
+        assert (status, answer["reason"], answer["errors"][0]["field"]) == (422, "Invalid", field), answer
+        assert answer["detail"].startswith(f"{field}: ")
 
 
 def test_a_token_of_one_listing_is_refused_by_the_other(store: QueueStore, dsn: str) -> None:
@@ -213,12 +213,12 @@ def test_a_token_of_one_listing_is_refused_by_the_other(store: QueueStore, dsn: 
     token = get(server, f"{BASE}/jobs?limit=1")[1]["continue"]
     assert get(server, f"{BASE}/jobs?continue={token}")[0] == 200
     status, answer = get(server, f"{BASE}/dead-letters?continue={token}")
-    assert (status, answer["field"]) == (422, "continue")
+    assert (status, answer["errors"][0]["field"]) == (422, "continue")
 
 
 def test_stats_take_no_parameters(store: QueueStore) -> None:
     status, answer = get(api(store), f"{BASE}/stats?limit=5")
-    assert (status, answer["field"]) == (422, "limit")
+    assert (status, answer["errors"][0]["field"]) == (422, "limit")
 
 
 def test_a_limit_of_500_is_the_most_one_page_holds(store: QueueStore) -> None:

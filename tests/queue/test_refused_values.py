@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 from tests.unit.reviews import Reviews, body
+from vigil.api.queue import QueueApi
+from vigil.api.router import ApiServer
 from vigil.core.chain import Fire
 from vigil.core.ids import ExecutionId, execution_id
 from vigil.core.jsonvalues import MAX_DEPTH
@@ -27,11 +29,9 @@ from vigil.core.memory import FakeClock
 from vigil.core.queue import Submission
 from vigil.core.schedule import occurrence_at
 from vigil.core.submissions import ExecutionIdTaken, SubmissionRefused
-from vigil.httpapi import ApiServer
 from vigil.kube.launcher import TaskSubmitter
 from vigil.model.jobspec import job_view
 from vigil.queue.store import QueueStore
-from vigil.queueapi import QueueApi
 
 pytestmark = pytest.mark.postgres
 
@@ -90,7 +90,7 @@ HOSTILE_BODIES = [
 @pytest.mark.parametrize(("raw", "field"), HOSTILE_BODIES)
 def test_the_http_api_answers_422_naming_the_field(store: QueueStore, raw: str, field: str) -> None:
     status, answer = post(store, raw)
-    assert (status, answer["reason"], answer["field"]) == (422, "Invalid", field), answer
+    assert (status, answer["reason"], answer["errors"][0]["field"]) == (422, "Invalid", field), answer
     assert store.counts(QUEUE)["ready"] == 0
 
 
@@ -179,7 +179,7 @@ def test_a_task_occurrence_whose_rendered_payload_the_store_refuses_is_refused_n
 
 def test_the_http_payload_limit_is_the_cores(store: QueueStore) -> None:
     """One limit for every door: the API's constant is the core's (vigil.core.jsonvalues)."""
-    from vigil import queueapi
+    from vigil.api import queue as queueapi
     from vigil.core import jsonvalues
 
     assert queueapi.MAX_PAYLOAD_BYTES == jsonvalues.MAX_PAYLOAD_BYTES

@@ -24,6 +24,7 @@ from kubernetes import client, config
 
 from tests.unit.test_cli_executions import DAY1, DAY2, NOW, as_object, fresh
 from tests.unit.test_httpapi_job_history import History, api, reviewer
+from vigil.api.transport import Serving
 from vigil.cli.errors import BadInput
 from vigil.cli.executions import execution_table, history_count, older_executions
 from vigil.cli.main import parser
@@ -37,14 +38,13 @@ from vigil.cli.operatorapi import (
     kubeconfig_token,
 )
 from vigil.core.history import AttemptState, ExecutionSummary
-from vigil.httpserver import BoundedServer
 
 
 @pytest.fixture
 def served() -> Iterator[tuple[str, History]]:
     """The real HTTP API on a free port, over a history of 7 executions of ns/reconcile."""
     history = History(7)
-    server: BoundedServer = api(history, reviewer()).serve(0)
+    server: Serving = api(history, reviewer()).serve(0)
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", history
     finally:

@@ -25,6 +25,8 @@ import pytest
 from tests.unit.test_cli_workflows import UID, VIDEO, encoded, history, object_of, pinned, world_of
 from tests.unit.test_httpapi_workflow_history import History, api, reviewer
 from tests.unit.workflowsim import World
+from vigil.api.router import ApiServer
+from vigil.api.transport import Serving
 from vigil.cli.errors import BadInput
 from vigil.cli.operatorapi import (
     HistoryNotShown,
@@ -36,8 +38,6 @@ from vigil.cli.timeline import events_lines, mirrored_lines, timeline_lines
 from vigil.core.checkpoint import Budget, compact
 from vigil.core.history import MAX_PAGE_SIZE
 from vigil.core.workflow import Event
-from vigil.httpapi import ApiServer
-from vigil.httpserver import BoundedServer
 
 
 def finished(world: World) -> World:
@@ -175,7 +175,7 @@ def test_pages_join_into_one_history_and_a_gap_or_a_bad_definition_is_refused() 
 @pytest.fixture
 def serve() -> Iterator[Any]:
     """Serve an ApiServer on a free port; its URL."""
-    servers: list[BoundedServer] = []
+    servers: list[Serving] = []
 
     def start(server: ApiServer) -> str:
         servers.append(server.serve(0))

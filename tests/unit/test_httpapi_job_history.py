@@ -22,6 +22,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests.unit.reviews import LEASE, Reviews, body
+from vigil.api.guards import Guard
+from vigil.api.histories import encode_cursor
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, User
 from vigil.core.history import (
     DEFAULT_PAGE_SIZE,
@@ -32,7 +35,6 @@ from vigil.core.history import (
     HistoryCursor,
 )
 from vigil.core.ports import HistoryUnavailable
-from vigil.httpapi import ApiServer, Guard, encode_cursor
 
 WHEN = datetime(2026, 8, 1, 1, 0, tzinfo=UTC)
 PATH = "/namespaces/ns/scheduledjobs/reconcile/executions"
@@ -141,7 +143,7 @@ def test_the_page_size_defaults_and_is_capped() -> None:
 def test_a_bad_query_is_400_naming_the_parameter(query: str, words: str) -> None:
     history = History(3)
     status, _, raw = api(history).answer(PATH + query, token="t-alice")
-    assert status == 400 and words in json.loads(raw)["error"], raw
+    assert status == 400 and words in json.loads(raw)["detail"], raw
     assert history.asked == []
 
 
@@ -176,7 +178,7 @@ def test_who_may_list_a_jobs_history(token: str | None, path: str, status: int) 
 
 def test_the_forbidden_answer_names_the_permission_missing() -> None:
     status, _, raw = api().answer(PATH, token="t-bob")
-    assert status == 403 and json.loads(raw)["error"] == "bob may not list executions.vigil.dev in namespace ns"
+    assert status == 403 and json.loads(raw)["detail"] == "bob may not list executions.vigil.dev in namespace ns"
 
 
 def test_an_unreachable_history_is_503_and_a_review_that_cannot_be_made_too() -> None:

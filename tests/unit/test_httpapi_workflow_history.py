@@ -23,6 +23,9 @@ from typing import Any
 import pytest
 
 from tests.unit.reviews import LEASE, Reviews, body
+from vigil.api.guards import Guard
+from vigil.api.histories import encode_workflow_cursor
+from vigil.api.router import ApiServer
 from vigil.core.access import Access, User
 from vigil.core.history import (
     DEFAULT_PAGE_SIZE,
@@ -31,7 +34,6 @@ from vigil.core.history import (
     WorkflowHistoryPage,
 )
 from vigil.core.ports import HistoryUnavailable
-from vigil.httpapi import ApiServer, Guard, encode_workflow_cursor
 
 WHEN = datetime(2026, 8, 1, 1, 0, tzinfo=UTC)
 PATH = "/namespaces/ns/workflows/etl/history"
@@ -131,7 +133,7 @@ def test_a_name_without_history_is_404_only_for_who_may_get_it() -> None:
     status, _, raw = api(History(3)).answer("/namespaces/ns/workflows/missing/history", token="t-alice")
     assert status == 404 and json.loads(raw)["reason"] == "NotFound"
     status, _, raw = api(History(3)).answer("/namespaces/ns/workflows/missing/history", token="t-bob")
-    assert status == 403 and json.loads(raw)["error"] == "bob may not get workflows.vigil.dev missing in namespace ns"
+    assert status == 403 and json.loads(raw)["detail"] == "bob may not get workflows.vigil.dev missing in namespace ns"
 
 
 # (token, path) -> status: 404 for what is not a route, before any review; then 401, then 403

@@ -59,6 +59,21 @@ def server_message(err: ApiException) -> str:
     return str(message or "(no message)")
 
 
+def problem_of(raw: bytes) -> tuple[str, str]:
+    """(reason, message) of an error answer of the operator's own API: RFC 9457 problem details
+    (``reason``, else the tail of ``type``; ``detail``, else ``title``), or an older operator's
+    ``{"error", "reason"}``; ("", the body as text) when it is not JSON."""
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return "", raw.decode(errors="replace")
+    if not isinstance(body, dict):
+        return "", raw.decode(errors="replace")
+    kind = str(body.get("type") or "")
+    reason = str(body.get("reason") or (kind.rpartition(":")[2] if kind.startswith("urn:vigil:problem:") else ""))
+    return reason, str(body.get("detail") or body.get("title") or body.get("error") or "")
+
+
 def _timed_out(err: BaseException) -> bool:
     """Whether `err` is a request that got no answer within its timeout (to connect or to read)."""
     if isinstance(err, MaxRetryError):

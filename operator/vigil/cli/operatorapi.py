@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from vigil.cli.cluster import connection
-from vigil.cli.errors import BadInput
+from vigil.cli.errors import BadInput, problem_of
 from vigil.core.history import MAX_PAGE_SIZE, AttemptState, ExecutionSummary
 from vigil.core.logtail import LogTail, log_tail_from_json
 
@@ -164,10 +164,7 @@ class OperatorApi:
         return body
 
     def _refusal(self, status: int, raw: bytes) -> str:
-        try:
-            message = str(json.loads(raw).get("error") or "")
-        except (ValueError, AttributeError):
-            message = raw.decode(errors="replace")
+        _, message = problem_of(raw)
         message = " ".join(message.split())[:MESSAGE_MAX]
         if status == 401:
             return f"the operator's API at {self.url} did not accept your token (401); set {API_TOKEN_ENV}"
@@ -208,12 +205,8 @@ def workflow_history_from_json(pages: Sequence[Mapping[str, Any]]) -> WorkflowHi
 
 
 def _reason(raw: bytes) -> str:
-    """The `reason` of the API's JSON error body ("" when it is not one)."""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return ""
-    return str(body.get("reason") or "") if isinstance(body, dict) else ""
+    """The reason of the API's error body ("" when it is not one)."""
+    return problem_of(raw)[0]
 
 
 def _aware(value: datetime, name: str) -> datetime:

@@ -9,7 +9,7 @@
 
 What the TaskQueue's status holds comes from the API server, as `kubectl get tq` shows it. The
 rest lives in the queue store, which only the operator reaches: it is asked through the
-operator's HTTP API (vigil.queueapi) with `vigil.client`, at the address and as the caller
+operator's HTTP API (vigil.api.queue) with `vigil.client`, at the address and as the caller
 that `kubectl vigil executions` uses (cli/operatorapi.py: ``--api-url``/``VIGIL_API_URL``, the
 kubeconfig's bearer token or ``VIGIL_API_TOKEN``). The operator checks the caller's verb on
 the TaskQueue's executions (the RBAC subresource ``taskqueues/executions``): ``get`` to read,

@@ -17,7 +17,7 @@ are the same as the declarative tier's and testable without a database:
 
 It also holds what the HTTP API reads and writes through the store (`JobRecord`,
 `ExecutionRecord`, `AttemptRow`, `OneOffJob`, `Submitted`, and a queue's listings: `JobsPage`,
-`DeadLettersPage`, `QueueBreakdown`): typed rows, so the routes (vigil.queueapi) never see a
+`DeadLettersPage`, `QueueBreakdown`): typed rows, so the routes (vigil.api.queue) never see a
 database driver.
 
 Nothing here reads a clock: `now` is passed in.

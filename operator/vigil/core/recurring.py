@@ -1,6 +1,6 @@
 """A recurring job of the volume tier, as a program declares it: validated on construction.
 
-The catalogue (vigil.queue.catalogue) stores it and the HTTP API (vigil.queueapi) builds it from
+The catalogue (vigil.queue.catalogue) stores it and the HTTP API (vigil.api.queue) builds it from
 a request, so it lives here, pure: every check uses the core's own parsers (cron, IANA zones,
 jitter, payload templates), and every error names the field ("field: why").
 """

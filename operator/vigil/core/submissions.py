@@ -50,7 +50,7 @@ def queue_refusal(queue: str) -> str | None:
 
 
 def text_refusal(value: str) -> str | None:
-    """Why `value` is not plain text the API would take as a task, tenant or key (as queueapi's)."""
+    """Why `value` is not plain text the API would take as a task, tenant or key (as vigil.api.queue's)."""
     if not value or len(value) > TEXT_MAX_LENGTH:
         return f"must be 1 to {TEXT_MAX_LENGTH} characters long"
     if not value.isprintable() or value != value.strip():

@@ -284,7 +284,7 @@ FROM vigil_queue.attempts WHERE execution_id = %(execution_id)s ORDER BY attempt
 SELECT state, count(*) FROM vigil_queue.executions WHERE queue = %(queue)s GROUP BY state;
 
 
--- The HTTP API's statements (vigil/queueapi.py through QueueStore).
+-- The HTTP API's statements (vigil/api/queue.py through QueueStore).
 
 -- name: insert_job
 -- A job without maxAttempts takes its queue's declared retry.maxAttempts, else the default.

@@ -4,7 +4,7 @@ Two faces, because the callers differ:
 
 - `QueueStore` (synchronous) migrates, submits and reads back — what a program
   that enqueues work, a test or the benchmark needs — and serves the HTTP API
-  (vigil.queueapi): one-off jobs, timelines, cancel and retry, in typed rows of
+  (vigil.api.queue): one-off jobs, timelines, cancel and retry, in typed rows of
   vigil.core.queue, a database that cannot be reached raised as QueueUnavailable.
 - `WorkerStore` (asynchronous, on one autocommit connection the worker owns:
   a single statement needs no BEGIN/COMMIT round trips, and a settlement's
