@@ -180,6 +180,9 @@ def _serve(
             workflow_history=lambda namespace, workflow, limit, after: history.history.workflow_history(
                 namespace, workflow, limit=limit, after=after
             ),
+            log_tail=lambda namespace, execution_id, attempt: history.history.log_tail(
+                namespace, execution_id, attempt=attempt
+            ),
             approvals=approvals,
             guard=guard,
             queue_api=QueueApi(

@@ -45,7 +45,7 @@ print(json.dumps(sorted(sys.modules)))
 
 #: Never in a worker process.
 NEVER = ("kubernetes", "pydantic", "yaml", "croniter", "alembic", "vigil.cli", "vigil.runtime", "vigil.kube",
-         "vigil.model", "vigil.settings", "vigil.httpapi", "vigil.history")  # fmt: skip
+         "vigil.model", "vigil.settings", "vigil.api", "vigil.history")  # fmt: skip
 #: Loaded by the loop, not by `--help`.
 LOOP_ONLY = ("psycopg", "asyncio", "prometheus_client", "vigil.metrics", "vigil.queue.store", "vigil.worker.running")
 #: What vigil.queue.store uses only for the operator (migrations, the catalogue's templates): it

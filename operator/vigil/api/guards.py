@@ -38,7 +38,7 @@ def list_executions_access(namespace: str) -> Access:
 
 
 def workflow_access(namespace: str, workflow: str) -> Access:
-    """``get workflows.vigil.dev`` named `workflow` in `namespace`: what `kubectl get wf` needs."""
+    """``get workflows.vigil.dev`` named `workflow` in `namespace`: what `kubectl get vwf` needs."""
     return Access(verb="get", group=GROUP, resource=WORKFLOWS, namespace=namespace, name=workflow)
 
 

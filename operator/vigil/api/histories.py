@@ -9,6 +9,11 @@
         that name; the page holding entry 0 also holds its pinned `definition`. 404 when the
         database holds no entry of that name. Needs ``get`` on that workflow: 403 comes before
         404, so a name's history is not learnt without that access.
+    GET /namespaces/{ns}/executions/{id}/log?attempt=N
+        the stored tail of an attempt's log (vigil.core.logtail; without `attempt`, of the latest
+        attempt that has one), kept once its pod is gone; 404 when none is stored. Needs ``get``
+        on ``pods/log`` there, as `kubectl logs` does (Kubernetes' view, edit and admin roles
+        grant it); a workflow step's attempts are read by their execution id the same way.
 
 Each is authorised first, then its query string read (400 naming the parameter), then the
 database asked (503 while it is unavailable).
@@ -40,12 +45,15 @@ from vigil.core.history import (
     WorkflowEventRecord,
     WorkflowHistoryPage,
 )
+from vigil.core.logtail import LogTail, log_tail_to_json
 from vigil.core.ports import HistoryUnavailable
 
 JOB_NAME = r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?"  # a DNS subdomain, as every object name
 JOB_EXECUTIONS_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/scheduledjobs/({JOB_NAME})/executions/?$")
 JOB_EXECUTIONS_PARAMETERS = frozenset({"limit", "continue"})
 WORKFLOW_HISTORY_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/workflows/({JOB_NAME})/history/?$")
+LOG_TAIL_PATH = re.compile(rf"^/namespaces/({NAMESPACE})/executions/({EXECUTION_ID})/log/?$")
+MAX_ATTEMPT = 32767  # attempts are counted in a smallint
 #: A workflow's uid in a `continue` token (Kubernetes writes UUIDs).
 WORKFLOW_UID = r"[-a-zA-Z0-9]{1,128}"
 
@@ -55,6 +63,31 @@ JobExecutions = Callable[[str, str, int, HistoryCursor | None], ExecutionPage]
 #: ``workflow_history(namespace, workflow, limit, after)``: a page of a workflow's history
 #: entries (SqlHistory's ``workflow_history``).
 WorkflowHistory = Callable[[str, str, int, WorkflowCursor | None], WorkflowHistoryPage]
+#: ``log_tail(namespace, execution_id, attempt)``: an attempt's stored log tail, or None
+#: (SqlHistory's ``log_tail``; attempt None: the latest that has one).
+LogTails = Callable[[str, str, int | None], LogTail | None]
+
+
+def pod_log_access(namespace: str) -> Access:
+    """``get pods/log`` in `namespace`: what `kubectl logs` needs, so a stored log is read by whoever
+    could have read it from the pod."""
+    return Access(verb="get", group="", resource="pods", namespace=namespace, subresource="log")
+
+
+def attempt_request(query: str) -> int | None:
+    """The `attempt` of a log request's query string (None: not given); ValueError naming it."""
+    try:
+        params = urllib.parse.parse_qs(query, keep_blank_values=True, strict_parsing=bool(query))
+    except ValueError:
+        raise ValueError("the query string cannot be read") from None
+    if set(params) - {"attempt"}:
+        raise ValueError("only the parameter 'attempt' is accepted")
+    values = params.get("attempt", [])
+    if not values:
+        return None
+    if len(values) > 1 or not (values[0].isascii() and values[0].isdigit()) or not 1 <= int(values[0]) <= MAX_ATTEMPT:
+        raise ValueError(f"attempt must be one whole number from 1 to {MAX_ATTEMPT}")
+    return int(values[0])
 
 
 def summary_to_json(summary: ExecutionSummary) -> dict[str, Any]:
@@ -141,14 +174,22 @@ def page_request(query: str, decode: Callable[[str], Cursor]) -> tuple[int, Curs
 class HistoryRoutes:
     """Serves the two routes from the history's reads (either None: that route is not served)."""
 
-    def __init__(self, *, job_executions: JobExecutions | None, workflow_history: WorkflowHistory | None) -> None:
+    def __init__(
+        self,
+        *,
+        job_executions: JobExecutions | None,
+        workflow_history: WorkflowHistory | None,
+        log_tail: LogTails | None = None,
+    ) -> None:
         self._job_executions = job_executions
         self._workflow_history = workflow_history
+        self._log_tail = log_tail
 
     def serves(self, path: str) -> bool:
         return bool(
             (JOB_EXECUTIONS_PATH.match(path) and self._job_executions is not None)
             or (WORKFLOW_HISTORY_PATH.match(path) and self._workflow_history is not None)
+            or (LOG_TAIL_PATH.match(path) and self._log_tail is not None)
         )
 
     def answer(self, guard: Guard, user: User, path: str, query: str) -> Answer:
@@ -156,6 +197,9 @@ class HistoryRoutes:
         of_job = JOB_EXECUTIONS_PATH.match(path)
         if of_job is not None:
             return self._job_history(guard, user, of_job.group(1), of_job.group(3), query)
+        of_log = LOG_TAIL_PATH.match(path)
+        if of_log is not None:
+            return self._stored_log(guard, user, of_log.group(1), of_log.group(3), query)
         of_workflow = WORKFLOW_HISTORY_PATH.match(path)
         assert of_workflow is not None  # serves() said so
         return self._workflow_entries(guard, user, of_workflow.group(1), of_workflow.group(3), query)
@@ -180,6 +224,27 @@ class HistoryRoutes:
         if page.after is not None:
             body["continue"] = encode_cursor(page.after)
         return json_answer(200, body)
+
+    def _stored_log(self, guard: Guard, user: User, namespace: str, execution_id: str, query: str) -> Answer:
+        """An attempt's stored log tail: authorised first (``get pods/log`` there), then the query
+        string read, then the database asked; 404 when it holds none."""
+        read = self._log_tail
+        assert read is not None  # serves() said so
+        access = pod_log_access(namespace)
+        if not guard.authorizer.allowed(user, access):
+            return forbidden(user, access)
+        try:
+            attempt = attempt_request(query)
+        except ValueError as error:
+            return problem(400, str(error), "BadRequest")
+        try:
+            tail = read(namespace, execution_id, attempt)
+        except HistoryUnavailable as error:
+            return problem(503, f"history database unavailable: {error}; try again", "HistoryUnavailable")
+        if tail is None:
+            which = f"attempt {attempt}" if attempt is not None else "any attempt"
+            return problem(404, f"no stored log of {which} of execution {execution_id} in namespace {namespace}", "NotFound")
+        return json_answer(200, log_tail_to_json(tail))
 
     def _workflow_entries(self, guard: Guard, user: User, namespace: str, workflow: str, query: str) -> Answer:
         """A page of the workflow's history entries: authorised first (``get`` on that workflow),

@@ -74,7 +74,7 @@ from vigil.api.app import Application
 from vigil.api.approvals import APPROVAL_PATH, MAX_BODY_BYTES, ApprovalCallback, redacted
 from vigil.api.executions import ExecutionRoutes
 from vigil.api.guards import Guard, forbidden, unauthenticated
-from vigil.api.histories import HistoryRoutes, JobExecutions, WorkflowHistory
+from vigil.api.histories import HistoryRoutes, JobExecutions, LogTails, WorkflowHistory
 from vigil.api.problems import NO_ROUTE, Answer, problem
 from vigil.api.queue import QueueApi
 from vigil.api.transport import Limits, Serving, serve
@@ -107,11 +107,14 @@ class ApiServer:
         get_execution: Callable[[str, str], Mapping[str, Any] | None] | None = None,
         job_executions: JobExecutions | None = None,
         workflow_history: WorkflowHistory | None = None,
+        log_tail: LogTails | None = None,
         queue_api: QueueApi | None = None,
     ) -> None:
         self._leader = leader
         self._executions = ExecutionRoutes(find_execution=find_execution, get_execution=get_execution, timeline=timeline)
-        self._histories = HistoryRoutes(job_executions=job_executions, workflow_history=workflow_history)
+        self._histories = HistoryRoutes(
+            job_executions=job_executions, workflow_history=workflow_history, log_tail=log_tail
+        )
         self._approvals = approvals
         self._guard = guard
         self._queue_api = queue_api
