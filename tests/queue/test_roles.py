@@ -10,6 +10,8 @@ so these tests show what each role may do once logged in, not that PostgreSQL ch
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -163,3 +165,13 @@ def test_removing_a_namespace_role_ends_its_sessions_and_drops_it(dsn: str, role
         psycopg.connect(roles["team-a"]).close()
     assert set(TenantRoles(dsn).provisioned()) == {"team-b"}
     lease_as(roles["team-b"], B)  # the other namespace's role is untouched
+
+
+def test_a_worker_given_another_namespaces_queue_says_so_and_exits(dsn: str, roles: dict[str, str]) -> None:
+    ran = subprocess.run(
+        [sys.executable, "-m", "vigil", "worker", "--queue", B, "--tasks", "tests.queue.tasks", "--dsn", roles["team-a"]],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert ran.returncode == 2, ran.stderr
+    assert f"refuses these credentials for queue {B}" in ran.stderr and "namespace team-a only" in ran.stderr
+    assert "Traceback" not in ran.stderr

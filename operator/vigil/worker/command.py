@@ -124,5 +124,12 @@ def run(args: argparse.Namespace, settings: WorkerSettings) -> int:
         from vigil import metrics
 
         start_http_server(args.metrics_port, registry=metrics.REGISTRY)
+    import psycopg
+
     worker = Worker(dsn=args.dsn, queue=args.queue, registry=REGISTRY, settings=settings, clock=SystemClock())
-    return asyncio.run(serve(worker))
+    try:
+        return asyncio.run(serve(worker))
+    except psycopg.errors.InsufficientPrivilege as error:  # a namespace's role, another namespace's queue
+        why = str(error).strip().splitlines()[0]
+        print(f"vigil worker: the queue store refuses these credentials for queue {args.queue}: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
