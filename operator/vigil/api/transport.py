@@ -17,6 +17,11 @@ would otherwise wait on:
   ``max_connections`` in all; more are closed at once, unanswered, so one pod cannot take every
   connection the process allows.
 
+With `TlsFiles` the listener speaks TLS only (uvicorn's ssl options: the certificate and key read
+once at start, TLS 1.2 or later by Python's defaults); without, plain HTTP, for tests and a mesh
+that terminates TLS itself. Health and readiness are never here (vigil.probes serves them on a
+plain listener of their own), so the kubelet needs no certificate.
+
 Even the transport's own refusals (a malformed or oversized head) are problem details
 (vigil.api.problems). Nothing here knows what is served: `serve` takes any ASGI application.
 """
@@ -61,6 +66,14 @@ class Limits:
     max_header_bytes: int = 16 * 1024  # request line and headers: a token fits many times
     max_connections: int = 1024  # open at once in all; more are closed unanswered
     connections_per_peer: int = 64  # open at once from one address; more are closed unanswered
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """The PEM certificate chain and private key the listener serves (a Secret's tls.crt, tls.key)."""
+
+    cert_file: str
+    key_file: str
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -197,12 +210,18 @@ class Serving:
 
 
 def serve(
-    app: Any, port: int, limits: Limits, *, host: str = "", on_close: Callable[[], None] | None = None
+    app: Any,
+    port: int,
+    limits: Limits,
+    *,
+    host: str = "",
+    tls: TlsFiles | None = None,
+    on_close: Callable[[], None] | None = None,
 ) -> Serving:
     """Serve the ASGI `app` on `port` (0: any free port) from a thread; returns at once, the
     socket already listening (connections made before the loop starts wait in its backlog).
+    With `tls`, only TLS is spoken (a file that cannot be read fails here, at start).
     `on_close` runs once the server has stopped (the application's executor is closed there)."""
-    sock = socket.create_server((host, port), backlog=min(limits.max_connections, socket.SOMAXCONN))
     config = uvicorn.Config(
         app,
         http=_protocol(limits),
@@ -213,5 +232,10 @@ def serve(
         timeout_keep_alive=max(1, round(limits.idle_timeout_seconds)),
         h11_max_incomplete_event_size=limits.max_header_bytes,
         timeout_graceful_shutdown=1,
+        ssl_certfile=tls.cert_file if tls else None,
+        ssl_keyfile=tls.key_file if tls else None,
     )
+    if tls is not None:
+        config.load()  # builds the SSL context now: a missing or mismatched file fails the start, not a request
+    sock = socket.create_server((host, port), backlog=min(limits.max_connections, socket.SOMAXCONN))
     return Serving(uvicorn.Server(config), sock, on_close)

@@ -1,0 +1,144 @@
+"""The HTTP API over TLS (issue 37, item 3; vigil/api/transport.py, vigil/client.py).
+
+A CA and a server certificate for 127.0.0.1 are made per test module (the openssl CLI,
+as the chart's genCA/genSignedCert would); a real uvicorn listener serves a plain
+route with them. What must hold: the listener speaks TLS only; `vigil.client` verifies the
+certificate against the CA it is given and refuses one signed by another CA (or, with no CA
+given, one the system does not trust) unless told explicitly to skip the check; a key that does
+not match the certificate fails at start, not at the first request.
+"""
+
+from __future__ import annotations
+
+import http.client
+import shutil
+import ssl
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from vigil.api.app import Application
+from vigil.api.problems import Answer, json_answer
+from vigil.api.transport import Limits, Serving, TlsFiles, serve
+from vigil.client import ApiError, Client
+
+
+def ok(method: str, path: str, query: str, token: str | None, body: bytes) -> Answer:
+    return json_answer(200, {"jobs": [], "continue": None, "token": token})
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path  # the CA certificate clients trust
+    cert: Path  # the server's certificate for 127.0.0.1, signed by `ca`
+    key: Path
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_pki(directory: Path, label: str) -> Pki:
+    """A self-signed CA and a server certificate it signs, valid for 127.0.0.1 and localhost
+    (the openssl CLI, as the chart's genCA and genSignedCert would make them)."""
+    if shutil.which("openssl") is None:
+        pytest.fail("the openssl CLI is needed to make the test certificates")
+    directory.mkdir(parents=True, exist_ok=True)
+    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "3650",
+             "-subj", f"/CN={label}-ca", cwd=directory)  # fmt: skip
+    _openssl("req", *ec, "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=vigil", cwd=directory)
+    (directory / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    _openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
+             "-out", "tls.crt", "-days", "3650", "-extfile", "san.ext", cwd=directory)  # fmt: skip
+    return Pki(ca=directory / "ca.crt", cert=directory / "tls.crt", key=directory / "tls.key")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"), "vigil")
+
+
+@pytest.fixture(scope="module")
+def other_pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("other"), "other")
+
+
+@pytest.fixture
+def serving() -> Iterator[Callable[[TlsFiles], int]]:
+    started: list[tuple[Serving, Application]] = []
+
+    def start(tls: TlsFiles) -> int:
+        app = Application(ok, Limits())
+        started.append((serve(app, 0, Limits(), host="127.0.0.1", tls=tls), app))
+        return started[-1][0].server_address[1]
+
+    yield start
+    for server, app in started:
+        server.shutdown()
+        server.server_close()
+        app.close()
+
+
+def test_the_listener_serves_tls_and_the_client_verifies_it_against_the_ca(
+    pki: Pki, serving: Callable[[TlsFiles], int]
+) -> None:
+    port = serving(TlsFiles(str(pki.cert), str(pki.key)))
+    client = Client(f"https://127.0.0.1:{port}", token="t", ca_file=pki.ca)
+    assert client.queue_jobs("ns", "q").jobs == ()
+    connection = http.client.HTTPSConnection(
+        "127.0.0.1", port, timeout=5, context=ssl.create_default_context(cafile=str(pki.ca))
+    )
+    try:
+        connection.request("GET", "/x")
+        response = connection.getresponse()
+        assert response.status == 200
+        sock = connection.sock
+        assert isinstance(sock, ssl.SSLSocket) and sock.version() in ("TLSv1.2", "TLSv1.3")
+    finally:
+        connection.close()
+
+
+def test_plain_http_is_not_answered_on_a_tls_listener(pki: Pki, serving: Callable[[TlsFiles], int]) -> None:
+    port = serving(TlsFiles(str(pki.cert), str(pki.key)))
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        with pytest.raises((http.client.HTTPException, ConnectionError)):
+            connection.request("GET", "/x")
+            connection.getresponse()
+    finally:
+        connection.close()
+
+
+def test_the_client_refuses_a_certificate_of_another_ca(
+    pki: Pki, other_pki: Pki, serving: Callable[[TlsFiles], int]
+) -> None:
+    port = serving(TlsFiles(str(pki.cert), str(pki.key)))
+    with pytest.raises(ApiError) as refused:
+        Client(f"https://127.0.0.1:{port}", token="t", ca_file=other_pki.ca).queue_jobs("ns", "q")
+    assert refused.value.reason == "Unreachable" and "CERTIFICATE_VERIFY_FAILED" in str(refused.value)
+
+
+def test_without_a_ca_the_system_trust_store_decides_and_refuses_a_private_ca(
+    pki: Pki, serving: Callable[[TlsFiles], int]
+) -> None:
+    port = serving(TlsFiles(str(pki.cert), str(pki.key)))
+    with pytest.raises(ApiError) as refused:
+        Client(f"https://127.0.0.1:{port}", token="t").queue_jobs("ns", "q")
+    assert "CERTIFICATE_VERIFY_FAILED" in str(refused.value)
+
+
+def test_only_an_explicit_insecure_flag_skips_verification(pki: Pki, serving: Callable[[TlsFiles], int]) -> None:
+    port = serving(TlsFiles(str(pki.cert), str(pki.key)))
+    client = Client(f"https://127.0.0.1:{port}", token="t", insecure_skip_tls_verify=True)
+    assert client.queue_jobs("ns", "q").jobs == ()
+    with pytest.raises(ValueError, match="not both"):
+        Client(f"https://127.0.0.1:{port}", token="t", ca_file=pki.ca, insecure_skip_tls_verify=True)
+
+
+def test_a_key_that_does_not_match_the_certificate_fails_at_start(pki: Pki, other_pki: Pki) -> None:
+    with pytest.raises(ssl.SSLError):
+        serve(Application(ok, Limits()), 0, Limits(), host="127.0.0.1", tls=TlsFiles(str(pki.cert), str(other_pki.key)))
