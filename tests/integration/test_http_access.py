@@ -14,7 +14,10 @@ A ScheduledJob in the test's namespace runs once; then, with ServiceAccount toke
 * the health probes stay open; /leader needs `get` on the leader Lease;
 * the job's executions from the history database (`/namespaces/NS/scheduledjobs/JOB/executions`)
   need `list` on executions there: 401 without a token, 403 for `stranger`, for `reader` (who
-  may only `get`) and for `neighbour`'s list elsewhere; `lister` gets the page with the run.
+  may only `get`) and for `neighbour`'s list elsewhere; `lister` gets the page with the run;
+* tokens are reviewed for the audience `vigil`: the same ServiceAccount's token for the API
+  server's default audience is 401, and accepted only by an operator whose
+  `http.tokenAudiences` lists that audience too (a migration).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.conftest import KubeCluster
+from tests.integration.conftest import API_SERVER_AUDIENCE, KubeCluster
 from tests.integration.jobs import create_job, executions, make_namespace, rfc3339
 from tests.integration.operators import LEASE_NAME, OperatorFleet
 from tests.waiting import wait_for
@@ -76,7 +79,8 @@ def _body(raw: bytes) -> Any:
 def token_of(
     cluster: KubeCluster, namespace: str, name: str, rules: list[client.V1PolicyRule] | None = None
 ) -> str:
-    """A fresh token of a new ServiceAccount `name`, bound in `namespace` to a Role with `rules`."""
+    """A fresh token (audience `vigil`) of a new ServiceAccount `name`, bound in `namespace` to a
+    Role with `rules`."""
     cluster.core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
     if rules:
         rbac = client.RbacAuthorizationV1Api(cluster.api)
@@ -89,7 +93,15 @@ def token_of(
                 subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=namespace)],
             ),
         )
-    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+    return token_for(cluster, namespace, name, audiences=["vigil"])
+
+
+def token_for(cluster: KubeCluster, namespace: str, name: str, *, audiences: list[str]) -> str:
+    """A TokenRequest's token of the ServiceAccount `name` for `audiences` ([]: the API server's
+    default, as `kubectl create token SA` without --audience)."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=audiences, expiration_seconds=3600)
+    )
     token: str = cluster.core.create_namespaced_service_account_token(name, namespace, request).status.token
     return token
 
@@ -99,11 +111,11 @@ LIST_EXECUTIONS = [client.V1PolicyRule(api_groups=[GROUP], resources=["execution
 
 
 @contextlib.contextmanager
-def serving(fleet: OperatorFleet, request: pytest.FixtureRequest) -> Iterator[Api]:
-    """One operator of `fleet` serving its HTTP API on a free port, until the block ends; its log
-    printed when the test failed, and the fleet's namespace cleared."""
+def serving(fleet: OperatorFleet, request: pytest.FixtureRequest, **http: Any) -> Iterator[Api]:
+    """One operator of `fleet` serving its HTTP API on a free port (with more `http` settings),
+    until the block ends; its log printed when the test failed, and the fleet's namespace cleared."""
     port = free_port()
-    fleet.start(http={"apiPort": port})
+    fleet.start(http={"apiPort": port, **http})
     served = Api(port)
     wait_for(lambda: _up(served), timeout=60, what="the operator serving HTTP")
     try:
@@ -198,3 +210,30 @@ def test_the_execution_api_authenticates_and_authorises_every_caller(
         ],
     )
     assert served.get("/leader", lease_reader) == (200, "op-1\n")
+
+
+def test_only_tokens_for_the_vigil_audience_are_accepted_unless_the_settings_list_another(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An accepted token that may get executions is answered 404 for one that exists nowhere;
+    a refused one 401, before any access is asked."""
+    token_of(cluster, namespace, "audiences", GET_EXECUTIONS)
+    for_vigil = token_for(cluster, namespace, "audiences", audiences=["vigil"])
+    for_the_api_server = token_for(cluster, namespace, "audiences", audiences=[])
+    for_both = token_for(cluster, namespace, "audiences", audiences=[API_SERVER_AUDIENCE, "vigil"])
+    for_another = token_for(cluster, namespace, "audiences", audiences=["another-server"])
+    nowhere = f"/namespaces/{namespace}/executions/ex-nowhere"
+    for workdir in ("strict", "migrating"):
+        (tmp_path / workdir).mkdir()
+
+    with serving(OperatorFleet(cluster, tmp_path / "strict"), request) as served:
+        assert served.get(nowhere, for_vigil)[0] == 404
+        assert served.get(nowhere, for_both)[0] == 404
+        assert served.get(nowhere, for_the_api_server)[0] == 401
+        assert served.get(nowhere, for_another)[0] == 401
+
+    migrating = OperatorFleet(cluster, tmp_path / "migrating")
+    with serving(migrating, request, tokenAudiences=["vigil", API_SERVER_AUDIENCE]) as served:
+        assert served.get(nowhere, for_the_api_server)[0] == 404
+        assert served.get(nowhere, for_vigil)[0] == 404
+        assert served.get(nowhere, for_another)[0] == 401
