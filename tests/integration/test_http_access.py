@@ -79,8 +79,8 @@ def _body(raw: bytes) -> Any:
 def token_of(
     cluster: KubeCluster, namespace: str, name: str, rules: list[client.V1PolicyRule] | None = None
 ) -> str:
-    """A fresh token (audience `vigil`) of a new ServiceAccount `name`, bound in `namespace` to a
-    Role with `rules`."""
+    """A fresh token of a new ServiceAccount `name`, bound in `namespace` to a Role with `rules`:
+    for the API server's audience and `vigil`, so a kubeconfig holding it reaches both."""
     cluster.core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
     if rules:
         rbac = client.RbacAuthorizationV1Api(cluster.api)
@@ -93,7 +93,7 @@ def token_of(
                 subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=namespace)],
             ),
         )
-    return token_for(cluster, namespace, name, audiences=["vigil"])
+    return token_for(cluster, namespace, name, audiences=[API_SERVER_AUDIENCE, "vigil"])
 
 
 def token_for(cluster: KubeCluster, namespace: str, name: str, *, audiences: list[str]) -> str:
