@@ -107,6 +107,7 @@ def test_with_cert_manager_the_chart_asks_it_for_the_certificate(helm: Helm) -> 
     served = the_one(objects, "Certificate", f"{RELEASE}-api")["spec"]
     assert served["secretName"] == SECRET and served["issuerRef"]["name"] == f"{RELEASE}-api-ca"
     assert set(SERVICE_NAMES) <= set(served["dnsNames"])
+    assert served["duration"] == ca["duration"] == "87600h"  # tls.validityDays, not cert-manager's 90 days
     assert mounted_secret(objects) == SECRET
     assert find(render(helm, "--api-versions", "cert-manager.io/v1", "--set", "tls.certManager=false"), "Certificate") == []
 
