@@ -2,7 +2,7 @@
 
 Rendered with the real helm binary: by default the chart generates a CA and a certificate for
 the Service's DNS names (Secret <release>-api-tls with tls.crt, tls.key, ca.crt; the CA also in
-the ConfigMap <release>-api-ca), and the operator is configured to serve them; on a cluster that
+the ConfigMap <release>-api-ca, which every authenticated user may get), and the operator is configured to serve them; on a cluster that
 serves cert-manager.io/v1 it asks cert-manager instead (a self-signed Issuer, a CA, a CA Issuer,
 the Service's Certificate into the same Secret name); `tls.existingSecret` mounts yours and
 makes nothing; `tls.enabled=false` serves plain HTTP. The probes stay on the plain health port.
@@ -86,6 +86,10 @@ def test_by_default_the_chart_generates_a_ca_and_a_certificate_for_the_service(h
         assert f"DNS:{name}," in names or names.rstrip().endswith(f"DNS:{name}")
     assert find(objects, "Certificate") == []
     assert mounted_secret(objects) == SECRET
+    reader = the_one(objects, "Role", f"{RELEASE}-api-ca-reader")["rules"]
+    assert reader == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [f"{RELEASE}-api-ca"], "verbs": ["get"]}]
+    binding = the_one(objects, "RoleBinding", f"{RELEASE}-api-ca-reader")
+    assert [subject["name"] for subject in binding["subjects"]] == ["system:authenticated"]
     assert operator_config(objects)["http"]["tls"] == {"certFile": "/etc/vigil-tls/tls.crt", "keyFile": "/etc/vigil-tls/tls.key"}
     assert operator_config(objects)["http"]["tokenAudiences"] == ["vigil"]
 
