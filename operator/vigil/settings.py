@@ -412,7 +412,8 @@ class Tls(_Section):
     cert_file: str = Field(
         "",
         description="PEM certificate chain the API serves (a Secret's tls.crt, mounted); empty: the API "
-        "answers plain HTTP, for tests and a mesh that terminates TLS itself. Read once at start.",
+        "answers plain HTTP, for tests and a mesh that terminates TLS itself. Read at start, and "
+        "again within a minute of a change (a renewed Secret).",
     )
     key_file: str = Field(
         "",

@@ -5,7 +5,8 @@ as the chart's genCA/genSignedCert would); a real uvicorn listener serves a plai
 route with them. What must hold: the listener speaks TLS only; `vigil.client` verifies the
 certificate against the CA it is given and refuses one signed by another CA (or, with no CA
 given, one the system does not trust) unless told explicitly to skip the check; a key that does
-not match the certificate fails at start, not at the first request.
+not match the certificate fails at start, not at the first request. A renewed certificate
+is served to new connections once the reloader sees it; a half-written pair keeps the old one.
 """
 
 from __future__ import annotations
@@ -142,3 +143,29 @@ def test_only_an_explicit_insecure_flag_skips_verification(pki: Pki, serving: Ca
 def test_a_key_that_does_not_match_the_certificate_fails_at_start(pki: Pki, other_pki: Pki) -> None:
     with pytest.raises(ssl.SSLError):
         serve(Application(ok, Limits()), 0, Limits(), host="127.0.0.1", tls=TlsFiles(str(pki.cert), str(other_pki.key)))
+
+
+def test_a_renewed_certificate_is_served_to_new_connections_and_a_broken_pair_is_not(
+    pki: Pki, other_pki: Pki, tmp_path: Path
+) -> None:
+    """The reloader is called by hand here (the server calls it every `reload_seconds`)."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copyfile(pki.cert, cert)
+    shutil.copyfile(pki.key, key)
+    app = Application(ok, Limits())
+    server = serve(app, 0, Limits(), host="127.0.0.1", tls=TlsFiles(str(cert), str(key)))
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert server.reloader is not None and not server.reloader.reload_if_changed()  # nothing changed yet
+        cert.write_bytes(other_pki.cert.read_bytes())  # a new certificate, its key not yet written
+        assert not server.reloader.reload_if_changed()
+        assert Client(url, token="t", ca_file=pki.ca).queue_jobs("ns", "q").jobs == ()  # the old pair still served
+        key.write_bytes(other_pki.key.read_bytes())
+        assert server.reloader.reload_if_changed()
+        assert Client(url, token="t", ca_file=other_pki.ca).queue_jobs("ns", "q").jobs == ()
+        with pytest.raises(ApiError, match="CERTIFICATE_VERIFY_FAILED"):
+            Client(url, token="t", ca_file=pki.ca).queue_jobs("ns", "q")
+    finally:
+        server.shutdown()
+        server.server_close()
+        app.close()
