@@ -15,6 +15,8 @@ A ScheduledJob in the test's namespace runs once; then, with ServiceAccount toke
 * the job's executions from the history database (`/namespaces/NS/scheduledjobs/JOB/executions`)
   need `list` on executions there: 401 without a token, 403 for `stranger`, for `reader` (who
   may only `get`) and for `neighbour`'s list elsewhere; `lister` gets the page with the run;
+* with `http.tls` set, the API answers HTTPS only, with the certificate given, to a client that
+  verifies it against its CA (a client trusting another CA is refused);
 * tokens are reviewed for the audience `vigil`: the same ServiceAccount's token for the API
   server's default audience is 401, and accepted only by an operator whose
   `http.tokenAudiences` lists that audience too (a migration).
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -39,6 +42,7 @@ from kubernetes import client
 from tests.integration.conftest import API_SERVER_AUDIENCE, KubeCluster
 from tests.integration.jobs import create_job, executions, make_namespace, rfc3339
 from tests.integration.operators import LEASE_NAME, OperatorFleet
+from tests.tlscerts import make_pki
 from tests.waiting import wait_for
 
 GROUP = "vigil.dev"
@@ -237,3 +241,46 @@ def test_only_tokens_for_the_vigil_audience_are_accepted_unless_the_settings_lis
         assert served.get(nowhere, for_the_api_server)[0] == 404
         assert served.get(nowhere, for_vigil)[0] == 404
         assert served.get(nowhere, for_another)[0] == 401
+
+
+def test_the_operator_serves_its_api_over_tls_from_the_settings(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    pki, other = make_pki(tmp_path / "pki", "vigil"), make_pki(tmp_path / "other", "other")
+    (tmp_path / "operator").mkdir()
+    fleet = OperatorFleet(cluster, tmp_path / "operator")
+    port = free_port()
+    fleet.start(http={"apiPort": port, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)}})
+    url = f"https://127.0.0.1:{port}"
+    trusting = ssl.create_default_context(cafile=str(pki.ca))
+
+    def get(path: str, context: ssl.SSLContext, token: str | None = None) -> int:
+        call = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(call, timeout=30, context=context) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code
+
+    def up() -> bool:
+        try:
+            return get("/healthz", trusting) == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(up, timeout=60, what="the operator serving HTTPS")
+        reader = token_of(cluster, namespace, "tls-reader", GET_EXECUTIONS)
+        assert get(f"/namespaces/{namespace}/executions/ex-nowhere", trusting, reader) == 404
+        assert get(f"/namespaces/{namespace}/executions/ex-nowhere", trusting) == 401
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            get("/healthz", ssl.create_default_context(cafile=str(other.ca)))
+        with pytest.raises(OSError):  # plain HTTP on the TLS port: no answer
+            Api(port).get("/healthz")
+    finally:
+        fleet.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(fleet.logs())
+        cluster.clear_namespace(fleet.namespace)

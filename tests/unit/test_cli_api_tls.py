@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_api_tls import Pki, make_pki
+from tests.tlscerts import Pki, make_pki
 from vigil.api.app import Application
 from vigil.api.problems import Answer, json_answer
 from vigil.api.transport import Limits, TlsFiles, serve
