@@ -196,6 +196,9 @@ class Client:
     system's); `insecure_skip_tls_verify` skips that check, and only when asked.
     """
 
+    #: The pod's default ServiceAccount token: bound to the API server's audience, so an operator
+    #: accepting only `vigil` (the default) refuses it; mount a projected token with
+    #: ``audience: vigil`` and pass its path instead.
     IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
     def __init__(
