@@ -2,7 +2,8 @@
 
     from vigil.client import Client
 
-    vigil = Client("http://vigil.vigil-system:8080", token_file=Client.IN_CLUSTER_TOKEN)
+    vigil = Client("https://vigil.vigil-system:8080", token_file="/var/run/secrets/vigil/token",
+                   ca_file="/etc/vigil-api-ca/ca.crt")
     job = vigil.submit(namespace="shop", queue="orders", task="reconcile_daily",
                        payload={"date": "2026-12-01"}, idempotency_key="reconcile-2026-12-01")
     print(vigil.execution(job.execution_id).state)
@@ -13,6 +14,12 @@ projected ServiceAccount token is rotated on disk, so it is never cached here). 
 has a timeout. Answers are typed (frozen dataclasses, times as aware datetimes); an error answer
 raises ApiError carrying its status, reason, message and (for a bad field) the field.
 
+An ``https://`` address is always verified: against `ca_file` (the chart publishes its CA in the
+ConfigMap ``<release>-api-ca``, key ``ca.crt``), else the system's trust store; only an explicit
+``insecure_skip_tls_verify=True`` turns that off. The token must be bound to the audience
+``vigil`` (a projected ServiceAccount token with ``audience: vigil``, or ``kubectl create token
+SA --audience vigil``): the operator refuses tokens minted for other audiences (docs/security.md).
+
 Only the standard library: a program that submits work needs neither Kubernetes' client nor a
 database driver.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -184,8 +192,13 @@ class Client:
     """The HTTP API at `base_url` (the operator's API port), as the holder of a token.
 
     `token` is the bearer token itself; `token_file` a file holding it, read at every request.
+    `ca_file`: PEM CA certificates an ``https://`` API's certificate must chain to (default: the
+    system's); `insecure_skip_tls_verify` skips that check, and only when asked.
     """
 
+    #: The pod's default ServiceAccount token: bound to the API server's audience, so an operator
+    #: accepting only `vigil` (the default) refuses it; mount a projected token with
+    #: ``audience: vigil`` and pass its path instead.
     IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 
     def __init__(
@@ -195,15 +208,20 @@ class Client:
         token: str | None = None,
         token_file: str | Path | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        ca_file: str | Path | None = None,
+        insecure_skip_tls_verify: bool = False,
     ) -> None:
         if (token is None) == (token_file is None):
             raise ValueError("give exactly one of token and token_file")
+        if ca_file is not None and insecure_skip_tls_verify:
+            raise ValueError("give ca_file or insecure_skip_tls_verify, not both")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.base_url = base_url.rstrip("/")
         self._token = token
         self._token_file = Path(token_file) if token_file is not None else None
         self.timeout = timeout
+        self._tls = tls_context(ca_file, insecure_skip_tls_verify=insecure_skip_tls_verify)
 
     def submit(
         self,
@@ -302,7 +320,7 @@ class Client:
         if data is not None:
             request.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout, context=self._tls) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as error:
             with error:
@@ -312,6 +330,17 @@ class Client:
             raise ApiError(0, f"{method} {self.base_url}{path} failed: {why}", reason="Unreachable") from None
         except ValueError as error:
             raise ApiError(0, f"{method} {path}: the answer is not JSON: {error}", reason="BadAnswer") from None
+
+
+def tls_context(ca_file: str | Path | None, *, insecure_skip_tls_verify: bool = False) -> ssl.SSLContext:
+    """How an ``https://`` API is verified: the certificate chains to `ca_file` (else the system's
+    trust store) and names the host asked for; with `insecure_skip_tls_verify`, neither."""
+    if insecure_skip_tls_verify:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    return ssl.create_default_context(cafile=str(ca_file) if ca_file is not None else None)
 
 
 def _api_error(status: int, raw: bytes, *, request_id: str = "") -> ApiError:

@@ -29,7 +29,7 @@ from kubernetes import client, config
 from prometheus_client import start_http_server
 
 from vigil import heap, logs, metrics
-from vigil.api import ApiServer, ApprovalCallback, Guard, JobStore, Limits, QueueApi
+from vigil.api import ApiServer, ApprovalCallback, Guard, JobStore, Limits, QueueApi, TlsFiles
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
 from vigil.core.logtail import DEFAULT_LOG_POLICY, LogPolicy
@@ -200,6 +200,7 @@ def _serve(
         ).serve(
             http.api_port,
             api_limits(http),
+            tls=TlsFiles(http.tls.cert_file, http.tls.key_file) if http.tls.cert_file else None,
         )
 
 
@@ -240,7 +241,7 @@ def build_guard(api: client.ApiClient, settings: Settings, *, lease_name: str) -
     review_timeout = settings.http.request_timeout_seconds / 3
     return Guard(
         authenticator=CachedAuthenticator(
-            TokenReviews(api, timeout_seconds=review_timeout),
+            TokenReviews(api, timeout_seconds=review_timeout, audiences=tuple(settings.http.token_audiences)),
             TtlCache(ttl_seconds=ttl, entries=AUTH_CACHE_ENTRIES, ticks=time.monotonic),
         ),
         authorizer=CachedAuthorizer(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from vigil.core.logtail import DEFAULT_TAIL_BYTES, MAX_TAIL_BYTES, MIN_TAIL_BYTES
@@ -406,6 +406,27 @@ class Audit(_Section):
     )
 
 
+class Tls(_Section):
+    """The API listener's certificate: files mounted from a Secret (the chart's, or yours)."""
+
+    cert_file: str = Field(
+        "",
+        description="PEM certificate chain the API serves (a Secret's tls.crt, mounted); empty: the API "
+        "answers plain HTTP, for tests and a mesh that terminates TLS itself. Read at start, and "
+        "again within a minute of a change (a renewed Secret).",
+    )
+    key_file: str = Field(
+        "",
+        description="PEM private key of cert_file (the Secret's tls.key); set with cert_file or not at all.",
+    )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> Tls:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise ValueError("http.tls: certFile and keyFile are set together or not at all")
+        return self
+
+
 class Http(_Section):
     metrics_port: int = Field(9090, ge=0, le=65535, description="Prometheus metrics; 0 disables.")
     api_port: int = Field(8080, ge=0, le=65535, description="JSON API (and /healthz, /readyz); 0 disables.")
@@ -459,6 +480,15 @@ class Http(_Section):
         le=300,
         description="Seconds a TokenReview or SubjectAccessReview answer is reused (0: never): how "
         "long a revoked token or RoleBinding may still be honoured, against one review per request.",
+    )
+    tls: Tls = Tls()
+    token_audiences: list[str] = Field(
+        ["vigil"],
+        min_length=1,
+        description="Audiences a caller's token is reviewed for (TokenReview spec.audiences); a token "
+        "bound to none of them is refused (401). `vigil` keeps tokens minted for other servers out "
+        "(kubectl create token SA --audience vigil); add the API server's own audience (e.g. "
+        "https://kubernetes.default.svc.cluster.local) while clients move to audience-bound tokens.",
     )
 
 

@@ -40,6 +40,8 @@ GROUP, VERSION = "vigil.dev", "v1alpha1"
 VIGIL_KINDS = ("scheduledjobs", "executions", "workflows", "workflowdefinitions", "schedulebuckets", "taskqueues")
 PORT_BASE = int(os.environ.get("VIGIL_TEST_PORT_BASE", "26000"))  # apart from the demo's 16000
 #: The real node's cluster: its own state directory and ports (etcd +379/380, API +443, kubelet +248/250).
+#: The audience the API server's own tokens carry (its --service-account-issuer, e2e/cluster/localcluster.py).
+API_SERVER_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 KUBELET_STATE = STATE.with_name(f"{STATE.name}-kubelet")
 KUBELET_PORT_BASE = PORT_BASE + 500
 #: The workflow-requests ValidatingAdmissionPolicy and its binding: the one copy the chart renders.
@@ -139,10 +141,12 @@ class KubeCluster:
     ) -> Path:
         """Write a kubeconfig that authenticates as `service_account` with a fresh bound token.
 
-        Whatever runs with it has exactly that ServiceAccount's RBAC, never the admin's.
+        Whatever runs with it has exactly that ServiceAccount's RBAC, never the admin's. The
+        token is bound to the API server's audience and to `vigil`, so the same kubeconfig
+        reaches the operator's HTTP API (which reviews tokens for `vigil` only).
         """
         request = client.AuthenticationV1TokenRequest(
-            spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=hours * 3600)
+            spec=client.V1TokenRequestSpec(audiences=[API_SERVER_AUDIENCE, "vigil"], expiration_seconds=hours * 3600)
         )
         token = self.core.create_namespaced_service_account_token(service_account, namespace, request).status.token
         admin = yaml.safe_load(self.kubeconfig.read_text())["clusters"][0]["cluster"]

@@ -14,7 +14,12 @@ A ScheduledJob in the test's namespace runs once; then, with ServiceAccount toke
 * the health probes stay open; /leader needs `get` on the leader Lease;
 * the job's executions from the history database (`/namespaces/NS/scheduledjobs/JOB/executions`)
   need `list` on executions there: 401 without a token, 403 for `stranger`, for `reader` (who
-  may only `get`) and for `neighbour`'s list elsewhere; `lister` gets the page with the run.
+  may only `get`) and for `neighbour`'s list elsewhere; `lister` gets the page with the run;
+* with `http.tls` set, the API answers HTTPS only, with the certificate given, to a client that
+  verifies it against its CA (a client trusting another CA is refused);
+* tokens are reviewed for the audience `vigil`: the same ServiceAccount's token for the API
+  server's default audience is 401, and accepted only by an operator whose
+  `http.tokenAudiences` lists that audience too (a migration).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -33,9 +39,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.integration.conftest import KubeCluster
+from tests.integration.conftest import API_SERVER_AUDIENCE, KubeCluster
 from tests.integration.jobs import create_job, executions, make_namespace, rfc3339
 from tests.integration.operators import LEASE_NAME, OperatorFleet
+from tests.tlscerts import make_pki
 from tests.waiting import wait_for
 
 GROUP = "vigil.dev"
@@ -76,7 +83,8 @@ def _body(raw: bytes) -> Any:
 def token_of(
     cluster: KubeCluster, namespace: str, name: str, rules: list[client.V1PolicyRule] | None = None
 ) -> str:
-    """A fresh token of a new ServiceAccount `name`, bound in `namespace` to a Role with `rules`."""
+    """A fresh token of a new ServiceAccount `name`, bound in `namespace` to a Role with `rules`:
+    for the API server's audience and `vigil`, so a kubeconfig holding it reaches both."""
     cluster.core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
     if rules:
         rbac = client.RbacAuthorizationV1Api(cluster.api)
@@ -89,7 +97,15 @@ def token_of(
                 subjects=[client.RbacV1Subject(kind="ServiceAccount", name=name, namespace=namespace)],
             ),
         )
-    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+    return token_for(cluster, namespace, name, audiences=[API_SERVER_AUDIENCE, "vigil"])
+
+
+def token_for(cluster: KubeCluster, namespace: str, name: str, *, audiences: list[str]) -> str:
+    """A TokenRequest's token of the ServiceAccount `name` for `audiences` ([]: the API server's
+    default, as `kubectl create token SA` without --audience)."""
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=audiences, expiration_seconds=3600)
+    )
     token: str = cluster.core.create_namespaced_service_account_token(name, namespace, request).status.token
     return token
 
@@ -99,11 +115,11 @@ LIST_EXECUTIONS = [client.V1PolicyRule(api_groups=[GROUP], resources=["execution
 
 
 @contextlib.contextmanager
-def serving(fleet: OperatorFleet, request: pytest.FixtureRequest) -> Iterator[Api]:
-    """One operator of `fleet` serving its HTTP API on a free port, until the block ends; its log
-    printed when the test failed, and the fleet's namespace cleared."""
+def serving(fleet: OperatorFleet, request: pytest.FixtureRequest, **http: Any) -> Iterator[Api]:
+    """One operator of `fleet` serving its HTTP API on a free port (with more `http` settings),
+    until the block ends; its log printed when the test failed, and the fleet's namespace cleared."""
     port = free_port()
-    fleet.start(http={"apiPort": port})
+    fleet.start(http={"apiPort": port, **http})
     served = Api(port)
     wait_for(lambda: _up(served), timeout=60, what="the operator serving HTTP")
     try:
@@ -198,3 +214,73 @@ def test_the_execution_api_authenticates_and_authorises_every_caller(
         ],
     )
     assert served.get("/leader", lease_reader) == (200, "op-1\n")
+
+
+def test_only_tokens_for_the_vigil_audience_are_accepted_unless_the_settings_list_another(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An accepted token that may get executions is answered 404 for one that exists nowhere;
+    a refused one 401, before any access is asked."""
+    token_of(cluster, namespace, "audiences", GET_EXECUTIONS)
+    for_vigil = token_for(cluster, namespace, "audiences", audiences=["vigil"])
+    for_the_api_server = token_for(cluster, namespace, "audiences", audiences=[])
+    for_both = token_for(cluster, namespace, "audiences", audiences=[API_SERVER_AUDIENCE, "vigil"])
+    for_another = token_for(cluster, namespace, "audiences", audiences=["another-server"])
+    nowhere = f"/namespaces/{namespace}/executions/ex-nowhere"
+    for workdir in ("strict", "migrating"):
+        (tmp_path / workdir).mkdir()
+
+    with serving(OperatorFleet(cluster, tmp_path / "strict"), request) as served:
+        assert served.get(nowhere, for_vigil)[0] == 404
+        assert served.get(nowhere, for_both)[0] == 404
+        assert served.get(nowhere, for_the_api_server)[0] == 401
+        assert served.get(nowhere, for_another)[0] == 401
+
+    migrating = OperatorFleet(cluster, tmp_path / "migrating")
+    with serving(migrating, request, tokenAudiences=["vigil", API_SERVER_AUDIENCE]) as served:
+        assert served.get(nowhere, for_the_api_server)[0] == 404
+        assert served.get(nowhere, for_vigil)[0] == 404
+        assert served.get(nowhere, for_another)[0] == 401
+
+
+def test_the_operator_serves_its_api_over_tls_from_the_settings(
+    cluster: KubeCluster, namespace: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    pki, other = make_pki(tmp_path / "pki", "vigil"), make_pki(tmp_path / "other", "other")
+    (tmp_path / "operator").mkdir()
+    fleet = OperatorFleet(cluster, tmp_path / "operator")
+    port = free_port()
+    fleet.start(http={"apiPort": port, "tls": {"certFile": str(pki.cert), "keyFile": str(pki.key)}})
+    url = f"https://127.0.0.1:{port}"
+    trusting = ssl.create_default_context(cafile=str(pki.ca))
+
+    def get(path: str, context: ssl.SSLContext, token: str | None = None) -> int:
+        call = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(call, timeout=30, context=context) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code
+
+    def up() -> bool:
+        try:
+            return get("/healthz", trusting) == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(up, timeout=60, what="the operator serving HTTPS")
+        reader = token_of(cluster, namespace, "tls-reader", GET_EXECUTIONS)
+        assert get(f"/namespaces/{namespace}/executions/ex-nowhere", trusting, reader) == 404
+        assert get(f"/namespaces/{namespace}/executions/ex-nowhere", trusting) == 401
+        with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+            get("/healthz", ssl.create_default_context(cafile=str(other.ca)))
+        with pytest.raises(OSError):  # plain HTTP on the TLS port: no answer
+            Api(port).get("/healthz")
+    finally:
+        fleet.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(fleet.logs())
+        cluster.clear_namespace(fleet.namespace)

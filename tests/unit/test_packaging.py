@@ -94,6 +94,8 @@ DEFAULT_OPERATOR_CONFIG: dict[str, Any] = {
         "idleTimeoutSeconds": 5,
         "connectionsPerPeer": 64,
         "authCacheSeconds": 10,
+        "tokenAudiences": ["vigil"],
+        "tls": {"certFile": "/etc/vigil-tls/tls.crt", "keyFile": "/etc/vigil-tls/tls.key"},
     },
     "logging": {"format": "text", "level": "INFO"},
 }
@@ -515,7 +517,7 @@ def test_operator_runs_hardened_with_its_ports_and_probes(
     # Two replicas share the history in the bundled PostgreSQL (postgresql.enabled: auto).
     assert [variable["name"] for variable in container["env"]] == ["POD_NAME", "POD_NAMESPACE", "VIGIL_HISTORY_DSN"]
     mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
-    assert mounts == {"/etc/vigil": "config", "/tmp": "tmp", "/var/lib/vigil": "history"}
+    assert mounts == {"/etc/vigil": "config", "/tmp": "tmp", "/var/lib/vigil": "history", "/etc/vigil-tls": "api-tls"}
     anti_affinity = pod["affinity"]["podAntiAffinity"][
         "preferredDuringSchedulingIgnoredDuringExecution"
     ]

@@ -178,3 +178,41 @@ app.kubernetes.io/component: worker
 {{- include "vigil.image" . }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret holding the API's certificate (tls.crt, tls.key, ca.crt): yours, or the chart's. */}}
+{{- define "vigil.apiTls.secretName" -}}
+{{- .Values.tls.existingSecret | default (printf "%s-api-tls" (include "vigil.fullname" .)) }}
+{{- end }}
+
+{{/* Whether cert-manager issues the API's certificate: asked for, and the cluster serves it. */}}
+{{- define "vigil.apiTls.certManager" -}}
+{{- if and .Values.tls.enabled (not .Values.tls.existingSecret) .Values.tls.certManager (.Capabilities.APIVersions.Has "cert-manager.io/v1") }}true{{ end }}
+{{- end }}
+
+{{/* The DNS names the API's certificate is for: the Service, in every form a client may use. */}}
+{{- define "vigil.apiTls.dnsNames" -}}
+{{- $svc := include "vigil.fullname" . }}
+{{- $ns := .Release.Namespace }}
+{{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) "localhost" | toJson }}
+{{- end }}
+
+{{/*
+The chart's own CA and certificate, base64 as a Secret's data holds them (JSON: tls.crt, tls.key,
+ca.crt). Called with (dict "ctx" $ "existing" <the Secret as lookup found it, or empty>): an
+existing Secret's data is reused as it is, so `helm upgrade` never rotates the certificate (nor
+the CA clients trust); only a first install (or a deleted Secret) generates them. `helm template`
+has no cluster to look in, so it generates new ones every time.
+*/}}
+{{- define "vigil.apiTls.material" -}}
+{{- $ctx := .ctx }}
+{{- $data := (.existing | default dict).data | default dict }}
+{{- if and (hasKey $data "tls.crt") (hasKey $data "tls.key") (hasKey $data "ca.crt") }}
+{{- dict "tls.crt" (index $data "tls.crt") "tls.key" (index $data "tls.key") "ca.crt" (index $data "ca.crt") | toJson }}
+{{- else }}
+{{- $days := int $ctx.Values.tls.validityDays }}
+{{- $ca := genCA (printf "%s-api-ca" (include "vigil.fullname" $ctx)) $days }}
+{{- $names := include "vigil.apiTls.dnsNames" $ctx | fromJsonArray }}
+{{- $cert := genSignedCert (include "vigil.fullname" $ctx) (list "127.0.0.1") $names $days $ca }}
+{{- dict "tls.crt" ($cert.Cert | b64enc) "tls.key" ($cert.Key | b64enc) "ca.crt" ($ca.Cert | b64enc) | toJson }}
+{{- end }}
+{{- end }}

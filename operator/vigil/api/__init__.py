@@ -23,6 +23,6 @@ from vigil.api.approvals import ApprovalCallback
 from vigil.api.guards import Guard
 from vigil.api.queue import JobStore, QueueApi
 from vigil.api.router import ApiServer
-from vigil.api.transport import Limits, Serving
+from vigil.api.transport import Limits, Serving, TlsFiles
 
-__all__ = ["ApiServer", "ApprovalCallback", "Guard", "JobStore", "Limits", "QueueApi", "Serving"]
+__all__ = ["ApiServer", "ApprovalCallback", "Guard", "JobStore", "Limits", "QueueApi", "Serving", "TlsFiles"]

@@ -77,7 +77,7 @@ from vigil.api.guards import Guard, forbidden, unauthenticated
 from vigil.api.histories import HistoryRoutes, JobExecutions, LogTails, WorkflowHistory
 from vigil.api.problems import NO_ROUTE, Answer, problem
 from vigil.api.queue import QueueApi
-from vigil.api.transport import Limits, Serving, serve
+from vigil.api.transport import Limits, Serving, TlsFiles, serve
 from vigil.core.access import ReviewUnavailable
 from vigil.core.history import AttemptRecord
 from vigil.probes import HEALTH_PATHS
@@ -189,8 +189,9 @@ class ApiServer:
         """This API as an ASGI application within `limits` (default: Limits())."""
         return Application(self.dispatch, limits or Limits(), redact=redacted)
 
-    def serve(self, port: int, limits: Limits | None = None) -> Serving:
-        """Serve on `port` (0: any free one) from a thread, within `limits` (default: Limits())."""
+    def serve(self, port: int, limits: Limits | None = None, *, tls: TlsFiles | None = None) -> Serving:
+        """Serve on `port` (0: any free one) from a thread, within `limits` (default: Limits()),
+        over TLS with `tls` (else plain HTTP)."""
         limits = limits or Limits()
         app = self.application(limits)
-        return serve(app, port, limits, on_close=app.close)
+        return serve(app, port, limits, tls=tls, on_close=app.close)

@@ -17,6 +17,13 @@ would otherwise wait on:
   ``max_connections`` in all; more are closed at once, unanswered, so one pod cannot take every
   connection the process allows.
 
+With `TlsFiles` the listener speaks TLS only (uvicorn's ssl options, TLS 1.2 or later by
+Python's defaults), and the files are read at start and again whenever they change (checked every
+`reload_seconds`: a mounted Secret that cert-manager renews is served without a restart; a pair
+that does not load, half-written, keeps the old one until it does); without, plain HTTP, for tests and a mesh
+that terminates TLS itself. Health and readiness are never here (vigil.probes serves them on a
+plain listener of their own), so the kubelet needs no certificate.
+
 Even the transport's own refusals (a malformed or oversized head) are problem details
 (vigil.api.problems). Nothing here knows what is served: `serve` takes any ASGI application.
 """
@@ -28,7 +35,9 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import os
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 from http import HTTPStatus
@@ -61,6 +70,46 @@ class Limits:
     max_header_bytes: int = 16 * 1024  # request line and headers: a token fits many times
     max_connections: int = 1024  # open at once in all; more are closed unanswered
     connections_per_peer: int = 64  # open at once from one address; more are closed unanswered
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsFiles:
+    """The PEM certificate chain and private key the listener serves (a Secret's tls.crt, tls.key)."""
+
+    cert_file: str
+    key_file: str
+    reload_seconds: float = 60.0  # how often the files are checked for a renewed certificate
+
+
+class CertificateReloader:
+    """Loads `files` into the listener's SSL `context` again when they change, for new handshakes
+    (connections already open keep what they agreed)."""
+
+    def __init__(self, context: ssl.SSLContext, files: TlsFiles) -> None:
+        self._context = context
+        self._files = files
+        self._stamp = self._stamp_now()
+
+    def _stamp_now(self) -> tuple[tuple[int, int, int], ...]:
+        stats = [os.stat(path) for path in (self._files.cert_file, self._files.key_file)]
+        return tuple((st.st_ino, st.st_mtime_ns, st.st_size) for st in stats)
+
+    def reload_if_changed(self) -> bool:
+        """Whether a changed certificate was loaded now; a pair that cannot be read or does not
+        match keeps the old one (and is tried again next time)."""
+        try:
+            stamp = self._stamp_now()
+            if stamp == self._stamp:
+                return False
+            # a pair that fails to load leaves a context half-changed: try it on a throwaway first
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(self._files.cert_file, self._files.key_file)
+            self._context.load_cert_chain(self._files.cert_file, self._files.key_file)
+        except (OSError, ssl.SSLError) as error:
+            log.warning("HTTP: the API's certificate files changed but do not load (%s); the old one is served", error)
+            return False
+        self._stamp = stamp
+        log.info("HTTP: the API's certificate changed on disk and is served from now on")
+        return True
 
 
 def bearer_token(header: str | None) -> str | None:
@@ -173,16 +222,40 @@ def _protocol(limits: Limits) -> type[H11Protocol]:
 class Serving:
     """A server running on a thread of its own: its address, and how to stop it."""
 
-    def __init__(self, server: uvicorn.Server, sock: socket.socket, on_close: Callable[[], None] | None) -> None:
+    def __init__(
+        self,
+        server: uvicorn.Server,
+        sock: socket.socket,
+        on_close: Callable[[], None] | None,
+        *,
+        reloader: CertificateReloader | None = None,
+        reload_seconds: float = 60.0,
+    ) -> None:
         self._server = server
         self._on_close = on_close
         self._socket = sock
+        self.reloader = reloader
+        self._reload_seconds = reload_seconds
         self.server_address: tuple[str, int] = sock.getsockname()[:2]
         self._thread = threading.Thread(target=self._run, name="http", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        asyncio.run(self._server.serve(sockets=[self._socket]))
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        reloading = asyncio.create_task(self._reload_periodically()) if self.reloader is not None else None
+        try:
+            await self._server.serve(sockets=[self._socket])
+        finally:
+            if reloading is not None:
+                reloading.cancel()
+
+    async def _reload_periodically(self) -> None:
+        assert self.reloader is not None
+        while True:
+            await asyncio.sleep(self._reload_seconds)  # a period, not a synchronisation
+            self.reloader.reload_if_changed()
 
     def shutdown(self) -> None:
         """Stop accepting, close the connections, and wait for the thread (at most 10 s)."""
@@ -197,12 +270,18 @@ class Serving:
 
 
 def serve(
-    app: Any, port: int, limits: Limits, *, host: str = "", on_close: Callable[[], None] | None = None
+    app: Any,
+    port: int,
+    limits: Limits,
+    *,
+    host: str = "",
+    tls: TlsFiles | None = None,
+    on_close: Callable[[], None] | None = None,
 ) -> Serving:
     """Serve the ASGI `app` on `port` (0: any free port) from a thread; returns at once, the
     socket already listening (connections made before the loop starts wait in its backlog).
+    With `tls`, only TLS is spoken (a file that cannot be read fails here, at start).
     `on_close` runs once the server has stopped (the application's executor is closed there)."""
-    sock = socket.create_server((host, port), backlog=min(limits.max_connections, socket.SOMAXCONN))
     config = uvicorn.Config(
         app,
         http=_protocol(limits),
@@ -213,5 +292,15 @@ def serve(
         timeout_keep_alive=max(1, round(limits.idle_timeout_seconds)),
         h11_max_incomplete_event_size=limits.max_header_bytes,
         timeout_graceful_shutdown=1,
+        ssl_certfile=tls.cert_file if tls else None,
+        ssl_keyfile=tls.key_file if tls else None,
     )
-    return Serving(uvicorn.Server(config), sock, on_close)
+    reloader = None
+    if tls is not None:
+        config.load()  # builds the SSL context now: a missing or mismatched file fails the start, not a request
+        assert config.ssl is not None  # load() made it from the files
+        reloader = CertificateReloader(config.ssl, tls)
+    sock = socket.create_server((host, port), backlog=min(limits.max_connections, socket.SOMAXCONN))
+    return Serving(
+        uvicorn.Server(config), sock, on_close, reloader=reloader, reload_seconds=tls.reload_seconds if tls else 60.0
+    )

@@ -25,7 +25,7 @@ from typing import Any
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
 from vigil.cli.logs import pod_field, pods_of
-from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, connect, kubeconfig_token
+from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, add_tls_options, operator_api
 from vigil.cli.output import add_output_option, emit, table_data
 from vigil.cli.tables import age, cell, human_duration, precise_duration, relative, render_table
 from vigil.core.executions import AttemptResult, Execution, Phase, format_time
@@ -123,7 +123,7 @@ def history_of(
     if args.history == 0:
         return [], None
     try:
-        api = connect(args.api_url, environ=os.environ, kube_token=lambda: kubeconfig_token(cluster.api.configuration))
+        api = operator_api(args, cluster.api, environ=os.environ)
         found: list[ExecutionSummary] = []
         for job in jobs:
             meta = job["metadata"]
@@ -287,9 +287,10 @@ def add_parsers(sub: Any) -> None:
         f"API (default {DEFAULT_HISTORY}; 0: do not ask)",
     )  # fmt: skip
     ex.add_argument(
-        "--api-url", help="the operator's HTTP API, e.g. http://127.0.0.1:8080 after kubectl port-forward "
+        "--api-url", help="the operator's HTTP API, e.g. https://127.0.0.1:8080 after kubectl port-forward "
         "(default: $VIGIL_API_URL)",
     )  # fmt: skip
+    add_tls_options(ex)
     add_namespace_options(ex, listing=True)
     add_output_option(ex)
     ex.set_defaults(func=cmd_executions)

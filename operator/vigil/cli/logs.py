@@ -31,7 +31,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
-from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, connect, kubeconfig_token
+from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, add_tls_options, operator_api
 from vigil.core.executions import Execution, format_time
 from vigil.core.ids import ExecutionId, pod_name, step_execution_id
 from vigil.core.logtail import LogTail
@@ -276,7 +276,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     namespace = cluster.namespace(args.namespace)
 
     def stored() -> OperatorApi:
-        return connect(args.api_url, environ=os.environ, kube_token=lambda: kubeconfig_token(cluster.api.configuration))
+        return operator_api(args, cluster.api, environ=os.environ)
 
     if args.step is not None:
         target = resolve_step(args.name, args.step, namespace, attempt=args.attempt, cluster=cluster, stored=stored)
@@ -307,5 +307,6 @@ def add_parsers(sub: Any) -> None:
     lg.add_argument(
         "--api-url", help="the operator's HTTP API, for stored logs (default: $VIGIL_API_URL)"
     )
+    add_tls_options(lg)
     add_namespace_options(lg)
     lg.set_defaults(func=cmd_logs)

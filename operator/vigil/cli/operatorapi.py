@@ -5,15 +5,25 @@ history: retention deletes old Execution objects and ttlAfterFinished finished W
 the operator's API serves their history rows (docs/executions.md, docs/workflows.md).
 Unlike the Kubernetes API, the CLI cannot find that address by itself: the operator's Service
 is inside the cluster, and the API server's service proxy drops the caller's token. So the
-address is given: ``--api-url`` or ``VIGIL_API_URL`` (for example ``http://127.0.0.1:8080``
+address is given: ``--api-url`` or ``VIGIL_API_URL`` (for example ``https://127.0.0.1:8080``
 after ``kubectl -n vigil-system port-forward svc/vigil 8080:http``, or the Service's own name
 from inside the cluster).
 
+An ``https://`` API is always verified. The CA comes from ``--api-ca-file`` or
+``VIGIL_API_CA_FILE``; else from the cluster, through the kubeconfig, if the caller may read it
+(the chart's ConfigMap ``vigil-api-ca`` in ``vigil-system``, then ``ca.crt`` of the Secret
+``vigil-api-tls`` there: a release of another name or namespace needs the flag); else the
+system's trust store. Only ``--insecure-skip-tls-verify`` skips the check.
+
 The caller is who the kubeconfig says: its bearer token (a token, an exec plugin's, an OIDC
-provider's) is sent, and the operator asks the API server about it (TokenReview,
-SubjectAccessReview), so the answer holds what the caller may list and nothing else. A user
-who authenticates with a client certificate has no token to send: ``VIGIL_API_TOKEN`` gives
-one (``kubectl create token …``) and wins over the kubeconfig's.
+provider's) is sent, and the operator asks the API server about it (TokenReview for the audience
+``vigil``, SubjectAccessReview), so the answer holds what the caller may list and nothing else.
+The operator accepts only tokens bound to that audience (settings ``http.tokenAudiences``), and
+a kubeconfig's token usually is not: it is refused (401) unless the operator also lists the API
+server's audience. ``VIGIL_API_TOKEN`` gives a token to send instead and wins over the
+kubeconfig's: ``kubectl create token SA --audience vigil`` for a ServiceAccount. A human cannot
+mint an audience-bound token for themselves (TokenRequest is for ServiceAccounts), so people
+use a ServiceAccount's token bound to them by RBAC, or a cluster in migration accepts both.
 
 Everything that keeps the history from being shown — no address, no token, the API down, a
 refusal — is one `HistoryNotShown` with a one-line reason; the caller still shows what the
@@ -22,8 +32,11 @@ API server holds, or says why it has nothing to show.
 
 from __future__ import annotations
 
+import argparse
+import base64
 import dataclasses
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,6 +51,9 @@ from vigil.core.logtail import LogTail, log_tail_from_json
 
 API_URL_ENV = "VIGIL_API_URL"
 API_TOKEN_ENV = "VIGIL_API_TOKEN"
+API_CA_ENV = "VIGIL_API_CA_FILE"
+#: Where the chart of the default release publishes the API's CA (helm/vigil/templates/api-tls.yaml).
+PUBLISHED_CA = ("vigil-system", "vigil-api-ca", "vigil-api-tls")
 #: How long one request may take: a page is one indexed query, so this is a dead or hung API.
 REQUEST_TIMEOUT_SECONDS = 10.0
 #: The longest error message from the API repeated to the user (one line).
@@ -83,6 +99,7 @@ class OperatorApi:
     url: str
     token: str
     timeout_seconds: float = REQUEST_TIMEOUT_SECONDS
+    tls: ssl.SSLContext | None = None  # how an https:// API is verified (None: plain http)
 
     def job_executions(
         self, namespace: str, job: str, *, limit: int, cont: str | None = None
@@ -141,7 +158,7 @@ class OperatorApi:
         """The JSON object answered; with `absent_is_none`, None for the API's 404 NotFound."""
         request = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=self.tls) as response:
                 raw = response.read()
         except urllib.error.HTTPError as error:
             with error:
@@ -154,6 +171,11 @@ class OperatorApi:
             raise HistoryNotShown(self._refusal(error.code, raw)) from None
         except (urllib.error.URLError, OSError) as error:
             reason = getattr(error, "reason", None) or error
+            if isinstance(reason, ssl.SSLCertVerificationError):
+                raise HistoryNotShown(
+                    f"the operator's API at {self.url} has a certificate not signed by the CA used ({reason.verify_message}): "
+                    f"give its CA with --api-ca-file or {API_CA_ENV} (ConfigMap <release>-api-ca, key ca.crt)"
+                ) from None
             raise HistoryNotShown(f"cannot reach the operator's API at {self.url}: {reason}") from None
         try:
             body = json.loads(raw)
@@ -219,11 +241,21 @@ def _q(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
-def connect(given_url: str | None, *, environ: Mapping[str, str], kube_token: Callable[[], str | None]) -> OperatorApi:
+def connect(
+    given_url: str | None,
+    *,
+    environ: Mapping[str, str],
+    kube_token: Callable[[], str | None],
+    ca_file: str | None = None,
+    insecure_skip_tls_verify: bool = False,
+    published_ca: Callable[[], str | None] = lambda: None,
+) -> OperatorApi:
     """The API named by `given_url` (else ``VIGIL_API_URL``), called with ``VIGIL_API_TOKEN`` or
     else the kubeconfig's token (`kube_token`). BadInput for an unusable URL; HistoryNotShown
     when there is no address or no token, or under `--as` without ``VIGIL_API_TOKEN`` (the
-    kubeconfig's token is the caller's own, not the impersonated identity's)."""
+    kubeconfig's token is the caller's own, not the impersonated identity's). An https URL is
+    verified against `ca_file` (else ``VIGIL_API_CA_FILE``, else `published_ca`, the PEM the
+    cluster publishes, else the system's trust store) unless `insecure_skip_tls_verify`."""
     url = api_url(given_url or environ.get(API_URL_ENV))
     if url is None:
         raise HistoryNotShown(f"no address for the operator's API: set {API_URL_ENV} or --api-url (docs/executions.md)")
@@ -239,7 +271,82 @@ def connect(given_url: str | None, *, environ: Mapping[str, str], kube_token: Ca
             f"your kubeconfig has no bearer token for the operator's API (a client certificate cannot be sent on): "
             f"set {API_TOKEN_ENV}, e.g. from kubectl create token"
         )
-    return OperatorApi(url, token)
+    if not url.startswith("https://"):
+        return OperatorApi(url, token)
+    return OperatorApi(url, token, tls=tls_context(
+        ca_file or environ.get(API_CA_ENV), insecure_skip_tls_verify=insecure_skip_tls_verify, published_ca=published_ca
+    ))  # fmt: skip
+
+
+def tls_context(
+    ca_file: str | None, *, insecure_skip_tls_verify: bool, published_ca: Callable[[], str | None]
+) -> ssl.SSLContext:
+    """How the API's certificate is checked: against `ca_file`, else the PEM `published_ca`
+    finds, else the system's trust store; never skipped but on `insecure_skip_tls_verify`."""
+    if insecure_skip_tls_verify:
+        if ca_file:
+            raise BadInput("--insecure-skip-tls-verify and a CA file contradict each other; give one")
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        return context
+    if ca_file:
+        try:
+            return ssl.create_default_context(cafile=ca_file)
+        except (OSError, ssl.SSLError) as error:
+            raise BadInput(f"cannot read the operator API's CA from {ca_file}: {error}") from None
+    pem = published_ca()
+    try:
+        return ssl.create_default_context(cadata=pem) if pem else ssl.create_default_context()
+    except ssl.SSLError as error:
+        raise HistoryNotShown(f"the CA the cluster publishes for the operator's API is not PEM: {error}") from None
+
+
+def cluster_ca(api: Any, *, namespace: str = PUBLISHED_CA[0]) -> str | None:
+    """The API's CA as the chart publishes it, read with the caller's kubeconfig (`api`, a
+    kubernetes ApiClient): ConfigMap ``vigil-api-ca``, else the Secret ``vigil-api-tls``'s
+    ``ca.crt``; None when neither exists or the caller may not read them."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    _, config_map, secret = PUBLISHED_CA
+    core = client.CoreV1Api(api)
+    try:
+        found = core.read_namespaced_config_map(config_map, namespace, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        if found.data and found.data.get("ca.crt"):
+            return str(found.data["ca.crt"])
+    except ApiException:
+        pass
+    try:
+        stored = core.read_namespaced_secret(secret, namespace, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+        if stored.data and stored.data.get("ca.crt"):
+            return base64.b64decode(stored.data["ca.crt"]).decode()
+    except (ApiException, ValueError):
+        pass
+    return None
+
+
+def add_tls_options(parser: argparse.ArgumentParser) -> None:
+    """The flags that say how an https:// operator API is verified."""
+    parser.add_argument(
+        "--api-ca-file", metavar="FILE",
+        help=f"PEM CA the operator API's certificate must chain to (default: ${API_CA_ENV}, else the CA "
+        "the chart publishes in vigil-system, else the system's)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--insecure-skip-tls-verify", action="store_true",
+        help="do not verify the operator API's certificate (anyone on the path can read your token)",
+    )  # fmt: skip
+
+
+def operator_api(args: argparse.Namespace, api: Any, *, environ: Mapping[str, str]) -> OperatorApi:
+    """`connect` with a command's flags (`--api-url`, `add_tls_options`') and the kubeconfig's
+    ApiClient `api` (its token; the published CA)."""
+    return connect(
+        args.api_url, environ=environ, kube_token=lambda: kubeconfig_token(api.configuration),
+        ca_file=args.api_ca_file, insecure_skip_tls_verify=args.insecure_skip_tls_verify,
+        published_ca=lambda: cluster_ca(api),
+    )  # fmt: skip
 
 
 def kubeconfig_token(configuration: Any) -> str | None:

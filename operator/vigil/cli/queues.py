@@ -36,7 +36,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import EXIT_API_FAILURE, BadInput, Refused
-from vigil.cli.operatorapi import MESSAGE_MAX, HistoryNotShown, connect, kubeconfig_token
+from vigil.cli.operatorapi import MESSAGE_MAX, HistoryNotShown, add_tls_options, operator_api
 from vigil.cli.output import add_output_option, emit
 from vigil.cli.tables import age, human_duration, render_table
 from vigil.client import ApiError, Breakdown, Client, DeadLetter, QueueJob
@@ -82,10 +82,7 @@ class Session:
     def client(self) -> Client:
         """The operator's API as the caller; HistoryNotShown when there is no address or token."""
         if self._client is None:
-            api = connect(
-                self._args.api_url, environ=os.environ,
-                kube_token=lambda: kubeconfig_token(self.cluster.api.configuration),
-            )  # fmt: skip
+            api = operator_api(self._args, self.cluster.api, environ=os.environ)
             self._client = Client(api.url, token=api.token, timeout=api.timeout_seconds)
         return self._client
 
@@ -354,9 +351,10 @@ def _plain(items: Sequence[Any]) -> list[dict[str, Any]]:
 
 def _common(parser: argparse.ArgumentParser, *, output: bool = True) -> None:
     parser.add_argument(
-        "--api-url", help="the operator's HTTP API, e.g. http://127.0.0.1:8080 after kubectl port-forward "
+        "--api-url", help="the operator's HTTP API, e.g. https://127.0.0.1:8080 after kubectl port-forward "
         "(default: $VIGIL_API_URL)",
     )  # fmt: skip
+    add_tls_options(parser)
     if output:
         add_output_option(parser)
     add_namespace_options(parser)

@@ -34,7 +34,7 @@ from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import BadInput, Refused
-from vigil.cli.operatorapi import HistoryNotShown, WorkflowHistory, connect, kubeconfig_token
+from vigil.cli.operatorapi import HistoryNotShown, WorkflowHistory, add_tls_options, operator_api
 from vigil.cli.output import add_output_option, emit
 from vigil.cli.tables import precise_duration, relative, render_table
 from vigil.core.checkpoint import Checkpoint, resume
@@ -370,7 +370,7 @@ def deleted_workflow(args: argparse.Namespace, cluster: Cluster, namespace: str)
     BadInput when it has none either, Refused when it cannot be asked."""
     where = f'workflow "{args.workflow}" not found in namespace "{namespace}"'
     try:
-        api = connect(args.api_url, environ=os.environ, kube_token=lambda: kubeconfig_token(cluster.api.configuration))
+        api = operator_api(args, cluster.api, environ=os.environ)
         found = api.workflow_history(namespace, args.workflow)
     except HistoryNotShown as why:
         raise Refused(f"{where}, and its history could not be asked: {why}") from None
@@ -401,8 +401,9 @@ def add_parsers(sub: Any) -> None:
     tl.add_argument("--events", action="store_true", help="print every history record instead")
     tl.add_argument(
         "--api-url", help="the operator's HTTP API, asked for the history of a workflow that was deleted, e.g. "
-        "http://127.0.0.1:8080 after kubectl port-forward (default: $VIGIL_API_URL)",
+        "https://127.0.0.1:8080 after kubectl port-forward (default: $VIGIL_API_URL)",
     )  # fmt: skip
+    add_tls_options(tl)
     add_namespace_options(tl)
     add_output_option(tl)
     tl.set_defaults(func=cmd_timeline)
