@@ -63,7 +63,7 @@ CHECKS = [
     response_headers_conformance,
 ]  # fmt: skip
 #: Examples per operation and token: about 26 operations, so a few hundred requests in all.
-SHORT = 8
+SHORT = 12
 LONG = 300
 
 
