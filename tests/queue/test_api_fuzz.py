@@ -41,11 +41,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from tests.conformance import conforms
 from tests.contract.postgres import PostgresServer
 from tests.queue.conftest import conninfo
 from tests.queue.test_api import Clock
 from tests.unit.reviews import LEASE, Reviews
-from tests.unit.test_api_openapi import conforms
 from vigil.api.guards import Guard
 from vigil.api.openapi import document
 from vigil.api.queue import JobStore, QueueApi

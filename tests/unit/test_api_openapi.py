@@ -2,14 +2,13 @@
 and covering every call the clients make.
 
 The fuzzing from the document, against the real application and stores, is
-tests/queue/test_api_fuzz.py; the answers of real routes are checked against it there and in
-`test_answers_of_the_routes_conform` below.
+tests/queue/test_api_fuzz.py; every answer the unit and queue tests of the HTTP API produce is
+checked against it as they run (tests/conformance.py).
 """
 
 from __future__ import annotations
 
 import json
-import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -18,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import jsonschema_rs
 import pytest
 
+from tests.conformance import conforms, documented
 from tests.unit.reviews import LEASE, Reviews
 from vigil.api.guards import Guard
 from vigil.api.openapi import document, rendered
@@ -46,26 +45,6 @@ def test_it_is_served_to_anyone_as_json() -> None:
     assert (status, content_type) == (200, "application/json")
     assert json.loads(body) == document()
     assert nobody.asked == [], "serving the contract asks no review"
-
-
-def _matchers() -> list[tuple[str, re.Pattern[str], str]]:
-    """(method, path regex, template) of every operation, its parameters by their patterns."""
-    found = []
-    for template, operations in document()["paths"].items():
-        for method, operation in operations.items():
-            patterns = {
-                p["name"]: p["schema"].get("pattern", "^[^/]+$").strip("^$")
-                for p in operation.get("parameters", []) if p["in"] == "path"
-            }  # fmt: skip
-            regex = re.sub(r"\{(\w+)\}", lambda m, named=patterns: f"(?:{named[m.group(1)]})", template)
-            found.append((method.upper(), re.compile(f"^{regex}$"), template))
-    return found
-
-
-def documented(method: str, path: str) -> str | None:
-    """The template of the documented operation serving `method` on `path`, or None."""
-    plain = urllib.parse.unquote(path)
-    return next((t for m, regex, t in _matchers() if m == method and regex.match(plain)), None)
 
 
 def test_paths_not_in_the_document_are_not_matched() -> None:
@@ -131,23 +110,6 @@ def test_every_call_of_the_clients_is_a_documented_operation(calls: list[tuple[s
 
 
 # --- answers conform ---------------------------------------------------------------------
-
-
-def conforms(method: str, path: str, answer: tuple[int, str, bytes]) -> None:
-    """Fails unless `answer` to `method` on `path` is one the document describes: a status it
-    lists, its content type and a body its schema accepts."""
-    template = documented(method, path.partition("?")[0])
-    assert template is not None, f"{method} {path} is not documented"
-    spec = document()
-    responses = spec["paths"][template][method.lower()]["responses"]
-    status, content_type, body = answer
-    assert str(status) in responses, f"{method} {template}: {status} is not documented"
-    content = responses[str(status)]["content"]
-    assert content_type in content, f"{method} {template} {status}: {content_type} not {sorted(content)}"
-    schema = content[content_type]["schema"] | {"components": spec["components"]}
-    instance = json.loads(body) if content_type.endswith("json") else body.decode()
-    errors = [e.message for e in jsonschema_rs.Draft202012Validator(schema).iter_errors(instance)]
-    assert errors == [], f"{method} {template} {status}: {errors}"
 
 
 def test_a_body_outside_the_document_does_not_conform() -> None:

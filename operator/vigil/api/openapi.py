@@ -75,7 +75,7 @@ class AttemptRecordAnswer(_Answer):
     attempt: int
     namespace: str
     job: str
-    priority: int
+    priority: str = Field(description="The ScheduledJob's priority class name.")
     state: str
     reason: str | None
     scheduledFor: str | None
@@ -97,7 +97,7 @@ class ExecutionAnswer(_Answer):
 class ExecutionSummaryAnswer(_Answer):
     executionId: str
     jobUid: str | None
-    priority: int
+    priority: str = Field(description="The ScheduledJob's priority class name.")
     scheduledFor: str | None
     state: str
     attempts: int
@@ -159,6 +159,8 @@ class ApprovalDecision(_Answer):
     by: str
     approver: str
     at: str
+    tokenLevel: int = Field(description="The escalation level at which the token's approver joined the step (0: first).")
+    records: list[dict[str, Any]] = Field(description="The workflow history entries the decision added.")
 
 
 # --- the volume tier ---------------------------------------------------------------------
@@ -223,7 +225,7 @@ class JobAnswer(_Answer):
     payload: Any
     priority: int
     tenant: str
-    maxAttempts: int | None
+    maxAttempts: int
     enabled: bool
     createdAt: str | None
     cron: str | None = None
@@ -246,7 +248,7 @@ class QueueAttempt(_Answer):
 
 class QueueExecution(_Answer):
     executionId: str
-    jobId: str
+    jobId: str | None = Field(description="Null for an execution submitted without a job.")
     namespace: str
     queue: str
     task: str
