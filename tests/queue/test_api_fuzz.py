@@ -5,8 +5,9 @@ PostgreSQL queue store (a migrated database per test) and a real SQLite history 
 API server's TokenReview and SubjectAccessReview are stood in for (tests/unit/reviews.py):
 `t-alice` may do everything everywhere, `t-bob` is authenticated and may do nothing, any other
 token is nobody; tests/integration/test_http_access.py and test_queue_access.py ask the real
-API server. The approval callback is not served here (its routes answer 404, which the
-document lists); tests/integration/test_approval_callback.py covers it.
+API server. The approval callback is served with a key no fuzzed token is signed with (every
+decision is 403 or 400: the token and body parsing are what is fuzzed there);
+tests/unit/test_httpapi.py and tests/integration/test_approval_callback.py decide real ones.
 
 For every operation, requests that fit the document and requests that do not:
 
@@ -46,6 +47,7 @@ from tests.contract.postgres import PostgresServer
 from tests.queue.conftest import conninfo
 from tests.queue.test_api import Clock
 from tests.unit.reviews import LEASE, Reviews
+from vigil.api.approvals import ApprovalCallback
 from vigil.api.guards import Guard
 from vigil.api.openapi import document
 from vigil.api.queue import JobStore, QueueApi
@@ -112,6 +114,10 @@ def server(postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory) -
         workflow_history=lambda ns, wf, limit, after: history.workflow_history(ns, wf, limit=limit, after=after),
         log_tail=lambda ns, execution_id, attempt: history.log_tail(ns, execution_id, attempt=attempt),
         queue_api=QueueApi(cast(JobStore, counting), clock=Clock(), authenticator=reviews, authorizer=reviews),
+        approvals=ApprovalCallback(
+            keys=lambda: [bytes(range(32))], clock=Clock(), find_workflow=lambda namespace, name: None,
+            submit=lambda namespace, name, record: [], may_approve=lambda namespace, workflow, approver: False,
+        ),
     )
     serving = server.serve(0)
     try:
@@ -128,11 +134,16 @@ def served(server: Served) -> Served:
     return server
 
 
-def fuzz(served: Served, operation: Any, *, token: str | None, examples: int) -> None:
-    """`examples` requests that fit the document and `examples` that do not, each answer checked."""
+def fuzz(
+    served: Served, operation: Any, *, token: str | None, examples: int, namespace: str | None = None
+) -> None:
+    """`examples` requests that fit the document and that do not, each answer checked; in
+    `namespace` when given (for the operations that name one)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    named = "{namespace}" in operation.path and namespace is not None
+    fixed = {"path_parameters": {"namespace": namespace}} if named else {}
     cases = st.one_of(
-        operation.as_strategy(GenerationMode.POSITIVE), operation.as_strategy(GenerationMode.NEGATIVE)
+        operation.as_strategy(GenerationMode.POSITIVE, **fixed), operation.as_strategy(GenerationMode.NEGATIVE, **fixed)
     )
 
     @given(case=cases)
