@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from vigil.api.queuebase import ID, MAX_ATTEMPTS_LIMIT, TEXT_MAX_LENGTH
+from vigil.api.approvals import BY_MAX_LENGTH, REASON_MAX_LENGTH
+from vigil.api.queuebase import ID, MAX_ATTEMPTS_LIMIT, SMALLINT, TEXT_MAX_LENGTH
 from vigil.api.router import OPENAPI_PATH
 from vigil.core.queue import QUEUE_PAGE_DEFAULT, QUEUE_PAGE_MAX
 
@@ -147,8 +148,8 @@ class LogTailAnswer(_Answer):
 
 
 class ApprovalBody(_Body):
-    by: str | None = Field(default=None, description="The token's approver (the only one it may be).")
-    reason: str | None = None
+    by: str = Field(default="", max_length=BY_MAX_LENGTH, description="The token's approver (the only one it may be).")
+    reason: str = Field(default="", max_length=REASON_MAX_LENGTH)
 
 
 class ApprovalDecision(_Answer):
@@ -165,7 +166,7 @@ class ApprovalDecision(_Answer):
 
 # --- the volume tier ---------------------------------------------------------------------
 
-Priority = int | Literal["high", "normal", "low"]
+Priority = Annotated[int, Field(ge=SMALLINT[0], le=SMALLINT[1])] | Literal["high", "normal", "low"]
 Text = Field(min_length=1, max_length=TEXT_MAX_LENGTH)
 
 
@@ -173,9 +174,9 @@ class OneOffSubmission(_Body):
     namespace: str = Field(pattern=NAMESPACE_PATTERN)
     queue: str = Field(pattern=QUEUE_PATTERN)
     task: str = Text
-    payload: dict[str, Any] | None = None
+    payload: dict[str, Any] = Field(default_factory=dict, description="A JSON object, at most 32 KiB compact.")
     runAt: str | None = Field(default=None, description="RFC 3339; default now.")
-    priority: Priority | None = None
+    priority: Priority = "normal"
     maxAttempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
     idempotencyKey: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
     tenant: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
@@ -186,10 +187,10 @@ class RecurringSubmission(_Body):
     queue: str = Field(pattern=QUEUE_PATTERN)
     task: str = Text
     cron: str = Text
-    timezone: str | None = None
-    payloadTemplate: dict[str, Any] | None = None
+    timezone: str = Field(default="UTC", min_length=1, max_length=TEXT_MAX_LENGTH)
+    payloadTemplate: dict[str, Any] = Field(default_factory=dict, description="Rendered for each occurrence.")
     expectedMaxInterval: str | None = Field(default=None, description="A duration: 26h, 90s.")
-    priority: Priority | None = None
+    priority: Priority = "normal"
     maxAttempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
     idempotencyKey: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
     tenant: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
