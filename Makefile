@@ -41,6 +41,10 @@ crds: $(STAMP) ## regenerate crds/, the chart's copy, the field reference and ma
 	rm -f helm/vigil/files/crds/*.yaml && mkdir -p helm/vigil/files/crds && cp crds/*.yaml helm/vigil/files/crds/
 	HELM=$$(e2e/cluster/build.sh)/helm e2e/cluster/render-install.sh
 
+.PHONY: openapi
+openapi: $(STAMP) ## regenerate docs/reference/openapi.json, the HTTP API's OpenAPI document, from its pydantic models
+	$(PY) -m vigil.api.openapi > docs/reference/openapi.json
+
 .PHONY: image
 image: $(STAMP) ## build the operator image vigil:<version> (installs and starts Docker if missing; prints the name)
 	@scripts/image.sh

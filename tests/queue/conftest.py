@@ -1,4 +1,5 @@
-"""Fixtures for the queue tests: the session's real PostgreSQL server, a migrated database per test.
+"""Fixtures for the queue tests: the session's real PostgreSQL server, a migrated database per test,
+and every HTTP API answer checked against the OpenAPI document.
 
 The server is the contract suite's (tests/contract/postgres.py, Debian's
 PostgreSQL, started once per session); each test gets a database of its own with
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.conformance import check_every_answer
 from tests.contract.conftest import postgres
 from tests.contract.postgres import PostgresServer
 from vigil.queue.store import QueueStore
@@ -22,6 +24,12 @@ __all__ = ["postgres"]
 def conninfo(server: PostgresServer, url: str) -> str:
     """The libpq string of the database behind a SQLAlchemy URL from `create_database`."""
     return server.conninfo(url.rsplit("/", 1)[1])
+
+
+@pytest.fixture(autouse=True)
+def answers_conform(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every answer of the HTTP API in these tests held to its published contract (tests/conformance.py)."""
+    check_every_answer(monkeypatch)
 
 
 @pytest.fixture

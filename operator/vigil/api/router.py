@@ -1,6 +1,8 @@
 """The operator's HTTP API's one router: health, the Lease holder, executions and histories, approvals, /v1/.
 
     GET  /healthz, /readyz         200 "ok" while the process serves (open: the kubelet probes it)
+    GET  /openapi.json             this API's OpenAPI 3.1 document (open: it holds no data;
+                                   vigil.api.openapi, committed at docs/reference/openapi.json)
     GET  /leader                   the identity holding the trigger Lease
     GET  /executions/{id}          the Execution (spec and status) and its rows in the history
     GET  /namespaces/{ns}/executions/{id}
@@ -66,6 +68,7 @@ caller's token on, so it cannot be used. Tokens are credentials: they are never 
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -85,6 +88,7 @@ from vigil.probes import HEALTH_PATHS
 log = logging.getLogger(__name__)
 
 LEADER_PATH = "/leader"
+OPENAPI_PATH = "/openapi.json"
 
 
 class ApiServer:
@@ -119,12 +123,21 @@ class ApiServer:
         self._guard = guard
         self._queue_api = queue_api
 
+    @staticmethod
+    @functools.cache
+    def _contract() -> bytes:
+        from vigil.api import openapi  # here, so `python -m vigil.api.openapi` runs it unimported
+
+        return openapi.rendered()
+
     def answer(self, target: str, *, token: str | None = None) -> Answer:
         """(status, content type, body) for a GET of `target` (a path, and a query string for
         the routes that take one) by the holder of `token`."""
         path, _, query = target.partition("?")
         if path in HEALTH_PATHS:
             return 200, "text/plain", b"ok\n"
+        if path == OPENAPI_PATH:  # open: it describes the routes and holds no data
+            return 200, "application/json", self._contract()
         if self._queue_api is not None and self._queue_api.serves(path):
             return self._queue_api.answer("GET", path, token=token, query=query)
         if APPROVAL_PATH.match(path) and self._approvals is not None:
