@@ -59,7 +59,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """Every (method, path with query) the clients send, answered as an unreachable server."""
     sent: list[tuple[str, str]] = []
 
-    def urlopen(request: urllib.request.Request, timeout: float | None = None) -> Any:
+    def urlopen(request: urllib.request.Request, timeout: float | None = None, context: Any = None) -> Any:
         url = urllib.parse.urlsplit(request.full_url)
         sent.append((request.get_method(), url.path + (f"?{url.query}" if url.query else "")))
         raise urllib.error.URLError("recorded, not sent")
