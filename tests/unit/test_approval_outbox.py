@@ -184,8 +184,7 @@ def test_a_pass_only_offers_and_a_refused_workflow_is_offered_on_its_next_pass()
         default_lifetime=timedelta(hours=24),
     )  # fmt: skip
     offers = Offers()
-    # The ignore: `Offers` stands in for the outbox, of which the publisher calls only `offer`.
-    publisher.sending_with(offers)  # type: ignore[arg-type]
+    publisher.sending_with(offers)  # the publisher needs only `offer` of its outbox
     done = Pass("media", "publish", (started_approval(),), (), "Running")
     publisher.on_pass(done)
     assert (offers.offered, reads, notifier.sent) == ([("media", "publish")], [], [])

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -168,7 +167,6 @@ def complete(script: str, *words: str) -> list[str]:
     return sorted(filter(None, out.split("\n")))
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
 def test_bash_completes_verbs_subverbs_and_choices() -> None:
     script = bash_script(parser())
     assert {"run", "suspend", "resume", "completion", "worker", "queue"} <= set(complete(script, ""))

@@ -383,6 +383,12 @@ def approver_review(namespace: str, workflow: str, approver: str) -> tuple[User,
 # --- the publisher ----------------------------------------------------------------------------
 
 
+class Offering(Protocol):
+    """What the publisher needs of its outbox (vigil.kube.outbox.Outbox): to offer a workflow's key."""
+
+    def offer(self, key: tuple[str, str]) -> bool: ...
+
+
 class TokenPublisher:
     """Sends a token to the notifier for every approver of every waiting step (the leader's half).
 
@@ -420,9 +426,9 @@ class TokenPublisher:
         #: Per workflow: the ids of the notifications delivered for its current tokens.
         self._sent: dict[tuple[str, str], frozenset[str]] = {}
         self._fingerprint: str | None = None
-        self._outbox: Outbox[tuple[str, str]] | None = None
+        self._outbox: Offering | None = None
 
-    def sending_with(self, outbox: Outbox[tuple[str, str]]) -> None:
+    def sending_with(self, outbox: Offering) -> None:
         """Deliver through ``outbox`` (whose deliveries call :meth:`deliver`)."""
         self._outbox = outbox
 
