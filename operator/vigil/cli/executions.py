@@ -123,7 +123,7 @@ def history_of(
     if args.history == 0:
         return [], None
     try:
-        api = operator_api(args, cluster.api, environ=os.environ)
+        api = operator_api(args, lambda: cluster.api, environ=os.environ)
         found: list[ExecutionSummary] = []
         for job in jobs:
             meta = job["metadata"]

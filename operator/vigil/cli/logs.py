@@ -276,7 +276,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     namespace = cluster.namespace(args.namespace)
 
     def stored() -> OperatorApi:
-        return operator_api(args, cluster.api, environ=os.environ)
+        return operator_api(args, lambda: cluster.api, environ=os.environ)
 
     if args.step is not None:
         target = resolve_step(args.name, args.step, namespace, attempt=args.attempt, cluster=cluster, stored=stored)

@@ -339,13 +339,15 @@ def add_tls_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def operator_api(args: argparse.Namespace, api: Any, *, environ: Mapping[str, str]) -> OperatorApi:
+def operator_api(args: argparse.Namespace, api: Callable[[], Any], *, environ: Mapping[str, str]) -> OperatorApi:
     """`connect` with a command's flags (`--api-url`, `add_tls_options`') and the kubeconfig's
-    ApiClient `api` (its token; the published CA)."""
+    ApiClient, made by `api` only when it is needed (its token, when VIGIL_API_TOKEN is not set;
+    the published CA, for an https URL with no CA given): a caller with a URL and a token needs no
+    kubeconfig."""
     return connect(
-        args.api_url, environ=environ, kube_token=lambda: kubeconfig_token(api.configuration),
+        args.api_url, environ=environ, kube_token=lambda: kubeconfig_token(api().configuration),
         ca_file=args.api_ca_file, insecure_skip_tls_verify=args.insecure_skip_tls_verify,
-        published_ca=lambda: cluster_ca(api),
+        published_ca=lambda: cluster_ca(api()),
     )  # fmt: skip
 
 

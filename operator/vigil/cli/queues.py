@@ -82,7 +82,7 @@ class Session:
     def client(self) -> Client:
         """The operator's API as the caller; HistoryNotShown when there is no address or token."""
         if self._client is None:
-            api = operator_api(self._args, self.cluster.api, environ=os.environ)
+            api = operator_api(self._args, lambda: self.cluster.api, environ=os.environ)
             self._client = Client(api.url, token=api.token, timeout=api.timeout_seconds)
         return self._client
 

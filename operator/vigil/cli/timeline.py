@@ -370,7 +370,7 @@ def deleted_workflow(args: argparse.Namespace, cluster: Cluster, namespace: str)
     BadInput when it has none either, Refused when it cannot be asked."""
     where = f'workflow "{args.workflow}" not found in namespace "{namespace}"'
     try:
-        api = operator_api(args, cluster.api, environ=os.environ)
+        api = operator_api(args, lambda: cluster.api, environ=os.environ)
         found = api.workflow_history(namespace, args.workflow)
     except HistoryNotShown as why:
         raise Refused(f"{where}, and its history could not be asked: {why}") from None
