@@ -269,7 +269,8 @@ def test_the_quota_check_is_one_probe_at_100000_ready_rows(store: QueueStore, ds
     )
     sql(dsn, "ANALYZE vigil_queue.executions")
     bound(store)  # the recount
-    assert store.quota_use("deep")[:2] == (100_000, 200_000)  # type: ignore[index]  # None only for a namespace never counted
+    deep = store.quota_use("deep")
+    assert deep is not None and deep[:2] == (100_000, 200_000)
     with psycopg.connect(dsn) as connection:
         [(plans,)] = connection.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + QUERIES["quota_admit"],
@@ -402,7 +403,8 @@ def soak(store: QueueStore, dsn: str, *, periods: int, steps_per_period: int, pe
                             "(SELECT count(*) FROM vigil_queue.once_marks) + (SELECT count(*) FROM vigil_queue.jobs)")
             counts.append(int(rows))
             sizes.append(table_bytes(dsn))
-    assert store.quota_use("soak")[0] == per_step  # type: ignore[index]  # counted, so not None; only the last step's are unfinished
+    soak = store.quota_use("soak")
+    assert soak is not None and soak[0] == per_step  # only the last step's are unfinished
     return counts, sizes
 
 

@@ -13,7 +13,6 @@ itself, since `helm template` has no cluster to look in.
 from __future__ import annotations
 
 import base64
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -22,24 +21,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.test_packaging import CHART, NAMESPACE, RELEASE, find, find_helm, render, the_one
+from tests.unit.test_chart_trust import helm
+from tests.unit.test_packaging import CHART, NAMESPACE, RELEASE, find, render, the_one
+
+__all__ = ["helm"]  # the chart tests' helm fixture, shared
 
 Helm = tuple[Path, dict[str, str]]
 SECRET = f"{RELEASE}-api-tls"
 SERVICE_NAMES = [RELEASE, f"{RELEASE}.{NAMESPACE}", f"{RELEASE}.{NAMESPACE}.svc", f"{RELEASE}.{NAMESPACE}.svc.cluster.local"]
 
 
-@pytest.fixture(scope="module")
-def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
-    """The helm binary and an environment that keeps its config and cache out of $HOME."""
-    binary = find_helm()
-    if binary is None or not os.access(binary, os.X_OK):
-        pytest.fail(f"no helm binary (found {binary}): build it with `make binaries` or set HELM=/path/to/helm")
-    home = tmp_path_factory.mktemp("helm-home")
-    environment = dict(os.environ)
-    for variable in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
-        environment[variable] = str(home / variable.lower())
-    return binary, environment
 
 
 def operator_config(objects: list[dict[str, Any]]) -> dict[str, Any]:
