@@ -147,7 +147,7 @@ def call(block: str) -> str:
     """The statement a worker sends for `block`: its function, the same parameters by name."""
     spec = _spec(block)
     names = parameters(QUERIES[spec.block])
-    arguments = ", ".join(f"p_{n} => %({n})s::{PARAMETER_TYPES[n]}" for n in names)
+    arguments = ", ".join(f"p_{n} => %({n})b::{PARAMETER_TYPES[n]}" for n in names)
     if spec.returns is None:
         return f"SELECT {function_name(block)}({arguments})"
     return f"SELECT * FROM {function_name(block)}({arguments})"
