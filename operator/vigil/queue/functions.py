@@ -14,12 +14,15 @@ A worker never reads or writes a table. Each statement a worker runs (its block 
   operator, tests, a worker given the owner's DSN); anyone else is refused.
 * `search_path` is pinned (`pg_catalog, pg_temp`: every name in a block is schema-qualified), so
   a caller's objects can never stand in for the owner's; JIT is off.
-* Each statement is planned once per session (`plan_cache_mode = force_generic_plan`). Left to
-  choose, PostgreSQL planned the lease anew at every call (its generic plan's estimate is far
-  above a custom one's, since a LIMIT that is a parameter is guessed at a tenth of the table):
-  0.7 ms of planning for 0.3 ms of execution, two thirds of a worker's time in the database on
-  a backlog. The generic plan reads the executions by index only, at 100,000 rows (test) as at
-  1,000,000; its estimate grows with the table but, JIT being off, compiles nothing.
+* The lease is planned once per session (`plan_cache_mode = force_generic_plan`). Left to choose,
+  PostgreSQL planned it anew at every call (its generic plan's estimate is far above a custom
+  one's, since a LIMIT that is a parameter is guessed at a tenth of the table): 0.7 ms of
+  planning for 0.3 ms of execution, two thirds of a worker's time in the database on a backlog.
+  Its generic plan reads the executions by index only, at 100,000 analysed rows, at 1,000,000,
+  and when it was made on an empty queue before a backlog arrived (tests/queue/test_backlog.py);
+  its estimate grows with the table but, JIT being off, compiles nothing. The other statements
+  are cheap to plan and keep PostgreSQL's choice: a plan made once, when a table was empty, would
+  otherwise serve the whole session however the table grew (until an ANALYZE invalidates it).
 * What acknowledges, extends or claims by a lease (heartbeat, settle, settle_succeeded, once)
   names the lease's token, drawn when the lease is taken: an acknowledgement of a lease taken
   since by another attempt (a stale token) changes nothing.
@@ -70,6 +73,9 @@ PARAMETER_TYPES: dict[str, str] = {
     "finished": "timestamptz[]",
     "errors": "text[]",
 }
+
+#: The statements whose plan is made once per session (see the module doc).
+PLANNED_ONCE = frozenset({"lease"})
 
 ROW_OF_LEASE = (
     "execution_id text, task text, payload jsonb, attempt smallint, max_attempts smallint, "
@@ -136,11 +142,16 @@ def definition(spec: WorkerStatement) -> str:
     return (
         f"CREATE OR REPLACE FUNCTION {function_name(spec.block)}({arguments}) RETURNS {returns}\n"
         "LANGUAGE plpgsql VOLATILE SECURITY DEFINER\n"
-        "SET search_path = pg_catalog, pg_temp SET jit = off SET plan_cache_mode = force_generic_plan\n"
+        f"SET search_path = pg_catalog, pg_temp SET jit = off{_planning(spec.block)}\n"
         "AS $worker$\n#variable_conflict use_column\nBEGIN\n"
         f"PERFORM {SCHEMA}.admit_caller(p_queue);\n{run}\nEND\n$worker$;\n"
         f"REVOKE ALL ON FUNCTION {function_name(spec.block)}({_types(names)}) FROM PUBLIC;\n"
     )
+
+
+def _planning(block: str) -> str:
+    """The function's plan cache setting: the lease's plan is made once per session (module doc)."""
+    return " SET plan_cache_mode = force_generic_plan" if block in PLANNED_ONCE else ""
 
 
 def call(block: str) -> str:
