@@ -96,14 +96,15 @@ def plan_run(view: JobView, *, request_id: str, now: datetime) -> ManualRun:
     return ManualRun(request_id, manual_execution_id(view.uid, request_id), at, start, end)
 
 
-def run_refusal(job: dict[str, Any]) -> str | None:
-    """Why `run` cannot start this job, or None: only pod-template jobs run as Executions."""
+def run_refusal(job: dict[str, Any], verb: str = "run") -> str | None:
+    """Why `verb` (run, backfill) cannot start this job, or None: only pod-template jobs run as
+    Executions; an Execution made for another kind of job would wait Ready forever."""
     spec = job.get("spec") or {}
     for field, how in (("workflowTemplate", "create a Workflow"), ("task", "submit to its TaskQueue (POST /v1/jobs)")):
         if spec.get(field):
             return (
-                f'scheduledjob "{job["metadata"]["name"]}" runs a {field}, not a pod: run starts pod-template '
-                f"jobs only (to run it once now, {how})"
+                f'scheduledjob "{job["metadata"]["name"]}" runs a {field}, not a pod: {verb} starts pod-template '
+                f"jobs only (to run it once, {how})"
             )
     return None
 
