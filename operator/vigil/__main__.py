@@ -13,6 +13,8 @@ verb does not pay for loading the HTTP API and every adapter.
 dispatched before the CLI is imported, and this module imports nothing at its
 top but `sys`: a worker process loads no Kubernetes client, no models, no YAML
 (tests/unit/test_worker_imports.py keeps it so).
+
+`kubectl_complete-vigil` (`complete`) answers kubectl's own shell completion of the plugin.
 """
 
 from __future__ import annotations
@@ -42,6 +44,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vigil.cli import main as cli
 
     return cli.main(args, serve=serve)
+
+
+def complete(argv: Sequence[str] | None = None) -> int:
+    """`kubectl_complete-vigil WORDS...`: what kubectl runs to complete `kubectl vigil WORDS` (1.26+)."""
+    from vigil.cli import completion
+    from vigil.cli import main as cli
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    sys.stdout.write(completion.cobra_answer(completion.candidates(cli.parser(), words)))
+    return 0
 
 
 if __name__ == "__main__":
