@@ -1,0 +1,155 @@
+"""What the console's pages show of an object, as plain rows: pure functions of the objects.
+
+The templates only lay these out; every choice of what a job's health is or how a schedule
+reads is made here, where a unit test can hold it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from vigil.api.console.sources import Obj
+
+#: Conditions whose `True` makes a job unhealthy, worst first, with the health they mean.
+_BAD = (("Invalid", "invalid"), ("DeadLettered", "failing"), ("Overdue", "overdue"))
+
+
+@dataclasses.dataclass(frozen=True)
+class JobRow:
+    namespace: str
+    name: str
+    schedule: str
+    timezone: str
+    next_run: str
+    last_success: str
+    health: str
+    conditions: tuple[str, ...]
+
+
+def conditions_of(obj: Obj) -> list[Mapping[str, Any]]:
+    found = (obj.get("status") or {}).get("conditions") or []
+    return [c for c in found if isinstance(c, Mapping)]
+
+
+def health(obj: Obj) -> str:
+    """healthy, overdue, failing, suspended, invalid or pending (not yet judged)."""
+    true = {str(c.get("type")) for c in conditions_of(obj) if c.get("status") == "True"}
+    for kind, word in _BAD:
+        if kind in true:
+            return word
+    if "Suspended" in true or (obj.get("spec") or {}).get("suspend"):
+        return "suspended"
+    return "healthy" if "Ready" in true else "pending"
+
+
+def schedule_text(spec: Mapping[str, Any]) -> str:
+    if spec.get("cron"):
+        return str(spec["cron"])
+    if spec.get("every"):
+        return f"every {spec['every']}"
+    if spec.get("runAt"):
+        return f"once at {spec['runAt']}"
+    return ""
+
+
+def job_row(obj: Obj) -> JobRow:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return JobRow(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        schedule=schedule_text(spec),
+        timezone=str(spec.get("timezone") or "UTC"),
+        next_run=str(status.get("nextRun") or ""),
+        last_success=str(status.get("lastSuccessfulTime") or ""),
+        health=health(obj),
+        conditions=tuple(
+            f"{c.get('type')}={c.get('status')}"
+            + (f" ({c.get('reason')})" if c.get("reason") else "")
+            for c in conditions_of(obj)
+        ),
+    )
+
+
+def matches(row: JobRow, *, health_word: str, text: str) -> bool:
+    if health_word and row.health != health_word:
+        return False
+    return not text or text.lower() in row.name.lower()
+
+
+def occurrences(obj: Obj) -> list[Mapping[str, Any]]:
+    """The job's occurrence ledger, newest first."""
+    found = [
+        o for o in (obj.get("status") or {}).get("occurrences") or [] if isinstance(o, Mapping)
+    ]
+    return sorted(found, key=lambda o: str(o.get("nominal", "")), reverse=True)
+
+
+def execution_row(obj: Obj) -> dict[str, str]:
+    meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
+    return {
+        "id": str(meta.get("name", "")),
+        "phase": str(status.get("phase") or "Pending"),
+        "attempt": str(status.get("attempt") or ""),
+        "scheduledFor": str(spec.get("scheduledFor") or ""),
+        "reason": str(status.get("reason") or status.get("message") or ""),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class StepRow:
+    id: str
+    type: str
+    phase: str
+    attempts: str
+    depends_on: tuple[str, ...]
+    approvers: tuple[str, ...]
+    output: str
+    detail: str
+    waiting_approval: bool
+
+
+def definition_steps(obj: Obj) -> list[Mapping[str, Any]]:
+    """The workflow's steps as pinned in its status (else as its spec says)."""
+    status = obj.get("status") or {}
+    pinned = (status.get("definition") or {}).get("steps")
+    steps = pinned if isinstance(pinned, list) else (obj.get("spec") or {}).get("steps") or []
+    return [s for s in steps if isinstance(s, Mapping) and s.get("id")]
+
+
+def step_rows(obj: Obj) -> list[StepRow]:
+    states = (obj.get("status") or {}).get("steps") or {}
+    rows = []
+    for step in definition_steps(obj):
+        state = states.get(step["id"]) or {}
+        kind = str(step.get("type") or "pod")
+        phase = str(state.get("phase") or "Pending")
+        approvers = tuple(_approver(a) for a in (step.get("approval") or {}).get("approvers") or [])
+        output = state.get("output")
+        rows.append(
+            StepRow(
+                id=str(step["id"]),
+                type=kind,
+                phase=phase,
+                attempts=str(state.get("attempts") or ""),
+                depends_on=tuple(str(d) for d in step.get("dependsOn") or []),
+                approvers=approvers,
+                output="" if output is None else str(output),
+                detail=str(state.get("message") or state.get("reason") or ""),
+                waiting_approval=kind == "approval" and phase == "Running",
+            )
+        )
+    return rows
+
+
+def _approver(entry: Any) -> str:
+    if isinstance(entry, Mapping):
+        for key in ("user", "group"):
+            if entry.get(key):
+                return f"{key}:{entry[key]}"
+    return str(entry)
+
+
+def sorted_rows(rows: Sequence[JobRow]) -> list[JobRow]:
+    return sorted(rows, key=lambda r: (r.namespace, r.name))
