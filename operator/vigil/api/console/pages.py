@@ -65,7 +65,7 @@ def _templates() -> jinja2.Environment:
     return jinja2.Environment(
         loader=jinja2.PackageLoader("vigil.api.console", "templates"),
         autoescape=True,
-        undefined=jinja2.StrictUndefined,
+        undefined=jinja2.ChainableUndefined,  # objects are tenant-shaped: a missing field shows empty
         trim_blocks=True,
         lstrip_blocks=True,
     )

@@ -1,0 +1,260 @@
+"""The console in a real browser: Debian's headless Chromium, driven by Playwright, against a
+real operator (the chart's identity) on the real API server, with its SQLite history database.
+
+One operator and one browser serve the whole module (a few tests, a minute or two):
+
+* a viewer logs in with a token (ServiceAccount `alice`, bound in namespace A only) and sees
+  A's jobs and not B's; the namespace list holds A alone; the text and health filters filter;
+* on a job's page Run now creates the manual Execution, Suspend (with a `<script>` reason)
+  suspends it in alice's name and shows the reason as text, Resume resumes it;
+* an execution whose pod is long gone shows its attempts and stored log tail from the history
+  database, a `<script>` in the log shown as text (a dialog would fail the test);
+* a workflow's DAG (SVG) changes as its steps move, by htmx polling, without a reload;
+  `bob`, who may patch workflows but lacks the `approve` verb, is refused by admission, and
+  alice (an approver, with the verb) approves, after which the last step runs.
+
+Screenshots of each page go to the test's tmp directory (printed on failure). Chromium is
+Debian's (`scripts/system-deps.sh` installs it); Playwright never downloads a browser.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.integration.conftest import API_SERVER_AUDIENCE, KubeCluster
+from tests.integration.jobs import create_job, get_job
+from tests.integration.operators import OperatorFleet
+from tests.integration.workflows import create_workflow, pod_step
+from tests.waiting import wait_for
+from vigil.core.history import AttemptRecord, AttemptState
+from vigil.core.logtail import LogTail
+from vigil.history.store import SqlHistory
+
+GROUP = "vigil.dev"
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+HOSTILE = "<script>alert('owned')</script>"
+#: What every test may wait for a page to show, in milliseconds: an operator pass or two.
+EXPECT_MS = 30_000
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def make_namespace(cluster: KubeCluster) -> str:
+    name = f"con-{uuid.uuid4().hex[:8]}"
+    cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    return name
+
+
+def viewer_token(cluster: KubeCluster, namespace: str, name: str, rules: list[dict[str, Any]]) -> str:
+    """A token of a new ServiceAccount `name` bound in `namespace` to a Role with `rules`, for the
+    API server's audience and `vigil` (the console reviews the latter, writes with the former)."""
+    cluster.core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
+    rbac = client.RbacAuthorizationV1Api(cluster.api)
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    })  # fmt: skip
+    request = client.AuthenticationV1TokenRequest(
+        spec=client.V1TokenRequestSpec(audiences=[API_SERVER_AUDIENCE, "vigil"], expiration_seconds=3600)
+    )
+    token: str = cluster.core.create_namespaced_service_account_token(name, namespace, request).status.token
+    return token
+
+
+def rules(*, approve: bool) -> list[dict[str, Any]]:
+    workflow_verbs = ["get", "list", "patch", *(["approve"] if approve else [])]
+    return [
+        {"apiGroups": [GROUP], "resources": ["scheduledjobs"], "verbs": ["get", "list", "patch"]},
+        {"apiGroups": [GROUP], "resources": ["executions"], "verbs": ["get", "list", "create"]},
+        {"apiGroups": [GROUP], "resources": ["workflows"], "verbs": workflow_verbs},
+        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+    ]
+
+
+@dataclass
+class Setting:
+    cluster: KubeCluster
+    base: str
+    team: str
+    other: str
+    alice: str
+    bob: str
+    history: SqlHistory
+    browser: Browser
+    shots: Path
+
+
+def _serving(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/console/login", timeout=5) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def setting(cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting]:
+    workdir = tmp_path_factory.mktemp("console")
+    team, other = make_namespace(cluster), make_namespace(cluster)
+    fleet = OperatorFleet(cluster, workdir)
+    port = free_port()
+    fleet.start(http={"apiPort": port})
+    base = f"http://127.0.0.1:{port}"
+    history = SqlHistory(f"sqlite:///{workdir}/history.db")
+    try:
+        wait_for(lambda: _serving(base), timeout=60, what="the operator serving the console")
+        for name in ("nightly", "hourly"):
+            create_job(cluster, team, name, cron="0 3 * * *" if name == "nightly" else "0 * * * *", timezone="Europe/Paris")
+        create_job(cluster, other, "secret-job", cron="0 4 * * *")
+        alice = viewer_token(cluster, team, "alice", rules(approve=True))
+        bob = viewer_token(cluster, team, "bob", rules(approve=False))
+        with sync_playwright() as driver:
+            browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            try:
+                yield Setting(cluster, base, team, other, alice, bob, history, browser, workdir)
+            finally:
+                browser.close()
+    except BaseException:
+        print(fleet.logs())
+        raise
+    finally:
+        history.close()
+        fleet.stop()
+        for namespace in (team, other, fleet.namespace):
+            cluster.clear_namespace(namespace)
+
+
+def logged_in(setting: Setting, token: str) -> Page:
+    """A fresh browser context (its own cookies) logged in with `token`; a page that opens a
+    dialog (an injected script ran) fails the test."""
+    page = setting.browser.new_context().new_page()
+
+    def injected(dialog: Any) -> None:
+        raise AssertionError(f"a script ran on the page: {dialog.message}")
+
+    page.on("dialog", injected)
+    page.goto(f"{setting.base}/console")
+    expect(page).to_have_url(f"{setting.base}/console/login")
+    page.fill("#token", token)
+    page.click("#login button")
+    expect(page).to_have_url(f"{setting.base}/console/jobs")
+    return page
+
+
+def test_a_viewer_sees_only_the_namespaces_they_may_list_and_filters_jobs(setting: Setting) -> None:
+    page = logged_in(setting, setting.alice)
+    expect(page.locator("#viewer")).to_have_text(f"system:serviceaccount:{setting.team}:alice")
+    jobs = page.locator("#jobs tbody tr.job")
+    expect(jobs).to_have_count(2)
+    assert set(jobs.locator("td:nth-child(2)").all_inner_texts()) == {"nightly", "hourly"}
+    assert setting.other not in page.content() and "secret-job" not in page.content()
+    assert page.locator("#namespace option").all_inner_texts()[1:] == [setting.team]
+    page.fill("#q", "night")
+    page.click("#filter button")
+    expect(jobs).to_have_count(1)
+    expect(jobs.first).to_contain_text("nightly")
+    page.select_option("#health", "invalid")
+    page.click("#filter button")
+    expect(jobs).to_have_count(0)
+    page.goto(f"{setting.base}/console/jobs?q=" + "x" * 101)
+    expect(page.locator("#error")).to_contain_text("q: is longer than 100 characters")
+    page.goto(f"{setting.base}/console/namespaces/{setting.other}/jobs/secret-job")
+    expect(page.locator("#error")).to_contain_text("may not get scheduledjob secret-job")
+    page.goto(f"{setting.base}/console/jobs")
+    page.screenshot(path=setting.shots / "jobs.png", full_page=True)
+
+
+def test_run_now_suspend_and_resume_as_the_viewer(setting: Setting) -> None:
+    page = logged_in(setting, setting.alice)
+    page.click("text=nightly")
+    expect(page.locator("h1")).to_have_text("nightly")
+    page.click("#run button")
+    expect(page.locator("#notice")).to_contain_text("created (request run-")
+    uid = get_job(setting.cluster, setting.team, "nightly")["metadata"]["uid"]
+    manual = setting.cluster.custom.list_namespaced_custom_object(
+        GROUP, "v1alpha1", setting.team, "executions", label_selector=f"vigil.dev/job-uid={uid}"
+    )["items"]
+    assert [e["spec"].get("source") for e in manual] == ["Manual"]
+
+    page.fill("#suspend-reason", HOSTILE)
+    page.click("#suspend button")
+    expect(page.locator("#notice")).to_contain_text(f"suspended by system:serviceaccount:{setting.team}:alice")
+    expect(page.locator("#suspension")).to_contain_text(HOSTILE)  # shown as text, not run
+    spec = get_job(setting.cluster, setting.team, "nightly")["spec"]
+    assert (spec["suspend"], spec["suspendReason"], spec["suspendedBy"]) == (
+        True, HOSTILE, f"system:serviceaccount:{setting.team}:alice"
+    )  # fmt: skip
+    page.screenshot(path=setting.shots / "job-suspended.png", full_page=True)
+    page.click("#resume button")
+    expect(page.locator("#notice")).to_contain_text("resumed")
+    assert not get_job(setting.cluster, setting.team, "nightly")["spec"].get("suspend")
+
+
+def test_a_gone_execution_shows_its_attempts_and_stored_log_escaped(setting: Setting) -> None:
+    at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    uid = get_job(setting.cluster, setting.team, "hourly")["metadata"]["uid"]
+    execution_id = "hourly-gone-1"
+    setting.history.write([
+        AttemptRecord(execution_id=execution_id, attempt=1, namespace=setting.team, job="hourly", job_uid=uid,
+                      priority="normal", state=AttemptState.FAILED, scheduled_for=at, reason="Error",
+                      started_at=at, finished_at=at + timedelta(seconds=5), pod="hourly-gone-1-1", error=HOSTILE),
+    ])  # fmt: skip
+    setting.history.write_log_tail(LogTail(
+        execution_id=execution_id, attempt=1, namespace=setting.team, job="hourly", pod="hourly-gone-1-1",
+        scheduled_for=at, captured_at=at + timedelta(seconds=5), text=f"starting\n{HOSTILE}\nfailed\n",
+    ))  # fmt: skip
+    page = logged_in(setting, setting.alice)
+    page.goto(f"{setting.base}/console/namespaces/{setting.team}/jobs/hourly")
+    expect(page.locator("#history")).to_contain_text(execution_id)
+    expect(page.locator("#history tr.attempt")).to_contain_text("hourly-gone-1-1")
+    log = page.locator("details.log pre")
+    expect(log).to_have_text(f"starting\n{HOSTILE}\nfailed\n")
+    assert page.locator("script:not([src])").count() == 0  # the payload is text, not an element
+    page.screenshot(path=setting.shots / "job-history.png", full_page=True)
+
+
+def test_the_dag_updates_live_and_only_an_approver_approves(setting: Setting) -> None:
+    approver = f"system:serviceaccount:{setting.team}:alice"
+    create_workflow(setting.cluster, setting.team, "release", steps=[
+        pod_step("build"),
+        {"id": "gate", "type": "approval", "dependsOn": ["build"], "approval": {"approvers": [approver]}},
+        pod_step("ship", "gate"),
+    ])  # fmt: skip
+    bob = logged_in(setting, setting.bob)
+    bob.goto(f"{setting.base}/console/namespaces/{setting.team}/workflows/release")
+    gate = bob.locator('#dag g[data-step="gate"]')
+    expect(gate).to_have_attribute("data-phase", "Running", timeout=EXPECT_MS)  # polled in, no reload
+    expect(bob.locator('#dag g[data-step="build"]')).to_have_attribute("data-phase", "Succeeded")
+    bob.reload()
+    bob.fill("#decide-gate input[name=reason]", "ship it")
+    bob.click("#decide-gate button:has-text('Approve')")
+    expect(bob.locator("#notice")).to_contain_text("refused")
+    expect(bob.locator("#notice")).to_contain_text("approve")
+
+    alice = logged_in(setting, setting.alice)
+    alice.goto(f"{setting.base}/console/namespaces/{setting.team}/workflows/release")
+    alice.fill("#decide-gate input[name=reason]", HOSTILE)
+    alice.click("#decide-gate button:has-text('Approve')")
+    expect(alice.locator("#notice")).to_contain_text("approved step gate of workflow/release", timeout=EXPECT_MS)
+    expect(alice.locator('#dag g[data-step="ship"]')).to_have_attribute("data-phase", "Succeeded", timeout=EXPECT_MS)
+    expect(bob.locator('#dag g[data-step="gate"]')).to_have_attribute("data-phase", "Succeeded", timeout=EXPECT_MS)
+    alice.screenshot(path=setting.shots / "workflow.png", full_page=True)
