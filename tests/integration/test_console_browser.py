@@ -11,7 +11,11 @@ One operator and one browser serve the whole module (a few tests, a minute or tw
   database, a `<script>` in the log shown as text (a dialog would fail the test);
 * a workflow's DAG (SVG) changes as its steps move, by htmx polling, without a reload;
   `bob`, who may patch workflows but lacks the `approve` verb, is refused by admission, and
-  alice (an approver, with the verb) approves, after which the last step runs.
+  alice (an approver, with the verb) approves, after which the last step runs;
+* two dead letters of a TaskQueue (the operator's real PostgreSQL queue store), one's error a
+  `<script>`, are retried at once from the Dead letters page; the Task queues page shows the
+  queue's breakdown and its recurring job; bob, without `update` on its executions, is refused;
+* the Watchdog page shows a job that dead-lettered, and since when.
 
 Screenshots of each page go to the test's tmp directory (printed on failure). Chromium is
 Debian's (`scripts/system-deps.sh` installs it); Playwright never downloads a browser.
@@ -19,6 +23,8 @@ Debian's (`scripts/system-deps.sh` installs it); Playwright never downloads a br
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import shutil
 import socket
 import urllib.request
@@ -29,18 +35,30 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from kubernetes import client
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from tests.contract.conftest import postgres
+from tests.contract.postgres import PostgresServer
 from tests.integration.conftest import API_SERVER_AUDIENCE, KubeCluster
 from tests.integration.jobs import create_job, get_job
 from tests.integration.operators import OperatorFleet
+from tests.integration.test_task_queues import create as create_taskqueue
 from tests.integration.workflows import create_workflow, pod_step
+from tests.queue.conftest import conninfo
 from tests.waiting import wait_for
+from vigil.core.executions import RetryPolicy
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.logtail import LogTail
+from vigil.core.queue import AttemptOutcome, Submission, after_failure
 from vigil.history.store import SqlHistory
+from vigil.queue.store import Finished, QueueStore, WorkerStore
+
+__all__ = ["postgres"]
+
+pytestmark = pytest.mark.postgres
 
 GROUP = "vigil.dev"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -81,8 +99,13 @@ def viewer_token(cluster: KubeCluster, namespace: str, name: str, rules: list[di
 
 
 def rules(*, approve: bool) -> list[dict[str, Any]]:
+    """alice's (`approve`) and bob's rights in the team namespace: bob lacks `approve` on
+    workflows and `update` (retry) on task queues' executions."""
     workflow_verbs = ["get", "list", "patch", *(["approve"] if approve else [])]
+    queue_verbs = ["get", *(["update"] if approve else [])]
     return [
+        {"apiGroups": [GROUP], "resources": ["taskqueues"], "verbs": ["get", "list"]},
+        {"apiGroups": [GROUP], "resources": ["taskqueues/executions"], "verbs": queue_verbs},
         {"apiGroups": [GROUP], "resources": ["scheduledjobs"], "verbs": ["get", "list", "patch"]},
         {"apiGroups": [GROUP], "resources": ["executions"], "verbs": ["get", "list", "create"]},
         {"apiGroups": [GROUP], "resources": ["workflows"], "verbs": workflow_verbs},
@@ -99,6 +122,7 @@ class Setting:
     alice: str
     bob: str
     history: SqlHistory
+    queue_dsn: str
     browser: Browser
     shots: Path
 
@@ -112,10 +136,14 @@ def _serving(base: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def setting(cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting]:
+def setting(
+    cluster: KubeCluster, postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Setting]:
     workdir = tmp_path_factory.mktemp("console")
     team, other = make_namespace(cluster), make_namespace(cluster)
-    fleet = OperatorFleet(cluster, workdir)
+    queue_dsn = conninfo(postgres, postgres.create_database())
+    QueueStore(queue_dsn).migrate()
+    fleet = OperatorFleet(cluster, workdir, queue={"dsn": queue_dsn})
     port = free_port()
     fleet.start(http={"apiPort": port})
     base = f"http://127.0.0.1:{port}"
@@ -130,7 +158,7 @@ def setting(cluster: KubeCluster, tmp_path_factory: pytest.TempPathFactory) -> I
         with sync_playwright() as driver:
             browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             try:
-                yield Setting(cluster, base, team, other, alice, bob, history, browser, workdir)
+                yield Setting(cluster, base, team, other, alice, bob, history, queue_dsn, browser, workdir)
             finally:
                 browser.close()
     except BaseException:
@@ -258,3 +286,78 @@ def test_the_dag_updates_live_and_only_an_approver_approves(setting: Setting) ->
     expect(alice.locator('#dag g[data-step="ship"]')).to_have_attribute("data-phase", "Succeeded", timeout=EXPECT_MS)
     expect(bob.locator('#dag g[data-step="gate"]')).to_have_attribute("data-phase", "Succeeded", timeout=EXPECT_MS)
     alice.screenshot(path=setting.shots / "workflow.png", full_page=True)
+
+
+def dead_letters(dsn: str, queue: str, errors: list[str]) -> list[str]:
+    """Executions of `queue` that failed their one attempt (through a worker's own calls), one per error."""
+    now = datetime.now(UTC).replace(microsecond=0)
+    store = QueueStore(dsn)
+    ids = store.submit(queue, [Submission(task="record", max_attempts=1) for _ in errors], now=now)
+
+    async def kill() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            worker = WorkerStore(connection, queue=queue, worker="w1")
+            held = await worker.lease(["record"], limit=len(errors), lease=timedelta(seconds=30), now=now)
+            assert len(held) == len(errors)
+            for one, error in zip(held, errors, strict=True):
+                dead = after_failure(
+                    execution_id=one.execution_id, attempt=one.attempt, max_attempts=one.attempt,
+                    backoff=RetryPolicy(), now=now,
+                )  # fmt: skip
+                await worker.settle([Finished(one, AttemptOutcome.FAILED, now, now, error, dead)], now=now)
+
+    with concurrent.futures.ThreadPoolExecutor(1) as apart:  # Playwright's loop runs on this thread
+        apart.submit(lambda: asyncio.run(kill())).result()
+    return ids
+
+
+def test_dead_letters_retried_two_at_once_and_the_queues_page(setting: Setting) -> None:
+    create_taskqueue(setting.cluster, setting.team, "orders", {})
+    create_job(setting.cluster, setting.team, "orders-hourly", cron="0 * * * *", task={"queue": "orders", "name": "record"})
+    ids = dead_letters(setting.queue_dsn, f"{setting.team}/orders", ["Traceback ...\nValueError: poison", f"KeyError: {HOSTILE}"])
+
+    bob = logged_in(setting, setting.bob)
+    bob.goto(f"{setting.base}/console/dead-letters")
+    queue = bob.locator(f'section.queue[data-queue="{setting.team}/orders"]')
+    expect(queue.locator("table.dead tbody tr")).to_have_count(2)
+    expect(queue).to_contain_text(f"KeyError: {HOSTILE}")  # as text
+    queue.locator("input[name=execution]").first.check()
+    queue.locator("button[type=submit]").click()
+    expect(bob.locator("#notice")).to_contain_text("refused (403)")
+
+    alice = logged_in(setting, setting.alice)
+    alice.goto(f"{setting.base}/console/dead-letters")
+    queue = alice.locator(f'section.queue[data-queue="{setting.team}/orders"]')
+    for box in queue.locator("input[name=execution]").all():
+        box.check()
+    alice.screenshot(path=setting.shots / "dead-letters.png", full_page=True)
+    queue.locator("button[type=submit]").click()
+    expect(alice.locator("#notice")).to_contain_text("retried")
+    notice = alice.locator("#notice").inner_text()
+    assert sorted(notice.split("; ")) == sorted(f"{i}: retried" for i in ids)
+    expect(alice.locator(f'section.queue[data-queue="{setting.team}/orders"]')).to_contain_text("No dead letters.")
+
+    alice.goto(f"{setting.base}/console/taskqueues")
+    queue = alice.locator(f'section.queue[data-queue="{setting.team}/orders"]')
+    expect(queue.locator("table.breakdown tbody tr td:nth-child(3)")).to_have_text("2")  # the two, ready again
+    expect(queue.locator("table.recurring")).to_contain_text("orders-hourly")
+    alice.screenshot(path=setting.shots / "taskqueues.png", full_page=True)
+
+
+def test_the_watchdog_page_shows_a_dead_lettered_job_and_since_when(setting: Setting) -> None:
+    soon = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=2)
+    create_job(setting.cluster, setting.team, "doomed", command="exit 1", runAt=soon.isoformat().replace("+00:00", "Z"),
+               retry={"maxAttempts": 1})  # fmt: skip
+    page = logged_in(setting, setting.alice)
+    page.goto(f"{setting.base}/console/watchdog")
+    row = page.locator("#alarms tbody tr", has_text="doomed")
+    wait_for(lambda: _reloaded_has(page, "doomed"), timeout=EXPECT_MS / 1000, what="the doomed job on the Watchdog page")
+    expect(row).to_contain_text("dead-lettered")
+    assert row.locator("td").first.inner_text().startswith(str(soon.year))  # since when
+    assert "secret-job" not in page.content()
+    page.screenshot(path=setting.shots / "watchdog.png", full_page=True)
+
+
+def _reloaded_has(page: Page, text: str) -> bool:
+    page.reload()
+    return page.locator("#alarms tbody tr", has_text=text).count() > 0

@@ -64,6 +64,9 @@ class Reads:
     def workflow(self, namespace: str, name: str) -> dict[str, Any] | None:
         return None
 
+    def taskqueues(self, namespace: str) -> Sequence[dict[str, Any]]:
+        return []
+
 
 @dataclasses.dataclass
 class Writes:
@@ -85,8 +88,10 @@ class Writes:
 
 @pytest.fixture
 def server() -> tuple[ApiServer, Writes]:
-    reads = Reads({"team-a": [job("team-a", "nightly", occurrences=[{"nominal": "2026-01-01T00:00:00Z", "outcome": "Missed", "reason": HOSTILE}])],
-                   "team-b": [job("team-b", "secret-job")]})  # fmt: skip
+    overdue = {"type": "Overdue", "status": "True", "reason": "NotFired", "message": HOSTILE, "lastTransitionTime": "2026-01-02T00:00:00Z"}
+    reads = Reads({"team-a": [job("team-a", "nightly", occurrences=[{"nominal": "2026-01-01T00:00:00Z", "outcome": "Missed", "reason": HOSTILE}],
+                                  conditions=[overdue])],
+                   "team-b": [job("team-b", "secret-job", conditions=[overdue])]})  # fmt: skip
     writes = Writes()
     sources = ConsoleSources(reads=reads, writes=writes, job_executions=lambda ns, j, limit, after: ExecutionPage([]))
     checks = Checks()
@@ -197,3 +202,21 @@ def test_a_dag_puts_each_step_right_of_what_it_depends_on() -> None:
 def test_health(conditions: list[tuple[str, str]], suspend: bool, health: str) -> None:
     obj = {"spec": {"suspend": suspend}, "status": {"conditions": [{"type": t, "status": s} for t, s in conditions]}}
     assert views.health(obj) == health
+
+
+def test_the_watchdog_page_lists_what_holds_since_when_in_visible_namespaces(server: tuple[ApiServer, Writes]) -> None:
+    status, page, _ = call(server[0], "GET", "/console/watchdog", token="alice-token")
+    assert status == 200 and "nightly" in page and "2026-01-02T00:00:00Z" in page and "overdue" in page
+    assert "secret-job" not in page and HOSTILE not in page
+
+
+def test_a_retry_form_is_bounded(server: tuple[ApiServer, Writes]) -> None:
+    path = "/console/namespaces/team-a/taskqueues/orders/retry"
+    csrf = f"csrf={csrf_token('alice-token')}"
+    for body, why in (
+        (csrf, "execution: check at least one"),
+        (csrf + "&execution=NOT_AN_ID", "execution: is not an execution id"),
+        (csrf + "".join(f"&execution=e{i}" for i in range(101)), "execution: is given more than 100 times"),
+    ):
+        status, page, _ = call(server[0], "POST", path, token="alice-token", body=body.encode())
+        assert status == 400 and why in page, why

@@ -125,7 +125,7 @@ class ApiServer:
         self._approvals = approvals
         self._guard = guard
         self._queue_api = queue_api
-        self._console = None if console is None else Console(console, guard)
+        self._console = None if console is None else Console(console, guard, queue_api)
 
     @staticmethod
     @functools.cache

@@ -70,7 +70,17 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from vigil.cli import backfill, console, executions, interventions, logs, queues, timeline, watch, workflows
+from vigil.cli import (
+    backfill,
+    console,
+    executions,
+    interventions,
+    logs,
+    queues,
+    timeline,
+    watch,
+    workflows,
+)
 from vigil.cli.cluster import (
     REQUEST_TIMEOUT_SECONDS,
     Cluster,

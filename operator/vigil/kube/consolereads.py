@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from vigil.kube.executions import ExecutionStore
 from vigil.model import GROUP, VERSION
-from vigil.model.names import SCHEDULED_JOBS, WORKFLOWS
+from vigil.model.names import SCHEDULED_JOBS, TASK_QUEUES, WORKFLOWS
 
 #: How long the set of namespaces holding jobs or workflows is reused, in seconds: a new
 #: namespace shows up within this; a page load within it costs no list.
@@ -49,7 +49,7 @@ class KubeConsoleReads:
             if self._namespaces is not None and self._ticks() < self._namespaces[0]:
                 return self._namespaces[1]
         found: set[str] = set()
-        for plural in (SCHEDULED_JOBS, WORKFLOWS):
+        for plural in (SCHEDULED_JOBS, WORKFLOWS, TASK_QUEUES):
             listed = self._custom.list_cluster_custom_object(GROUP, VERSION, plural)
             found.update(str(item["metadata"]["namespace"]) for item in listed["items"])
         names = sorted(found)
@@ -79,6 +79,13 @@ class KubeConsoleReads:
 
     def workflow(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get(namespace, WORKFLOWS, name)
+
+    def taskqueues(self, namespace: str) -> Sequence[dict[str, Any]]:
+        return list(
+            self._custom.list_namespaced_custom_object(GROUP, VERSION, namespace, TASK_QUEUES)[
+                "items"
+            ]
+        )
 
     def _get(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
         try:

@@ -14,6 +14,9 @@ from collections.abc import Mapping
 
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+EXECUTION_ID = re.compile(
+    r"[a-z0-9][-a-z0-9]{0,62}"
+)  # the queue store's ids (vigil.api.queuebase.ID)
 HEALTHS = ("healthy", "overdue", "failing", "suspended", "invalid", "pending")
 #: Longest text filter, in characters: a name fits, a paste of a page does not.
 QUERY_MAX = 100
@@ -100,3 +103,42 @@ def job_filter(query: str) -> JobFilter:
         health=choice(fields, "health", HEALTHS),
         text=text(fields, "q", limit=QUERY_MAX),
     )
+
+
+def many(text: str, name: str, *, limit: int, also: frozenset[str]) -> tuple[list[str], str]:
+    """The values of `name`, which may repeat up to `limit` times, and of the one `also` field
+    (the CSRF field) in a form body."""
+    if len(text) > 2 * TOKEN_MAX:
+        raise BadField("form", f"is longer than {2 * TOKEN_MAX} characters")
+    try:
+        pairs = urllib.parse.parse_qsl(
+            text,
+            keep_blank_values=True,
+            strict_parsing=bool(text),
+            max_num_fields=limit + len(also),
+        )
+    except ValueError:
+        raise BadField(name, f"is given more than {limit} times") from None
+    values, other = [], ""
+    for key, value in pairs:
+        if key == name:
+            values.append(value)
+        elif key in also and not other:
+            other = value
+        else:
+            raise BadField(
+                key if key.isidentifier() and len(key) <= 40 else "form",
+                "is not a field this form reads",
+            )
+    return values, other
+
+
+def csrf_of(text: str) -> str:
+    """The CSRF field of a form body ("" when it has none or is not a form)."""
+    try:
+        pairs = urllib.parse.parse_qsl(
+            text, keep_blank_values=True, max_num_fields=4 * FIELDS_MAX + 100
+        )
+    except ValueError:
+        return ""
+    return next((value for key, value in pairs if key == "csrf"), "")

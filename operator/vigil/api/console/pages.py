@@ -12,6 +12,8 @@
     GET  /console/namespaces/{ns}/workflows/{wf}    a workflow: its DAG (SVG) and steps
     GET  /console/namespaces/{ns}/workflows/{wf}/dag     the DAG alone (htmx polls it)
     POST /console/namespaces/{ns}/workflows/{wf}/steps/{step}/{approve,reject}
+    GET  /console/dead-letters, /console/taskqueues, /console/watchdog   (vigil.api.console.volume)
+    POST /console/namespaces/{ns}/taskqueues/{q}/retry
 
 Every page but login and the static files needs a viewer (vigil.api.console.session): without
 one a GET is sent to the login form, a POST is 401. Each page asks its SubjectAccessReviews
@@ -34,8 +36,10 @@ from vigil.api import exchange as exchanges
 from vigil.api.console import dag, fields, session, views
 from vigil.api.console.access import Viewer, list_jobs_access
 from vigil.api.console.sources import ConsoleSources, Refused
+from vigil.api.console.volume import RETRY_MAX, VolumePages, retry_form
 from vigil.api.guards import Guard
 from vigil.api.problems import Answer
+from vigil.api.queue import QueueApi
 from vigil.core.access import ReviewUnavailable
 from vigil.core.ports import HistoryUnavailable
 
@@ -53,7 +57,11 @@ WORKFLOW_PATH = re.compile(
     rf"^/console/namespaces/(?P<ns>{_NS})/workflows/(?P<name>{_NAME})"
     rf"(?:/(?P<dag>dag)|/steps/(?P<step>{_STEP})/(?P<verb>approve|reject))?$"
 )
+QUEUE_RETRY_PATH = re.compile(
+    rf"^/console/namespaces/(?P<ns>{_NS})/taskqueues/(?P<name>{_NAME})/retry$"
+)
 STATIC = {"htmx.min.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
+VOLUME_PAGES = (PREFIX + "/dead-letters", PREFIX + "/taskqueues", PREFIX + "/watchdog")
 #: Executions shown from the history database on a job's page (the newest).
 HISTORY_ROWS = 20
 #: Stored log tails shown on a job's page (of the newest executions that have one).
@@ -79,9 +87,12 @@ def _static(name: str) -> bytes:
 class Console:
     """The console's pages, from `sources`, for viewers the `guard` accepts."""
 
-    def __init__(self, sources: ConsoleSources, guard: Guard | None) -> None:
+    def __init__(
+        self, sources: ConsoleSources, guard: Guard | None, queue_api: QueueApi | None = None
+    ) -> None:
         self._sources = sources
         self._guard = guard
+        self._volume_pages = VolumePages(sources.reads, queue_api)
 
     @staticmethod
     def serves(path: str) -> bool:
@@ -139,6 +150,11 @@ class Console:
             return self._jobs(viewer, query)
         if path == PREFIX + "/workflows" and method != "POST":
             return self._workflows(viewer, query)
+        if method != "POST" and path in VOLUME_PAGES:
+            return self._volume(viewer, path, query)
+        match = QUEUE_RETRY_PATH.match(path)
+        if match is not None and method == "POST":
+            return self._retry(viewer, match["ns"], match["name"], body)
         match = JOB_PATH.match(path)
         if match is not None and (match["verb"] is None) == (method != "POST"):
             return self._job(
@@ -343,6 +359,46 @@ class Console:
             return "this console cannot write (no writer was wired)", 503
         return _steered(lambda: writes.decide(viewer.token, namespace, name, step, verb, reason))
 
+    # --- the volume tier and the watchdog ---------------------------------------------------
+
+    def _volume(
+        self, viewer: Viewer, path: str, query: str, notice: str = "", status: int = 200
+    ) -> Answer:
+        only = fields.namespace(fields.parse(query, frozenset({"namespace"})))
+        pages = self._volume_pages
+        if path == PREFIX + "/dead-letters":
+            return self._page(
+                status, "deadletters.html", title="Dead letters", viewer=viewer, queues=pages.dead_letters(viewer, only),
+                notice=notice, retry_max=RETRY_MAX,
+            )  # fmt: skip
+        if path == PREFIX + "/taskqueues":
+            return self._page(
+                200,
+                "taskqueues.html",
+                title="Task queues",
+                viewer=viewer,
+                queues=pages.taskqueues(viewer, only),
+            )
+        return self._page(
+            200,
+            "watchdog.html",
+            title="Watchdog",
+            viewer=viewer,
+            alarms=pages.watchdog(viewer, only),
+        )
+
+    def _retry(self, viewer: Viewer, namespace: str, queue: str, body: bytes) -> Answer:
+        ids, _ = retry_form(_form_text(body))
+        lines = self._volume_pages.retry(viewer, namespace, queue, ids)
+        refused = any(": retried" not in line for line in lines)
+        return self._volume(
+            viewer,
+            PREFIX + "/dead-letters",
+            "",
+            notice="; ".join(lines),
+            status=409 if refused else 200,
+        )
+
     # --- answers ----------------------------------------------------------------------------
 
     def _forbidden(self, viewer: Viewer, what: str) -> Answer:
@@ -388,13 +444,7 @@ def _post_refusal(viewer: Viewer, body: bytes) -> str | None:
     """Why a POST is refused before its form is read for anything else, or None."""
     if session.cross_site(exchanges.current()):
         return "a request from another site is refused"
-    try:
-        form = fields.parse(
-            _form_text(body), frozenset({session.CSRF_FIELD, "reason"}), where="form"
-        )
-    except fields.BadField as error:
-        return str(error)
-    if not session.csrf_valid(viewer.token, form.get(session.CSRF_FIELD, "")):
+    if not session.csrf_valid(viewer.token, fields.csrf_of(_form_text(body))):
         return "csrf: the form's CSRF field is missing or wrong; reload the page and try again"
     return None
 

@@ -42,7 +42,10 @@ SECURITY_HEADERS = (
     ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
-    ("Referrer-Policy", "same-origin"),  # no-referrer would make Chromium send `Origin: null` on our own forms
+    (
+        "Referrer-Policy",
+        "same-origin",
+    ),  # no-referrer would make Chromium send `Origin: null` on our own forms
     ("Cache-Control", "no-store"),
 )
 

@@ -31,7 +31,7 @@ class ConsoleReads(Protocol):
     """The operator's reads, made for a viewer who was authorised first."""
 
     def namespaces(self) -> Sequence[str]:
-        """The namespaces holding ScheduledJobs or Workflows, sorted."""
+        """The namespaces holding ScheduledJobs, Workflows or TaskQueues, sorted."""
         ...
 
     def jobs(self, namespace: str) -> Sequence[Obj]:
@@ -52,6 +52,10 @@ class ConsoleReads(Protocol):
 
     def workflow(self, namespace: str, name: str) -> Obj | None:
         """The Workflow `name` in `namespace`, or None."""
+        ...
+
+    def taskqueues(self, namespace: str) -> Sequence[Obj]:
+        """The TaskQueues in `namespace`."""
         ...
 
 
