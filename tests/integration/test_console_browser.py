@@ -161,6 +161,7 @@ def setting(
                 yield Setting(cluster, base, team, other, alice, bob, history, queue_dsn, browser, workdir)
             finally:
                 browser.close()
+                print(f"console screenshots: {sorted(str(p) for p in workdir.glob('*.png'))}")
     except BaseException:
         print(fleet.logs())
         raise
