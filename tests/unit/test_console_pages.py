@@ -8,6 +8,8 @@ as the ASGI application sets it; the guard and the sources are fakes. The browse
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +17,7 @@ import pytest
 
 from vigil.api import ApiServer, Guard
 from vigil.api.console import ConsoleSources, Refused, dag, views
-from vigil.api.console.session import CONTENT_SECURITY_POLICY, csrf_token
+from vigil.api.console.session import CONTENT_SECURITY_POLICY, csrf_token, csrf_valid
 from vigil.api.exchange import EXCHANGE, Exchange
 from vigil.core.access import Access, User
 from vigil.core.history import ExecutionPage
@@ -220,3 +222,18 @@ def test_a_retry_form_is_bounded(server: tuple[ApiServer, Writes]) -> None:
     ):
         status, page, _ = call(server[0], "POST", path, token="alice-token", body=body.encode())
         assert status == 400 and why in page, why
+
+
+def test_pages_are_gzipped_when_accepted_and_the_csrf_field_differs_on_every_page(server: tuple[ApiServer, Writes]) -> None:
+    exchange = Exchange(headers={"host": "console.test", "accept-encoding": "gzip, deflate, br"})
+    EXCHANGE.set(exchange)
+    status, _, raw = server[0].dispatch("GET", "/console/namespaces/team-a/jobs/nightly", "", "alice-token", b"")
+    headers = dict(exchange.answer_headers)
+    assert (status, headers["Content-Encoding"], headers["Cache-Control"]) == (200, "gzip", "no-store")
+    page = gzip.decompress(raw).decode()
+    fields = re.findall(r'name="csrf" value="([0-9a-f]+)"', page)
+    _, again, _ = call(server[0], "GET", "/console/namespaces/team-a/jobs/nightly", token="alice-token")
+    assert fields and set(fields).isdisjoint(re.findall(r'name="csrf" value="([0-9a-f]+)"', again))  # masked anew
+    assert all(csrf_valid("alice-token", f) for f in fields) and not csrf_valid("root-token", fields[0])
+    _, _, static = call(server[0], "GET", "/console/static/console.css")
+    assert static["Cache-Control"].startswith("public")

@@ -4,7 +4,7 @@ The API's routes are plain functions of five values (vigil.api.app). The console
 little more: the request's ``Cookie``, ``Origin``, ``Host`` and ``Sec-Fetch-Site`` (the login
 cookie and the cross-site checks of its forms), whether the connection is TLS (the cookie's
 ``Secure``), and headers of their own on the answer (``Set-Cookie``, ``Location``,
-``Content-Security-Policy``). The application puts one `Exchange` in a context variable for each
+``Content-Security-Policy``, ``Content-Encoding``). The application puts one `Exchange` in a context variable for each
 request; the route's executor thread runs in a copy of that context, so it reads the same object
 and the headers it appends reach the answer. Routes that do not look at it lose nothing.
 """
@@ -15,7 +15,15 @@ import contextvars
 import dataclasses
 
 #: The request headers an Exchange keeps (lower case): nothing else is copied, so nothing else leaks.
-KEPT_HEADERS = ("cookie", "origin", "host", "sec-fetch-site", "content-type", "hx-request")
+KEPT_HEADERS = (
+    "cookie",
+    "origin",
+    "host",
+    "sec-fetch-site",
+    "content-type",
+    "hx-request",
+    "accept-encoding",
+)
 
 
 @dataclasses.dataclass

@@ -5,8 +5,8 @@ adapter after. Every replica serves the console, standbys too, and only the lead
 watch-fed caches; so the reads here are the API server's (a namespaced list or a get, each
 bounded by the operator's client timeout), with the Execution store's own reads for a job's
 executions (its cache when this replica has one). The namespaces holding Vigil objects come
-from one cluster-wide list of each kind, kept `NAMESPACES_TTL_SECONDS`, so a burst of page
-loads costs one list.
+from a cluster-wide list of each kind, paged (`LIST_PAGE` objects held at once) and kept
+`NAMESPACES_TTL_SECONDS`, so a burst of page loads costs one list.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from vigil.model.names import SCHEDULED_JOBS, TASK_QUEUES, WORKFLOWS
 #: How long the set of namespaces holding jobs or workflows is reused, in seconds: a new
 #: namespace shows up within this; a page load within it costs no list.
 NAMESPACES_TTL_SECONDS = 10.0
+#: Objects per page of the namespaces' lists: one page is what that list holds in memory at once.
+LIST_PAGE = 500
 
 
 class KubeConsoleReads:
@@ -50,12 +52,25 @@ class KubeConsoleReads:
                 return self._namespaces[1]
         found: set[str] = set()
         for plural in (SCHEDULED_JOBS, WORKFLOWS, TASK_QUEUES):
-            listed = self._custom.list_cluster_custom_object(GROUP, VERSION, plural)
-            found.update(str(item["metadata"]["namespace"]) for item in listed["items"])
+            found.update(self._namespaces_of(plural))
         names = sorted(found)
         with self._lock:
             self._namespaces = (self._ticks() + NAMESPACES_TTL_SECONDS, names)
         return names
+
+    def _namespaces_of(self, plural: str) -> set[str]:
+        """The namespaces holding a `plural`, a page of `LIST_PAGE` objects at a time: only the
+        names are kept, so what is held at once is one page, however many objects there are."""
+        found: set[str] = set()
+        token: str | None = None
+        while True:
+            page = self._custom.list_cluster_custom_object(
+                GROUP, VERSION, plural, limit=LIST_PAGE, **({"_continue": token} if token else {})
+            )
+            found.update(str(item["metadata"]["namespace"]) for item in page["items"])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return found
 
     def jobs(self, namespace: str) -> Sequence[dict[str, Any]]:
         return list(

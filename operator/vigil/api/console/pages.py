@@ -62,6 +62,9 @@ QUEUE_RETRY_PATH = re.compile(
 )
 STATIC = {"htmx.min.js": "text/javascript; charset=utf-8", "console.css": "text/css; charset=utf-8"}
 VOLUME_PAGES = (PREFIX + "/dead-letters", PREFIX + "/taskqueues", PREFIX + "/watchdog")
+#: Jobs listed on one Jobs page at most (the first by namespace and name); the page says how
+#: many matched, and the filters narrow it.
+JOB_ROWS = 1000
 #: Executions shown from the history database on a job's page (the newest).
 HISTORY_ROWS = 20
 #: Stored log tails shown on a job's page (of the newest executions that have one).
@@ -100,15 +103,19 @@ class Console:
 
     def answer(self, method: str, path: str, query: str, token: str | None, body: bytes) -> Answer:
         exchange = exchanges.current()
-        session.secure(exchange)
-        if method == "GET" and path.startswith(PREFIX + "/static/"):
+        static = method in ("GET", "HEAD") and path.startswith(PREFIX + "/static/")
+        session.secure(exchange, cached=static)
+        if static:
             return self._static_file(path.removeprefix(PREFIX + "/static/"))
         if method not in ("GET", "HEAD", "POST"):
             return self._page(
                 405, "error.html", title="Not allowed", message=f"{method} is not served here"
             )
         try:
-            return self._route(method, path, query, session.token_of(exchange, token), body)
+            status, kind, page = self._route(
+                method, path, query, session.token_of(exchange, token), body
+            )
+            return status, kind, session.compressed(exchange, page) if kind == HTML else page
         except fields.BadField as error:
             return self._page(400, "error.html", title="Bad request", message=str(error))
         except (ReviewUnavailable, HistoryUnavailable) as error:
@@ -214,8 +221,8 @@ class Console:
             if views.matches(r, health_word=chosen.health, text=chosen.text)
         ]
         return self._page(
-            200, "jobs.html", title="Jobs", viewer=viewer, rows=rows, namespaces=namespaces, chosen=chosen,
-            healths=fields.HEALTHS,
+            200, "jobs.html", title="Jobs", viewer=viewer, rows=rows[:JOB_ROWS], matched=len(rows),
+            namespaces=namespaces, chosen=chosen, healths=fields.HEALTHS,
         )  # fmt: skip
 
     def _job(
@@ -430,7 +437,7 @@ class Console:
     def _static_file(self, name: str) -> Answer:
         if name not in STATIC:
             return self._page(404, "error.html", title="Not found", message="no such file")
-        return 200, STATIC[name], _static(name)
+        return 200, STATIC[name], session.compressed(exchanges.current(), _static(name))
 
 
 def _steered(action: Callable[[], str]) -> tuple[str, int]:

@@ -16,13 +16,16 @@ state, so every replica accepts what another rendered. A POST is also refused wh
 ``Origin`` is another host's, or its ``Sec-Fetch-Site`` says it came from another site.
 
 Every console answer carries a strict Content-Security-Policy (scripts, styles and images from
-the console itself only; no inline script, no eval, no framing) and asks not to be cached.
+the console itself only; no inline script, no eval, no framing); pages ask not to be cached,
+the two static files may be kept an hour. Answers are gzipped for browsers that accept it.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import hmac
+import secrets
 import urllib.parse
 
 from vigil.api.exchange import Exchange
@@ -38,16 +41,17 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
     "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
+#: Referrer-Policy is same-origin, not no-referrer: with no-referrer Chromium sends
+#: `Origin: null` on the console's own forms, which the cross-site check refuses.
 SECURITY_HEADERS = (
     ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "DENY"),
-    (
-        "Referrer-Policy",
-        "same-origin",
-    ),  # no-referrer would make Chromium send `Origin: null` on our own forms
-    ("Cache-Control", "no-store"),
+    ("Referrer-Policy", "same-origin"),
 )
+#: The static files (the vendored script, the stylesheet) are the same for everyone and change
+#: only with the operator's version: a browser keeps them an hour. Pages are never kept.
+STATIC_CACHE = "public, max-age=3600"
 
 
 def token_of(exchange: Exchange, header_token: str | None) -> str | None:
@@ -72,13 +76,29 @@ def logout_cookie(*, tls: bool) -> str:
     return f"{COOKIE}=; Path={COOKIE_PATH}; Max-Age=0; HttpOnly; SameSite=Strict{secure}"
 
 
-def csrf_token(token: str) -> str:
-    """The CSRF field's value for the holder of `token`."""
-    return hmac.new(token.encode(), CSRF_LABEL, hashlib.sha256).hexdigest()
+def _csrf_secret(token: str) -> bytes:
+    return hmac.new(token.encode(), CSRF_LABEL, hashlib.sha256).digest()
+
+
+def csrf_token(token: str, mask: bytes | None = None) -> str:
+    """The CSRF field's value for the holder of `token`: the secret XORed with a fresh random
+    `mask`, the mask in front. Each page carries a different value, so a compressed page that
+    also reflects input (a filter's text) never repeats the secret for BREACH to guess at."""
+    secret = _csrf_secret(token)
+    mask = mask if mask is not None else secrets.token_bytes(len(secret))
+    return (mask + bytes(a ^ b for a, b in zip(mask, secret, strict=True))).hex()
 
 
 def csrf_valid(token: str, given: str) -> bool:
-    return hmac.compare_digest(csrf_token(token), given)
+    secret = _csrf_secret(token)
+    try:
+        raw = bytes.fromhex(given)
+    except ValueError:
+        return False
+    if len(raw) != 2 * len(secret):
+        return False
+    mask, masked = raw[: len(secret)], raw[len(secret) :]
+    return hmac.compare_digest(bytes(a ^ b for a, b in zip(mask, masked, strict=True)), secret)
 
 
 def cross_site(exchange: Exchange) -> bool:
@@ -92,6 +112,25 @@ def cross_site(exchange: Exchange) -> bool:
     return urllib.parse.urlsplit(origin).netloc != exchange.header("host")
 
 
-def secure(exchange: Exchange) -> None:
-    """Put the console's security headers on this answer."""
+#: Pages smaller than this are sent as they are: compressing them saves less than it costs.
+GZIP_FROM_BYTES = 1024
+
+
+def compressed(exchange: Exchange, body: bytes) -> bytes:
+    """`body` gzipped (and the answer's headers saying so) when the browser accepts gzip and the
+    page is worth it; else `body`. The CSRF field is masked per page (`csrf_token`), so compression
+    leaks nothing of it (BREACH)."""
+    exchange.answer_headers.append(("Vary", "Accept-Encoding"))
+    accepted = {
+        part.split(";")[0].strip() for part in exchange.header("accept-encoding").split(",")
+    }
+    if "gzip" not in accepted or len(body) < GZIP_FROM_BYTES:
+        return body
+    exchange.answer_headers.append(("Content-Encoding", "gzip"))
+    return gzip.compress(body, compresslevel=6)
+
+
+def secure(exchange: Exchange, *, cached: bool = False) -> None:
+    """Put the console's security headers on this answer, and whether a browser may keep it."""
     exchange.answer_headers.extend(SECURITY_HEADERS)
+    exchange.answer_headers.append(("Cache-Control", STATIC_CACHE if cached else "no-store"))
