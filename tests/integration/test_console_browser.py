@@ -5,6 +5,8 @@ One operator and one browser serve the whole module (a few tests, a minute or tw
 
 * a viewer logs in with a token (ServiceAccount `alice`, bound in namespace A only) and sees
   A's jobs and not B's; the namespace list holds A alone; the text and health filters filter;
+* a one-off job created two hours after its `runAt` with `catchUpPolicy: None` shows its
+  `Missed` occurrence and the reason on its page;
 * on a job's page Run now creates the manual Execution, Suspend (with a `<script>` reason)
   suspends it in alice's name and shows the reason as text, Resume resumes it;
 * an execution whose pod is long gone shows its attempts and stored log tail from the history
@@ -238,6 +240,24 @@ def test_run_now_suspend_and_resume_as_the_viewer(setting: Setting) -> None:
     assert not get_job(setting.cluster, setting.team, "nightly")["spec"].get("suspend")
 
 
+def test_a_missed_occurrence_and_its_reason(setting: Setting) -> None:
+    late = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=2)
+    create_job(setting.cluster, setting.team, "missed-once", runAt=late.isoformat().replace("+00:00", "Z"),
+               catchUpPolicy="None")  # fmt: skip
+    page = logged_in(setting, setting.alice)
+    page.goto(f"{setting.base}/console/namespaces/{setting.team}/jobs/missed-once")
+    row = page.locator("#occurrences tbody tr", has_text="Missed")
+    wait_for(lambda: _reloaded_count(page, row) > 0, timeout=EXPECT_MS / 1000, what="the Missed occurrence on the job's page")
+    expect(row.locator("td.outcome")).to_have_text("Missed")
+    assert row.locator("td.reason").inner_text().strip()  # says why
+    page.screenshot(path=setting.shots / "job-missed.png", full_page=True)
+
+
+def _reloaded_count(page: Page, rows: Any) -> int:
+    page.reload()
+    return int(rows.count())
+
+
 def test_a_gone_execution_shows_its_attempts_and_stored_log_escaped(setting: Setting) -> None:
     at = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     uid = get_job(setting.cluster, setting.team, "hourly")["metadata"]["uid"]
@@ -352,13 +372,9 @@ def test_the_watchdog_page_shows_a_dead_lettered_job_and_since_when(setting: Set
     page = logged_in(setting, setting.alice)
     page.goto(f"{setting.base}/console/watchdog")
     row = page.locator("#alarms tbody tr", has_text="doomed")
-    wait_for(lambda: _reloaded_has(page, "doomed"), timeout=EXPECT_MS / 1000, what="the doomed job on the Watchdog page")
+    wait_for(lambda: _reloaded_count(page, row) > 0, timeout=EXPECT_MS / 1000, what="the doomed job on the Watchdog page")
     expect(row).to_contain_text("dead-lettered")
     assert row.locator("td").first.inner_text().startswith(str(soon.year))  # since when
     assert "secret-job" not in page.content()
     page.screenshot(path=setting.shots / "watchdog.png", full_page=True)
 
-
-def _reloaded_has(page: Page, text: str) -> bool:
-    page.reload()
-    return page.locator("#alarms tbody tr", has_text=text).count() > 0

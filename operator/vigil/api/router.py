@@ -34,6 +34,9 @@
                                    approvers; 503 try again
     /v1/jobs, /v1/executions/..., /v1/namespaces/{ns}/taskqueues/{q}/...
                                    the volume tier's API for programs (vigil.api.queue; docs/queue.md)
+    GET, POST /console/...         the web console's pages (vigil.api.console; docs/console.md):
+                                   HTML for a browser, the viewer's token from an auth proxy's
+                                   header or the login cookie, each page authorised as it reads
 
 Each group of routes is a module of its own (vigil.api.executions, .histories, .approvals,
 .queue); this one says which serves a request, authenticates the caller for the guarded ones
