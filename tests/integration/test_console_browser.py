@@ -13,7 +13,8 @@ One operator and one browser serve the whole module (a few tests, a minute or tw
   database, a `<script>` in the log shown as text (a dialog would fail the test);
 * a workflow's DAG (SVG) changes as its steps move, by htmx polling, without a reload;
   `bob`, who may patch workflows but lacks the `approve` verb, is refused by admission, and
-  alice (an approver, with the verb) approves, after which the last step runs;
+  alice (an approver, with the verb) approves, after which the last step runs; a step's output
+  (with markup in it) shows as text, and as its dependent's input;
 * two dead letters of a TaskQueue (the operator's real PostgreSQL queue store), one's error a
   `<script>`, are retried at once from the Dead letters page; the Task queues page shows the
   queue's breakdown and its recurring job; bob, without `update` on its executions, is refused;
@@ -48,7 +49,7 @@ from tests.integration.conftest import API_SERVER_AUDIENCE, KubeCluster
 from tests.integration.jobs import create_job, get_job
 from tests.integration.operators import OperatorFleet
 from tests.integration.test_task_queues import create as create_taskqueue
-from tests.integration.workflows import create_workflow, pod_step
+from tests.integration.workflows import create_workflow, emit, pod_step
 from tests.queue.conftest import conninfo
 from tests.waiting import wait_for
 from vigil.core.executions import RetryPolicy
@@ -284,7 +285,7 @@ def test_a_gone_execution_shows_its_attempts_and_stored_log_escaped(setting: Set
 def test_the_dag_updates_live_and_only_an_approver_approves(setting: Setting) -> None:
     approver = f"system:serviceaccount:{setting.team}:alice"
     create_workflow(setting.cluster, setting.team, "release", steps=[
-        pod_step("build"),
+        pod_step("build", command=emit({"artifact": "v1 <b>bold</b>"})),
         {"id": "gate", "type": "approval", "dependsOn": ["build"], "approval": {"approvers": [approver]}},
         pod_step("ship", "gate"),
     ])  # fmt: skip
@@ -306,6 +307,10 @@ def test_the_dag_updates_live_and_only_an_approver_approves(setting: Setting) ->
     expect(alice.locator("#notice")).to_contain_text("approved step gate of workflow/release", timeout=EXPECT_MS)
     expect(alice.locator('#dag g[data-step="ship"]')).to_have_attribute("data-phase", "Succeeded", timeout=EXPECT_MS)
     expect(bob.locator('#dag g[data-step="gate"]')).to_have_attribute("data-phase", "Succeeded", timeout=EXPECT_MS)
+    alice.reload()
+    built = '{"artifact": "v1 <b>bold</b>"}'
+    expect(alice.locator('#steps tr[data-step="build"] pre.output')).to_have_text(built)  # text, not markup
+    expect(alice.locator('#steps tr[data-step="gate"] pre.inputs')).to_have_text(f"build: {built}")
     alice.screenshot(path=setting.shots / "workflow.png", full_page=True)
 
 

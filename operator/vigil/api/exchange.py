@@ -15,15 +15,7 @@ import contextvars
 import dataclasses
 
 #: The request headers an Exchange keeps (lower case): nothing else is copied, so nothing else leaks.
-KEPT_HEADERS = (
-    "cookie",
-    "origin",
-    "host",
-    "sec-fetch-site",
-    "content-type",
-    "hx-request",
-    "accept-encoding",
-)
+KEPT_HEADERS = ("cookie", "origin", "host", "sec-fetch-site", "content-type", "accept-encoding")
 
 
 @dataclasses.dataclass

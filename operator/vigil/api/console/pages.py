@@ -41,6 +41,7 @@ from vigil.api.guards import Guard
 from vigil.api.problems import Answer
 from vigil.api.queue import QueueApi
 from vigil.core.access import ReviewUnavailable
+from vigil.core.ids import step_execution_id
 from vigil.core.ports import HistoryUnavailable
 
 log = logging.getLogger(__name__)
@@ -342,17 +343,35 @@ class Console:
                 message=f"no workflow {name} in namespace {namespace}",
                 viewer=viewer,
             )
-        steps = views.step_rows(obj)
+        steps = views.step_rows(obj, values=not match["dag"])
         context: dict[str, Any] = {
             "namespace": namespace, "name": name, "layout": dag.layout(steps), "box_width": dag.BOX_WIDTH,
             "box_height": dag.BOX_HEIGHT, "phase": str((obj.get("status") or {}).get("phase") or "Pending"),
         }  # fmt: skip
         if match["dag"]:
             return 200, HTML, _templates().get_template("dag.html").render(**context).encode()
+        uid = str((obj.get("metadata") or {}).get("uid", ""))
         return self._page(
             status, "workflow.html", title=name, viewer=viewer, steps=steps, notice=notice,
-            csrf=session.csrf_token(viewer.token), reason_max=fields.REASON_MAX, **context,
+            csrf=session.csrf_token(viewer.token), reason_max=fields.REASON_MAX,
+            logs=self._step_logs(viewer, namespace, uid, steps), **context,
         )  # fmt: skip
+
+    def _step_logs(
+        self, viewer: Viewer, namespace: str, uid: str, steps: list[views.StepRow]
+    ) -> dict[str, Any]:
+        """The stored log tail of each pod step's latest attempt that has one (a step's attempts
+        share its execution id), for a viewer who may read logs."""
+        log_tail = self._sources.log_tail
+        if log_tail is None or not viewer.may_read_logs(namespace):
+            return {}
+        tails = {}
+        for step in steps:
+            if step.type == "pod" and step.attempts:
+                tail = log_tail(namespace, step_execution_id(uid, step.id), None)
+                if tail is not None:
+                    tails[step.id] = tail
+        return tails
 
     def _decide(
         self, viewer: Viewer, namespace: str, name: str, step: str, verb: str, body: bytes

@@ -7,10 +7,18 @@ reads is made here, where a unit test can hold it.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vigil.api.console.sources import Obj
+from vigil.core.checkpoint import Checkpoint, resume
+from vigil.core.workflow import WorkflowState, records_from_data
+from vigil.model.workflowspec import definition_of
+
+#: Longest output or input shown on a page, in characters; the rest is cut with a note (an
+#: output may be kilobytes; the whole is in the history and `kubectl vigil timeline --events`).
+VALUE_MAX = 2000
 
 #: Conditions whose `True` makes a job unhealthy, worst first, with the health they mean.
 _BAD = (("Invalid", "invalid"), ("DeadLettered", "failing"), ("Overdue", "overdue"))
@@ -108,6 +116,7 @@ class StepRow:
     output: str
     detail: str
     waiting_approval: bool
+    inputs: str = ""
 
 
 def definition_steps(obj: Obj) -> list[Mapping[str, Any]]:
@@ -118,37 +127,68 @@ def definition_steps(obj: Obj) -> list[Mapping[str, Any]]:
     return [s for s in steps if isinstance(s, Mapping) and s.get("id")]
 
 
-def step_rows(obj: Obj) -> list[StepRow]:
+def folded(obj: Obj) -> WorkflowState | None:
+    """The workflow's state folded from its status (checkpoint and history) over its pinned
+    definition, as the engine and `kubectl vigil timeline` fold it; None before it is pinned or
+    when the status cannot be read (the page then shows what status.steps says)."""
+    status = obj.get("status") or {}
+    pinned = status.get("definition")
+    if not pinned:
+        return None
+    try:
+        definition = definition_of(pinned, uid=str((obj.get("metadata") or {}).get("uid", "")))
+        checkpoint = Checkpoint.from_data(status.get("checkpoint"))
+        return resume(definition, checkpoint, records_from_data(status.get("history") or []))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+def shown(value: Any) -> str:
+    """A JSON value as text of at most VALUE_MAX characters."""
+    if value is None:
+        return ""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= VALUE_MAX else text[:VALUE_MAX] + f" … ({len(text)} characters)"
+
+
+def step_rows(obj: Obj, *, values: bool = True) -> list[StepRow]:
+    """Each step of the definition with its phase; with `values`, its output and inputs too
+    (the history folded: the DAG, polled every few seconds, needs only the phases)."""
     states = (obj.get("status") or {}).get("steps") or {}
+    state = folded(obj) if values else None
+    outputs: dict[str, str] = {}
+    if state is not None:
+        for step_id, folded_step in state.steps.items():
+            digest = folded_step.output_offloaded
+            offloaded = f"(in the history database, sha256 {digest[:12]}…)" if digest else ""
+            outputs[step_id] = offloaded or shown(folded_step.output)
     rows = []
     for step in definition_steps(obj):
-        state = states.get(step["id"]) or {}
+        summary = states.get(step["id"]) or {}
         kind = str(step.get("type") or "pod")
-        phase = str(state.get("phase") or "Pending")
-        approvers = tuple(_approver(a) for a in (step.get("approval") or {}).get("approvers") or [])
-        output = state.get("output")
+        phase = str(summary.get("phase") or "Pending")
+        depends = tuple(str(d) for d in step.get("dependsOn") or [])
         rows.append(
             StepRow(
                 id=str(step["id"]),
                 type=kind,
                 phase=phase,
-                attempts=str(state.get("attempts") or ""),
-                depends_on=tuple(str(d) for d in step.get("dependsOn") or []),
-                approvers=approvers,
-                output="" if output is None else str(output),
-                detail=str(state.get("message") or state.get("reason") or ""),
+                attempts=str(summary.get("attempts") or ""),
+                depends_on=depends,
+                approvers=tuple(
+                    str(a)
+                    for a in summary.get("approvers")
+                    or (step.get("approval") or {}).get("approvers")
+                    or []
+                ),
+                output=outputs.get(str(step["id"]), ""),
+                detail=str(summary.get("reason") or "")
+                + (f" (decided by {summary['decidedBy']})" if summary.get("decidedBy") else ""),
                 waiting_approval=kind == "approval" and phase == "Running",
+                inputs=", ".join(f"{d}: {outputs[d]}" for d in depends if outputs.get(d)),
             )
         )
     return rows
-
-
-def _approver(entry: Any) -> str:
-    if isinstance(entry, Mapping):
-        for key in ("user", "group"):
-            if entry.get(key):
-                return f"{key}:{entry[key]}"
-    return str(entry)
 
 
 def sorted_rows(rows: Sequence[JobRow]) -> list[JobRow]:
