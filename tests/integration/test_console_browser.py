@@ -12,7 +12,8 @@ One operator and one browser serve the whole module (a few tests, a minute or tw
 * an execution whose pod is long gone shows its attempts and stored log tail from the history
   database, a `<script>` in the log shown as text (a dialog would fail the test);
 * a workflow's DAG (SVG) changes as its steps move, by htmx polling, without a reload;
-  `bob`, who may patch workflows but lacks the `approve` verb, is refused by admission, and
+  `bob`, who may patch workflows but lacks the `approve` verb, is refused by admission,
+  `carol`, who holds the verb but is not among the step's approvers, by the operator, and
   alice (an approver, with the verb) approves, after which the last step runs; a step's output
   (with markup in it) shows as text, and as its dependent's input;
 * two dead letters of a TaskQueue (the operator's real PostgreSQL queue store), one's error a
@@ -124,6 +125,7 @@ class Setting:
     other: str
     alice: str
     bob: str
+    carol: str
     history: SqlHistory
     queue_dsn: str
     browser: Browser
@@ -158,10 +160,11 @@ def setting(
         create_job(cluster, other, "secret-job", cron="0 4 * * *")
         alice = viewer_token(cluster, team, "alice", rules(approve=True))
         bob = viewer_token(cluster, team, "bob", rules(approve=False))
+        carol = viewer_token(cluster, team, "carol", rules(approve=True))  # the verb, but no approver
         with sync_playwright() as driver:
             browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             try:
-                yield Setting(cluster, base, team, other, alice, bob, history, queue_dsn, browser, workdir)
+                yield Setting(cluster, base, team, other, alice, bob, carol, history, queue_dsn, browser, workdir)
             finally:
                 browser.close()
                 print(f"console screenshots: {sorted(str(p) for p in workdir.glob('*.png'))}")
@@ -299,6 +302,13 @@ def test_the_dag_updates_live_and_only_an_approver_approves(setting: Setting) ->
     bob.click("#decide-gate button:has-text('Approve')")
     expect(bob.locator("#notice")).to_contain_text("refused")
     expect(bob.locator("#notice")).to_contain_text("approve")
+
+    carol = logged_in(setting, setting.carol)  # holds `approve`, is not among the step's approvers
+    carol.goto(f"{setting.base}/console/namespaces/{setting.team}/workflows/release")
+    carol.fill("#decide-gate input[name=reason]", "me too")
+    carol.click("#decide-gate button:has-text('Approve')")
+    expect(carol.locator("#notice")).to_contain_text("refused by the operator: NotAnApprover", timeout=EXPECT_MS)
+    expect(carol.locator('#dag g[data-step="gate"]')).to_have_attribute("data-phase", "Running")
 
     alice = logged_in(setting, setting.alice)
     alice.goto(f"{setting.base}/console/namespaces/{setting.team}/workflows/release")

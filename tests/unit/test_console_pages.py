@@ -44,6 +44,15 @@ def job(namespace: str, name: str, **status: Any) -> dict[str, Any]:
     }
 
 
+WORKFLOW = {
+    "metadata": {"namespace": "team-a", "name": "release", "uid": "uid-release"},
+    "spec": {"steps": [{"id": "build", "type": "pod"}, {"id": "gate", "type": "approval", "dependsOn": ["build"],
+                                                          "approval": {"approvers": ["alice"]}}]},
+    "status": {"phase": "Running", "steps": {"build": {"phase": "Succeeded", "attempts": 1},
+                                             "gate": {"phase": "Running", "attempts": 1}}},
+}  # fmt: skip
+
+
 @dataclasses.dataclass
 class Reads:
     objects: dict[str, list[dict[str, Any]]]
@@ -64,7 +73,7 @@ class Reads:
         return []
 
     def workflow(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return None
+        return WORKFLOW if (namespace, name) == ("team-a", "release") else None
 
     def taskqueues(self, namespace: str) -> Sequence[dict[str, Any]]:
         return []
@@ -237,3 +246,13 @@ def test_pages_are_gzipped_when_accepted_and_the_csrf_field_differs_on_every_pag
     assert all(csrf_valid("alice-token", f) for f in fields) and not csrf_valid("root-token", fields[0])
     _, _, static = call(server[0], "GET", "/console/static/console.css")
     assert static["Cache-Control"].startswith("public")
+
+
+def test_a_workflow_page_and_its_polled_dag_keep_their_links_under_the_console(server: tuple[ApiServer, Writes]) -> None:
+    for path in ("/console/namespaces/team-a/workflows/release", "/console/namespaces/team-a/workflows/release/dag"):
+        status, page, _ = call(server[0], "GET", path, token="alice-token")
+        assert status == 200, path
+        assert 'hx-get="/console/namespaces/team-a/workflows/release/dag"' in page, path  # the next poll's target
+        assert 'data-step="gate" data-phase="Running"' in page
+    _, page, _ = call(server[0], "GET", "/console/namespaces/team-a/workflows/release", token="alice-token")
+    assert 'id="decide-gate"' in page  # a waiting approval offers the decision

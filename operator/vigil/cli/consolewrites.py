@@ -30,8 +30,9 @@ from vigil.cli.errors import BadInput, Contention, Refused, server_message
 from vigil.model.workflow import RequestAction
 
 #: How long a decision waits for the operator to record it before the page is shown (seconds):
-#: long enough for a pass, short enough to hold a request thread no longer than the CLI would.
-DECISION_WAIT_SECONDS = 10.0
+#: a pass or two. It holds one of the API's `http.workers` threads meanwhile, so it is short;
+#: a request not yet recorded by then says so, and the page's DAG shows what came of it.
+DECISION_WAIT_SECONDS = 5.0
 
 T = TypeVar("T")
 

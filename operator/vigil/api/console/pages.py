@@ -27,7 +27,7 @@ import functools
 import importlib.resources
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jinja2
@@ -72,15 +72,35 @@ HISTORY_ROWS = 20
 LOG_ROWS = 5
 
 
+class _Templates(jinja2.Environment):
+    """Strict about the templates' own names (a name a route forgot to pass fails the render,
+    and the unit tests render every page), lenient about the fields of the objects shown: those
+    are tenant-shaped mappings, and a field an object lacks renders empty."""
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        found = super().getattr(obj, attribute)
+        if isinstance(found, jinja2.Undefined) and isinstance(
+            obj, Mapping | jinja2.ChainableUndefined
+        ):
+            return jinja2.ChainableUndefined(obj=obj, name=attribute)
+        return found
+
+
 @functools.cache
 def _templates() -> jinja2.Environment:
-    return jinja2.Environment(
+    return _Templates(
         loader=jinja2.PackageLoader("vigil.api.console", "templates"),
         autoescape=True,
-        undefined=jinja2.ChainableUndefined,  # objects are tenant-shaped: a missing field shows empty
+        undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+
+
+def _render(template: str, **context: Any) -> bytes:
+    """`template` rendered with `context` and the console's PREFIX (every template's links and
+    htmx targets start with it: a partial rendered without it polled /namespaces/... and 404)."""
+    return _templates().get_template(template).render(prefix=PREFIX, **context).encode()
 
 
 @functools.cache
@@ -349,7 +369,7 @@ class Console:
             "box_height": dag.BOX_HEIGHT, "phase": str((obj.get("status") or {}).get("phase") or "Pending"),
         }  # fmt: skip
         if match["dag"]:
-            return 200, HTML, _templates().get_template("dag.html").render(**context).encode()
+            return 200, HTML, _render("dag.html", **context)
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         return self._page(
             status, "workflow.html", title=name, viewer=viewer, steps=steps, notice=notice,
@@ -446,12 +466,7 @@ class Console:
         **context: Any,
     ) -> Answer:
         context.setdefault("csrf", session.csrf_token(viewer.token) if viewer else "")
-        page = (
-            _templates()
-            .get_template(template)
-            .render(title=title, viewer=viewer, prefix=PREFIX, **context)
-        )
-        return status, HTML, page.encode()
+        return status, HTML, _render(template, title=title, viewer=viewer, **context)
 
     def _static_file(self, name: str) -> Answer:
         if name not in STATIC:
