@@ -4,7 +4,10 @@ The console is served by the operator on its API port (docs/console.md), inside 
 This verb runs ``kubectl port-forward svc/<service> <local>:http`` in the operator's namespace
 (as the same kubeconfig, context and user as the rest of the command), waits until the
 forwarded port answers, prints the console's address and opens it in the default browser
-(``--no-browser`` only prints it), then keeps the forward up until Ctrl-C. The console asks
+(``--no-browser`` only prints it), then keeps the forward up until Ctrl-C. The address is
+HTTPS, as the chart serves the API by default (``--plain-http`` when its ``tls.enabled`` is
+false); a browser does not know the chart's own CA (the ConfigMap ``<release>-api-ca``) until it
+is imported, and warns until then. The console asks
 for a token at its login form; `kubectl create token SA --audience vigil` makes one (an
 auth proxy in front of the Service can set ``Authorization`` instead).
 """
@@ -82,7 +85,7 @@ def cmd_console(args: argparse.Namespace) -> int:
                 if time.monotonic() > deadline:
                     raise BadInput(f"console: the port-forward did not answer within {FORWARD_READY_SECONDS:g}s")
                 time.sleep(PROBE_SECONDS)
-            url = console_url(port, https=args.https)
+            url = console_url(port, https=not args.plain_http)
             print(f"Vigil console at {url} (Ctrl-C to stop)", flush=True)
             if not args.no_browser:
                 webbrowser.open(url)
@@ -100,6 +103,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--operator-namespace", default=DEFAULT_OPERATOR_NAMESPACE, help="where the operator runs (default vigil-system)")
     p.add_argument("--service", default=DEFAULT_SERVICE, help="the operator's Service (default vigil, the chart's for a release named vigil)")
     p.add_argument("--port", type=int, default=0, help="the local port (default: a free one)")
-    p.add_argument("--https", action="store_true", help="the API is served over TLS (the chart's http.tls)")
+    p.add_argument(
+        "--plain-http", action="store_true",
+        help="the API is served without TLS (the chart's tls.enabled: false); by default it is HTTPS",
+    )  # fmt: skip
     p.add_argument("--no-browser", action="store_true", help="print the address only")
     p.set_defaults(func=cmd_console)
