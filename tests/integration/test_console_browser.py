@@ -21,7 +21,7 @@ One operator and one browser serve the whole module (a few tests, a minute or tw
   queue's breakdown and its recurring job; bob, without `update` on its executions, is refused;
 * the Watchdog page shows a job that dead-lettered, and since when.
 
-Screenshots of each page go to the test's tmp directory (printed on failure). Chromium is
+Screenshots of each page are saved in `.cluster/<test cluster>/console-screenshots/`. Chromium is
 Debian's (`scripts/system-deps.sh` installs it); Playwright never downloads a browser.
 """
 
@@ -46,7 +46,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.contract.conftest import postgres
 from tests.contract.postgres import PostgresServer
-from tests.integration.conftest import API_SERVER_AUDIENCE, KubeCluster
+from tests.integration.conftest import API_SERVER_AUDIENCE, STATE, KubeCluster
 from tests.integration.jobs import create_job, get_job
 from tests.integration.operators import OperatorFleet
 from tests.integration.test_task_queues import create as create_taskqueue
@@ -67,6 +67,9 @@ pytestmark = pytest.mark.postgres
 GROUP = "vigil.dev"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 HOSTILE = "<script>alert('owned')</script>"
+#: Where each page's screenshot is saved, kept after the run (beside the test cluster's state,
+#: which git ignores): the newest run's replace the last.
+SHOTS = STATE / "console-screenshots"
 #: What every test may wait for a page to show, in milliseconds: an operator pass or two.
 EXPECT_MS = 30_000
 
@@ -145,6 +148,7 @@ def setting(
     cluster: KubeCluster, postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Setting]:
     workdir = tmp_path_factory.mktemp("console")
+    SHOTS.mkdir(parents=True, exist_ok=True)
     team, other = make_namespace(cluster), make_namespace(cluster)
     queue_dsn = conninfo(postgres, postgres.create_database())
     QueueStore(queue_dsn).migrate()
@@ -164,10 +168,10 @@ def setting(
         with sync_playwright() as driver:
             browser = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
             try:
-                yield Setting(cluster, base, team, other, alice, bob, carol, history, queue_dsn, browser, workdir)
+                yield Setting(cluster, base, team, other, alice, bob, carol, history, queue_dsn, browser, SHOTS)
             finally:
                 browser.close()
-                print(f"console screenshots: {sorted(str(p) for p in workdir.glob('*.png'))}")
+                print(f"console screenshots: {sorted(str(p) for p in SHOTS.glob('*.png'))}")
     except BaseException:
         print(fleet.logs())
         raise

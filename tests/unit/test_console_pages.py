@@ -137,6 +137,8 @@ def test_login_sets_a_strict_http_only_cookie_only_for_an_accepted_token(server:
     cookie = headers["Set-Cookie"]
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/console" in cookie
     assert "Secure" not in cookie  # plain HTTP here; over TLS it is Secure
+    status, page, _ = call(server[0], "POST", "/console/login", body=b"token=" + b"x" * 4000)
+    assert status == 400 and "token: is longer than a browser keeps in a cookie" in page
 
 
 def test_a_viewer_sees_only_the_namespaces_they_may_list(server: tuple[ApiServer, Writes]) -> None:

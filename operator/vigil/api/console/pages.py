@@ -27,6 +27,7 @@ import functools
 import importlib.resources
 import logging
 import re
+import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -215,6 +216,11 @@ class Console:
         token = fields.text(form, "token", limit=fields.TOKEN_MAX, required=True)
         if any(ch.isspace() for ch in token):
             raise fields.BadField("token", "holds spaces: paste the token alone")
+        if len(urllib.parse.quote(token, safe="")) > session.COOKIE_TOKEN_MAX:
+            raise fields.BadField(
+                "token",
+                f"is longer than a browser keeps in a cookie ({session.COOKIE_TOKEN_MAX}): use an auth proxy",
+            )
         if self._viewer(token) is None:
             return self._page(
                 401,

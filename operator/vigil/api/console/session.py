@@ -35,6 +35,9 @@ COOKIE_PATH = "/console"
 #: How long a login lasts in the browser, in seconds: a working day. The token's own expiry
 #: still applies (the API server stops accepting it), whichever comes first.
 COOKIE_MAX_AGE_SECONDS = 8 * 3600
+#: Longest token the login cookie carries, in characters: browsers keep a cookie of about 4 KiB
+#: at most, name and attributes included, and drop a longer one without a word.
+COOKIE_TOKEN_MAX = 3800
 CSRF_FIELD = "csrf"
 CSRF_LABEL = b"vigil-console-csrf-v1"
 CONTENT_SECURITY_POLICY = (
