@@ -123,6 +123,14 @@ def call(
     return status, raw.decode(), dict(exchange.answer_headers)
 
 
+def follow(api: ApiServer, posted: tuple[int, str, dict[str, str]]) -> tuple[int, str, dict[str, str]]:
+    """The page a POST redirected to, fetched with the notice cookie it set (as a browser does)."""
+    status, _, headers = posted
+    assert status == 303, posted[1]
+    notice = headers["Set-Cookie"].split(";", 1)[0]
+    return call(api, "GET", headers["Location"], token="alice-token", cookie=notice)
+
+
 def test_without_a_token_a_page_sends_to_the_login_form(server: tuple[ApiServer, Writes]) -> None:
     status, _, headers = call(server[0], "GET", "/console/jobs")
     assert (status, headers["Location"]) == (303, "/console/login")
@@ -172,15 +180,19 @@ def test_a_post_needs_the_csrf_field_and_a_same_site_origin(server: tuple[ApiSer
     assert call(api, "POST", path, token="alice-token", body=good, origin="https://evil.example")[0] == 403
     assert call(api, "POST", path, token="alice-token", body=good, **{"sec-fetch-site": "cross-site"})[0] == 403
     assert writes.done == []
-    status, page, _ = call(api, "POST", path, token="alice-token", body=good, origin="http://console.test")
+    status, page, _ = follow(api, call(api, "POST", path, token="alice-token", body=good, origin="http://console.test"))
     assert status == 200 and "execution x created" in page
     assert writes.done == [("run", "alice-token", "team-a", "nightly")]
 
 
 def test_a_refused_write_shows_why_escaped(server: tuple[ApiServer, Writes]) -> None:
     body = f"csrf={csrf_token('alice-token')}&reason=%3Cscript%3Ealert(1)%3C%2Fscript%3E".encode()
-    status, page, _ = call(server[0], "POST", "/console/namespaces/team-a/jobs/nightly/suspend", token="alice-token", body=body)
-    assert status == 409 and "already suspended" in page and HOSTILE not in page
+    posted = call(server[0], "POST", "/console/namespaces/team-a/jobs/nightly/suspend", token="alice-token", body=body)
+    assert (posted[0], posted[2]["Location"]) == (303, "/console/namespaces/team-a/jobs/nightly")  # Post/Redirect/Get
+    status, page, headers = follow(server[0], posted)
+    assert status == 200 and 'class="notice refused"' in page and "already suspended" in page and HOSTILE not in page
+    assert headers["Set-Cookie"].startswith("vigil-console-notice=;")  # shown once: a reload repeats nothing
+    assert "already suspended" not in call(server[0], "GET", "/console/namespaces/team-a/jobs/nightly", token="alice-token")[1]
 
 
 def test_the_static_files_are_served_from_the_package(server: tuple[ApiServer, Writes]) -> None:

@@ -265,9 +265,10 @@ class Console:
         fields.parse(query, frozenset())
         if not viewer.may_get_job(namespace, name):
             return self._forbidden(viewer, f"get scheduledjob {name} in namespace {namespace}")
-        notice, status = "", 200
+        here = f"{PREFIX}/namespaces/{namespace}/jobs/{name}"
         if verb is not None:
-            notice, status = self._steer_job(viewer, namespace, name, verb, body)
+            return _after_post(here, *self._steer_job(viewer, namespace, name, verb, body))
+        notice, refused = session.take_notice(exchanges.current())
         obj = self._sources.reads.job(namespace, name)
         if obj is None:
             return self._page(
@@ -285,8 +286,9 @@ class Console:
         )
         history, attempts, logs = self._job_history(viewer, namespace, name)
         return self._page(
-            status, "job.html", title=name, viewer=viewer, row=views.job_row(obj), spec=obj.get("spec") or {},
+            200, "job.html", title=name, viewer=viewer, row=views.job_row(obj), spec=obj.get("spec") or {},
             occurrences=views.occurrences(obj), live=live, history=history, attempts=attempts, logs=logs, notice=notice,
+            refused=refused,
             csrf=session.csrf_token(viewer.token), reason_max=fields.REASON_MAX,
         )  # fmt: skip
 
@@ -355,11 +357,14 @@ class Console:
         namespace, name = match["ns"], match["name"]
         if not viewer.may_get_workflow(namespace, name):
             return self._forbidden(viewer, f"get workflow {name} in namespace {namespace}")
-        notice, status = "", 200
         if match["verb"] is not None:
-            notice, status = self._decide(
-                viewer, namespace, name, match["step"], match["verb"], body
+            here = f"{PREFIX}/namespaces/{namespace}/workflows/{name}"
+            return _after_post(
+                here, *self._decide(viewer, namespace, name, match["step"], match["verb"], body)
             )
+        notice, refused = (
+            session.take_notice(exchanges.current()) if not match["dag"] else ("", False)
+        )
         obj = self._sources.reads.workflow(namespace, name)
         if obj is None:
             return self._page(
@@ -378,7 +383,7 @@ class Console:
             return 200, HTML, _render("dag.html", **context)
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         return self._page(
-            status, "workflow.html", title=name, viewer=viewer, steps=steps, notice=notice,
+            200, "workflow.html", title=name, viewer=viewer, steps=steps, notice=notice, refused=refused,
             csrf=session.csrf_token(viewer.token), reason_max=fields.REASON_MAX,
             logs=self._step_logs(viewer, namespace, uid, steps), **context,
         )  # fmt: skip
@@ -413,15 +418,14 @@ class Console:
 
     # --- the volume tier and the watchdog ---------------------------------------------------
 
-    def _volume(
-        self, viewer: Viewer, path: str, query: str, notice: str = "", status: int = 200
-    ) -> Answer:
+    def _volume(self, viewer: Viewer, path: str, query: str) -> Answer:
         only = fields.namespace(fields.parse(query, frozenset({"namespace"})))
         pages = self._volume_pages
         if path == PREFIX + "/dead-letters":
+            notice, refused = session.take_notice(exchanges.current())
             return self._page(
-                status, "deadletters.html", title="Dead letters", viewer=viewer, queues=pages.dead_letters(viewer, only),
-                notice=notice, retry_max=RETRY_MAX,
+                200, "deadletters.html", title="Dead letters", viewer=viewer, queues=pages.dead_letters(viewer, only),
+                notice=notice, refused=refused, retry_max=RETRY_MAX,
             )  # fmt: skip
         if path == PREFIX + "/taskqueues":
             return self._page(
@@ -443,13 +447,7 @@ class Console:
         ids, _ = retry_form(_form_text(body))
         lines = self._volume_pages.retry(viewer, namespace, queue, ids)
         refused = any(": retried" not in line for line in lines)
-        return self._volume(
-            viewer,
-            PREFIX + "/dead-letters",
-            "",
-            notice="; ".join(lines),
-            status=409 if refused else 200,
-        )
+        return _after_post(PREFIX + "/dead-letters", "; ".join(lines), 409 if refused else 200)
 
     # --- answers ----------------------------------------------------------------------------
 
@@ -478,6 +476,16 @@ class Console:
         if name not in STATIC:
             return self._page(404, "error.html", title="Not found", message="no such file")
         return 200, STATIC[name], session.compressed(exchanges.current(), _static(name))
+
+
+def _after_post(page: str, notice: str, status: int) -> Answer:
+    """See `page` (Post/Redirect/Get), which shows `notice` once; a status other than 200 marks it
+    a refusal. Reloading that page repeats nothing."""
+    exchange = exchanges.current()
+    exchange.answer_headers.append(
+        ("Set-Cookie", session.notice_cookie(notice, refused=status != 200, tls=exchange.tls))
+    )
+    return _redirect(page)
 
 
 def _steered(action: Callable[[], str]) -> tuple[str, int]:

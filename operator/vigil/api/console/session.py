@@ -68,6 +68,35 @@ def token_of(exchange: Exchange, header_token: str | None) -> str | None:
     return None
 
 
+#: The one-shot cookie that carries what a POST did to the page it redirects to (Post/Redirect/
+#: Get: reloading that page repeats nothing). Its text is the console's own message, cut.
+NOTICE_COOKIE = "vigil-console-notice"
+NOTICE_MAX = 1500
+
+
+def notice_cookie(text: str, *, refused: bool, tls: bool) -> str:
+    secure = "; Secure" if tls else ""
+    value = urllib.parse.quote(("!" if refused else "") + text[:NOTICE_MAX], safe="")
+    return f"{NOTICE_COOKIE}={value}; Path={COOKIE_PATH}; Max-Age=60; HttpOnly; SameSite=Strict{secure}"
+
+
+def take_notice(exchange: Exchange) -> tuple[str, bool]:
+    """(the notice a redirecting POST left, whether it was a refusal); the cookie is cleared."""
+    for part in exchange.header("cookie").split(";"):
+        name, _, value = part.strip().partition("=")
+        if name == NOTICE_COOKIE and value:
+            secure = "; Secure" if exchange.tls else ""
+            exchange.answer_headers.append(
+                (
+                    "Set-Cookie",
+                    f"{NOTICE_COOKIE}=; Path={COOKIE_PATH}; Max-Age=0; HttpOnly; SameSite=Strict{secure}",
+                )
+            )
+            text = urllib.parse.unquote(value)[: NOTICE_MAX + 1]
+            return text.removeprefix("!"), text.startswith("!")
+    return "", False
+
+
 def login_cookie(token: str, *, tls: bool) -> str:
     secure = "; Secure" if tls else ""
     quoted = urllib.parse.quote(token, safe="")
