@@ -29,6 +29,7 @@ import logging
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import jinja2
@@ -44,6 +45,7 @@ from vigil.api.queue import QueueApi
 from vigil.core.access import ReviewUnavailable
 from vigil.core.ids import step_execution_id
 from vigil.core.ports import HistoryUnavailable
+from vigil.core.timeparse import format_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +91,20 @@ class _Templates(jinja2.Environment):
 
 @functools.cache
 def _templates() -> jinja2.Environment:
-    return _Templates(
+    made = _Templates(
         loader=jinja2.PackageLoader("vigil.api.console", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    made.filters["when"] = _when
+    return made
+
+
+def _when(value: Any) -> str:
+    """A time as the rest of Vigil writes it (RFC 3339, UTC, `Z`); "" for none."""
+    return format_rfc3339(value) if isinstance(value, datetime) else str(value or "")
 
 
 def _render(template: str, **context: Any) -> bytes:
