@@ -326,6 +326,8 @@ def test_the_dag_updates_live_and_only_an_approver_approves(setting: Setting) ->
     built = '{"artifact": "v1 <b>bold</b>"}'
     expect(alice.locator('#steps tr[data-step="build"] pre.output')).to_have_text(built)  # text, not markup
     expect(alice.locator('#steps tr[data-step="gate"] pre.inputs')).to_have_text(f"build: {built}")
+    expect(alice.locator('#steps tr.attempt[data-step="build"]').first).to_contain_text("1")  # its attempt's entries
+    expect(alice.locator('#steps tr.attempt[data-step="gate"]').last).to_contain_text(HOSTILE)  # the decision's reason, as text
     alice.screenshot(path=setting.shots / "workflow.png", full_page=True)
 
 

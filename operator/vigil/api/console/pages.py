@@ -394,7 +394,8 @@ class Console:
         return self._page(
             200, "workflow.html", title=name, viewer=viewer, steps=steps, notice=notice, refused=refused,
             csrf=session.csrf_token(viewer.token), reason_max=fields.REASON_MAX,
-            logs=self._step_logs(viewer, namespace, uid, steps), **context,
+            logs=self._step_logs(viewer, namespace, uid, steps), attempts=views.step_events(obj),
+            **context,
         )  # fmt: skip
 
     def _step_logs(

@@ -13,6 +13,7 @@ from typing import Any
 
 from vigil.api.console.sources import Obj
 from vigil.core.checkpoint import Checkpoint, resume
+from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import WorkflowState, records_from_data
 from vigil.model.workflowspec import definition_of
 
@@ -189,6 +190,43 @@ def step_rows(obj: Obj, *, values: bool = True) -> list[StepRow]:
             )
         )
     return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class StepEvent:
+    """One entry of a step's history as a page shows it: its attempts, decisions and failures."""
+
+    at: str
+    event: str
+    attempt: str
+    detail: str
+
+
+def step_events(obj: Obj) -> dict[str, list[StepEvent]]:
+    """The history entries the status still holds (older ones are folded into its checkpoint and
+    kept in the history database), by step, oldest first."""
+    try:
+        records = records_from_data((obj.get("status") or {}).get("history") or [])
+    except (KeyError, ValueError, TypeError):
+        return {}
+    found: dict[str, list[StepEvent]] = {}
+    for record in records:
+        if record.step is None:
+            continue
+        said = [
+            f"{key}: {shown(record.detail[key])}"
+            for key in ("reason", "message", "by")
+            if record.detail.get(key)
+        ]
+        found.setdefault(record.step, []).append(
+            StepEvent(
+                at=format_rfc3339(record.at),
+                event=str(record.event),
+                attempt="" if record.attempt is None else str(record.attempt),
+                detail="; ".join(said),
+            )
+        )
+    return found
 
 
 def sorted_rows(rows: Sequence[JobRow]) -> list[JobRow]:
