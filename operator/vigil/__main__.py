@@ -30,9 +30,12 @@ if TYPE_CHECKING:
 def serve(command: str, config: Path | None) -> int:
     """Run `vigil operator` or `vigil watchdog` with the settings read from `config`."""
     from vigil import runtime
+    from vigil.cli.consolewrites import ViewerWrites
     from vigil.settings import load_settings
 
-    return runtime.main(load_settings(config), watchdog_only=command == "watchdog")
+    # The console's writes are the CLI's verbs made with the viewer's token: handed down from
+    # here, the one module that knows both the runtime and the CLI.
+    return runtime.main(load_settings(config), watchdog_only=command == "watchdog", console_writes=ViewerWrites())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,6 +30,7 @@ from prometheus_client import start_http_server
 
 from vigil import heap, logs, metrics
 from vigil.api import ApiServer, ApprovalCallback, Guard, JobStore, Limits, QueueApi, TlsFiles
+from vigil.api.console import ConsoleSources, ConsoleWrites
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
 from vigil.core.logtail import DEFAULT_LOG_POLICY, LogPolicy
@@ -48,6 +49,7 @@ from vigil.kube.approvals import (
     approver_review,
 )
 from vigil.kube.buckets import WRITE_CONCURRENCY, bucket_cache
+from vigil.kube.consolereads import KubeConsoleReads
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.definitions import DefinitionController, definition_cache
 from vigil.kube.dispatcher import START_CONCURRENCY, Dispatcher
@@ -160,6 +162,7 @@ def _serve(
     approvals: ApprovalCallback | None,
     *,
     lease_name: str,
+    console_writes: ConsoleWrites | None = None,
 ) -> None:
     if settings.http.health_port:
         serve_probes(settings.http.health_port)
@@ -196,6 +199,17 @@ def _serve(
                     cache=TtlCache(ttl_seconds=http.auth_cache_seconds, entries=AUTH_CACHE_ENTRIES, ticks=time.monotonic),
                 ),
                 high_priority_namespaces=_namespaces(settings.queue.high_priority_namespaces),
+            ),
+            console=ConsoleSources(
+                reads=KubeConsoleReads(api, executions),
+                writes=console_writes,
+                job_executions=lambda namespace, job, limit, after: history.history.job_executions(
+                    namespace, job, limit=limit, after=after
+                ),
+                log_tail=lambda namespace, execution_id, attempt: history.history.log_tail(
+                    namespace, execution_id, attempt=attempt
+                ),
+                timeline=lambda execution_id: history.history.timeline(execution_id),
             ),
         ).serve(
             http.api_port,
@@ -369,6 +383,7 @@ def _campaign(
     me: str,
     clock: Clock,
     approvals: ApprovalCallback | None = None,
+    console_writes: ConsoleWrites | None = None,
 ) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
     """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
     lease = lease_config(settings, lease_name=lease_name, me=me)
@@ -381,7 +396,7 @@ def _campaign(
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
-    _serve(api, settings, elector, executions, history, approvals, lease_name=lease_name)
+    _serve(api, settings, elector, executions, history, approvals, lease_name=lease_name, console_writes=console_writes)
     elector.start()
     return elector, executions, history
 
@@ -484,7 +499,7 @@ def wait_until_leader(elector: LeaderElector, stopping: threading.Event) -> bool
     return False
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> int:
     stopping = stop_on_sigterm()
     me = identity()
     lease = lease_config(settings, lease_name=settings.leader_election.lease_name, me=me)
@@ -498,7 +513,8 @@ def run(settings: Settings) -> int:
         if publisher is not None:
             start_approval_senders(publisher, settings, sending)
     elector, executions, history = _campaign(
-        api, settings, lease_name=settings.leader_election.lease_name, me=me, clock=clock, approvals=callback
+        api, settings, lease_name=settings.leader_election.lease_name, me=me, clock=clock, approvals=callback,
+        console_writes=console_writes,
     )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
     shards = start_trigger_shards(settings, lease, me=me)
@@ -825,7 +841,7 @@ def run_watchdog(settings: Settings) -> int:
     return 0
 
 
-def main(settings: Settings, *, watchdog_only: bool = False) -> int:
+def main(settings: Settings, *, watchdog_only: bool = False, console_writes: ConsoleWrites | None = None) -> int:
     logs.configure(level=settings.logging.level, format=settings.logging.format)
     heap.limit_arenas()  # before the threads start: each would otherwise get a heap of its own to fragment
-    return run_watchdog(settings) if watchdog_only else run(settings)
+    return run_watchdog(settings) if watchdog_only else run(settings, console_writes=console_writes)

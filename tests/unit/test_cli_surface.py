@@ -31,7 +31,8 @@ from vigil.cli.operatorapi import HistoryNotShown, connect
 from vigil.cli.output import FORMATS, column_key, plain, render
 
 #: Verbs that print nothing a program would read: they run a process, or print a script.
-NOT_PRINTING = {"operator", "watchdog", "worker", "completion"}
+#: `console` prints only the address it forwards, and holds the port-forward open.
+NOT_PRINTING = {"operator", "watchdog", "worker", "completion", "console"}
 #: `complete --output JSON` is the step's output (an older flag than -o), so `complete` has no -o.
 OUTPUT_TAKEN = {"complete"}
 #: `logs` prints the log itself, as `kubectl logs` does (which has no -o either).
