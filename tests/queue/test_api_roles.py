@@ -10,6 +10,7 @@ so these tests show what each role may do once logged in, not that PostgreSQL ch
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +19,9 @@ import pytest
 from psycopg import errors, sql
 from psycopg.types.json import Jsonb
 
+from tests.queue.test_api import api as http_api
+from tests.queue.test_api import submit
+from tests.waiting import wait_for
 from vigil.core.queue import OneOffJob, QueueUndeclared, Submission
 from vigil.queue import roles as roles_module
 from vigil.queue.apistore import ApiQueueStore
@@ -106,6 +110,32 @@ def test_the_api_acts_for_a_namespace_as_its_role_and_never_logs_in_as_the_owner
         ).fetchone() == (False, False, False)
 
 
+def test_a_submission_through_the_http_api_waits_in_the_database_as_the_api_role(dsn: str) -> None:
+    """Seen from the server while the request is in flight: the session that serves it logged in
+    as the API's login role and acts as the namespace's API role, not as the owner. (The owner
+    holds the jobs table locked, so the request waits inside its function for as long as the test
+    looks; then the lock goes and the request answers as it always did.)"""
+    TenantRoles(dsn).ensure("shop", password="pw-shop", limits=RoleLimits())
+    server = http_api(ApiQueueStore(dsn, password="api-pw", migrate_first=False))
+    db = database(dsn)
+    answers: list[tuple[int, Any]] = []
+    # the activity is read on a session of its own: a transaction sees one snapshot of it
+    with psycopg.connect(dsn) as owner, psycopg.connect(dsn, autocommit=True) as watcher:
+        owner.execute("LOCK TABLE vigil_queue.jobs IN ACCESS EXCLUSIVE MODE")
+        request = threading.Thread(target=lambda: answers.append(submit(server)))
+        request.start()
+        waiting = wait_for(
+            lambda: watcher.execute(
+                "SELECT usename, query FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            ).fetchall(),
+            timeout=30, what="the API's request waiting on the lock",
+        )  # fmt: skip
+        assert [(user, "api_insert_job" in query) for user, query in waiting] == [(api_login_name(db), True)]
+        owner.rollback()
+    request.join(timeout=30)
+    assert answers and answers[0][0] == 201
+
+
 def test_acting_for_a_it_reads_and_changes_none_of_bs_rows(dsn: str, api: ApiQueueStore) -> None:
     owner = QueueStore(dsn)
     theirs = owner.submit_job(one_off(B), now=T0)
@@ -128,7 +158,8 @@ def test_acting_for_a_it_reads_and_changes_none_of_bs_rows(dsn: str, api: ApiQue
         ):
             with pytest.raises(errors.InsufficientPrivilege):
                 connection.execute(API_CALLS[block], params)
-    assert owner.timeline(theirs.execution_id).state.value == "ready"  # type: ignore[union-attr]  # it exists: submitted above
+    untouched = owner.timeline(theirs.execution_id)
+    assert untouched is not None and untouched.state.value == "ready" and untouched.cancelled_by is None
     job = owner.job(theirs.job_id)
     assert job is not None and job.enabled
     # through the store: an id of B's is B's role's business, so A's request cannot reach it by path
@@ -197,7 +228,8 @@ def test_a_namespace_without_a_taskqueue_gets_nothing_and_never_the_owner(dsn: s
     assert api.timeline(stranded) is None
     assert api.cancel(stranded, now=T0, by="alice") is None
     assert api.queue_jobs(C, limit=10).jobs == () and api.queue_breakdown(C, now=T0) == []
-    assert owner.timeline(stranded).state.value == "ready"  # type: ignore[union-attr]  # submitted above
+    left = owner.timeline(stranded)
+    assert left is not None and left.state.value == "ready"
     # when a namespace's last TaskQueue goes, so does its API role, and the API's reach into it
     ours = api.submit_job(one_off(B), now=T0)
     TenantRoles(dsn).remove("team-b")
