@@ -35,6 +35,8 @@ from vigil.queue.roles import (
     worker_dsn,
 )
 from vigil.queue.store import QueueStore
+from vigil.runtime import queue_store
+from vigil.settings import Settings
 
 pytestmark = pytest.mark.postgres
 
@@ -266,3 +268,12 @@ def test_the_login_password_is_the_charts_and_a_second_replica_agrees(dsn: str, 
     with pytest.raises(ValueError, match="needs a password"):
         TenantRoles(dsn).ensure_api_login(password="")
     assert roles_module.API_LOGIN_PREFIX in first
+
+
+def test_the_operator_hands_its_api_the_role_store_whenever_it_has_the_password() -> None:
+    dsn = "host=db dbname=vigil"
+    with_password = Settings.model_validate({"queue": {"dsn": dsn, "apiPassword": "api-pw"}})
+    assert type(queue_store(with_password)) is ApiQueueStore
+    without = Settings.model_validate({"queue": {"dsn": dsn}})
+    roles_off = Settings.model_validate({"queue": {"dsn": dsn, "apiPassword": "pw", "tenantRoles": {"enabled": False}}})
+    assert type(queue_store(without)) is QueueStore and type(queue_store(roles_off)) is QueueStore
