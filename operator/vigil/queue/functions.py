@@ -1,4 +1,4 @@
-"""The workers' statements as functions: the only door a namespace's database role has.
+"""The workers' and the HTTP API's statements as functions: the only doors a namespace's roles have.
 
 A worker never reads or writes a table. Each statement a worker runs (its block in
 `queries.sql`) is installed as a `SECURITY DEFINER` function of the schema's owner,
@@ -27,9 +27,21 @@ A worker never reads or writes a table. Each statement a worker runs (its block 
   names the lease's token, drawn when the lease is taken: an acknowledgement of a lease taken
   since by another attempt (a stale token) changes nothing.
 
+The HTTP API's statements are installed the same way, as `vigil_queue.api_<block>`
+(`API_STATEMENTS`; vigil.queue.apistore calls them), for the API acting as a namespace's *API role*
+(`SET ROLE` from its own login role, which is granted each namespace's API role and no table).
+Their check is `vigil_queue.api_namespace()`: the namespace whose API role the session took, read
+from `current_setting('role')` (inside a SECURITY DEFINER function `current_user` is the owner,
+but the `role` setting is still the caller's, and PostgreSQL lets a session set it only to a role
+its session user was granted). Each API function is confined to that namespace by the queue it
+names, else the queues, else the namespace, else the execution or job ids it is given (each must
+be of a row in that namespace). The API's login role may call only the two `api_login_locate_*`
+functions, which say which queue holds an id.
+
 The functions are replaced whenever the store migrates (`install`), so they always run this
-version's statements. EXECUTE is revoked from PUBLIC; a namespace's role is granted each one
-(`GRANTS`) and USAGE on the schema, nothing else (vigil.queue.roles).
+version's statements. EXECUTE is revoked from PUBLIC; a namespace's role is granted each worker
+function, its API role each API function (`grant_sql`, `api_grant_sql`), and both USAGE on the
+schema, nothing else (vigil.queue.roles).
 """
 
 from __future__ import annotations
