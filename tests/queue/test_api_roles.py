@@ -240,6 +240,12 @@ def test_a_namespace_without_a_taskqueue_gets_nothing_and_never_the_owner(dsn: s
         api.submit_job(one_off(B), now=T0)
 
 
+def test_a_submission_to_a_namespace_without_a_taskqueue_is_404_through_the_http_api(dsn: str) -> None:
+    server = http_api(ApiQueueStore(dsn, password="api-pw", migrate_first=False))
+    status, answer = submit(server)  # namespace shop: no TaskQueue, so no role
+    assert status == 404 and answer["reason"] == "NotFound" and "has no TaskQueue" in answer["detail"]
+
+
 def test_a_namespace_provisioned_after_the_api_started_is_granted_to_it(dsn: str, api: ApiQueueStore) -> None:
     api.submit_job(one_off(A), now=T0)  # the login is made now
     TenantRoles(dsn).ensure("team-c", password="pw-c", limits=RoleLimits())
