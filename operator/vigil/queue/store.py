@@ -3,9 +3,11 @@
 Two faces, because the callers differ:
 
 - `QueueStore` (synchronous) migrates, submits and reads back — what a program
-  that enqueues work, a test or the benchmark needs — and serves the HTTP API
-  (vigil.api.queue): one-off jobs, timelines, cancel and retry, in typed rows of
-  vigil.core.queue, a database that cannot be reached raised as QueueUnavailable.
+  that enqueues work, a test or the benchmark needs — and holds the HTTP API's
+  operations (vigil.api.queue): one-off jobs, timelines, cancel and retry, in typed rows of
+  vigil.core.queue, a database that cannot be reached raised as QueueUnavailable. The
+  operator's API runs them through vigil.queue.apistore.ApiQueueStore, which sends the same
+  blocks as functions, acting as the namespace's API role instead of the owner (`_acting`).
 - `WorkerStore` (asynchronous, on one autocommit connection the worker owns:
   a single statement needs no BEGIN/COMMIT round trips, and a settlement's
   statements go in one pipelined transaction) leases a
