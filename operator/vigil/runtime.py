@@ -235,14 +235,26 @@ def _namespaces(names: list[str] | None) -> frozenset[str] | None:
 
 
 def queue_store(settings: Settings) -> JobStore | None:
-    """The volume tier's store (None: `queue.dsn` is empty, the tier is off). Imported only
-    then: psycopg is the `postgres` extra's. It migrates at its first use, not at start, so
+    """The HTTP API's volume tier store (None: `queue.dsn` is empty, the tier is off): acting as each
+    namespace's API role (vigil.queue.apistore) when tenant roles are on and the API has its
+    password, else the owner's QueueStore. Imported only then: psycopg is the `postgres` extra's. It migrates at its first use, not at start, so
     the operator starts while the database is down and the routes answer 503 meanwhile."""
     if not settings.queue.dsn:
         return None
+    queue = settings.queue
+    if queue.tenant_roles.enabled and queue.api_password:
+        from vigil.queue.apistore import (
+            ApiQueueStore,  # its own login role, a namespace's role per request
+        )
+
+        return ApiQueueStore(queue.dsn, password=queue.api_password, migrate_first=True, shards=queue.shards)
     from vigil.queue.store import QueueStore
 
-    return QueueStore(settings.queue.dsn, migrate_first=True, shards=settings.queue.shards)
+    log.warning(
+        "the queue API reaches the store as the queue DSN's owner: give it its own role with "
+        "queue.tenantRoles.enabled and VIGIL_QUEUE_API_PASSWORD (the chart does)"
+    )
+    return QueueStore(queue.dsn, migrate_first=True, shards=queue.shards)
 
 
 AUTH_CACHE_ENTRIES = 4096  # distinct tokens and decisions remembered; the oldest go first
