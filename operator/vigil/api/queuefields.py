@@ -6,11 +6,12 @@ payload templates go through vigil.core.jsonvalues, the check every door of the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from vigil.api.bodies import field_name, read_json
+from vigil.api.bodies import field_name, read_json, unechoed
 from vigil.api.queuebase import (
     MAX_ATTEMPTS_LIMIT,
     MAX_PAYLOAD_BYTES,
@@ -84,14 +85,24 @@ def recurring_job(data: Mapping[str, Any], *, namespace: str, name: str, tenant:
     except ValueError as error:
         if isinstance(error, Invalid):
             raise
-        raise recurring_invalid(error) from None
+        raise recurring_invalid(error, data) from None
 
 
-def recurring_invalid(error: ValueError) -> Invalid:
-    """A recurring job's "field: why" as the request names the field."""
+def recurring_invalid(error: ValueError, data: Mapping[str, Any] | None = None) -> Invalid:
+    """A recurring job's "field: why" as the request names the field, and with nothing the
+    request sent in `why` (the core's cron, time zone and template errors quote what they read:
+    bodies.unechoed)."""
     field, _, why = str(error).partition(": ")
     head, dot, rest = field.partition(".")
-    return Invalid(RECURRING_NAMES.get(head, head) + dot + rest, why)
+    named = RECURRING_NAMES.get(head, head)
+    return Invalid(named + dot + rest, unechoed(why, sent_text(data.get(named)) if data is not None else ""))
+
+
+def sent_text(value: Any) -> str:
+    """What a field of the request holds, as the text a parser may have quoted from it."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else ""
 
 
 def _interval(value: Any) -> timedelta | None:

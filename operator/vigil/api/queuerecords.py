@@ -8,11 +8,15 @@ Within its queue (the right-hand paths), the caller is authorised on that queue 
 is read at all: a caller without the verb there is 403 and the store is never asked. A record
 that is not of that queue is 404, so nothing of another queue is learnt.
 
-By id alone, the id names no namespace, so the record is read to learn its TaskQueue and the
-caller is authorised on that queue before anything of it is answered or changed; an id that
-exists nowhere the caller may act is 403, like one in another namespace (QueueContext.visible).
-The store is read before the caller is authorised there: programs that know their queue (the
-Python client and the CLI do) should use the paths within it.
+By id alone, the id names no queue, so the caller is authorised before the store is read on
+what does not need the record: the verb on the executions of every TaskQueue in every
+namespace, or, for a ServiceAccount, of every TaskQueue in its own namespace (what the chart's
+aggregated -edit and -view roles grant where they are bound). The store is then read, and a
+record of another namespace is refused. Anyone else (a RoleBinding naming one TaskQueue, a user
+who is not a ServiceAccount) is 403 with the store never asked, and acts within the queue, as
+`vigil.client` does when given `queue=` and `kubectl vigil queue retry` always does. An id that
+exists nowhere the caller may act is 403, like one in another namespace
+(QueueContext.by_id).
 """
 
 from __future__ import annotations
@@ -76,10 +80,11 @@ def target(path: str, by_id: re.Pattern[str], in_queue: re.Pattern[str]) -> Targ
 def record(
     ctx: QueueContext, user: User, verb: str, kind: str, where: Target, read: Callable[[], Record | None]
 ) -> Record:
-    """The record `where` names if `user` may `verb` its queue; else Refused. Within a queue the
-    caller is authorised before `read` is called; by id alone after (QueueContext.visible)."""
+    """The record `where` names if `user` may `verb` its queue; else Refused. The caller is
+    authorised before `read` is called: on the queue named, or by id alone as QueueContext.by_id
+    says."""
     if where.queue is None:
-        return ctx.visible(user, verb, kind, where.ident, read())
+        return ctx.by_id(user, verb, kind, where.ident, read)
     namespace, name = where.queue
     access = executions_access(verb, namespace, name)
     if not ctx.allowed(user, access):

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from vigil.api.bodies import unechoed
 from vigil.api.problems import Answer, json_answer, problem
 from vigil.api.queuebase import (
     FORBIDDEN,
@@ -87,7 +88,7 @@ def _submit_recurring(
     except Invalid as error:
         return invalid(error)
     except ValueError as error:  # the catalogue's own last check: a cron with no occurrence ahead
-        return invalid(recurring_invalid(error))
+        return invalid(recurring_invalid(error, data))
     if added.created:
         log.info("queue API: %s catalogued recurring job %s on %s", user.name, added.job_id, job.queue)
     return json_answer(201 if added.created else 200, {"jobId": added.job_id, "nextRun": time_of(added.next_run)})
@@ -102,7 +103,8 @@ def _tenant(ctx: QueueContext, user: User, named: str | None, *, namespace: str,
         if ctx.allowed(user, taskqueue_access("update", namespace, name)):
             return refused.named
         raise Refused(problem(
-            403, f"{user.name} may not submit to {namespace}/{name} as {refused}: a tenant is who the caller "
+            403, f"{user.name} may not submit to {namespace}/{name} as {unechoed(str(refused), refused.named)}: a "
+            "tenant is who the caller "
             "is (its namespace, or a tenant the TaskQueue binds to it in spec.tenants.bindings)",
             FORBIDDEN, field="tenant",
         )) from None  # fmt: skip
