@@ -293,6 +293,8 @@ def retry_one(client: Client, namespace: str, name: str, execution_id: str) -> s
     except ApiError as error:
         if _fatal(error):
             raise Refused(refusal(error, client.base_url)) from None
+        if error.status == 404 and error.reason == "NotFound":
+            return f"it is not in taskqueue {namespace}/{name}"
         return " ".join(error.message.split())[:MESSAGE_MAX]
     return None
 
