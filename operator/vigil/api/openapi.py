@@ -405,11 +405,33 @@ BEARER_SCHEME = {
 }
 
 
+#: Who may read an execution by id alone, and what is asked before the history database.
+EXECUTION_BY_ID = (
+    "Needs `get` on `executions.vigil.dev` (that name) in its namespace. The namespaces tried are learnt "
+    "without the history database: those holding an Execution of that id (the operator's memory, or the API "
+    "server), then the caller's own ServiceAccount's; a caller who may get executions in every namespace is "
+    "served whatever the history holds. Anyone else is 403 with the database never asked, whether the id "
+    "exists elsewhere or nowhere: an execution that retention deleted is read at "
+    "/namespaces/{namespace}/executions/{id}."
+)
+#: Who may act on a queue's job or execution by id alone, before the queue store is read.
+QUEUE_BY_ID = (
+    "By id alone the queue is not known, so before the store is read the caller must hold the verb on "
+    "`taskqueues/executions` in every namespace, or be a ServiceAccount holding it on every TaskQueue of its "
+    "own namespace (a record of another namespace is then 403). Anyone else is 403 with the store never asked, "
+    "whether the id exists elsewhere or nowhere, and acts within the queue: "
+    "/v1/namespaces/{namespace}/taskqueues/{queue}/..."
+)
+
+
 def _op(
     summary: str, ok: Success, errors: tuple[int, ...], *,
     params: list[dict[str, Any]] | None = None, body: dict[str, Any] | None = None, open_: bool = False,
+    description: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     operation: dict[str, Any] = {"summary": summary, "responses": _responses(ok, errors)}
+    if description is not None:
+        operation["description"] = description
     if params:
         operation["parameters"] = params
     if body is not None:
@@ -434,7 +456,7 @@ def _paths() -> dict[str, Any]:
         "/leader": {"get": _op("The identity holding the trigger Lease.", {200: ("Its identity.", None)}, GUARDED)},
         "/executions/{id}": {"get": _op(
             "An Execution and its history rows, in whichever namespace the caller may read it.",
-            {200: ("The execution.", ExecutionAnswer)}, GUARDED, params=[EXECUTION])},
+            {200: ("The execution.", ExecutionAnswer)}, GUARDED, params=[EXECUTION], description=EXECUTION_BY_ID)},
         "/namespaces/{namespace}/executions/{id}": {"get": _op(
             "An Execution and its history rows in a namespace.",
             {200: ("The execution.", ExecutionAnswer)}, GUARDED, params=[NS, EXECUTION])},
@@ -455,9 +477,10 @@ def _paths() -> dict[str, Any]:
             "Submit a one-off job, or a recurring one (with `cron`).",
             {200: ("Already submitted (same idempotency key).", SUBMITTED), 201: ("Submitted.", SUBMITTED)},
             (*v1, 429), body=_json_body({"oneOf": [_ref(OneOffSubmission), _ref(RecurringSubmission)]}, required=True))},
-        "/v1/jobs/{id}": _job_ops([JOB_ID], v1),
+        "/v1/jobs/{id}": _job_ops([JOB_ID], v1, description=QUEUE_BY_ID),
         "/v1/namespaces/{namespace}/taskqueues/{queue}/jobs/{id}": _job_ops([NS, QUEUE, JOB_ID], v1),
-        "/v1/executions/{id}": {"get": _op("An execution's timeline.", execution, v1, params=[EXECUTION_ID])},
+        "/v1/executions/{id}": {"get": _op("An execution's timeline.", execution, v1, params=[EXECUTION_ID],
+                                           description=QUEUE_BY_ID)},
         "/v1/namespaces/{namespace}/taskqueues/{queue}/executions/{id}": {"get": _op(
             "An execution's timeline, within its queue.", execution, v1, params=[NS, QUEUE, EXECUTION_ID])},
         "/v1/namespaces/{namespace}/taskqueues/{queue}/jobs": {"get": _op(
@@ -474,7 +497,8 @@ def _paths() -> dict[str, Any]:
                          ("retry", "A dead or cancelled execution runs again, same id.")):  # fmt: skip
         for prefix, params in (("/v1", [EXECUTION_ID]), ("/v1/namespaces/{namespace}/taskqueues/{queue}", [NS, QUEUE, EXECUTION_ID])):
             paths[f"{prefix}/executions/{{id}}/{action}"] = {
-                "post": _op(what, execution, (*v1, 409), params=params, body=act_body)
+                "post": _op(what, execution, (*v1, 409), params=params, body=act_body,
+                            description=QUEUE_BY_ID if prefix == "/v1" else None)
             }
     token = {"name": "token", "in": "path", "required": True, "description": "The token the approval notice carries.",
              "schema": {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "^[^/]+$"}}  # fmt: skip
@@ -486,11 +510,12 @@ def _paths() -> dict[str, Any]:
     return paths
 
 
-def _job_ops(params: list[dict[str, Any]], errors: tuple[int, ...]) -> dict[str, Any]:
+def _job_ops(params: list[dict[str, Any]], errors: tuple[int, ...], *, description: str | None = None) -> dict[str, Any]:
     return {
-        "get": _op("The job and its newest executions.", {200: ("The job.", JobAnswer)}, errors, params=params),
+        "get": _op("The job and its newest executions.", {200: ("The job.", JobAnswer)}, errors, params=params,
+                   description=description),
         "delete": _op("Disable the job; cancel what of it has not finished.", {200: ("The job.", JobAnswer)},
-                      errors, params=params),
+                      errors, params=params, description=description),
     }  # fmt: skip
 
 
