@@ -1,9 +1,10 @@
 """The HTTP API's published contract: an OpenAPI 3.1 document generated from pydantic models.
 
-The routes read their bodies and write their answers by hand (vigil.api.queuefields,
-vigil.api.queueshapes, ...), because their error messages name one field and one rule and are
-asserted by tests. The models here describe the same shapes: every request body and every
-answer, and the one problem+json error shape (vigil.api.problems). The suite holds them to the
+The request bodies' models are the ones that validate them (vigil.api.bodymodels: the approval
+decision, a submission of either kind, a cancel's or retry's empty body), so the document cannot
+say one thing and the routes check another. The answers are written by hand
+(vigil.api.queueshapes, ...); the models here describe them, and the one problem+json error
+shape (vigil.api.problems). The suite holds them to the
 code both ways: the committed document equals this one (tests/unit/test_api_openapi.py), the
 answers the routes give conform to it, and schemathesis fuzzes the real application from it
 (tests/integration/test_api_fuzz.py).
@@ -18,19 +19,24 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from vigil.api.approvals import BY_MAX_LENGTH, REASON_MAX_LENGTH
-from vigil.api.queuebase import ID, MAX_ATTEMPTS_LIMIT, SMALLINT, TEXT_MAX_LENGTH
+from vigil.api.bodymodels import (
+    NAMESPACE_PATTERN,
+    QUEUE_PATTERN,
+    ActionBody,
+    ApprovalBody,
+    OneOffSubmission,
+    RecurringSubmission,
+)
+from vigil.api.queuebase import ID
 from vigil.api.router import OPENAPI_PATH
 from vigil.core.queue import QUEUE_PAGE_DEFAULT, QUEUE_PAGE_MAX
 
 API_VERSION = "v1"
-NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-QUEUE_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 ID_PATTERN = rf"^{ID}$"
 HISTORY_PAGE_MAX = 500
@@ -147,11 +153,6 @@ class LogTailAnswer(_Answer):
 # --- the approval callback ---------------------------------------------------------------
 
 
-class ApprovalBody(_Body):
-    by: str = Field(default="", max_length=BY_MAX_LENGTH, description="The token's approver (the only one it may be).")
-    reason: str = Field(default="", max_length=REASON_MAX_LENGTH)
-
-
 class ApprovalDecision(_Answer):
     namespace: str
     workflow: str
@@ -165,40 +166,6 @@ class ApprovalDecision(_Answer):
 
 
 # --- the volume tier ---------------------------------------------------------------------
-
-Priority = Annotated[int, Field(ge=SMALLINT[0], le=SMALLINT[1])] | Literal["high", "normal", "low"]
-Text = Field(min_length=1, max_length=TEXT_MAX_LENGTH)
-
-
-class OneOffSubmission(_Body):
-    namespace: str = Field(pattern=NAMESPACE_PATTERN)
-    queue: str = Field(pattern=QUEUE_PATTERN)
-    task: str = Text
-    payload: dict[str, Any] = Field(default_factory=dict, description="A JSON object, at most 32 KiB compact.")
-    runAt: str | None = Field(default=None, description="RFC 3339; default now.")
-    priority: Priority = "normal"
-    maxAttempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
-    idempotencyKey: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-    tenant: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-
-
-class RecurringSubmission(_Body):
-    namespace: str = Field(pattern=NAMESPACE_PATTERN)
-    queue: str = Field(pattern=QUEUE_PATTERN)
-    task: str = Text
-    cron: str = Text
-    timezone: str = Field(default="UTC", min_length=1, max_length=TEXT_MAX_LENGTH)
-    payloadTemplate: dict[str, Any] = Field(default_factory=dict, description="Rendered for each occurrence.")
-    expectedMaxInterval: str | None = Field(default=None, description="A duration: 26h, 90s.")
-    priority: Priority = "normal"
-    maxAttempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
-    idempotencyKey: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-    tenant: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-
-
-class ActionBody(_Body):
-    """A cancel's or retry's body: nothing (an empty object, or none)."""
-
 
 class Submitted(_Answer):
     jobId: str

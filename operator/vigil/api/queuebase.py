@@ -63,12 +63,9 @@ PAGE_PARAMETERS = frozenset({"limit", "continue"})
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 #: A TaskQueue's name: a DNS subdomain, as every object's name.
 QUEUE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-TEXT_MAX_LENGTH = 253  # task, tenant and idempotency key: as long as an object name
 #: Largest payload, as compact JSON: executions are rows, not blobs (the request itself is
 #: capped by vigil.api.transport.Limits.max_request_bytes, 64 KiB by default).
 MAX_PAYLOAD_BYTES = jsonvalues.MAX_PAYLOAD_BYTES
-MAX_ATTEMPTS_LIMIT = 1000
-SMALLINT = (-32768, 32767)
 #: Named priorities: lower runs first, and a number may be given instead.
 PRIORITIES = {"high": -10, "normal": 0, "low": 10}
 #: How far in the past a runAt may be: the declarative tier's default catch-up window. Older

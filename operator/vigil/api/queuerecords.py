@@ -26,6 +26,8 @@ import logging
 import re
 from collections.abc import Callable
 
+from vigil.api.bodies import read_json
+from vigil.api.bodymodels import ActionBody, BodyInvalid, validated
 from vigil.api.problems import Answer, json_answer, problem
 from vigil.api.queuebase import (
     CONFLICT,
@@ -51,6 +53,7 @@ from vigil.api.queueshapes import (
     job_to_json,
 )
 from vigil.core.access import User
+from vigil.core.jsonvalues import UnsafeValue
 from vigil.core.queue import queue_key
 
 log = logging.getLogger(__name__)
@@ -119,8 +122,11 @@ def get_execution(ctx: QueueContext, store: JobStore, user: User, path: str, raw
 def act(ctx: QueueContext, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
     where = target(path, EXECUTION_ACTION_PATH, QUEUE_EXECUTION_ACTION_PATH)
     execution_id, action = where.ident, where.action
-    if raw.strip() not in (b"", b"{}"):
-        return invalid(Invalid("body", f"{action} takes no body (or an empty JSON object)"))
+    if raw.strip():
+        try:
+            validated(ActionBody, read_json(raw, field="body"))  # the document's body: an empty object
+        except (BodyInvalid, UnsafeValue):
+            return invalid(Invalid("body", f"{action} takes no body (or an empty JSON object)"))
     found = record(ctx, user, "update", "execution", where, lambda: store.timeline(execution_id))
     now = ctx.clock.now()
     if action == "cancel":
