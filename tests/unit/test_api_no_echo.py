@@ -19,12 +19,12 @@ import pytest
 
 from tests.unit.test_api_problems import (
     MARKER,
-    FakeWorkflows,
     RecordingStore,
     assert_problem,
     call,
     running,
 )
+from tests.unit.test_httpapi import FakeWorkflows
 from vigil.api.bodies import WHAT_WAS_SENT, unechoed
 
 __all__ = ["running"]
