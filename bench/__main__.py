@@ -51,8 +51,10 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
    jobs catalogued in a fresh database each, the large beside the small.
 16. **hostile** — 50 hostile payload templates of every kind beside a canary job (bench/hostile.py):
    the operator's peak RSS beside the same run without them, and the canary's fire lag p99.
-
-17. **api** — the HTTP API (bench/api.py, issue 37): `GET` of an execution's timeline, p99 at
+17. **console** — the web console's Jobs page with `--console-jobs` (1,000) jobs in a namespace
+   (bench/console.py): first render and median server time, bytes transferred (gzip) with and
+   without its static files, beside the 300 ms and 200 KiB targets; needs no cluster.
+18. **api** — the HTTP API (bench/api.py, issue 37): `GET` of an execution's timeline, p99 at
    `--api-rate` (200) requests/s over keep-alive connections, beside the history query's own
    p99 (needs no cluster); then the operator's RSS at the `rss` section's sizes with the API
    serving that rate, beside the same load with the API off (bench/apirss.py).
@@ -82,6 +84,7 @@ from kubernetes import client
 from bench import api as api_bench
 from bench import apirss as api_rss_bench
 from bench import backlog as backlog_bench
+from bench import console as console_bench
 from bench import history as history_bench
 from bench import hostile as hostile_bench
 from bench import onboarding as onboarding_bench
@@ -135,7 +138,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
     "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
-    "backlog", "queuetrigger", "queuerss", "hostile", "api",
+    "backlog", "queuetrigger", "queuerss", "hostile", "console", "api",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -536,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds after the fire time to wait for every pod (default 600); later counts as longer")  # fmt: skip
     parser.add_argument("--executions", type=int, default=300)
     parser.add_argument("--history-records", type=int, default=20_000)
+    parser.add_argument("--console-jobs", type=int, default=console_bench.DEFAULT_JOBS, help="jobs on the console's Jobs page")
     parser.add_argument("--workflows", type=int, default=50, help="10-step workflows of the workflows section")
     parser.add_argument("--resume", type=int, default=1000, help="waiting workflows of the resume section")
     parser.add_argument("--onboard", type=int, default=10_000, help="new ScheduledJobs of the onboarding section")
@@ -641,6 +645,10 @@ def main(argv: list[str] | None = None) -> int:
     if "history" in chosen:
         print()
         history_bench.main(["--records", str(args.history_records)])
+
+    if "console" in chosen:
+        print()
+        console_bench.main(["--jobs", str(args.console_jobs)])
 
     if "onboarding" in chosen:
         for waiting in (False, True):

@@ -17,11 +17,10 @@ fresh database on one PostgreSQL server (Debian's, default durability), and:
    leasing at that depth, with 950,000 still queued behind it, which is the case in question.
 
 The systems: Vigil's `vigil worker` (bench/queue.py's no-op task, `--concurrency/--batch` 10);
-pgqueuer's `QueueManager` (psycopg driver, batch 10); and the **floor**, the least a correct
-at-least-once PostgreSQL queue does: plain psycopg processes that lease 10 rows with
-`FOR UPDATE SKIP LOCKED` (one UPDATE ... RETURNING) and acknowledge the batch (one UPDATE),
-on a table of id, state, payload and lease deadline. The floor is the reference for what this
-server allows; pgqueuer is the peer. Before the workers start, Vigil's lease statement is
+pgqueuer's `QueueManager` (psycopg driver, batch 10); and the **floor** (bench/queuefloor.py),
+the least a correct at-least-once PostgreSQL queue does: plain psycopg processes that lease 10
+rows with `FOR UPDATE SKIP LOCKED` and acknowledge the batch. The floor is the reference for
+what this server allows; pgqueuer is the peer. Before the workers start, Vigil's lease statement is
 explained on a connection with the server's default settings (JIT on, as a DBA may leave it):
 its estimated cost beside `jit_above_cost`, whether JIT compiled it, and its time per leased
 execution, so a plan whose cost grows with N shows here.
@@ -33,7 +32,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -48,18 +46,9 @@ import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from bench.queue import (
-    POLL_SECONDS,
-    QUEUE,
-    READY_LINE,
-    WORKER_SLOTS,
-    count,
-    spawn_peer,
-    spawn_process,
-    spawn_vigil,
-    stop_all,
-    wait_ready,
-)
+from bench import queuefloor
+from bench.queue import QUEUE, count, spawn_peer, spawn_vigil, stop_all, wait_ready
+from bench.queuefloor import FILL_BATCH, POLL_SECONDS, READY_LINE, WORKER_SLOTS
 from bench.reporting import Completion, Row, rate, ratio
 from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
 from vigil.queue.queries import QUERIES
@@ -68,7 +57,6 @@ from vigil.queue.store import QueueStore, Submission
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
 DEFAULT_WORKERS = (1, 4)
 DEFAULT_WINDOW = 50_000  # executions timed at each depth: about 15 s at one process here
-FILL_BATCH = 5_000  # submitted per statement while filling
 DEADLINE_S = 300.0
 JIT_ABOVE_COST = 100_000.0  # PostgreSQL's default; a plan estimated above it is JIT-compiled
 LEASE_EXPLAINS = 5  # the lease explained this many times; the median is printed
@@ -122,63 +110,12 @@ def fill_peer(dsn: str, n: int) -> None:
     asyncio.run(fill())
 
 
-FLOOR_SCHEMA = """
-CREATE TABLE floor_jobs (
-    id bigserial PRIMARY KEY,
-    state text NOT NULL DEFAULT 'ready',
-    payload jsonb NOT NULL,
-    lease_expires_at timestamptz
-);
-CREATE INDEX floor_jobs_ready ON floor_jobs (id) WHERE state = 'ready';
-"""
-FLOOR_LEASE = """
-UPDATE floor_jobs SET state = 'leased', lease_expires_at = now() + interval '5 seconds'
-WHERE id IN (SELECT id FROM floor_jobs WHERE state = 'ready' ORDER BY id LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-RETURNING id, payload
-"""
-FLOOR_ACK = "UPDATE floor_jobs SET state = 'done', lease_expires_at = NULL WHERE id = ANY(%(ids)s) AND state = 'leased'"
-
-
-def fill_floor(dsn: str, n: int) -> None:
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(FLOOR_SCHEMA)
-        for start in range(0, n, FILL_BATCH):
-            size = min(FILL_BATCH, n - start)
-            connection.execute("INSERT INTO floor_jobs (payload) SELECT %(p)s FROM generate_series(1, %(n)s)",
-                               {"p": Jsonb({}), "n": size})  # fmt: skip
-
-
-def spawn_floor(dsn: str, log: Path) -> subprocess.Popen[bytes]:
-    return spawn_process([sys.executable, "-m", "bench.backlog", "floor-worker", "--dsn", dsn], log)
-
-
-def floor_worker(dsn: str) -> None:
-    """One floor process: lease 10, acknowledge them, until SIGTERM."""
-    stop = False
-
-    def halt(*_: Any) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, halt)
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute(FLOOR_LEASE, {"limit": 0})  # connected and planned
-        print(READY_LINE, flush=True)
-        while not stop:
-            ids = [row[0] for row in connection.execute(FLOOR_LEASE, {"limit": WORKER_SLOTS}).fetchall()]
-            if ids:
-                connection.execute(FLOOR_ACK, {"ids": ids})
-            else:
-                time.sleep(POLL_SECONDS)  # an empty queue: the floor polls like the others
-
-
 SYSTEMS = (
     System("vigil", fill_vigil, spawn_vigil, "tasks noop",
            "SELECT count(*) FROM vigil_queue.executions WHERE state = 'succeeded'", ("vigil_queue", "executions")),
     System("pgqueuer", fill_peer, spawn_peer, READY_LINE,
            "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'", ("pgqueuer",)),
-    System("floor", fill_floor, spawn_floor, READY_LINE,
-           "SELECT count(*) FROM floor_jobs WHERE state = 'done'", ("floor_jobs",)),
+    System("floor", queuefloor.fill, queuefloor.spawn, READY_LINE, queuefloor.DONE, ("floor_jobs",)),
 )  # fmt: skip
 
 
@@ -333,17 +270,12 @@ def _ratio(ours: Completion, theirs: Completion) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.backlog", description=__doc__.split("\n")[0])
-    parser.add_argument("mode", nargs="?", default="measure", choices=["measure", "floor-worker"])
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)), help="queue depths, comma-separated")
     parser.add_argument("--workers", default=",".join(map(str, DEFAULT_WORKERS)), help="process counts, comma-separated")
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="executions timed at each depth")
     parser.add_argument("--catalogue", type=int, default=DEFAULT_CATALOGUE,
                         help="daily jobs catalogued to explain the trigger's and watchdog's statements (0: none)")  # fmt: skip
-    parser.add_argument("--dsn", help="floor-worker mode: the database")
     args = parser.parse_args(argv)
-    if args.mode == "floor-worker":
-        floor_worker(args.dsn)
-        return 0
     from bench.reporting import table
 
     rows = run(tuple(int(n) for n in args.sizes.split(",")), tuple(int(n) for n in args.workers.split(",")),

@@ -16,6 +16,11 @@ driver, `batch_size` WORKER_SLOTS) running an async no-op entrypoint; done is
 N `successful` rows in its log table (aggregation off, so none move away).
 Both are asked "how many done?" by the same poller, every POLL_SECONDS.
 
+The **SQL floor** (bench/queuefloor.py: plain processes leasing a batch with `FOR UPDATE SKIP
+LOCKED` and acknowledging it) is streamed into the same way, as the reference for what this
+server allows. The server keeps `pg_stat_statements`, so each system's PostgreSQL statement time
+per execution is printed too: what decides how many executions one PostgreSQL core can serve.
+
 Then, at the largest process count, Vigil twice more on a namespace's queue: its workers logged in
 as the owner, then as the namespace's own role (vigil.queue.roles, as the chart's workers are),
 whose ratio is what the role's functions and checks cost.
@@ -30,38 +35,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, LiteralString
 
 import psycopg
 
+from bench import queuefloor
+from bench.queuefloor import POLL_SECONDS, READY_LINE, WORKER_SLOTS, spawn_process
 from bench.reporting import Completion, Row, rate, ratio, table
 from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
 from vigil.queue.roles import TenantRoles
 from vigil.queue.store import QueueStore, Submission
 from vigil.worker import Context, task
 
-ROOT = Path(__file__).resolve().parents[1]
 QUEUE = "bench"
 ROLES_QUEUE = "bench/roles"  # a namespace's queue: its role may use it
 DEFAULT_EXECUTIONS = 50_000  # about 15 s per measurement here: 20,000 (5 s) left ratios at 4 processes swinging 0.76x-1.08x
 DEFAULT_WORKERS = (1, 2, 4)
 SUBMIT_BATCH = 500
-WORKER_SLOTS = 10  # executions a worker process runs at once, and leases per round trip (both)
 HEARTBEAT_SECONDS = 1.0
 LEASE_SECONDS = 5.0
-POLL_SECONDS = 0.05
 READY_TIMEOUT_S = 60.0
 DEADLINE_S = 600.0
-READY_LINE = "bench worker ready"
 
 
 @task("noop")
@@ -81,12 +84,6 @@ def spawn_vigil(dsn: str, log: Path, *, queue: str = QUEUE) -> subprocess.Popen[
 
 def spawn_peer(dsn: str, log: Path) -> subprocess.Popen[bytes]:
     return spawn_process([sys.executable, "-m", "bench.queue", "peer-worker", "--dsn", dsn], log)
-
-
-def spawn_process(command: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'operator'}:{ROOT}"}
-    with log.open("ab") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
 
 
 async def peer_worker(dsn: str) -> None:
@@ -168,9 +165,23 @@ def count(connection: psycopg.Connection[Any], query: LiteralString) -> int:
     return int(row[0])
 
 
+@dataclass(frozen=True)
+class Run:
+    """One system's run: its completion, and PostgreSQL's statement time per execution done (ms)."""
+
+    done: Completion
+    statement_ms: float
+
+
+def timed(dsn: str, run: Callable[[], Completion]) -> Run:
+    queuefloor.track_statements(dsn)
+    done = run()
+    return Run(done, queuefloor.statement_ms(dsn) / max(1, done.finished))
+
+
 def vigil_run(
     server: PostgresServer, workers: int, executions: int, logs: Path, *, queue: str = QUEUE, own_role: bool = False
-) -> Completion:
+) -> Run:
     """`own_role`: the workers log in as the queue's namespace's role (vigil.queue.roles), as the
     chart's workers do, instead of the owner."""
     dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
@@ -189,11 +200,11 @@ def vigil_run(
         def spawn(_: str, log: Path) -> subprocess.Popen[bytes]:
             return spawn_vigil(workers_dsn, log, queue=queue)
 
-        return measure(dsn, workers, executions, spawn=spawn, marker="tasks noop",
-                       submit=submit, done=done, logs=logs)  # fmt: skip
+        return timed(dsn, lambda: measure(dsn, workers, executions, spawn=spawn, marker="tasks noop",
+                                          submit=submit, done=done, logs=logs))  # fmt: skip
 
 
-def peer_run(server: PostgresServer, workers: int, executions: int, logs: Path) -> Completion:
+def peer_run(server: PostgresServer, workers: int, executions: int, logs: Path) -> Run:
     from pgqueuer import PsycopgDriver, Queries
 
     dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
@@ -216,8 +227,22 @@ def peer_run(server: PostgresServer, workers: int, executions: int, logs: Path) 
         def done() -> int:
             return count(poller, "SELECT count(*) FROM pgqueuer_log WHERE status = 'successful'")
 
-        return measure(dsn, workers, executions, spawn=spawn_peer, marker=READY_LINE,
-                       submit=submit, done=done, logs=logs)  # fmt: skip
+        return timed(dsn, lambda: measure(dsn, workers, executions, spawn=spawn_peer, marker=READY_LINE,
+                                          submit=submit, done=done, logs=logs))  # fmt: skip
+
+
+def floor_run(server: PostgresServer, workers: int, executions: int, logs: Path) -> Run:
+    """The SQL floor (bench.queuefloor) streamed into the same way: its processes started, then the
+    rows submitted in batches of SUBMIT_BATCH."""
+    dsn = server.conninfo(server.create_database().rsplit("/", 1)[1])
+    queuefloor.install(dsn)
+    with psycopg.connect(dsn, autocommit=True) as poller:
+
+        def done() -> int:
+            return count(poller, queuefloor.DONE)
+
+        return timed(dsn, lambda: measure(dsn, workers, executions, spawn=queuefloor.spawn, marker=READY_LINE,
+                                          submit=lambda n: queuefloor.submit(dsn, n), done=done, logs=logs))  # fmt: skip
 
 
 # -- the section -------------------------------------------------------------------------------
@@ -227,8 +252,8 @@ def roles_row(server: PostgresServer, workers: int, executions: int, logs: Path)
     """The same workers as the namespace's own role beside the owner: what the functions cost."""
     (logs / "owner").mkdir(parents=True)
     (logs / "role").mkdir()
-    owner = vigil_run(server, workers, executions, logs / "owner", queue=ROLES_QUEUE)
-    role = vigil_run(server, workers, executions, logs / "role", queue=ROLES_QUEUE, own_role=True)
+    owner = vigil_run(server, workers, executions, logs / "owner", queue=ROLES_QUEUE).done
+    role = vigil_run(server, workers, executions, logs / "role", queue=ROLES_QUEUE, own_role=True).done
     r = ratio(role.rate, owner.rate) if role.complete and owner.complete else "n/a (censored)"
     print(f"  {workers} worker(s) as the namespace's role: {rate(role, 'executions')}; "
           f"as the owner {rate(owner, 'executions')}; ratio {r}")  # fmt: skip
@@ -238,6 +263,24 @@ def roles_row(server: PostgresServer, workers: int, executions: int, logs: Path)
 
 
 
+def queue_rows(workers: int, ours: Run, theirs: Run, floor: Run) -> list[Row]:
+    """Vigil beside pgqueuer and beside the SQL floor, and its statement time beside theirs."""
+    return [
+        Row(f"queue: executions/s end to end, {workers} worker process(es)", rate(ours.done, "executions"),
+            reference=f"pgqueuer {rate(theirs.done, 'executions')}", ratio=_ratio(ours.done, theirs.done),
+            target=">= 1.5x"),
+        Row("  same, beside the SQL floor", "", reference=f"floor {rate(floor.done, 'executions')}",
+            ratio=_ratio(ours.done, floor.done), target=">= 0.5x"),
+        Row("  PostgreSQL statement time per execution", f"{ours.statement_ms:.3f} ms",
+            reference=f"floor {floor.statement_ms:.3f} ms; pgqueuer {theirs.statement_ms:.3f} ms",
+            ratio=ratio(ours.statement_ms, floor.statement_ms) if floor.statement_ms else "n/a", target="<= 0.1 ms"),
+    ]  # fmt: skip
+
+
+def _ratio(ours: Completion, theirs: Completion) -> str:
+    return ratio(ours.rate, theirs.rate) if ours.complete and theirs.complete else "n/a (censored)"
+
+
 def run(executions: int, worker_counts: tuple[int, ...]) -> list[Row]:
     """Measure both systems at each worker count; print as it goes; return the summary rows."""
     import pgqueuer
@@ -245,21 +288,21 @@ def run(executions: int, worker_counts: tuple[int, ...]) -> list[Row]:
     print(f"## queue: {executions} no-op executions end to end, Vigil vs pgqueuer {pgqueuer.__version__}, "
           f"same PostgreSQL (durable), worker processes {', '.join(map(str, worker_counts))}")  # fmt: skip
     rows: list[Row] = []
-    server = PostgresServer.create(settings=DURABLE_SETTINGS)
+    server = PostgresServer.create(settings={**DURABLE_SETTINGS, **queuefloor.STATEMENT_STATS})
     try:
         with tempfile.TemporaryDirectory(prefix="vigil-bench-queue-") as tmp:
             for index, workers in enumerate(worker_counts):
                 logs = Path(tmp) / f"{index}-{workers}"
-                (logs / "vigil").mkdir(parents=True)
-                (logs / "peer").mkdir()
+                for system in ("vigil", "peer", "floor"):
+                    (logs / system).mkdir(parents=True)
                 ours = vigil_run(server, workers, executions, logs / "vigil")
                 theirs = peer_run(server, workers, executions, logs / "peer")
-                r = ratio(ours.rate, theirs.rate) if ours.complete and theirs.complete else "n/a (censored)"
-                print(f"  {workers} worker(s): vigil {rate(ours, 'executions')}; "
-                      f"pgqueuer {rate(theirs, 'executions')}; ratio {r}")  # fmt: skip
-                rows.append(Row(f"queue: executions/s end to end, {workers} worker process(es)",
-                                rate(ours, "executions"), reference=f"pgqueuer {rate(theirs, 'executions')}",
-                                ratio=r, target=">= 1.0x"))  # fmt: skip
+                floor = floor_run(server, workers, executions, logs / "floor")
+                print(f"  {workers} worker(s): vigil {rate(ours.done, 'executions')}, "
+                      f"{ours.statement_ms:.3f} ms of statements each; "
+                      f"pgqueuer {rate(theirs.done, 'executions')}, {theirs.statement_ms:.3f} ms; "
+                      f"floor {rate(floor.done, 'executions')}, {floor.statement_ms:.3f} ms")  # fmt: skip
+                rows.extend(queue_rows(workers, ours, theirs, floor))
             rows.append(roles_row(server, max(worker_counts), executions, Path(tmp) / "roles"))
     finally:
         server.drop()

@@ -7,6 +7,8 @@
 #                  (`make cluster-up NODE=kubelet` and the kubelet tests)
 #   busybox-static — the one static binary the kubelet node's job and sandbox images hold
 #                  (e2e/cluster/images.py writes them; no registry is needed)
+#   chromium     — Debian's headless browser the console's browser tests drive through Playwright
+#                  (tests/integration/test_console_browser.py); Playwright never downloads one
 #   prometheus   — /usr/bin/prometheus and /usr/bin/promtool for the alert tests. The tests start
 #                  their own server on a free loopback port; the packaged service is never used, and
 #                  its postinst is kept from starting it (policy-rc.d, then the unit is disabled).
@@ -20,6 +22,7 @@ if ! command -v pg_ctl >/dev/null && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev
 fi
 command -v promtool >/dev/null || missing+=(prometheus)
 command -v runc >/dev/null || missing+=(runc)
+command -v chromium >/dev/null || missing+=(chromium)
 dpkg -s busybox-static >/dev/null 2>&1 || missing+=(busybox-static)
 # Packages with a service (postgresql, prometheus) must not start it: the tests run their own.
 exec "$(dirname "${BASH_SOURCE[0]}")/apt-install.sh" --disable prometheus.service "${missing[@]}"

@@ -13,6 +13,8 @@ verb does not pay for loading the HTTP API and every adapter.
 dispatched before the CLI is imported, and this module imports nothing at its
 top but `sys`: a worker process loads no Kubernetes client, no models, no YAML
 (tests/unit/test_worker_imports.py keeps it so).
+
+`kubectl_complete-vigil` (`complete`) answers kubectl's own shell completion of the plugin.
 """
 
 from __future__ import annotations
@@ -28,9 +30,12 @@ if TYPE_CHECKING:
 def serve(command: str, config: Path | None) -> int:
     """Run `vigil operator` or `vigil watchdog` with the settings read from `config`."""
     from vigil import runtime
+    from vigil.cli.consolewrites import ViewerWrites
     from vigil.settings import load_settings
 
-    return runtime.main(load_settings(config), watchdog_only=command == "watchdog")
+    # The console's writes are the CLI's verbs made with the viewer's token: handed down from
+    # here, the one module that knows both the runtime and the CLI.
+    return runtime.main(load_settings(config), watchdog_only=command == "watchdog", console_writes=ViewerWrites())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -42,6 +47,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vigil.cli import main as cli
 
     return cli.main(args, serve=serve)
+
+
+def complete(argv: Sequence[str] | None = None) -> int:
+    """`kubectl_complete-vigil WORDS...`: what kubectl runs to complete `kubectl vigil WORDS` (1.26+)."""
+    from vigil.cli import completion
+    from vigil.cli import main as cli
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    sys.stdout.write(completion.cobra_answer(completion.candidates(cli.parser(), words)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from prometheus_client import start_http_server
 
 from vigil import heap, logs, metrics
 from vigil.api import ApiServer, ApprovalCallback, Guard, JobStore, Limits, QueueApi, TlsFiles
+from vigil.api.console import ConsoleSources, ConsoleWrites
 from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, TtlCache
 from vigil.core.dispatch import Capacity
 from vigil.core.logtail import DEFAULT_LOG_POLICY, LogPolicy
@@ -48,6 +49,7 @@ from vigil.kube.approvals import (
     approver_review,
 )
 from vigil.kube.buckets import WRITE_CONCURRENCY, bucket_cache
+from vigil.kube.consolereads import KubeConsoleReads
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.definitions import DefinitionController, definition_cache
 from vigil.kube.dispatcher import START_CONCURRENCY, Dispatcher
@@ -160,6 +162,7 @@ def _serve(
     approvals: ApprovalCallback | None,
     *,
     lease_name: str,
+    console_writes: ConsoleWrites | None = None,
 ) -> None:
     if settings.http.health_port:
         serve_probes(settings.http.health_port)
@@ -198,6 +201,17 @@ def _serve(
                 ),
                 high_priority_namespaces=_namespaces(settings.queue.high_priority_namespaces),
             ),
+            console=ConsoleSources(
+                reads=KubeConsoleReads(api, executions),
+                writes=console_writes,
+                job_executions=lambda namespace, job, limit, after: history.history.job_executions(
+                    namespace, job, limit=limit, after=after
+                ),
+                log_tail=lambda namespace, execution_id, attempt: history.history.log_tail(
+                    namespace, execution_id, attempt=attempt
+                ),
+                timeline=lambda execution_id: history.history.timeline(execution_id),
+            ),
         ).serve(
             http.api_port,
             api_limits(http),
@@ -222,14 +236,26 @@ def _namespaces(names: list[str] | None) -> frozenset[str] | None:
 
 
 def queue_store(settings: Settings) -> JobStore | None:
-    """The volume tier's store (None: `queue.dsn` is empty, the tier is off). Imported only
-    then: psycopg is the `postgres` extra's. It migrates at its first use, not at start, so
+    """The HTTP API's volume tier store (None: `queue.dsn` is empty, the tier is off): acting as each
+    namespace's API role (vigil.queue.apistore) when tenant roles are on and the API has its
+    password, else the owner's QueueStore. Imported only then: psycopg is the `postgres` extra's. It migrates at its first use, not at start, so
     the operator starts while the database is down and the routes answer 503 meanwhile."""
     if not settings.queue.dsn:
         return None
+    queue = settings.queue
+    if queue.tenant_roles.enabled and queue.api_password:
+        from vigil.queue.apistore import (
+            ApiQueueStore,  # its own login role, a namespace's role per request
+        )
+
+        return ApiQueueStore(queue.dsn, password=queue.api_password, migrate_first=True, shards=queue.shards)
     from vigil.queue.store import QueueStore
 
-    return QueueStore(settings.queue.dsn, migrate_first=True, shards=settings.queue.shards)
+    log.warning(
+        "the queue API reaches the store as the queue DSN's owner: give it its own role with "
+        "queue.tenantRoles.enabled and VIGIL_QUEUE_API_PASSWORD (the chart does)"
+    )
+    return QueueStore(queue.dsn, migrate_first=True, shards=queue.shards)
 
 
 AUTH_CACHE_ENTRIES = 4096  # distinct tokens and decisions remembered; the oldest go first
@@ -370,6 +396,7 @@ def _campaign(
     me: str,
     clock: Clock,
     approvals: ApprovalCallback | None = None,
+    console_writes: ConsoleWrites | None = None,
 ) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
     """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
     lease = lease_config(settings, lease_name=lease_name, me=me)
@@ -382,7 +409,7 @@ def _campaign(
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
-    _serve(api, settings, elector, executions, history, approvals, lease_name=lease_name)
+    _serve(api, settings, elector, executions, history, approvals, lease_name=lease_name, console_writes=console_writes)
     elector.start()
     return elector, executions, history
 
@@ -485,7 +512,7 @@ def wait_until_leader(elector: LeaderElector, stopping: threading.Event) -> bool
     return False
 
 
-def run(settings: Settings) -> int:
+def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> int:
     stopping = stop_on_sigterm()
     me = identity()
     lease = lease_config(settings, lease_name=settings.leader_election.lease_name, me=me)
@@ -499,7 +526,8 @@ def run(settings: Settings) -> int:
         if publisher is not None:
             start_approval_senders(publisher, settings, sending)
     elector, executions, history = _campaign(
-        api, settings, lease_name=settings.leader_election.lease_name, me=me, clock=clock, approvals=callback
+        api, settings, lease_name=settings.leader_election.lease_name, me=me, clock=clock, approvals=callback,
+        console_writes=console_writes,
     )
     log.info("%s campaigning for lease %s/%s", me, settings.namespace, settings.leader_election.lease_name)
     shards = start_trigger_shards(settings, lease, me=me)
@@ -826,7 +854,7 @@ def run_watchdog(settings: Settings) -> int:
     return 0
 
 
-def main(settings: Settings, *, watchdog_only: bool = False) -> int:
+def main(settings: Settings, *, watchdog_only: bool = False, console_writes: ConsoleWrites | None = None) -> int:
     logs.configure(level=settings.logging.level, format=settings.logging.format)
     heap.limit_arenas()  # before the threads start: each would otherwise get a heap of its own to fragment
-    return run_watchdog(settings) if watchdog_only else run(settings)
+    return run_watchdog(settings) if watchdog_only else run(settings, console_writes=console_writes)

@@ -319,6 +319,16 @@ class Queue(_Section):
         "database: the store keeps to its own schema, `vigil_queue`.",
     )
     tenant_roles: QueueTenantRoles = Field(default_factory=QueueTenantRoles)
+    api_password: str = Field(
+        "",
+        repr=False,
+        max_length=256,
+        description="Password of the HTTP API's own database role (VIGIL_QUEUE_API_PASSWORD, from the "
+        "chart's Secret `<release>-queue-api`, kept across upgrades). With tenant roles on, the API logs "
+        "in as that role, which holds no table, and acts for a namespace only as that namespace's API "
+        "role (vigil.queue.apistore); empty: the API reaches the store as the queue DSN's owner, and "
+        "says so in a warning at start.",
+    )
     shards: int = Field(
         8,
         ge=1,
@@ -523,10 +533,14 @@ def load_settings(path: Path | None, environ: Mapping[str, str] | None = None) -
         raw = loaded
     if env.get("POD_NAMESPACE") and "namespace" not in raw:
         raw["namespace"] = env["POD_NAMESPACE"]
-    for variable, section_name in (("VIGIL_HISTORY_DSN", "history"), ("VIGIL_QUEUE_DSN", "queue")):
+    for variable, section_name, key in (
+        ("VIGIL_HISTORY_DSN", "history", "dsn"),
+        ("VIGIL_QUEUE_DSN", "queue", "dsn"),
+        ("VIGIL_QUEUE_API_PASSWORD", "queue", "apiPassword"),
+    ):
         if env.get(variable):
             section = raw.get(section_name) or {}
             if not isinstance(section, dict):
                 raise ValueError(f"config: `{section_name}` must be a mapping")
-            raw[section_name] = {**section, "dsn": env[variable]}
+            raw[section_name] = {**section, key: env[variable]}
     return Settings.model_validate(raw)

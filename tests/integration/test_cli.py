@@ -117,3 +117,19 @@ def test_a_job_that_does_not_exist_exits_2_naming_it(cluster: KubeCluster, names
     assert "no-such-job" in proc.stderr
     assert namespace in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_kubectl_completes_the_plugins_verbs_through_kubectl_complete_vigil(cluster: KubeCluster) -> None:
+    """kubectl (1.26+) completes `kubectl vigil <TAB>` by running `kubectl_complete-vigil`, found on
+    PATH beside the plugin: asked as a shell asks it (`kubectl __complete ...`)."""
+    env = {**cluster.env, "PATH": f"{SCRIPTS}:{cluster.env['PATH']}"}
+
+    def offered(*words: str) -> list[str]:
+        ran = subprocess.run([str(cluster.bin / "kubectl"), "__complete", "vigil", *words],
+                             env=env, capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        return [line.split("\t")[0] for line in ran.stdout.splitlines() if line and not line.startswith(":")]
+
+    assert offered("queue", "st") == ["stats"]
+    assert offered("su") == ["suspend"]
+    assert {"json", "yaml", "table"} == set(offered("run", "nightly", "-o", ""))
+

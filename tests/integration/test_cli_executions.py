@@ -203,6 +203,26 @@ def test_backfill_refuses_bad_input_with_one_line_and_creates_nothing(
     assert backfilled(cluster, namespace) == []
 
 
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        ("workflowTemplate", {"workflowTemplate": {"steps": [{"id": "a", "type": "wait", "wait": {"duration": "1s"}}]}}),
+        ("task", {"task": {"queue": "billing", "name": "invoice"}}),
+    ],
+)
+def test_backfill_refuses_a_job_whose_occurrences_are_no_executions(
+    cluster: KubeCluster, namespace: str, kind: str, spec: dict[str, Any]
+) -> None:
+    """Such a job's occurrences are Workflows or queue executions: an Execution made for one would
+    wait Ready forever, so the backfill refuses it, as `run` does."""
+    create_job(cluster, namespace, "not-a-pod", cron=DAILY_0200, **spec)
+    proc = kubectl_plugin(cluster, "backfill", "not-a-pod", "--from", "2026-03-24", "--to", "2026-03-25", "-n", namespace)
+
+    assert proc.returncode == EXIT_BAD_INPUT, proc.stderr
+    assert f"runs a {kind}, not a pod: backfill starts pod-template jobs only" in proc.stderr
+    assert executions(cluster, namespace) == []
+
+
 # --- executions, describe, dead-letters -------------------------------------------------------
 
 

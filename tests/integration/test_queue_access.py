@@ -31,6 +31,7 @@ import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from kubernetes import client
 
@@ -41,6 +42,8 @@ from tests.integration.operators import OperatorFleet
 from tests.integration.test_http_access import GROUP, serving, token_of
 from tests.queue.conftest import conninfo
 from vigil.client import ApiError, Client
+from vigil.queue.roles import RoleLimits, TenantRoles
+from vigil.queue.store import QueueStore
 
 __all__ = ["postgres"]
 
@@ -51,14 +54,26 @@ def on_orders(*verbs: str, queue: str = "orders", resource: str = "taskqueues/ex
     return [client.V1PolicyRule(api_groups=[GROUP], resources=[resource], verbs=list(verbs), resource_names=[queue])]
 
 
-@pytest.fixture
+@pytest.fixture(params=["owner", "api-roles"])
 def served(
-    cluster: KubeCluster, tmp_path: Path, postgres: PostgresServer, request: pytest.FixtureRequest
+    cluster: KubeCluster, namespace: str, tmp_path: Path, postgres: PostgresServer, request: pytest.FixtureRequest
 ) -> Iterator[str]:
+    """The operator's API on a fresh store: reaching it as the owner, or (with the API's password,
+    as the chart gives it) as the namespace's API role, the namespace provisioned as its TaskQueue's
+    pass would provision it. The answers must not differ."""
     dsn = conninfo(postgres, postgres.create_database())
-    fleet = OperatorFleet(cluster, tmp_path, queue={"dsn": dsn})
+    queue: dict[str, object] = {"dsn": dsn}
+    if request.param == "api-roles":
+        QueueStore(dsn).migrate()
+        TenantRoles(dsn).ensure(namespace, password="pw-ns", limits=RoleLimits())
+        queue["apiPassword"] = "api-pw"
+    fleet = OperatorFleet(cluster, tmp_path, queue=queue)
     with serving(fleet, request) as api:
         yield f"http://127.0.0.1:{api.port}"
+    if request.param == "api-roles":  # the operator made its login role and served through it
+        with psycopg.connect(dsn) as owner:
+            made = owner.execute("SELECT count(*) FROM pg_roles WHERE rolname LIKE 'vigil\\_api\\_%'").fetchone()
+        assert made == (1,)
 
 
 def status_of(call: Callable[[], object]) -> int:

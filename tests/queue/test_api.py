@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.queue.conftest import execution_row
+from tests.queue.conftest import STORES, execution_row, store_as
 from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import in_process, runs
 from tests.unit.reviews import Reviews, body
@@ -34,6 +34,13 @@ from vigil.queue.store import Finished, QueueStore, WorkerStore
 from vigil.queue.trigger import ShardTrigger
 
 pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, dsn: str) -> QueueStore:
+    """Each test twice: on the owner's store, and on the HTTP API's, which acts as the namespace's
+    API role (vigil.queue.apistore): the answers must not differ."""
+    return store_as(request.param, dsn, namespaces=("shop",))
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.queue.conftest import STORES, store_as
 from tests.queue.test_api import Clock
 from vigil.api.queue import QueueApi
 from vigil.api.router import ApiServer
@@ -23,6 +24,13 @@ from vigil.core.tenancy import TenantBinding
 from vigil.queue.store import QueueStore
 
 pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, dsn: str) -> QueueStore:
+    """Each test twice: on the owner's store, and on the HTTP API's, which acts as the namespace's
+    API role (vigil.queue.apistore): the answers must not differ."""
+    return store_as(request.param, dsn, namespaces=("shop", "team-a"))
 
 WORKER = User("system:serviceaccount:team-a:worker", groups=("system:serviceaccounts",))
 ADMIN = User("admin", groups=("ops",))

@@ -23,6 +23,7 @@ from tests.contract.postgres import PostgresServer
 from tests.queue.conftest import execution_row
 from vigil.core.queue import AttemptOutcome, Submission
 from vigil.history.store import SqlHistory
+from vigil.queue.functions import WORKER_STATEMENTS
 from vigil.queue.roles import RoleLimits, TenantRoles, worker_dsn
 from vigil.queue.store import Finished, Leased, QueueStore, WorkerStore
 
@@ -175,3 +176,20 @@ def test_a_worker_given_another_namespaces_queue_says_so_and_exits(dsn: str, rol
     assert ran.returncode == 2, ran.stderr
     assert f"refuses these credentials for queue {B}" in ran.stderr and "namespace team-a only" in ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_every_worker_function_runs_with_its_own_settings(store: QueueStore) -> None:
+    """Whatever the caller's session sets, each worker function resolves names in pg_catalog only
+    (a caller's objects never stand in for the owner's) and never JIT-compiles; the lease plans once
+    per session (a generic plan: planned anew at each call, it took twice its execution)."""
+    expected = {"search_path=pg_catalog, pg_temp", "jit=off"}
+    with psycopg.connect(store.dsn, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT p.proname, p.proconfig, p.prosecdef FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = 'vigil_queue' AND p.proname LIKE 'worker\\_%'"
+        ).fetchall()
+    assert {name for name, _, _ in rows} == {f"worker_{s.block}" for s in WORKER_STATEMENTS}
+    for name, config, definer in rows:
+        assert definer, name
+        once = {"plan_cache_mode=force_generic_plan"} if name == "worker_lease" else set()
+        assert set(config or []) == expected | once, (name, config)

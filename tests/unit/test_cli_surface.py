@@ -25,13 +25,14 @@ import yaml
 
 from vigil.cli import cluster as cluster_module
 from vigil.cli.cluster import Cluster, Connection, set_connection
-from vigil.cli.completion import bash_script, walk, zsh_script
+from vigil.cli.completion import bash_script, candidates, cobra_answer, walk, zsh_script
 from vigil.cli.main import EXIT_BAD_INPUT, main, parser
 from vigil.cli.operatorapi import HistoryNotShown, connect
 from vigil.cli.output import FORMATS, column_key, plain, render
 
 #: Verbs that print nothing a program would read: they run a process, or print a script.
-NOT_PRINTING = {"operator", "watchdog", "worker", "completion"}
+#: `console` prints only the address it forwards, and holds the port-forward open.
+NOT_PRINTING = {"operator", "watchdog", "worker", "completion", "console"}
 #: `complete --output JSON` is the step's output (an older flag than -o), so `complete` has no -o.
 OUTPUT_TAKEN = {"complete"}
 #: `logs` prints the log itself, as `kubectl logs` does (which has no -o either).
@@ -176,6 +177,15 @@ def test_bash_completes_verbs_subverbs_and_choices() -> None:
     assert complete(script, "run", "nightly", "-o", "") == ["json", "table", "yaml"]
     assert {"bash", "zsh"} <= set(complete(script, "completion", ""))
     assert "--request-id" in complete(script, "run", "--")
+
+
+def test_kubectls_plugin_completion_answers_as_the_script_does() -> None:
+    """`kubectl_complete-vigil WORDS` offers what the bash script offers, in cobra's format."""
+    script = bash_script(parser())
+    for words in [("",), ("su",), ("--context", "prod", "qu"), ("queue", "st"), ("run", "nightly", "-o", ""),
+                  ("completion", ""), ("run", "--")]:  # fmt: skip
+        assert sorted(candidates(parser(), list(words))) == complete(script, *words), words
+    assert cobra_answer(["json", "yaml"]) == "json\nyaml\n:4\n"
 
 
 def test_the_scripts_cover_every_command_path() -> None:

@@ -829,6 +829,26 @@ def test_a_queue_dsn_in_the_values_goes_into_a_secret_never_the_config_map(
     assert "s3cret-pw" not in json.dumps(operator_container(objects))
 
 
+def test_the_queue_api_gets_a_password_of_its_own_for_its_database_role(helm: tuple[Path, dict[str, str]]) -> None:
+    """With tenant roles (on by default) the HTTP API logs in as its own role: its password is
+    generated into <fullname>-queue-api (kept across upgrades by lookup, which `helm template`
+    cannot do) or read from queue.apiRole.existingSecret; never in the ConfigMap."""
+    objects = render(helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db")
+    password = the_one(objects, "Secret", f"{RELEASE}-queue-api")["stringData"]["password"]
+    assert len(password) == 40 and password not in json.dumps(find(objects, "ConfigMap"))
+    assert secret_ref(operator_container(objects), "VIGIL_QUEUE_API_PASSWORD") == {
+        "name": f"{RELEASE}-queue-api", "key": "password",
+    }
+    theirs = render(helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db",
+                    "--set", "queue.apiRole.existingSecret=api-db", "--set", "queue.apiRole.existingSecretKey=pw")  # fmt: skip
+    assert secret_ref(operator_container(theirs), "VIGIL_QUEUE_API_PASSWORD") == {"name": "api-db", "key": "pw"}
+    assert not find(theirs, "Secret", f"{RELEASE}-queue-api")
+    for off in (("--set", "queue.tenantRoles.enabled=false"), ("--set", "queue.enabled=false")):
+        objects = render(helm, *QUEUE_ON, "--set", "queue.existingSecret=queue-db", *off)
+        assert not find(objects, "Secret", f"{RELEASE}-queue-api")
+        assert "VIGIL_QUEUE_API_PASSWORD" not in env_of(operator_container(objects))
+
+
 def test_the_queue_can_share_the_bundled_postgresql(helm: tuple[Path, dict[str, str]]) -> None:
     objects = render(helm, *QUEUE_ON, "--set", "queue.useHistoryDatabase=true")
     name = f"{RELEASE}-postgresql"

@@ -16,7 +16,7 @@ import pytest
 
 from vigil.core.payload import PayloadError, occurrence_variables, render_payload
 from vigil.core.templatebudget import DEFAULT_BUDGETS
-from vigil.core.templatelimits import MAX_NUMBER, MAX_RANGE, MAX_TEXT
+from vigil.core.templatelimits import MAX_NUMBER, MAX_RANGE, MAX_TEXT, MAX_TOKENS
 
 VALUE_BYTES = DEFAULT_BUDGETS.value_bytes
 
@@ -84,6 +84,7 @@ ATTACKS = [
     pytest.param("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "recursion", id="endless recursion"),
     pytest.param(f"{{{{ range({MAX_RANGE + 1}) | list }}}}", f"larger than {MAX_NUMBER}", id="range past the cap"),
     pytest.param("{{ job.name }}" * MAX_TEXT, "the template would be", id="a source past the size cap"),
+    pytest.param("{{ [" + "1," * MAX_TOKENS + "] }}", f"more than {MAX_TOKENS} tokens", id="a source past the token cap"),
     # Mistakes rather than attacks: they fail when rendered, and a retry would fail the same way.
     pytest.param("{{ 1 // 0 }}", "ZeroDivisionError", id="division by zero"),
     pytest.param('{{ "a" + 1 }}', "TypeError", id="text plus a number"),

@@ -79,3 +79,12 @@ def test_the_volume_tier_is_off_by_default_and_its_dsn_may_come_from_the_environ
     assert load_settings(config, environ={}).queue.dsn == ""
     from_env = load_settings(config, environ={"VIGIL_QUEUE_DSN": "host=db dbname=vigil"})
     assert (from_env.queue.dsn, from_env.queue.shards) == ("host=db dbname=vigil", 16)
+
+
+def test_the_queue_apis_password_comes_from_the_environment_and_is_never_shown(tmp_path: Path) -> None:
+    config = write(tmp_path, "queue: {shards: 16}\n")
+    environ = {"VIGIL_QUEUE_DSN": "host=db dbname=vigil", "VIGIL_QUEUE_API_PASSWORD": "s3cret-api"}
+    settings = load_settings(config, environ=environ)
+    assert settings.queue.api_password == "s3cret-api" and settings.queue.shards == 16
+    assert "s3cret-api" not in repr(settings)
+    assert load_settings(config, environ={}).queue.api_password == ""

@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from tests.hostile_templates import ESCAPES, NS, Escape
-from vigil.core.payload import PayloadError, _compiled, occurrence_variables, render_template_string
+from vigil.core.payload import (
+    COMPILED,
+    PayloadError,
+    _compiled,
+    occurrence_variables,
+    render_template_string,
+)
 from vigil.core.recurring import RecurringJob
 from vigil.core.templatebudget import DEFAULT_BUDGETS, Budgets, RenderBudget, TemplateLimitExceeded
 from vigil.core.templatecache import CompiledTemplates
@@ -131,3 +137,15 @@ def test_the_compiled_cache_is_bounded_by_the_source_it_holds() -> None:
     cache.get("UTC", "{{ a }}")
     cache.get("UTC", "{{ a }}")
     assert compiled.count("{{ a }}") == 1, "a hit compiles nothing"
+
+
+def test_a_template_whose_render_broke_its_budgets_is_not_kept() -> None:
+    """Its job is Invalid and fails at each fire: keeping it compiled would only let a tenant who
+    edits such templates fill the cache, and the operator's memory, with them (bench hostile)."""
+    hostile = "{# not kept #}" + ESCAPES[0].template
+    before = COMPILED.held()
+    with pytest.raises(PayloadError):
+        render_template_string(hostile, VARIABLES, timezone="UTC", field="t")
+    assert COMPILED.held() == before
+    render_template_string("{# kept #}{{ job.name }}", VARIABLES, timezone="UTC", field="t")
+    assert COMPILED.held()[0] == before[0] + 1

@@ -154,6 +154,26 @@ queueDsn, a libpq URL: the history's `dsn` key is a SQLAlchemy URL the queue sto
 {{- end }}
 
 {{/* Name of the chart's own Secret holding queue.dsn. */}}
+{{/*
+Where VIGIL_QUEUE_API_PASSWORD comes from, as a dict {name, key}, or an empty dict when the HTTP API
+has no database role of its own (the volume tier off, or queue.tenantRoles.enabled false): the
+password of the API's login role, in queue.apiRole.existingSecret or the chart's <fullname>-queue-api.
+*/}}
+{{- define "vigil.queueApiSecretRef" -}}
+{{- $queue := .Values.queue }}
+{{- if not (and $queue.enabled $queue.tenantRoles.enabled) }}
+{{- dict | toJson }}
+{{- else if $queue.apiRole.existingSecret }}
+{{- dict "name" $queue.apiRole.existingSecret "key" $queue.apiRole.existingSecretKey | toJson }}
+{{- else }}
+{{- dict "name" (include "vigil.queueApi.secretName" .) "key" "password" | toJson }}
+{{- end }}
+{{- end }}
+
+{{- define "vigil.queueApi.secretName" -}}
+{{- printf "%s-queue-api" (include "vigil.fullname" . | trunc 53 | trimSuffix "-") }}
+{{- end }}
+
 {{- define "vigil.queue.secretName" -}}
 {{- printf "%s-queue" (include "vigil.fullname" . | trunc 57 | trimSuffix "-") }}
 {{- end }}

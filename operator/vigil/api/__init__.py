@@ -13,10 +13,12 @@
     guards      who may call: the TokenReview and SubjectAccessReview, and the accesses asked
     approvals   the approval callback (`POST /approvals/{token}/...`)
     queue       the volume tier's `/v1/...` routes, knowing the queue store by its protocol
+    exchange    the few request headers a route may read beyond its five values, and the
+                headers it may add to its answer (the console's cookie, CSP, gzip)
+    console     the web console's pages (`/console/...`): server-rendered HTML, vendored htmx
 
-The console's pages are meant to be routes of the same router, in a module of their own. Health
-and readiness are not here: they have a listener of their own (vigil.probes), so nothing a
-client of this API does can fail a probe.
+Health and readiness are not here: they have a listener of their own (vigil.probes), so nothing
+a client of this API does can fail a probe.
 """
 
 from vigil.api.approvals import ApprovalCallback

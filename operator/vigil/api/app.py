@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from vigil.api.exchange import EXCHANGE, KEPT_HEADERS, Exchange
 from vigil.api.problems import Answer, problem
 from vigil.api.transport import RETRY_AFTER_SECONDS, Limits, bearer_token
 from vigil.logs import REQUEST_ID
@@ -73,6 +74,8 @@ class Application:
         started = time.monotonic()
         method, path = str(scope["method"]), str(scope["path"])
         close = False
+        exchange = _exchange(scope)
+        EXCHANGE.set(exchange)
         try:
             async with asyncio.timeout(self._limits.deadline_seconds):
                 body = await self._body(scope, receive)
@@ -95,7 +98,7 @@ class Application:
                 type(error).__name__, where.filename.rsplit("/", 1)[-1], where.lineno,
             )  # fmt: skip
             answer = problem(500, f"internal error; the operator's log has request {request_id}", "InternalError")
-        await _send(send, answer, request_id=request_id, close=close)
+        await _send(send, answer, request_id=request_id, close=close, extra=exchange.answer_headers)
         log.debug(
             "HTTP %s %s [request %s] %d in %.3fs", method, self._redact(path), request_id, answer[0],
             time.monotonic() - started,
@@ -150,6 +153,16 @@ class _Gone(Exception):
     pass
 
 
+def _exchange(scope: Scope) -> Exchange:
+    """The request's kept headers (vigil.api.exchange) and whether it came over TLS."""
+    headers: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        name = bytes(key).decode("latin-1").lower()
+        if name in KEPT_HEADERS and name not in headers:
+            headers[name] = bytes(value).decode("latin-1")
+    return Exchange(headers=headers, tls=scope.get("scheme") == "https")
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
@@ -157,13 +170,16 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
-async def _send(send: Send, answer: Answer, *, request_id: str, close: bool) -> None:
+async def _send(
+    send: Send, answer: Answer, *, request_id: str, close: bool, extra: list[tuple[str, str]] | None = None
+) -> None:
     status, kind, body = answer
     headers = [
         (b"Content-Type", kind.encode()),
         (b"Content-Length", str(len(body)).encode()),
         (b"X-Request-Id", request_id.encode()),
     ]
+    headers.extend((name.encode("latin-1"), value.encode("latin-1")) for name, value in extra or ())
     if status == 401:
         headers.append((b"WWW-Authenticate", b'Bearer realm="vigil"'))
     if status == 429:

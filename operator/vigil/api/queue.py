@@ -71,6 +71,7 @@ from vigil.api.queuebase import (
     JOB_PATH,
     JOBS_PATH,
     MAX_PAYLOAD_BYTES,
+    NOT_FOUND,
     PREFIX,
     QUEUE_EXECUTION_ACTION_PATH,
     QUEUE_EXECUTION_PATH,
@@ -88,6 +89,7 @@ from vigil.core.access import Authenticator, Authorizer, ReviewUnavailable, User
 from vigil.core.ports import Clock
 from vigil.core.queue import (
     QueueUnavailable,
+    QueueUndeclared,
     QuotaExceeded,
 )
 from vigil.core.tenancy import NoBindings, TenantDirectory
@@ -149,6 +151,8 @@ class QueueApi:
         except ReviewUnavailable as error:
             log.warning("queue API: cannot review a caller: %s", error)
             return problem(503, "cannot check the caller's credentials now; try again", "ReviewUnavailable")
+        except QueueUndeclared as error:  # no TaskQueue in that namespace: the store has no role to act as
+            return problem(404, str(error), NOT_FOUND)
         except QueueUnavailable as error:
             log.warning("queue API: the queue store is unavailable: %s", error)
             return problem(503, f"the queue store is unavailable: {error}; try again", QUEUE_UNAVAILABLE)

@@ -34,10 +34,14 @@
                                    approvers; 503 try again
     /v1/jobs, /v1/executions/..., /v1/namespaces/{ns}/taskqueues/{q}/...
                                    the volume tier's API for programs (vigil.api.queue; docs/queue.md)
+    GET, POST /console/...         the web console's pages (vigil.api.console; docs/console.md):
+                                   HTML for a browser, the viewer's token from an auth proxy's
+                                   header or the login cookie, each page authorised as it reads
 
 Each group of routes is a module of its own (vigil.api.executions, .histories, .approvals,
 .queue); this one says which serves a request, authenticates the caller for the guarded ones
-and answers /leader. The console's pages are meant to be one more such module.
+and answers /leader. The console's pages (`/console/...`, vigil.api.console; docs/console.md)
+are one more such module, served when the runtime hands it its sources.
 
 Who may call. Every endpoint but the health probes and the approval callback (whose signed
 token is its own authority) needs the caller's Kubernetes bearer token
@@ -78,6 +82,7 @@ from typing import Any
 
 from vigil.api.app import Application
 from vigil.api.approvals import APPROVAL_PATH, MAX_BODY_BYTES, ApprovalCallback, redacted
+from vigil.api.console import Console, ConsoleSources
 from vigil.api.executions import ExecutionRoutes
 from vigil.api.guards import Guard, forbidden, unauthenticated
 from vigil.api.histories import HistoryRoutes, JobExecutions, LogTails, WorkflowHistory
@@ -119,6 +124,7 @@ class ApiServer:
         log_tail: LogTails | None = None,
         queue_api: QueueApi | None = None,
         execution_namespaces: Callable[[str], Sequence[str]] | None = None,
+        console: ConsoleSources | None = None,
     ) -> None:
         self._leader = leader
         self._executions = ExecutionRoutes(
@@ -131,6 +137,7 @@ class ApiServer:
         self._approvals = approvals
         self._guard = guard
         self._queue_api = queue_api
+        self._console = None if console is None else Console(console, guard, queue_api)
 
     @staticmethod
     @functools.cache
@@ -199,6 +206,8 @@ class ApiServer:
     def dispatch(self, method: str, path: str, query: str, token: str | None, body: bytes) -> Answer:
         """The answer to `method` on `path` (with its `query` string): the one router every
         request goes through (vigil.api.app runs it on an executor thread)."""
+        if self._console is not None and self._console.serves(path):
+            return self._console.answer(method, path, query, token, body)
         if method in ("GET", "HEAD"):
             return self.answer(f"{path}?{query}" if query else path, token=token)
         if method == "POST":

@@ -7,7 +7,10 @@ marked `source: Backfill`. Because the name is the id, creating one that
 exists — by an earlier backfill or by the trigger itself — is a 409 and counts
 as "already existed": a backfill run twice creates nothing new, and never a
 second run of an occurrence. The executions are Ready on creation; the
-operator's dispatcher starts them within the namespace's share of capacity.
+operator's dispatcher starts them within the namespace's share of capacity. Only a job that runs
+a pod template is backfilled this way: a `workflowTemplate` or `task:` job's occurrences are not
+Execution objects, and backfill refuses them (exit 2), as `run` does, rather than create
+Executions that could never start.
 
 A DATE (YYYY-MM-DD) means whole days on the job's own clock (its `timezone`),
 `--to`'s day included; an RFC 3339 instant means exactly that instant. The
@@ -26,6 +29,7 @@ from typing import Any
 
 from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.errors import BadInput
+from vigil.cli.jobcontrol import run_refusal
 from vigil.cli.output import add_output_option, emit
 from vigil.cli.tables import render_table
 from vigil.core.chain import JobView
@@ -177,6 +181,9 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     cluster = Cluster()
     namespace = cluster.namespace(args.namespace)
     job = cluster.job(args.job, namespace)
+    refusal = run_refusal(job, "backfill")
+    if refusal:
+        raise BadInput(refusal)
     try:
         view, spec = job_view(job)
         span = nominal_range(args.start, args.end, timezone=spec.timezone)

@@ -122,14 +122,25 @@ class Cluster:
             raise BadInput(f"cannot use the kubeconfig: {err}") from None
         if chosen.context is not None:
             current = next((c for c in contexts if c.get("name") == chosen.context), current)
-        timeout = request_timeout()
-        self.api = build_client(configuration, RequestPolicy(timeout_seconds=timeout, retry_after_cap_seconds=timeout))
+        context = (current or {}).get("context") or {}
+        self._connect(configuration, context.get("namespace") or DEFAULT_NAMESPACE)
         if chosen.impersonate:
             self.api.set_default_header("Impersonate-User", chosen.impersonate)
         if chosen.impersonate_group:
             self.api.set_default_header("Impersonate-Group", chosen.impersonate_group)
-        context = (current or {}).get("context") or {}
-        self.default_namespace: str = context.get("namespace") or DEFAULT_NAMESPACE
+
+    @classmethod
+    def of(cls, configuration: client.Configuration, *, namespace: str = DEFAULT_NAMESPACE) -> Cluster:
+        """A Cluster through `configuration` as given (no kubeconfig read): the console's
+        writes use one holding the viewer's own token (vigil.cli.consolewrites)."""
+        made = cls.__new__(cls)
+        made._connect(configuration, namespace)
+        return made
+
+    def _connect(self, configuration: client.Configuration, namespace: str) -> None:
+        timeout = request_timeout()
+        self.api = build_client(configuration, RequestPolicy(timeout_seconds=timeout, retry_after_cap_seconds=timeout))
+        self.default_namespace: str = namespace
         self.custom = client.CustomObjectsApi(self.api)
         self.executions = ExecutionStore(self.api)
 

@@ -9,9 +9,11 @@ completed with no change here, and a test holds the script to the parser.
     source <(kubectl-vigil completion bash)      # bash
     source <(kubectl-vigil completion zsh)       # zsh (through its bashcompinit)
 
-It completes the commands `vigil` and `kubectl-vigil`. kubectl itself asks a
-plugin for completions through an executable named `kubectl_complete-vigil`
-(kubectl 1.26+), which this does not install.
+It completes the commands `vigil` and `kubectl-vigil`. kubectl itself (1.26+) completes
+`kubectl vigil <TAB>` by running an executable named `kubectl_complete-vigil` (installed beside
+`kubectl-vigil`) with the words typed after `vigil`, the last one the word being completed; it
+answers in cobra's format, one candidate a line and then `:4` (no file names): `candidates`,
+from the same table.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from collections.abc import Iterator
 from typing import Any
 
 SHELLS = ("bash", "zsh")
+#: cobra's ShellCompDirectiveNoFileComp: the shell offers nothing but the candidates given.
+NO_FILE_COMPLETION = 4
 COMMANDS = ("vigil", "kubectl-vigil")
 
 
@@ -57,6 +61,26 @@ def walk(parser: argparse.ArgumentParser, path: str = "") -> Iterator[Node]:
     yield Node(path, tuple(commands), tuple(commands) + tuple(words), tuple(choices))
     for name, child in children:
         yield from walk(child, f"{path} {name}".strip())
+
+
+def candidates(parser: argparse.ArgumentParser, words: list[str]) -> list[str]:
+    """What may complete the last of `words` (the words after the command, the last one being
+    typed): an option's choices right after that option, else the subcommands, options and
+    choices of the command path the earlier words name."""
+    nodes = {node.path: node for node in walk(parser)}
+    *before, current = words or [""]
+    path = ""
+    for word in before:
+        if word in nodes[path].commands:
+            path = f"{path} {word}".strip()
+    choices = dict(nodes[path].choices)
+    pool = choices[before[-1]] if before and before[-1] in choices else nodes[path].words
+    return [word for word in pool if word.startswith(current)]
+
+
+def cobra_answer(found: list[str]) -> str:
+    """`found` as kubectl's plugin completion reads it (cobra's `__complete` output)."""
+    return "".join(f"{word}\n" for word in found) + f":{NO_FILE_COMPLETION}\n"
 
 
 def _case(function: str, cases: list[tuple[str, tuple[str, ...]]]) -> str:

@@ -55,6 +55,7 @@ from vigil.model.names import ANNOTATION_REQUEST_ID, SCHEDULED_JOBS
 #: What a request id may be: short, and safe in an annotation, a log line and a shell.
 REQUEST_ID = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._:-]{0,126}[A-Za-z0-9])?")
 CREATED, EXISTED = "created", "already exists"
+NO_REASON = "suspend: --reason must say why (the watchdog reports suspensions without one)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,14 +97,15 @@ def plan_run(view: JobView, *, request_id: str, now: datetime) -> ManualRun:
     return ManualRun(request_id, manual_execution_id(view.uid, request_id), at, start, end)
 
 
-def run_refusal(job: dict[str, Any]) -> str | None:
-    """Why `run` cannot start this job, or None: only pod-template jobs run as Executions."""
+def run_refusal(job: dict[str, Any], verb: str = "run") -> str | None:
+    """Why `verb` (run, backfill) cannot start this job, or None: only pod-template jobs run as
+    Executions; an Execution made for another kind of job would wait Ready forever."""
     spec = job.get("spec") or {}
     for field, how in (("workflowTemplate", "create a Workflow"), ("task", "submit to its TaskQueue (POST /v1/jobs)")):
         if spec.get(field):
             return (
-                f'scheduledjob "{job["metadata"]["name"]}" runs a {field}, not a pod: run starts pod-template '
-                f"jobs only (to run it once now, {how})"
+                f'scheduledjob "{job["metadata"]["name"]}" runs a {field}, not a pod: {verb} starts pod-template '
+                f"jobs only (to run it once, {how})"
             )
     return None
 
@@ -136,21 +138,19 @@ def resume_patch(job: dict[str, Any]) -> dict[str, Any]:
 # --- against the cluster ------------------------------------------------------------------------
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    cluster = Cluster()
-    namespace = cluster.namespace(args.namespace)
-    job = cluster.job(args.job, namespace)
-    now = datetime.now(UTC)
+def start_run(cluster: Cluster, namespace: str, name: str, *, request_id: str | None, now: datetime) -> tuple[ManualRun, str, bool]:
+    """Create the manual run's Execution: (the run, CREATED or EXISTED, whether the job is
+    suspended); BadInput when the job is invalid or runs no pod. `kubectl vigil run` and the
+    console's Run now both start a run this way."""
+    job = cluster.job(name, namespace)
     try:
         view, _ = job_view(job)
     except InvalidJob as err:
-        raise BadInput(f'scheduledjob "{args.job}" in namespace "{namespace}" is invalid: {err}') from None
+        raise BadInput(f'scheduledjob "{name}" in namespace "{namespace}" is invalid: {err}') from None
     refusal = run_refusal(job)
     if refusal is not None:
         raise BadInput(refusal)
-    if view.suspended:
-        print(f"note: scheduledjob {args.job} is suspended; this run goes ahead all the same", file=sys.stderr)
-    run = plan_run(view, request_id=args.request_id or default_request_id(now), now=now)
+    run = plan_run(view, request_id=request_id or default_request_id(now), now=now)
     body = execution_body(
         job=job,
         execution_id=run.execution_id,
@@ -161,6 +161,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     body["metadata"]["annotations"] = {ANNOTATION_REQUEST_ID: run.request_id}
     result = CREATED if cluster.executions.create(body) else EXISTED
+    return run, result, view.suspended
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cluster = Cluster()
+    namespace = cluster.namespace(args.namespace)
+    run, result, suspended = start_run(cluster, namespace, args.job, request_id=args.request_id, now=datetime.now(UTC))
+    if suspended:
+        print(f"note: scheduledjob {args.job} is suspended; this run goes ahead all the same", file=sys.stderr)
     data = {
         "namespace": namespace, "job": args.job, "result": result, "requestId": run.request_id,
         "executionId": run.execution_id, "scheduledFor": run.scheduled_for,
@@ -206,20 +215,33 @@ def _state(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def suspend_job(cluster: Cluster, namespace: str, name: str, *, reason: str) -> tuple[dict[str, Any], str]:
+    """Suspend the job in the caller's name: (the job written, that name). BadInput without a
+    reason, or when it is suspended already."""
+    if not reason.strip():
+        raise BadInput(NO_REASON)
+    by = cluster.whoami().username
+    return _steer(cluster, name, namespace, lambda obj: suspend_patch(obj, reason=reason, by=by)), by
+
+
+def resume_job(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    """Resume the job; BadInput when it is not suspended."""
+    return _steer(cluster, name, namespace, resume_patch)
+
+
 def cmd_suspend(args: argparse.Namespace) -> int:
-    if not args.reason.strip():
-        raise BadInput("suspend: --reason must say why (the watchdog reports suspensions without one)")
+    if not args.reason.strip():  # before the kubeconfig is read: the mistake is the command's
+        raise BadInput(NO_REASON)
     cluster = Cluster()
     namespace = cluster.namespace(args.namespace)
-    by = cluster.whoami().username
-    job = _steer(cluster, args.job, namespace, lambda obj: suspend_patch(obj, reason=args.reason, by=by))
+    job, by = suspend_job(cluster, namespace, args.job, reason=args.reason)
     return emit(args, _state(job), f"scheduledjob {args.job} suspended by {by}: {args.reason}")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     cluster = Cluster()
     namespace = cluster.namespace(args.namespace)
-    job = _steer(cluster, args.job, namespace, resume_patch)
+    job = resume_job(cluster, namespace, args.job)
     return emit(args, _state(job), f"scheduledjob {args.job} resumed")
 
 

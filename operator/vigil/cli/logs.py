@@ -10,7 +10,9 @@ attempt's pod exists its log is read from the API server, as `kubectl logs` does
 (`-f` follows it until the pod ends); once the pod is gone, the stored tail is asked of
 the operator's HTTP API (the address and token as vigil.cli.operatorapi says) and
 shown, with one line on stderr saying that it is the stored end of a deleted pod's log,
-how long the log was, and when it was stored. A name that is not an Execution in the
+how long the log was, and when it was stored. On a terminal, control characters are shown as
+text (vigil.cli.terminal: a log's escape sequences cannot steer the viewer's terminal), unless
+`--raw`; piped, the bytes are written as they are. A name that is not an Execution in the
 cluster is also asked of the history: retention may have deleted it.
 
 The decisions (which execution, which attempt, pod or stored tail) are plain functions of
@@ -25,13 +27,14 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, BinaryIO, Protocol, TextIO
+from typing import Any, Protocol, TextIO
 
 from kubernetes.client.exceptions import ApiException
 
 from vigil.cli.cluster import Cluster, add_namespace_options, read_execution
 from vigil.cli.errors import BadInput
 from vigil.cli.operatorapi import HistoryNotShown, OperatorApi, add_tls_options, operator_api
+from vigil.cli.terminal import Sink, Visible
 from vigil.core.executions import Execution, format_time
 from vigil.core.ids import ExecutionId, pod_name, step_execution_id
 from vigil.core.logtail import LogTail
@@ -83,7 +86,7 @@ def show(
     pods: PodLogs,
     stored: Callable[[], StoredLogs],
     follow: bool,
-    out: BinaryIO,
+    out: Sink,
     err: TextIO,
 ) -> int:
     """Write the attempt's log to `out`: from its pod while it exists, else its stored tail."""
@@ -123,7 +126,7 @@ def stored_header(tail: LogTail) -> str:
     )
 
 
-def _streamed(pods: PodLogs, namespace: str, name: str, container: str, *, follow: bool, out: BinaryIO) -> str | None:
+def _streamed(pods: PodLogs, namespace: str, name: str, container: str, *, follow: bool, out: Sink) -> str | None:
     """Copy the pod's log to `out`: None once done, or why it could not be read when the pod
     went (404) or has no log to give (400: not started, its node gone) before a byte came."""
     wrote = False
@@ -283,7 +286,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
     else:
         target = resolve(args.name, namespace, attempt=args.attempt, cluster=cluster, stored=stored)
     pods = KubePodLogs(CoreApi(cluster.api), timeout=args.request_timeout)
-    return show(target, pods=pods, stored=stored, follow=args.follow, out=sys.stdout.buffer, err=sys.stderr)
+    if args.raw or not sys.stdout.isatty():
+        return show(target, pods=pods, stored=stored, follow=args.follow, out=sys.stdout.buffer, err=sys.stderr)
+    out = Visible(sys.stdout.buffer)  # a tenant's escape sequences shown, not obeyed
+    try:
+        return show(target, pods=pods, stored=stored, follow=args.follow, out=out, err=sys.stderr)
+    finally:
+        out.close()
 
 
 def attempt_number(text: str) -> int:
@@ -304,6 +313,8 @@ def add_parsers(sub: Any) -> None:
     lg.add_argument("step", nargs="?", metavar="STEP", help="a step of the workflow WORKFLOW")
     lg.add_argument("--attempt", type=attempt_number, metavar="N", help="this attempt (default: the latest)")
     lg.add_argument("-f", "--follow", action="store_true", help="follow the live pod's log until it ends")
+    lg.add_argument("--raw", action="store_true", help="write control characters to a terminal as they are "
+                    "(by default a terminal is shown them as text, \\x1b: a log cannot steer it)")  # fmt: skip
     lg.add_argument(
         "--api-url", help="the operator's HTTP API, for stored logs (default: $VIGIL_API_URL)"
     )

@@ -36,6 +36,7 @@
     kubectl vigil run JOB [--request-id ID]   run a job now, outside its schedule (once per request id)
     kubectl vigil suspend JOB --reason TEXT   stop a job firing, in your name; `resume JOB` undoes it
     kubectl vigil completion bash|zsh     a shell completion script
+    kubectl vigil console                 the operator's web console, through a port-forward
     vigil worker --queue NS/NAME --tasks MODULE...
                                           run a volume-tier worker (`vigil worker --help`)
 
@@ -69,7 +70,17 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from vigil.cli import backfill, executions, interventions, logs, queues, timeline, watch, workflows
+from vigil.cli import (
+    backfill,
+    console,
+    executions,
+    interventions,
+    logs,
+    queues,
+    timeline,
+    watch,
+    workflows,
+)
 from vigil.cli.cluster import (
     REQUEST_TIMEOUT_SECONDS,
     Cluster,
@@ -204,6 +215,7 @@ def parser() -> argparse.ArgumentParser:
     backfill.add_parsers(sub)
     watch.add_parsers(sub)
     queues.add_parsers(sub)
+    console.add_parsers(sub)
     add_job_control(sub)  # run, suspend, resume
     add_completion(sub, root=p)
     return p

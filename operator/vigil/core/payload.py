@@ -96,7 +96,10 @@ def render_template_string(
 ) -> str:
     try:
         return render_compiled(_compiled(timezone, text), dict(variables), monotonic=monotonic)
-    except (TemplateError, TemplateLimitExceeded, RecursionError) as err:
+    except (TemplateLimitExceeded, RecursionError) as err:
+        COMPILED.forget(timezone, text)
+        raise PayloadError(f"{field}: {err}") from err
+    except TemplateError as err:
         raise PayloadError(f"{field}: {err}") from err
     except TEMPLATE_MISTAKES as err:
         # The template's own mistake at render time ({{ 1 // 0 }}, {{ "a" + 1 }}): bad input like

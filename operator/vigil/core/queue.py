@@ -109,6 +109,15 @@ class QueueUnavailable(Exception):
     """The queue store could not be reached (down, restarting, refused): try again later."""
 
 
+class QueueUndeclared(LookupError):
+    """The HTTP API cannot act for `namespace` in the store: it has no TaskQueue, so no database
+    role (vigil.queue.roles). The API answers as for an unknown queue (404)."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"namespace {namespace} has no TaskQueue, so the queue API cannot act for it")
+        self.namespace = namespace
+
+
 @dataclasses.dataclass(frozen=True)
 class QuotaLimits:
     """A namespace's limits on what it keeps unfinished in the store (ready or leased executions,

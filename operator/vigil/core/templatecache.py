@@ -54,6 +54,14 @@ class CompiledTemplates:
                 self._held -= len(dropped)
             return template
 
+    def forget(self, timezone: str, text: str) -> None:
+        """Drop (zone, text): a template whose render broke its budgets is not worth keeping. Its
+        job is Invalid and fails again at each fire, so keeping it would only let a tenant who
+        edits such templates fill the cache (and the operator's memory) with them."""
+        with self._lock:
+            if self._kept.pop((timezone, text), None) is not None:
+                self._held -= len(text)
+
     def held(self) -> tuple[int, int]:
         """(templates, characters of source) kept now."""
         with self._lock:

@@ -62,12 +62,17 @@ from vigil.core.templatesizes import (
 )
 
 __all__ = [
-    "MAX_NUMBER", "MAX_RANGE", "MAX_STEPS", "MAX_TEXT", "BoundedSandbox", "Budgets", "TemplateLimitExceeded",
+    "MAX_NUMBER", "MAX_RANGE", "MAX_STEPS", "MAX_TEXT", "MAX_TOKENS", "BoundedSandbox", "Budgets", "TemplateLimitExceeded",
     "compile_bounded", "render_bounded", "render_compiled", "render_within",
 ]  # fmt: skip
 
 #: Longest template source: a payload's own limit, and what the CRD schema admits.
 MAX_TEXT = 32 * 1024
+#: Most tokens (names, literals, operators, text between tags) one template may have. Compiling
+#: passes through Jinja's and Python's compilers, whose objects for a moment weigh about 2 KiB a
+#: token (25 MiB for a 17 KiB template of 12,000 literals), so a tenant editing such templates
+#: raised the operator's peak memory; ordinary payload templates have under 400.
+MAX_TOKENS = 4_000
 #: Most numbers one range yields.
 MAX_RANGE = 10_000
 #: Interpreter steps one render may take (`Budgets.steps`).
@@ -286,12 +291,16 @@ class BoundedSandbox(SandboxedEnvironment):
 
 
 def compile_bounded(environment: BoundedSandbox, text: str) -> Template:
-    """Compile `text` (at most MAX_TEXT long). Compiling is linear in the source: untraced.
+    """Compile `text` (at most MAX_TEXT long, MAX_TOKENS tokens). Compiling is linear in the
+    source: untraced.
 
     A compiled template holds no render state, so callers may keep it and render it many times.
     """
     if len(text) > MAX_TEXT:
         raise TemplateLimitExceeded(f"the template would be {len(text)} long; the limit is {MAX_TEXT}")
+    for count, _ in enumerate(environment.lex(text), start=1):  # counted as lexed: nothing kept
+        if count > MAX_TOKENS:
+            raise TemplateLimitExceeded(f"the template has more than {MAX_TOKENS} tokens; the limit is {MAX_TOKENS}")
     tree = environment.parse(text)
     for refused in _REFUSED_NODES:
         for node in tree.find_all(refused):

@@ -97,14 +97,17 @@ def namespace_of(queue: str) -> str:
     return split_queue_key(queue)[0]
 
 
-def admit(connection: psycopg.Connection[Any], namespace: str, payloads: Sequence[Jsonb]) -> Admission:
+def admit(
+    connection: psycopg.Connection[Any], namespace: str, payloads: Sequence[Jsonb],
+    *, statements: Mapping[str, str] = QUERIES,
+) -> Admission:
     """Count the longest prefix of `payloads` (new unfinished executions) that fits the quota.
 
     In the caller's transaction: the counter row stays locked until it ends, and a rollback takes
     the admission back with the rows it admitted.
     """
-    connection.execute(QUERIES["quota_ensure"], {"namespace": namespace})
-    row = connection.execute(QUERIES["quota_admit"], {"namespace": namespace, "payloads": list(payloads)}).fetchone()
+    connection.execute(statements["quota_ensure"], {"namespace": namespace})
+    row = connection.execute(statements["quota_admit"], {"namespace": namespace, "payloads": list(payloads)}).fetchone()
     assert row is not None  # quota_ensure made the row in this transaction or before
     admitted, admitted_bytes, offered_bytes, executions, payload_bytes, max_executions, max_bytes = row
     return Admission(
@@ -114,13 +117,16 @@ def admit(connection: psycopg.Connection[Any], namespace: str, payloads: Sequenc
     )  # fmt: skip
 
 
-def admit_all(connection: psycopg.Connection[Any], queue: str, payloads: Sequence[Jsonb]) -> None:
+def admit_all(
+    connection: psycopg.Connection[Any], queue: str, payloads: Sequence[Jsonb],
+    *, statements: Mapping[str, str] = QUERIES,
+) -> None:
     """Admit every one of `payloads` into `queue`'s namespace, or raise QuotaExceeded (the caller's
     transaction must then roll back: nothing is admitted unless all are)."""
     if not payloads:
         return
     namespace = namespace_of(queue)
-    found = admit(connection, namespace, payloads)
+    found = admit(connection, namespace, payloads, statements=statements)
     if found.admitted < len(payloads):
         raise found.refusal(namespace, whole=True)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -69,11 +69,14 @@ class Catalogue:
     fixed when the job is added.
     """
 
-    def __init__(self, dsn: str, *, shards: int) -> None:
+    def __init__(self, dsn: str, *, shards: int, statements: Mapping[str, str] = QUERIES) -> None:
+        """`statements`: what `add_in` sends for catalogue_add and catalogue_by_key (the HTTP API's
+        store sends the calls of its functions, vigil.queue.functions.API_CALLS)."""
         if shards < 1:
             raise ValueError(f"shards must be at least 1, got {shards}")
         self.dsn = dsn
         self.shards = shards
+        self.statements = statements
 
     def add(self, job: RecurringJob, *, now: datetime) -> AddedJob:
         """Catalogue `job` with its first occurrence, in one transaction.
@@ -119,13 +122,18 @@ class Catalogue:
                 )
             return connection.execute(QUERIES["catalogue_delete"], {"job_id": job_id, "now": now}).fetchone() is not None
 
+    def add_in(self, connection: psycopg.Connection[Any], job: RecurringJob, *, now: datetime) -> AddedJob:
+        """`add` in the caller's transaction, on its connection."""
+        return self._add_batch(connection, [job], require_aware(now, name="now"))[0]
+
     def _add_batch(self, connection: psycopg.Connection[Any], jobs: Sequence[RecurringJob], now: datetime) -> list[AddedJob]:
         rows = [self._plan(job, now) for job in jobs]
-        inserted = {row[0] for row in connection.execute(QUERIES["catalogue_add"], _add_params(rows, now)).fetchall()}
+        added = connection.execute(self.statements["catalogue_add"], _add_params(rows, now)).fetchall()
+        inserted = {row[0] for row in added}
         existing: dict[tuple[str, str], tuple[str, datetime | None]] = {}
         for queue in {row.job.queue for row in rows if row.job_id not in inserted}:
             keys = [row.job.idempotency_key for row in rows if row.job.queue == queue and row.job_id not in inserted]
-            found = connection.execute(QUERIES["catalogue_by_key"], {"queue": queue, "idempotency_keys": keys})
+            found = connection.execute(self.statements["catalogue_by_key"], {"queue": queue, "idempotency_keys": keys})
             existing.update({(queue, key): (job_id, next_run) for key, job_id, next_run in found.fetchall()})
         answers = []
         for row in rows:

@@ -967,3 +967,13 @@ WHERE j.job_id IN (
     WHERE d.deleted_at IS NOT NULL AND d.deleted_at < %(before)s
     ORDER BY d.deleted_at LIMIT %(limit)s
 );
+
+-- The HTTP API's look-ups by id (vigil/queue/apistore.py), made by its login role before it acts
+-- for a namespace: which queue holds the id, nothing else, so the API knows whom to authorise and
+-- which namespace's role to take.
+
+-- name: locate_execution
+SELECT queue FROM vigil_queue.executions WHERE execution_id = %(execution_id)s;
+
+-- name: locate_job
+SELECT queue FROM vigil_queue.jobs WHERE job_id = %(job_id)s;

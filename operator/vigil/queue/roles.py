@@ -8,6 +8,12 @@ workers' functions (vigil.queue.functions), which confine every call to the name
 idle transaction of it is cut off after its timeout. When the namespace's last TaskQueue goes, the
 role goes (`remove`): its sessions are ended, its grants revoked, the role dropped.
 
+Beside it, each namespace gets an API role (`<role>_api`, NOLOGIN): the operator's HTTP API acts
+for the namespace by `SET ROLE` to it from its own login role (`ensure_api_login`, granted every
+namespace's API role and no table), and the API role may only EXECUTE the API's functions, confined
+to that namespace (vigil.queue.functions). The workers' role cannot take it, and the API cannot call
+the workers' functions: neither holds the other's powers.
+
 Roles belong to the whole PostgreSQL server, not one database; a role's name carries a digest of
 the database's name and the namespace's, so two installations on one server (two databases) never
 share a role. Making roles needs the owner to have CREATEROLE (a superuser has it).
@@ -27,6 +33,9 @@ from vigil import pgconnect
 from vigil.queue import functions
 
 ROLE_PREFIX = "vigil_"
+API_LOGIN_PREFIX = "vigil_api_"
+API_LOGIN_CONNECTIONS = 50  # every replica's API sessions (one per request in flight) together
+ROLES_LOCK = "SELECT pg_advisory_xact_lock(hashtext('vigil_queue_roles'))"  # two replicas make one role
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +51,17 @@ def role_name(database: str, namespace: str) -> str:
     """The role of `namespace` in `database`: readable, unique per (database, namespace), ≤ 63 bytes."""
     digest = hashlib.sha256(f"{database}/{namespace}".encode()).hexdigest()[:10]
     return f"{ROLE_PREFIX}{namespace[:40]}_{digest}"
+
+
+def api_role_name(database: str, namespace: str) -> str:
+    """The API role of `namespace` in `database` (≤ 61 bytes; it never equals a workers' role, whose
+    name ends in hex digits)."""
+    return role_name(database, namespace) + functions.API_ROLE_SUFFIX
+
+
+def api_login_name(database: str) -> str:
+    """The HTTP API's login role in `database`: one per database, shared by the operator's replicas."""
+    return API_LOGIN_PREFIX + hashlib.sha256(database.encode()).hexdigest()[:10]
 
 
 class TenantRoles:
@@ -70,6 +90,7 @@ class TenantRoles:
         if not namespace or namespace == "*":
             raise ValueError(f"no role for namespace {namespace!r}")
         with pgconnect.connect(self.dsn) as connection, connection.transaction():
+            connection.execute(ROLES_LOCK)
             database = str(_one(connection, "SELECT current_database()"))
             role = role_name(database, namespace)
             exists = _one(connection, "SELECT count(*) FROM pg_roles WHERE rolname = %s", role)
@@ -91,6 +112,7 @@ class TenantRoles:
                     )
                 )
             connection.execute(functions.grant_sql(role))
+            _ensure_api_role(connection, database, namespace)
             connection.execute(
                 "INSERT INTO vigil_queue.tenant_roles (role, namespace) VALUES (%s, %s) "
                 "ON CONFLICT (namespace) DO UPDATE SET role = excluded.role",
@@ -110,9 +132,55 @@ class TenantRoles:
             connection.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s", (role,)
             )
-            if _one(connection, "SELECT count(*) FROM pg_roles WHERE rolname = %s", role):
-                connection.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-                connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+            for each in (role, role + functions.API_ROLE_SUFFIX):
+                if _one(connection, "SELECT count(*) FROM pg_roles WHERE rolname = %s", each):
+                    connection.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(each)))
+                    connection.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(each)))
+
+    def ensure_api_login(self, *, password: str, connections: int = API_LOGIN_CONNECTIONS) -> str:
+        """Make the HTTP API's login role (or set its password anew), grant it every namespace's API
+        role (made here if a namespace's role predates them), and return the DSN the API uses.
+
+        The login role holds no table and no function but the locating ones: all it may do for a
+        namespace it does as that namespace's API role. Run by every replica when its API first
+        needs the store; the replicas share the chart's password (a Secret), so they agree."""
+        if not password:
+            raise ValueError("the queue API's database role needs a password (queue.apiPassword)")
+        with pgconnect.connect(self.dsn) as connection, connection.transaction():
+            connection.execute(ROLES_LOCK)
+            database = str(_one(connection, "SELECT current_database()"))
+            login = api_login_name(database)
+            exists = _one(connection, "SELECT count(*) FROM pg_roles WHERE rolname = %s", login)
+            connection.execute(
+                sql.SQL(
+                    "{} ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS "
+                    "NOINHERIT CONNECTION LIMIT {} PASSWORD {}"
+                ).format(
+                    sql.SQL("ALTER" if exists else "CREATE"), sql.Identifier(login),
+                    sql.Literal(connections), sql.Literal(password),
+                )
+            )
+            connection.execute(functions.login_grant_sql(login))
+            for (namespace,) in connection.execute("SELECT namespace FROM vigil_queue.tenant_roles").fetchall():
+                _ensure_api_role(connection, database, str(namespace))
+        return worker_dsn(self.dsn, role=login, password=password)
+
+
+def _ensure_api_role(connection: psycopg.Connection[Any], database: str, namespace: str) -> str:
+    """Make `namespace`'s API role if missing, grant it the API's functions, and grant it to the
+    API's login role when that exists (else `ensure_api_login` grants it when it makes the login)."""
+    role = api_role_name(database, namespace)
+    if not _one(connection, "SELECT count(*) FROM pg_roles WHERE rolname = %s", role):
+        connection.execute(
+            sql.SQL(
+                "CREATE ROLE {} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT"
+            ).format(sql.Identifier(role))
+        )
+    connection.execute(functions.api_grant_sql(role))
+    login = api_login_name(database)
+    if _one(connection, "SELECT count(*) FROM pg_roles WHERE rolname = %s", login):
+        connection.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(role), sql.Identifier(login)))
+    return role
 
 
 def worker_dsn(owner_dsn: str, *, role: str, password: str, host: str | None = None) -> str:

@@ -3,9 +3,11 @@
 Two faces, because the callers differ:
 
 - `QueueStore` (synchronous) migrates, submits and reads back — what a program
-  that enqueues work, a test or the benchmark needs — and serves the HTTP API
-  (vigil.api.queue): one-off jobs, timelines, cancel and retry, in typed rows of
-  vigil.core.queue, a database that cannot be reached raised as QueueUnavailable.
+  that enqueues work, a test or the benchmark needs — and holds the HTTP API's
+  operations (vigil.api.queue): one-off jobs, timelines, cancel and retry, in typed rows of
+  vigil.core.queue, a database that cannot be reached raised as QueueUnavailable. The
+  operator's API runs them through vigil.queue.apistore.ApiQueueStore, which sends the same
+  blocks as functions, acting as the namespace's API role instead of the owner (`_acting`).
 - `WorkerStore` (asynchronous, on one autocommit connection the worker owns:
   a single statement needs no BEGIN/COMMIT round trips, and a settlement's
   statements go in one pipelined transaction) leases a
@@ -62,6 +64,7 @@ from vigil.core.queue import (
     QueueState,
     QueueStats,
     QueueUnavailable,
+    QueueUndeclared,
     QueueWatchSummary,
     QuotaLimits,
     Recurrence,
@@ -132,6 +135,10 @@ class SettleReport:
 
 class QueueStore:
     """Migrate, submit and inspect (see the module docstring). `dsn`: libpq string or URL."""
+
+    #: What the HTTP API's operations send for each block: the statements themselves, as the
+    #: owner; the API's store (vigil.queue.apistore) sends the calls of its functions instead.
+    statements: Mapping[str, str] = QUERIES
 
     def __init__(self, dsn: str, *, migrate_first: bool = False, shards: int = 1) -> None:
         """`migrate_first`: the first of the HTTP API's calls brings the schema up to date (the
@@ -282,14 +289,17 @@ class QueueStore:
             "idempotency_key": job.idempotency_key,
             "now": now,
         }
-        with self._reachable(), self.connect() as connection, connection.transaction():
-            connection.execute(QUERIES["insert_job"], params)
-            if connection.execute(QUERIES["insert_job_execution"], params).fetchone() is not None:
-                bounds.admit_all(connection, job.queue, [payload])  # QuotaExceeded: nothing stays
-                connection.execute(QUERIES["notify"], {"queue": job.queue})
+        q = self.statements
+        with self._reachable(), self._acting(queue=job.queue) as connection:
+            if connection is None:
+                raise QueueUndeclared(bounds.namespace_of(job.queue))
+            connection.execute(q["insert_job"], params)
+            if connection.execute(q["insert_job_execution"], params).fetchone() is not None:
+                bounds.admit_all(connection, job.queue, [payload], statements=q)  # QuotaExceeded: nothing stays
+                connection.execute(q["notify"], {"queue": job.queue})
                 return Submitted(job_id, execution_id, run_at, created=True)
-            connection.execute(QUERIES["drop_job"], params)
-            first = connection.execute(QUERIES["job_of_key"], params).fetchone()
+            connection.execute(q["drop_job"], params)
+            first = connection.execute(q["job_of_key"], params).fetchone()
         if first is None:  # the first was deleted meanwhile: nothing else removes executions
             raise QueueUnavailable("the first submission of this idempotency key vanished; try again")
         return Submitted(first[0], first[1], first[2], created=False)
@@ -297,39 +307,43 @@ class QueueStore:
     def add_recurring(self, job: RecurringJob, *, now: datetime) -> AddedJob:
         """Catalogue a recurring job with its first occurrence (`vigil.queue.catalogue`); a
         known (queue, idempotency key) returns the first job, created False."""
-        with self._reachable():
+        with self._reachable(), self._acting(queue=job.queue) as connection:
+            if connection is None:
+                raise QueueUndeclared(bounds.namespace_of(job.queue))
             # templates (Jinja): never on a worker's path
             from vigil.queue.catalogue import Catalogue
 
-            return Catalogue(self.dsn, shards=self.shards).add(job, now=now)
+            return Catalogue(self.dsn, shards=self.shards, statements=self.statements).add_in(connection, job, now=now)
 
     def job(self, job_id: str) -> JobRecord | None:
         """The job and its newest executions (at most JOB_EXECUTIONS_SHOWN); None if unknown."""
-        with self._reachable(), self.connect() as connection:
-            return _job(connection, job_id)
+        with self._reachable(), self._acting(job_id=job_id) as connection:
+            return None if connection is None else _job(connection, job_id, self.statements)
 
     def delete_job(self, job_id: str, *, now: datetime, by: str) -> JobRecord | None:
         """Disable the job and cancel its executions that have not finished (ready or leased),
         in one transaction; None if unknown. Deleting a deleted job changes nothing."""
         params = {"job_id": job_id, "execution_id": None, "now": require_aware(now, name="now"), "by": by}
-        with self._reachable(), self.connect() as connection, connection.transaction():
-            if connection.execute(QUERIES["disable_job"], params).fetchone() is None:
+        with self._reachable(), self._acting(job_id=job_id) as connection:
+            if connection is None or connection.execute(self.statements["disable_job"], params).fetchone() is None:
                 return None
-            connection.execute(QUERIES["cancel"], params)
-            return _job(connection, job_id)
+            connection.execute(self.statements["cancel"], params)
+            return _job(connection, job_id, self.statements)
 
     def timeline(self, execution_id: str) -> ExecutionRecord | None:
         """The execution and its attempt rows; None if unknown."""
-        with self._reachable(), self.connect() as connection:
-            found = _timeline(connection, execution_id)
+        with self._reachable(), self._acting(execution_id=execution_id) as connection:
+            found = None if connection is None else _timeline(connection, execution_id, self.statements)
         return found[0] if found is not None else None
 
     def cancel(self, execution_id: str, *, now: datetime, by: str) -> Change | None:
         """Cancel a ready or leased execution (see the `cancel` query); None if unknown."""
         params = {"execution_id": execution_id, "job_id": None, "now": require_aware(now, name="now"), "by": by}
-        with self._reachable(), self.connect() as connection, connection.transaction():
-            done = connection.execute(QUERIES["cancel"], params).fetchone() is not None
-            found = _timeline(connection, execution_id)
+        with self._reachable(), self._acting(execution_id=execution_id) as connection:
+            if connection is None:
+                return None
+            done = connection.execute(self.statements["cancel"], params).fetchone() is not None
+            found = _timeline(connection, execution_id, self.statements)
         if found is None:
             return None
         record, _ = found
@@ -339,12 +353,15 @@ class QueueStore:
         """Make a dead or cancelled execution ready again, same id, next attempt; None if unknown.
         QuotaExceeded, nothing changed, when its namespace is at its quota."""
         params = {"execution_id": execution_id, "now": require_aware(now, name="now")}
-        with self._reachable(), self.connect() as connection, connection.transaction():
-            queue = connection.execute(QUERIES["retry"], params).fetchone()
+        q = self.statements
+        with self._reachable(), self._acting(execution_id=execution_id) as connection:
+            if connection is None:
+                return None
+            queue = connection.execute(q["retry"], params).fetchone()
             if queue is not None:  # unfinished again: within the namespace's quota, or QuotaExceeded
-                bounds.admit_all(connection, queue[0], [Jsonb(queue[1])])
-                connection.execute(QUERIES["notify"], {"queue": queue[0]})
-            found = _timeline(connection, execution_id)
+                bounds.admit_all(connection, queue[0], [Jsonb(queue[1])], statements=q)
+                connection.execute(q["notify"], {"queue": queue[0]})
+            found = _timeline(connection, execution_id, q)
         if found is None:
             return None
         record, job_enabled = found
@@ -353,8 +370,8 @@ class QueueStore:
     def queue_jobs(self, queue: str, *, limit: int, after: ListCursor | None = None) -> JobsPage:
         """A page of `queue`'s jobs, newest first, after `after` (None: from the newest)."""
         params = {"queue": queue, "limit": limit + 1, **_after_params(after)}
-        with self._reachable(), self.connect() as connection:
-            rows = connection.execute(QUERIES["queue_jobs"], params).fetchall()
+        with self._reachable(), self._acting(queue=queue) as connection:
+            rows = [] if connection is None else connection.execute(self.statements["queue_jobs"], params).fetchall()
         jobs = tuple(
             QueueJob(
                 job_id=r[0], task=r[1], enabled=r[2], priority=r[3], tenant=r[4], created_at=r[5],
@@ -368,8 +385,8 @@ class QueueStore:
     def dead_letters(self, queue: str, *, limit: int, after: ListCursor | None = None) -> DeadLettersPage:
         """A page of `queue`'s dead executions, the longest dead first, after `after`."""
         params = {"queue": queue, "limit": limit + 1, **_after_params(after)}
-        with self._reachable(), self.connect() as connection:
-            rows = connection.execute(QUERIES["dead_letters"], params).fetchall()
+        with self._reachable(), self._acting(queue=queue) as connection:
+            rows = [] if connection is None else connection.execute(self.statements["dead_letters"], params).fetchall()
         dead = tuple(
             DeadLetter(
                 execution_id=r[0], task=r[1], tenant=r[2], priority=r[3], attempt=r[4], max_attempts=r[5],
@@ -384,8 +401,9 @@ class QueueStore:
         """`queue`'s ready, leased and dead executions per (priority, tenant), the most urgent
         first, at most `limit` rows, with each one's oldest due ready age."""
         now = require_aware(now, name="now")
-        with self._reachable(), self.connect() as connection:
-            rows = connection.execute(QUERIES["queue_breakdown"], {"queue": queue, "now": now, "limit": limit}).fetchall()
+        params = {"queue": queue, "now": now, "limit": limit}
+        with self._reachable(), self._acting(queue=queue) as connection:
+            rows = [] if connection is None else connection.execute(self.statements["queue_breakdown"], params).fetchall()
         return [
             QueueBreakdown(
                 priority=priority, tenant=tenant, ready=int(ready), leased=int(leased), dead=int(dead),
@@ -393,6 +411,17 @@ class QueueStore:
             )
             for priority, tenant, ready, leased, dead, oldest in rows
         ]  # fmt: skip
+
+    @contextlib.contextmanager
+    def _acting(
+        self, *, queue: str | None = None, execution_id: str | None = None, job_id: str | None = None
+    ) -> Iterator[psycopg.Connection[Any] | None]:
+        """A connection in a transaction for one of the HTTP API's operations on `queue`, or on the
+        execution or job of that id: here the owner's, always. The API's store (vigil.queue.apistore)
+        acts as the namespace's API role instead, and yields None when it has none (no TaskQueue)
+        or the id is nowhere."""
+        with self.connect() as connection, connection.transaction():
+            yield connection
 
     @contextlib.contextmanager
     def _reachable(self) -> Iterator[None]:
@@ -506,12 +535,12 @@ def _after_params(after: ListCursor | None) -> dict[str, Any]:
     return {"after_at": None if after is None else after.at, "after_id": None if after is None else after.ident}
 
 
-def _job(connection: psycopg.Connection[Any], job_id: str) -> JobRecord | None:
-    row = connection.execute(QUERIES["job"], {"job_id": job_id}).fetchone()
+def _job(connection: psycopg.Connection[Any], job_id: str, statements: Mapping[str, str]) -> JobRecord | None:
+    row = connection.execute(statements["job"], {"job_id": job_id}).fetchone()
     if row is None:
         return None
     executions = connection.execute(
-        QUERIES["job_executions"], {"job_id": job_id, "limit": JOB_EXECUTIONS_SHOWN}
+        statements["job_executions"], {"job_id": job_id, "limit": JOB_EXECUTIONS_SHOWN}
     ).fetchall()
     cron, timezone, template, expected, next_run = row[9:14]
     return JobRecord(
@@ -522,13 +551,15 @@ def _job(connection: psycopg.Connection[Any], job_id: str) -> JobRecord | None:
     )  # fmt: skip
 
 
-def _timeline(connection: psycopg.Connection[Any], execution_id: str) -> tuple[ExecutionRecord, bool] | None:
+def _timeline(
+    connection: psycopg.Connection[Any], execution_id: str, statements: Mapping[str, str]
+) -> tuple[ExecutionRecord, bool] | None:
     """The execution with its attempts, and whether its job (if any) is enabled."""
     cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
-    row = cursor.execute(QUERIES["timeline"], {"execution_id": execution_id}).fetchone()
+    row = cursor.execute(statements["timeline"], {"execution_id": execution_id}).fetchone()
     if row is None:
         return None
-    attempts = cursor.execute(QUERIES["attempts_of"], {"execution_id": execution_id}).fetchall()
+    attempts = cursor.execute(statements["attempts_of"], {"execution_id": execution_id}).fetchall()
     job_enabled = bool(row.pop("job_enabled"))
     record = ExecutionRecord(
         **{**row, "state": QueueState(row["state"])},
