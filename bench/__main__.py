@@ -54,6 +54,10 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
 17. **console** — the web console's Jobs page with `--console-jobs` (1,000) jobs in a namespace
    (bench/console.py): first render and median server time, bytes transferred (gzip) with and
    without its static files, beside the 300 ms and 200 KiB targets; needs no cluster.
+18. **api** — the HTTP API (bench/api.py, issue 37): `GET` of an execution's timeline, p99 at
+   `--api-rate` (200) requests/s over keep-alive connections, beside the history query's own
+   p99 (needs no cluster); then the operator's RSS at the `rss` section's sizes with the API
+   serving that rate, beside the same load with the API off (bench/apirss.py).
 
 Every measurement gets a fresh local control plane of its own (bench/cluster.py), with an API
 server audit log, and runs the operator as the chart's ServiceAccount. The lag figures all use
@@ -77,6 +81,8 @@ from typing import Any
 
 from kubernetes import client
 
+from bench import api as api_bench
+from bench import apirss as api_rss_bench
 from bench import backlog as backlog_bench
 from bench import console as console_bench
 from bench import history as history_bench
@@ -132,7 +138,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
     "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
-    "backlog", "queuetrigger", "queuerss", "hostile", "console",
+    "backlog", "queuetrigger", "queuerss", "hostile", "console", "api",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -549,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-settle", type=float, default=60.0, help="seconds of RSS samples once the load is in")
     parser.add_argument("--queue-rss", default="10000,1000000", metavar="SMALL,LARGE",
                         help="jobs catalogued for the queuerss section's reference and figure")  # fmt: skip
+    api_bench.add_arguments(parser, rss=False)
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown:
@@ -670,6 +677,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if "hostile" in chosen:
         run.rows.extend(hostile_bench.section())
+
+    if "api" in chosen:
+        run.rows.extend(api_bench.timeline(rate=args.api_rate, seconds=args.api_seconds,
+                                           connections=args.api_connections, executions=args.api_executions))  # fmt: skip
+        run.rows.extend(api_rss_bench.section(rate=args.api_rate, jobs=args.rss_jobs, executions=args.rss_executions,
+                                              workflows=args.rss_workflows, settle=args.rss_settle))  # fmt: skip
 
     print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
     for line in table(run.rows):

@@ -60,7 +60,7 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}: has it exited?")
 
 
-def _create_load(b: Bench, ns: str, *, jobs: int, executions: int, workflows: int) -> None:
+def create_load(b: Bench, ns: str, *, jobs: int, executions: int, workflows: int) -> None:
     hour = (datetime.now(UTC) + timedelta(hours=12)).hour
     made: list[dict[str, Any]] = [{}] * jobs
 
@@ -102,7 +102,7 @@ def _create_load(b: Bench, ns: str, *, jobs: int, executions: int, workflows: in
     b.create_many(workflows, workflow)
 
 
-def _loaded(b: Bench, ns: str, *, jobs: int, workflows: int) -> bool:
+def all_in(b: Bench, ns: str, *, jobs: int, workflows: int) -> bool:
     items = b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs")["items"]
     if sum(bool((i.get("status") or {}).get("nextRun")) for i in items) < jobs:
         return False
@@ -113,7 +113,7 @@ def _loaded(b: Bench, ns: str, *, jobs: int, workflows: int) -> bool:
 def run(b: Bench, *, jobs: int, executions: int, workflows: int, settle: float) -> Rss:
     ns, opns = b.namespace("bench-rss"), b.namespace("bench-rssop")
     created = time.monotonic()
-    _create_load(b, ns, jobs=jobs, executions=executions, workflows=workflows)
+    create_load(b, ns, jobs=jobs, executions=executions, workflows=workflows)
     print(f"  rss: {jobs} ScheduledJobs, {executions} Succeeded Executions, {workflows} waiting Workflows "
           f"created in {time.monotonic() - created:.0f}s")  # fmt: skip
     proc, pidfile = b.start_operator("bench-rss", (
@@ -124,12 +124,12 @@ def run(b: Bench, *, jobs: int, executions: int, workflows: int, settle: float) 
     try:
         started = time.monotonic()
         deadline = datetime.now(UTC) + timedelta(seconds=LOADED_DEADLINE_S)
-        loaded = wait_until(deadline, lambda: proc.poll() is not None or _loaded(b, ns, jobs=jobs, workflows=workflows),
+        loaded = wait_until(deadline, lambda: proc.poll() is not None or all_in(b, ns, jobs=jobs, workflows=workflows),
                             interval=3.0)  # fmt: skip
         loaded_after = time.monotonic() - started if loaded and proc.poll() is None else None
         if loaded_after is None:
             notes.append(f"the load was not all in within {LOADED_DEADLINE_S:.0f}s: sampled anyway")
-        samples = _sample(proc, settle)
+        samples = sample(proc, settle)
         if proc.poll() is not None:
             notes.append(f"the operator exited with code {proc.returncode}: {last_error(b.state / 'logs' / 'bench-rss.log')}")
         return Rss(samples, loaded_after, notes)
@@ -137,7 +137,7 @@ def run(b: Bench, *, jobs: int, executions: int, workflows: int, settle: float) 
         stop_process(proc, pidfile)
 
 
-def _sample(proc: subprocess.Popen[bytes], settle: float) -> list[float]:
+def sample(proc: subprocess.Popen[bytes], settle: float) -> list[float]:
     """VmRSS (MiB) every SAMPLE_S for `settle` seconds, or until the process exits."""
     samples: list[float] = []
     until = time.monotonic() + settle
@@ -169,7 +169,7 @@ def run_queue(b: Bench, *, dsn: str, shards: int, settle: float) -> Rss:
         loaded_after = time.monotonic() - started if loaded and proc.poll() is None else None
         if loaded_after is None:
             notes.append(f"the operator did not hold every shard within {LOADED_DEADLINE_S:.0f}s: sampled anyway")
-        samples = _sample(proc, settle)
+        samples = sample(proc, settle)
         if proc.poll() is not None:
             notes.append(f"the operator exited with code {proc.returncode}: {last_error(b.state / 'logs' / 'bench-qrss.log')}")
         return Rss(samples, loaded_after, notes)

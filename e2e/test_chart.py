@@ -20,6 +20,9 @@ The tests run in order on one release (release `e2e` in namespace `vigil-e2e`, a
 the ServiceMonitor and PrometheusRule render and promtool accepts the rules; the
 `reconcile-daily` and `video-publish` examples run (job images swapped for the local busybox,
 the schedule for a runAt); Debian's Prometheus scrapes both pods through the Service's endpoints;
+60 idle sockets and 10 slow TLS writers held against each replica's API port for 15 s leave every
+probe the kubelet sends answering 200, both pods Ready and no container restarted (issue 37; the
+two-minute 500 + 50 variant is tests/stress/test_probe_hold_replicas.py);
 the leader pod force-deleted, the other replica holds the Lease within lease + 1 s of the old
 leader's last renewal; `helm upgrade` with a changed value rolls both pods; across both an `every:
 3s` job fires each occurrence once, none lost, none doubled; `helm uninstall` runs the chart's
@@ -30,10 +33,16 @@ whole log, from install to uninstall, is a 403.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import http.client
 import itertools
 import os
 import re
+import socket
+import ssl
 import subprocess
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -440,6 +449,118 @@ def test_prometheus_scrapes_both_operator_pods_through_the_service(
             return up if healthy and leaders and leaders[0]["value"][1] == "1" else None
 
         wait_for(scraped, timeout=60, what="both pods scraped, one of them the leader")
+
+
+#: The short hold of every replica's API (the long one, 500 + 50 for two minutes, is
+#: tests/stress/test_probe_hold_replicas.py): past the old server's 8 workers and 32 queued.
+SHORT_HOLD = timedelta(seconds=15)
+SHORT_IDLE, SHORT_SLOW = 60, 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Replica:
+    pod: str
+    ip: str
+    api_port: int
+    health_port: int
+    restarts: int
+
+
+def replicas(kube: KubeCluster) -> list[Replica]:
+    """Each operator pod's address on the node's bridge (which the host routes to), its API and
+    probe ports, and how often its container has restarted."""
+    found = []
+    for pod in operator_pods(kube):
+        [container] = [c for c in pod.spec.containers if c.name == "operator"]
+        ports = {p.name: p.container_port for p in container.ports or []}
+        restarts = sum(s.restart_count for s in pod.status.container_statuses or [])
+        found.append(Replica(pod.metadata.name, pod.status.pod_ip, ports["http"], ports["health"], restarts))
+    return found
+
+
+def kubelet_probe(replica: Replica, path: str) -> int | None:
+    """A probe as the kubelet sends it (2 s timeout): the status, or None when none came."""
+    connection = http.client.HTTPConnection(replica.ip, replica.health_port, timeout=2)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
+@contextlib.contextmanager
+def holding(targets: list[Replica], *, idle: int, slow: int) -> Iterator[None]:
+    """`idle` sockets that never send and `slow` TLS connections that send a byte of a request
+    every 300 ms, against each replica's API port (served over TLS, as the chart configures it):
+    a slowloris from one peer, as a pod of another namespace could send (the chart's
+    NetworkPolicy admits every pod by default)."""
+    tls = ssl.create_default_context()
+    tls.check_hostname = False
+    tls.verify_mode = ssl.CERT_NONE  # the attacker does not care who answers
+    sockets: list[socket.socket] = []
+    writers: list[socket.socket] = []
+    for replica in targets:
+        for _ in range(idle):
+            with contextlib.suppress(OSError):
+                sockets.append(socket.create_connection((replica.ip, replica.api_port), timeout=5))
+        for _ in range(slow):
+            with contextlib.suppress(OSError):
+                raw = socket.create_connection((replica.ip, replica.api_port), timeout=5)
+                sockets.append(raw)
+                writers.append(tls.wrap_socket(raw))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(0.3):
+            for sock in writers:
+                with contextlib.suppress(OSError):
+                    sock.send(b"G")
+
+    writer = threading.Thread(target=trickle, name="slow-writers")
+    writer.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        writer.join()
+        for sock in writers + sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+def hold_every_replica(kube: KubeCluster, *, hold: timedelta, idle: int, slow: int) -> None:
+    """Hold every replica's API for `hold`; meanwhile the probes the kubelet sends answer 200 each
+    time, every pod stays Ready, and afterwards no container has restarted."""
+    before = replicas(kube)
+    assert len(before) == 2 and all(ready(p) for p in operator_pods(kube)), describe(kube)
+    answers: list[tuple[str, str, int | None]] = []
+    not_ready: list[str] = []
+    with holding(before, idle=idle, slow=slow):
+        until = datetime.now(UTC) + hold
+
+        def probed_until_the_end() -> bool:
+            for replica in before:
+                answers.extend((replica.pod, path, kubelet_probe(replica, path)) for path in ("/healthz", "/readyz"))
+            not_ready.extend(p.metadata.name for p in operator_pods(kube) if not ready(p))
+            return datetime.now(UTC) >= until
+
+        wait_for(probed_until_the_end, timeout=hold.total_seconds() + 60, interval=1.0,
+                 what=f"{hold.total_seconds():.0f}s of probes under the hold")  # fmt: skip
+    failed = [answer for answer in answers if answer[2] != 200]
+    assert answers and not failed, failed
+    assert not not_ready, describe(kube)
+    after = {r.pod: r.restarts for r in replicas(kube)}
+    assert after == {r.pod: r.restarts for r in before}, describe(kube)
+
+
+def test_readiness_stays_200_and_no_container_restarts_while_every_replicas_api_is_held(
+    kubelet_cluster: KubeCluster, release: OperatorLogs
+) -> None:
+    """Issue 37's probe test, short: the kubelet's probes, on their own listener, are not starved
+    by sockets held on the API port (the old server answered 503 after 40)."""
+    hold_every_replica(kubelet_cluster, hold=SHORT_HOLD, idle=SHORT_IDLE, slow=SHORT_SLOW)
 
 
 def test_the_other_replica_takes_over_within_lease_plus_one_second(

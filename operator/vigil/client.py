@@ -263,7 +263,9 @@ class Client:
     def job(self, job_id: str, *, queue: tuple[str, str] | None = None) -> Job:
         """The job and its newest executions. Given its `queue` (namespace, TaskQueue name), the
         operator checks the caller's right on that queue before it reads anything (a job of
-        another queue is then 404); by id alone it reads the job to learn its queue."""
+        another queue is then 404). By id alone the caller needs the verb in every namespace (or,
+        a ServiceAccount, on every TaskQueue of its own namespace): a grant on one TaskQueue
+        answers 403 there, so pass `queue`."""
         return _job(self._call("GET", _record_path("jobs", job_id, queue))[1])
 
     def delete_job(self, job_id: str, *, queue: tuple[str, str] | None = None) -> Job:

@@ -176,6 +176,7 @@ def _serve(
             leader=lambda: elector.holder,
             find_execution=executions.find,
             get_execution=executions.get,
+            execution_namespaces=executions.namespaces_of,
             timeline=lambda execution_id: history.history.timeline(execution_id),
             job_executions=lambda namespace, job, limit, after: history.history.job_executions(
                 namespace, job, limit=limit, after=after

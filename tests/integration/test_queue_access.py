@@ -11,8 +11,10 @@ namespace) go to the API server:
 * `stranger` (granted nothing) and `elsewhere` (who may submit to another queue only, by
   `resourceNames`): 403 for submitting to `orders`;
 * `submitter` (`create` and `get` on `orders`): 201 through `vigil.client`, a repeated
-  idempotency key 200 with the first job, the job and the timeline readable, a bad field 422
-  naming it; cancelling needs `update`, so 403;
+  idempotency key 200 with the first job, the job and the timeline readable within the queue
+  (by id alone 403: a grant naming one TaskQueue is not asked before the store is read), a bad
+  field 422 naming it; cancelling needs `update`, so 403;
+* `reader` (`get` on every TaskQueue of the namespace): reads the job and execution by id alone;
 * `operator` (`get`, `update`, `delete` on `orders`): cancels and retries the execution and
   deletes the job; may not submit (403);
 * the queue's listings (jobs, dead letters, stats) need `get` on it: the submitter reads them,
@@ -99,25 +101,34 @@ def test_the_queue_api_authenticates_and_authorises_every_caller_on_the_taskqueu
     assert status_of(submit(elsewhere)) == 403
     assert status_of(submit(operator)) == 403
 
+    orders = (namespace, "orders")  # a grant on one TaskQueue acts within it (by id alone: 403, below)
     made = submitter.submit(namespace=namespace, queue="orders", task="record", idempotency_key="k", payload={"n": 1})
     assert made.created and made.job_id is not None
     again = submitter.submit(namespace=namespace, queue="orders", task="record", idempotency_key="k")
     assert (again.created, again.execution_id) == (False, made.execution_id)
-    assert submitter.job(made.job_id).queue == "orders"
-    assert submitter.execution(made.execution_id).state == "ready"
+    assert submitter.job(made.job_id, queue=orders).queue == "orders"
+    assert submitter.execution(made.execution_id, queue=orders).state == "ready"
     with pytest.raises(ApiError) as bad:
         submitter.submit(namespace=namespace, queue="orders", task="record", priority="urgent")
     assert (bad.value.status, bad.value.field) == (422, "priority")
 
-    assert status_of(lambda: stranger.execution(made.execution_id)) == 403
-    assert status_of(lambda: submitter.cancel(made.execution_id)) == 403
-    assert operator.cancel(made.execution_id).state == "cancelled"
-    assert status_of(lambda: operator.cancel(made.execution_id)) == 409
-    retried = operator.retry(made.execution_id)
+    assert status_of(lambda: stranger.execution(made.execution_id, queue=orders)) == 403
+    assert status_of(lambda: submitter.cancel(made.execution_id, queue=orders)) == 403
+    assert operator.cancel(made.execution_id, queue=orders).state == "cancelled"
+    assert status_of(lambda: operator.cancel(made.execution_id, queue=orders)) == 409
+    retried = operator.retry(made.execution_id, queue=orders)
     assert (retried.state, retried.attempt, retried.execution_id) == ("ready", 2, made.execution_id)
-    assert status_of(lambda: submitter.delete_job(made.job_id or "")) == 403
-    assert operator.delete_job(made.job_id).enabled is False
-    assert submitter.execution(made.execution_id).cancelled_by == f"system:serviceaccount:{namespace}:operator"
+    assert status_of(lambda: submitter.delete_job(made.job_id or "", queue=orders)) == 403
+    assert operator.delete_job(made.job_id, queue=orders).enabled is False
+    assert submitter.execution(made.execution_id, queue=orders).cancelled_by == f"system:serviceaccount:{namespace}:operator"
+
+    # By id alone the queue is not known before the store is read: a grant on one TaskQueue is
+    # not enough (403, the store never asked), a namespace-wide one is, for a ServiceAccount there.
+    assert status_of(lambda: submitter.execution(made.execution_id)) == 403
+    reader = Client(served, token=token_of(cluster, namespace, "reader", [client.V1PolicyRule(
+        api_groups=[GROUP], resources=["taskqueues/executions"], verbs=["get"])]))  # fmt: skip
+    assert reader.execution(made.execution_id).execution_id == made.execution_id
+    assert reader.job(made.job_id).queue == "orders"
 
     # The queue's listings need `get` on it: the submitter reads them, the others do not.
     [job] = submitter.queue_jobs(namespace, "orders").jobs

@@ -1,11 +1,13 @@
 """Authorised before any store is touched (issue 37, item 4; vigil/api/).
 
 A caller whose token the API server accepts but who lacks the verb is refused (403) on every
-route that can name what it acts on — the read API's namespaced routes, the approval callback,
-and the volume tier's routes within a queue — and no store method is called: not the history
-database, not the Execution or Workflow caches, not the queue store. The by-id routes of the
-volume tier (`/v1/jobs/{id}`, `/v1/executions/{id}`) name no namespace and still read the record
-to learn its queue; the routes within the queue are their authorise-first form.
+route — the read API's namespaced routes and its by-id route, the approval callback, and the
+volume tier's routes within a queue and by id alone — and no store method is called: not the
+history database, not the Execution or Workflow caches, not the queue store. By id alone, the
+read API learns the namespaces to authorise from memory (`execution_namespaces`: the operator's
+watch-fed cache), and the volume tier authorises the verb in every namespace (or a
+ServiceAccount's own) before the store is read. tests/queue/test_authorise_first_sql.py counts
+the statements real PostgreSQL receives.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tests.unit.test_httpapi import LEASE, FakeWorkflows, approval_token, approv
 from vigil.api.guards import Guard
 from vigil.api.queue import JobStore, QueueApi
 from vigil.api.router import ApiServer
+from vigil.core.access import Access, User
 from vigil.core.memory import FakeClock
 
 QUEUE = "/v1/namespaces/shop/taskqueues/orders"
@@ -47,6 +50,7 @@ def api(*, may: bool) -> tuple[ApiServer, Recorder, RecordingStore]:
         leader=lambda: "op-1",
         find_execution=reads.find_execution,
         get_execution=reads.get_execution,
+        execution_namespaces=lambda execution_id: ["ns"],  # memory, not a store: the leader's cache
         timeline=reads.timeline,
         job_executions=reads.job_executions,
         workflow_history=reads.workflow_history,
@@ -58,6 +62,13 @@ def api(*, may: bool) -> tuple[ApiServer, Recorder, RecordingStore]:
 
 ROUTES = [
     pytest.param("GET", "/namespaces/ns/executions/ex-abc", id="an execution in its namespace"),
+    pytest.param("GET", "/executions/ex-abc", id="an execution by id alone"),
+    pytest.param("GET", "/executions/ex-gone", id="an execution by id alone known only to the history"),
+    pytest.param("GET", "/v1/jobs/job-1", id="a job by id alone"),
+    pytest.param("DELETE", "/v1/jobs/job-1", id="deleting a job by id alone"),
+    pytest.param("GET", "/v1/executions/ex-1", id="a queue's execution by id alone"),
+    pytest.param("POST", "/v1/executions/ex-1/cancel", id="cancelling by id alone"),
+    pytest.param("POST", "/v1/executions/ex-1/retry", id="retrying by id alone"),
     pytest.param("GET", "/namespaces/ns/scheduledjobs/nightly/executions", id="a job's executions"),
     pytest.param("GET", "/namespaces/ns/workflows/etl/history", id="a workflow's history"),
     pytest.param("POST", "/v1/jobs", id="a submission"),
@@ -79,6 +90,23 @@ def test_a_caller_without_the_verb_is_403_and_no_store_is_asked(method: str, pat
     status, kind, raw = built.dispatch(method, path, "", "t-bob", SUBMISSION if path == "/v1/jobs" else b"")
     assert (status, kind, json.loads(raw)["reason"]) == (403, "application/problem+json", "Forbidden"), raw
     assert reads.calls == [] and store.calls == []
+
+
+def test_a_service_account_without_the_verb_in_its_own_namespace_is_403_by_id_and_no_store_is_asked() -> None:
+    reads, store = Recorder(), RecordingStore()
+    reviews = Reviews(lambda user, access: False)
+    reviews.tokens = {"t-runner": User("system:serviceaccount:shop:runner")}
+    built = ApiServer(
+        leader=lambda: None, find_execution=reads.find_execution, timeline=reads.timeline,
+        execution_namespaces=lambda execution_id: [],
+        guard=Guard(authenticator=reviews, authorizer=reviews, leader_lease=LEASE),
+        queue_api=QueueApi(cast(JobStore, store), clock=FakeClock(), authenticator=reviews, authorizer=reviews),
+    )  # fmt: skip
+    for path in ("/executions/ex-abc", "/v1/jobs/job-1", "/v1/executions/ex-1"):
+        status, _, raw = built.dispatch("GET", path, "", "t-runner", b"")
+        assert (status, json.loads(raw)["reason"]) == (403, "Forbidden"), path
+    assert reads.calls == [] and store.calls == []
+    assert Access("get", "vigil.dev", "taskqueues", "shop", "", "executions") in reviews.asked
 
 
 def test_with_the_verb_the_store_is_asked_and_a_record_of_another_queue_is_not_found() -> None:

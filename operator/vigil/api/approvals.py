@@ -18,7 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from vigil.api.bodies import field_name, read_json
+from vigil.api.bodies import read_json
+from vigil.api.bodymodels import ApprovalBody, BodyInvalid, validated
 from vigil.api.problems import Answer, json_answer, problem
 from vigil.core import jsonvalues
 from vigil.core.approvaltokens import MAX_TOKEN_LENGTH, Claims, InvalidToken, verify_any
@@ -30,8 +31,6 @@ log = logging.getLogger(__name__)
 APPROVAL_PATH = re.compile(rf"^/approvals/([^/]{{1,{MAX_TOKEN_LENGTH}}})/(approve|reject)/?$")
 #: Largest request body read, in bytes: a name and a reason fit many times over.
 MAX_BODY_BYTES = 16 * 1024
-BY_MAX_LENGTH = 253
-REASON_MAX_LENGTH = 1024
 DECISIONS = {"approve": (Event.APPROVED, "approved"), "reject": (Event.REJECTED, "rejected")}
 DECIDE_EVENTS = {action: event for action, (event, _) in DECISIONS.items()}
 #: The 409 reason of a token minted for an earlier attempt of a step that waits again.
@@ -158,29 +157,25 @@ class ApprovalCallback:
 
 def decision_body(raw: bytes) -> tuple[str, str]:
     """(by, reason) from an optional JSON body; jsonvalues.UnsafeValue naming the field at fault
-    (``body``, ``by``, ``reason``) and why, never quoting what was sent."""
+    (``body``, ``by``, ``reason``) and why, never quoting what was sent. The shape is the
+    ApprovalBody model's (vigil.api.bodymodels, what the OpenAPI document shows); the text's
+    bounds are jsonvalues' (no NUL, no lone surrogate) and a `by` is printable."""
     if not raw.strip():
         return "", ""
     data = read_json(raw, field="body")
     if not isinstance(data, dict):
         raise jsonvalues.UnsafeValue("body", 'must be a JSON object: {"by": "...", "reason": "..."}')
-    unknown = sorted(set(data) - {"by", "reason"})
-    if unknown:
-        raise jsonvalues.UnsafeValue(field_name(unknown[0], instead="body"), "is not a field of a decision: only 'by' and 'reason' are accepted")
-    found: list[str] = []
-    for field, longest in (("by", BY_MAX_LENGTH), ("reason", REASON_MAX_LENGTH)):
-        value = data.get(field, "")
-        if not isinstance(value, str):
-            raise jsonvalues.UnsafeValue(field, "must be a string")
-        if len(value) > longest:
-            raise jsonvalues.UnsafeValue(field, f"is longer than {longest} characters")
+    try:
+        body = validated(ApprovalBody, data)
+    except BodyInvalid as error:
+        raise jsonvalues.UnsafeValue(error.field, error.why) from None
+    for field, value in (("by", body.by), ("reason", body.reason)):
         refused = jsonvalues.string_refusal(value)
         if refused is not None:
             raise jsonvalues.UnsafeValue(field, refused)
-        if field == "by" and any(not ch.isprintable() for ch in value):
-            raise jsonvalues.UnsafeValue(field, "must be printable text")
-        found.append(value.strip())
-    return found[0], found[1]
+    if any(not ch.isprintable() for ch in body.by):
+        raise jsonvalues.UnsafeValue("by", "must be printable text")
+    return body.by.strip(), body.reason.strip()
 
 
 def token_decision(claims: Claims, event: Event, *, now: datetime, reason: str) -> Record:

@@ -18,12 +18,35 @@ from vigil.core import jsonvalues
 
 #: A key named back to its sender as the field at fault; any other is not shown.
 PLAIN_FIELD = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+#: A quoted or bracketed piece of an error message: where parsers (croniter, zoneinfo, Jinja)
+#: put what they were given.
+QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|\[[^\]]*\]")
+#: What stands in an error message for a piece of the caller's own text.
+WHAT_WAS_SENT = "(the value sent)"
+#: The shortest piece of the caller's text that is looked for unquoted too.
+ECHO_MIN = 4
 
 
 def field_name(key: str, *, instead: str) -> str:
     """`key` as the field at fault when it is a plain name, else `instead` (the place holding it):
     a key is caller's text, and is not quoted back when it could be anything."""
     return key if PLAIN_FIELD.fullmatch(key) else instead
+
+
+def unechoed(why: str, sent: str) -> str:
+    """`why` (a reason a parser gave for refusing `sent`) with none of `sent` in it: every quoted
+    or bracketed piece holding some of it, and `sent` itself, stand as WHAT_WAS_SENT. What the
+    core says about a cron, a time zone or a template quotes what it read (`invalid cron
+    expression '0 3 * * X'`, `got 'token'`); the rule it broke stays."""
+
+    def scrub(match: re.Match[str]) -> str:
+        inner = match.group(0)[1:-1].strip()
+        return WHAT_WAS_SENT if inner and inner in sent else match.group(0)
+
+    text = QUOTED.sub(scrub, why)
+    if len(sent) >= ECHO_MIN and sent in text:
+        text = text.replace(sent, WHAT_WAS_SENT)
+    return text
 
 
 def read_json(raw: bytes, *, field: str) -> Any:

@@ -5,15 +5,28 @@
 
 An execution needs ``get`` on ``executions.vigil.dev`` (that name) in its namespace, so whoever
 may ``kubectl get execution`` may read its timeline, and no one else. The answer holds only that
-namespace's object and history rows. By id alone, an id that exists nowhere the caller may read
-is 403, like one that exists elsewhere (the two must look alike); 404 is for those who may get
-executions in every namespace, or who ask in a namespace of their own.
+namespace's object and history rows.
+
+The caller is authorised before the history database is asked anything. In a namespace, that
+namespace is the one authorised. By id alone, the namespaces tried are learnt without a store:
+those holding an Execution of that id (the leader's watch-fed cache; a standby, which has none,
+asks the API server for Executions with that id's label), then the namespace of the caller's
+own ServiceAccount. The first of them where the caller may get it is read from the history; a
+caller who may get executions in every namespace is served whatever the history holds. Anyone
+else is 403 without the database being asked: so an execution that retention deleted (its
+object gone, its rows kept) is read by id alone only from a ServiceAccount of its namespace or
+with a cluster-wide grant; everyone else reads it at /namespaces/{ns}/executions/{id}, as
+`kubectl vigil` does.
+
+An id that exists nowhere the caller may read is 403, like one that exists elsewhere (the two
+must look alike); 404 is for those who may get executions in every namespace, or who ask in a
+namespace of their own.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vigil.api.guards import Guard, execution_access, forbidden
@@ -21,6 +34,7 @@ from vigil.api.problems import Answer, json_answer, problem
 from vigil.core.access import User
 from vigil.core.history import AttemptRecord
 from vigil.core.ports import HistoryUnavailable
+from vigil.core.tenancy import service_account_of
 
 EXECUTION_ID = r"[a-z0-9][-a-z0-9]{0,62}"
 NAMESPACE = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
@@ -51,7 +65,9 @@ def record_to_json(record: AttemptRecord) -> dict[str, Any]:
 class ExecutionRoutes:
     """Serves the two routes from ``find_execution(id)`` (the Execution named `id` in whichever
     namespace, or None), ``get_execution(namespace, id)`` (the one in `namespace`; None: found
-    by id and checked) and ``timeline(id)`` (its history rows)."""
+    by id and checked), ``timeline(id)`` (its history rows) and ``execution_namespaces(id)`` (the
+    namespaces holding an Execution of that id, read from memory or the API server, never a
+    database; None: the one `find_execution` finds)."""
 
     def __init__(
         self,
@@ -59,10 +75,12 @@ class ExecutionRoutes:
         find_execution: Callable[[str], Mapping[str, Any] | None],
         get_execution: Callable[[str, str], Mapping[str, Any] | None] | None,
         timeline: Callable[[str], list[AttemptRecord]],
+        execution_namespaces: Callable[[str], Sequence[str]] | None = None,
     ) -> None:
         self._find_execution = find_execution
         self._get_execution = get_execution
         self._timeline = timeline
+        self._execution_namespaces = execution_namespaces
 
     def serves(self, path: str) -> bool:
         return bool(EXECUTION_PATH.match(path) or NAMESPACED_EXECUTION_PATH.match(path))
@@ -81,36 +99,48 @@ class ExecutionRoutes:
         access = execution_access(namespace, execution_id)
         if not guard.authorizer.allowed(user, access):
             return forbidden(user, access)
-        if self._get_execution is not None:
-            obj = self._get_execution(namespace, execution_id)
-        else:
-            obj = _named(self._find_execution(execution_id), execution_id, namespace)
         rows, error = self._rows(execution_id)
-        return self._execution_answer(execution_id, namespace, obj, rows, error)
+        return self._execution_answer(execution_id, namespace, self._object(namespace, execution_id), rows, error)
 
     def _execution(self, guard: Guard, user: User, execution_id: str) -> Answer:
-        """The execution asked for by id alone: served from the first namespace it is found in
-        (its object's, else its history rows') that the caller may read. Nothing of another
-        namespace is ever included: a look-alike made in one namespace cannot show another's rows."""
-        obj = _named(self._find_execution(execution_id), execution_id, None)
-        rows, error = self._rows(execution_id)
-        found = ([str(obj["metadata"]["namespace"])] if obj is not None else []) + sorted(
-            {row.namespace for row in rows or []}
-        )
-        for namespace in dict.fromkeys(found):
-            if guard.authorizer.allowed(user, execution_access(namespace, execution_id)):
-                mine = obj if obj is not None and obj["metadata"]["namespace"] == namespace else None
-                if mine is None and self._get_execution is not None:
-                    mine = self._get_execution(namespace, execution_id)
-                return self._execution_answer(execution_id, namespace, mine, rows, error)
-        if not found and guard.authorizer.allowed(user, execution_access("")):
-            return self._execution_answer(execution_id, "", None, rows, error)
+        """The execution asked for by id alone (see the module docstring): each namespace it may
+        be in authorised before the history is asked; nothing of another namespace is ever
+        included, so a look-alike made in one namespace cannot show another's rows."""
+        tried = list(dict.fromkeys(self._namespaces(execution_id)))
+        account = service_account_of(user)
+        if account is not None and account[0] not in tried:
+            tried.append(account[0])
+        history: tuple[list[AttemptRecord] | None, str | None] | None = None  # read once, when first allowed
+        for namespace in tried:
+            if not guard.authorizer.allowed(user, execution_access(namespace, execution_id)):
+                continue
+            history = history or self._rows(execution_id)
+            found = self._execution_answer(execution_id, namespace, self._object(namespace, execution_id), *history)
+            if found[0] != 404:
+                return found
+        if guard.authorizer.allowed(user, execution_access("")):
+            rows, error = history or self._rows(execution_id)
+            namespace = min((row.namespace for row in rows or []), default="")
+            obj = self._object(namespace, execution_id) if namespace else None
+            return self._execution_answer(execution_id, namespace, obj, rows, error)
         return problem(
             403,
             f"{user.name} may not get execution {execution_id}: it does not exist in any namespace where "
             "they may get executions (ask by /namespaces/NAMESPACE/executions/ID to tell the two apart)",
             "Forbidden",
         )
+
+    def _namespaces(self, execution_id: str) -> Sequence[str]:
+        """Where an Execution of this id exists, learnt without a database."""
+        if self._execution_namespaces is not None:
+            return self._execution_namespaces(execution_id)
+        obj = _named(self._find_execution(execution_id), execution_id, None)
+        return [str(obj["metadata"]["namespace"])] if obj is not None else []
+
+    def _object(self, namespace: str, execution_id: str) -> Mapping[str, Any] | None:
+        if self._get_execution is not None:
+            return self._get_execution(namespace, execution_id)
+        return _named(self._find_execution(execution_id), execution_id, namespace)
 
     def _rows(self, execution_id: str) -> tuple[list[AttemptRecord] | None, str | None]:
         try:

@@ -1,9 +1,10 @@
 """The HTTP API's published contract: an OpenAPI 3.1 document generated from pydantic models.
 
-The routes read their bodies and write their answers by hand (vigil.api.queuefields,
-vigil.api.queueshapes, ...), because their error messages name one field and one rule and are
-asserted by tests. The models here describe the same shapes: every request body and every
-answer, and the one problem+json error shape (vigil.api.problems). The suite holds them to the
+The request bodies' models are the ones that validate them (vigil.api.bodymodels: the approval
+decision, a submission of either kind, a cancel's or retry's empty body), so the document cannot
+say one thing and the routes check another. The answers are written by hand
+(vigil.api.queueshapes, ...); the models here describe them, and the one problem+json error
+shape (vigil.api.problems). The suite holds them to the
 code both ways: the committed document equals this one (tests/unit/test_api_openapi.py), the
 answers the routes give conform to it, and schemathesis fuzzes the real application from it
 (tests/integration/test_api_fuzz.py).
@@ -18,19 +19,24 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import models_json_schema
 
-from vigil.api.approvals import BY_MAX_LENGTH, REASON_MAX_LENGTH
-from vigil.api.queuebase import ID, MAX_ATTEMPTS_LIMIT, SMALLINT, TEXT_MAX_LENGTH
+from vigil.api.bodymodels import (
+    NAMESPACE_PATTERN,
+    QUEUE_PATTERN,
+    ActionBody,
+    ApprovalBody,
+    OneOffSubmission,
+    RecurringSubmission,
+)
+from vigil.api.queuebase import ID
 from vigil.api.router import OPENAPI_PATH
 from vigil.core.queue import QUEUE_PAGE_DEFAULT, QUEUE_PAGE_MAX
 
 API_VERSION = "v1"
-NAMESPACE_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
-QUEUE_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 ID_PATTERN = rf"^{ID}$"
 HISTORY_PAGE_MAX = 500
@@ -147,11 +153,6 @@ class LogTailAnswer(_Answer):
 # --- the approval callback ---------------------------------------------------------------
 
 
-class ApprovalBody(_Body):
-    by: str = Field(default="", max_length=BY_MAX_LENGTH, description="The token's approver (the only one it may be).")
-    reason: str = Field(default="", max_length=REASON_MAX_LENGTH)
-
-
 class ApprovalDecision(_Answer):
     namespace: str
     workflow: str
@@ -165,40 +166,6 @@ class ApprovalDecision(_Answer):
 
 
 # --- the volume tier ---------------------------------------------------------------------
-
-Priority = Annotated[int, Field(ge=SMALLINT[0], le=SMALLINT[1])] | Literal["high", "normal", "low"]
-Text = Field(min_length=1, max_length=TEXT_MAX_LENGTH)
-
-
-class OneOffSubmission(_Body):
-    namespace: str = Field(pattern=NAMESPACE_PATTERN)
-    queue: str = Field(pattern=QUEUE_PATTERN)
-    task: str = Text
-    payload: dict[str, Any] = Field(default_factory=dict, description="A JSON object, at most 32 KiB compact.")
-    runAt: str | None = Field(default=None, description="RFC 3339; default now.")
-    priority: Priority = "normal"
-    maxAttempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
-    idempotencyKey: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-    tenant: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-
-
-class RecurringSubmission(_Body):
-    namespace: str = Field(pattern=NAMESPACE_PATTERN)
-    queue: str = Field(pattern=QUEUE_PATTERN)
-    task: str = Text
-    cron: str = Text
-    timezone: str = Field(default="UTC", min_length=1, max_length=TEXT_MAX_LENGTH)
-    payloadTemplate: dict[str, Any] = Field(default_factory=dict, description="Rendered for each occurrence.")
-    expectedMaxInterval: str | None = Field(default=None, description="A duration: 26h, 90s.")
-    priority: Priority = "normal"
-    maxAttempts: int | None = Field(default=None, ge=1, le=MAX_ATTEMPTS_LIMIT)
-    idempotencyKey: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-    tenant: str | None = Field(default=None, min_length=1, max_length=TEXT_MAX_LENGTH)
-
-
-class ActionBody(_Body):
-    """A cancel's or retry's body: nothing (an empty object, or none)."""
-
 
 class Submitted(_Answer):
     jobId: str
@@ -405,11 +372,33 @@ BEARER_SCHEME = {
 }
 
 
+#: Who may read an execution by id alone, and what is asked before the history database.
+EXECUTION_BY_ID = (
+    "Needs `get` on `executions.vigil.dev` (that name) in its namespace. The namespaces tried are learnt "
+    "without the history database: those holding an Execution of that id (the operator's memory, or the API "
+    "server), then the caller's own ServiceAccount's; a caller who may get executions in every namespace is "
+    "served whatever the history holds. Anyone else is 403 with the database never asked, whether the id "
+    "exists elsewhere or nowhere: an execution that retention deleted is read at "
+    "/namespaces/{namespace}/executions/{id}."
+)
+#: Who may act on a queue's job or execution by id alone, before the queue store is read.
+QUEUE_BY_ID = (
+    "By id alone the queue is not known, so before the store is read the caller must hold the verb on "
+    "`taskqueues/executions` in every namespace, or be a ServiceAccount holding it on every TaskQueue of its "
+    "own namespace (a record of another namespace is then 403). Anyone else is 403 with the store never asked, "
+    "whether the id exists elsewhere or nowhere, and acts within the queue: "
+    "/v1/namespaces/{namespace}/taskqueues/{queue}/..."
+)
+
+
 def _op(
     summary: str, ok: Success, errors: tuple[int, ...], *,
     params: list[dict[str, Any]] | None = None, body: dict[str, Any] | None = None, open_: bool = False,
+    description: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     operation: dict[str, Any] = {"summary": summary, "responses": _responses(ok, errors)}
+    if description is not None:
+        operation["description"] = description
     if params:
         operation["parameters"] = params
     if body is not None:
@@ -434,7 +423,7 @@ def _paths() -> dict[str, Any]:
         "/leader": {"get": _op("The identity holding the trigger Lease.", {200: ("Its identity.", None)}, GUARDED)},
         "/executions/{id}": {"get": _op(
             "An Execution and its history rows, in whichever namespace the caller may read it.",
-            {200: ("The execution.", ExecutionAnswer)}, GUARDED, params=[EXECUTION])},
+            {200: ("The execution.", ExecutionAnswer)}, GUARDED, params=[EXECUTION], description=EXECUTION_BY_ID)},
         "/namespaces/{namespace}/executions/{id}": {"get": _op(
             "An Execution and its history rows in a namespace.",
             {200: ("The execution.", ExecutionAnswer)}, GUARDED, params=[NS, EXECUTION])},
@@ -455,9 +444,10 @@ def _paths() -> dict[str, Any]:
             "Submit a one-off job, or a recurring one (with `cron`).",
             {200: ("Already submitted (same idempotency key).", SUBMITTED), 201: ("Submitted.", SUBMITTED)},
             (*v1, 429), body=_json_body({"oneOf": [_ref(OneOffSubmission), _ref(RecurringSubmission)]}, required=True))},
-        "/v1/jobs/{id}": _job_ops([JOB_ID], v1),
+        "/v1/jobs/{id}": _job_ops([JOB_ID], v1, description=QUEUE_BY_ID),
         "/v1/namespaces/{namespace}/taskqueues/{queue}/jobs/{id}": _job_ops([NS, QUEUE, JOB_ID], v1),
-        "/v1/executions/{id}": {"get": _op("An execution's timeline.", execution, v1, params=[EXECUTION_ID])},
+        "/v1/executions/{id}": {"get": _op("An execution's timeline.", execution, v1, params=[EXECUTION_ID],
+                                           description=QUEUE_BY_ID)},
         "/v1/namespaces/{namespace}/taskqueues/{queue}/executions/{id}": {"get": _op(
             "An execution's timeline, within its queue.", execution, v1, params=[NS, QUEUE, EXECUTION_ID])},
         "/v1/namespaces/{namespace}/taskqueues/{queue}/jobs": {"get": _op(
@@ -474,7 +464,8 @@ def _paths() -> dict[str, Any]:
                          ("retry", "A dead or cancelled execution runs again, same id.")):  # fmt: skip
         for prefix, params in (("/v1", [EXECUTION_ID]), ("/v1/namespaces/{namespace}/taskqueues/{queue}", [NS, QUEUE, EXECUTION_ID])):
             paths[f"{prefix}/executions/{{id}}/{action}"] = {
-                "post": _op(what, execution, (*v1, 409), params=params, body=act_body)
+                "post": _op(what, execution, (*v1, 409), params=params, body=act_body,
+                            description=QUEUE_BY_ID if prefix == "/v1" else None)
             }
     token = {"name": "token", "in": "path", "required": True, "description": "The token the approval notice carries.",
              "schema": {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "^[^/]+$"}}  # fmt: skip
@@ -486,11 +477,12 @@ def _paths() -> dict[str, Any]:
     return paths
 
 
-def _job_ops(params: list[dict[str, Any]], errors: tuple[int, ...]) -> dict[str, Any]:
+def _job_ops(params: list[dict[str, Any]], errors: tuple[int, ...], *, description: str | None = None) -> dict[str, Any]:
     return {
-        "get": _op("The job and its newest executions.", {200: ("The job.", JobAnswer)}, errors, params=params),
+        "get": _op("The job and its newest executions.", {200: ("The job.", JobAnswer)}, errors, params=params,
+                   description=description),
         "delete": _op("Disable the job; cancel what of it has not finished.", {200: ("The job.", JobAnswer)},
-                      errors, params=params),
+                      errors, params=params, description=description),
     }  # fmt: skip
 
 

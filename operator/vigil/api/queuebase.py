@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Protocol, TypeVar
 
@@ -35,7 +36,7 @@ from vigil.core.queue import (
     split_queue_key,
 )
 from vigil.core.recurring import AddedJob, RecurringJob
-from vigil.core.tenancy import TenantDirectory
+from vigil.core.tenancy import TenantDirectory, service_account_of
 from vigil.model.names import GROUP, TASK_QUEUE_EXECUTIONS, TASK_QUEUES
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,9 @@ PAGE_PARAMETERS = frozenset({"limit", "continue"})
 NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 #: A TaskQueue's name: a DNS subdomain, as every object's name.
 QUEUE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-TEXT_MAX_LENGTH = 253  # task, tenant and idempotency key: as long as an object name
 #: Largest payload, as compact JSON: executions are rows, not blobs (the request itself is
 #: capped by vigil.api.transport.Limits.max_request_bytes, 64 KiB by default).
 MAX_PAYLOAD_BYTES = jsonvalues.MAX_PAYLOAD_BYTES
-MAX_ATTEMPTS_LIMIT = 1000
-SMALLINT = (-32768, 32767)
 #: Named priorities: lower runs first, and a number may be given instead.
 PRIORITIES = {"high": -10, "normal": 0, "low": 10}
 #: How far in the past a runAt may be: the declarative tier's default catch-up window. Older
@@ -180,22 +178,39 @@ class QueueContext:
     def allowed(self, user: User, access: Access) -> bool:
         return self.authorizer.allowed(user, access)
 
-    def visible(self, user: User, verb: str, kind: str, ident: str, record: Record | None) -> Record:
-        """`record` if `user` may `verb` its TaskQueue; else Refused, with 403. An unknown id (None)
-        is 403 alike, so ids cannot be probed, unless they may `verb` taskqueues in every
-        namespace: then 404."""
-        if record is not None:
-            namespace, name = split_queue_key(record.queue)
-            if self.allowed(user, executions_access(verb, namespace, name)):
-                return record
-        elif self.allowed(user, executions_access(verb, "")):
-            raise Refused(not_found(kind, ident))
-        raise Refused(problem(
-            403,
-            f"{user.name} may not {verb} {kind} {ident}: it does not exist in any queue where they may "
-            f"{verb} {TASK_QUEUES}/{TASK_QUEUE_EXECUTIONS}.{GROUP}",
-            FORBIDDEN,
-        ))  # fmt: skip
+    def by_id(self, user: User, verb: str, kind: str, ident: str, read: Callable[[], Record | None]) -> Record:
+        """The record `read` finds, for a caller who named only its id; else Refused.
+
+        The id names no queue, so the caller is authorised before the store is read on what
+        does not need the record: `verb` on the executions of every TaskQueue in every
+        namespace, or (a ServiceAccount) in its own namespace. Anyone else is 403 and the store
+        is never asked; they act within the queue (/v1/namespaces/NS/taskqueues/QUEUE/...).
+        An unknown id, or one of another namespace, is 403 alike, so ids cannot be probed,
+        unless they may `verb` in every namespace: then an unknown id is 404."""
+        everywhere = self.allowed(user, executions_access(verb, ""))
+        account = None if everywhere else service_account_of(user)
+        own = account[0] if account is not None and self.allowed(user, executions_access(verb, account[0])) else None
+        if not everywhere and own is None:
+            raise Refused(elsewhere(user, verb, kind, ident))
+        record = read()
+        if record is None:
+            raise Refused(not_found(kind, ident) if everywhere else elsewhere(user, verb, kind, ident))
+        if not everywhere and split_queue_key(record.queue)[0] != own:
+            raise Refused(elsewhere(user, verb, kind, ident))
+        return record
+
+
+def elsewhere(user: User, verb: str, kind: str, ident: str) -> Answer:
+    """403 for an id the caller may not act on by id alone, the same whether it exists elsewhere
+    or nowhere (nothing of it is learnt)."""
+    return problem(
+        403,
+        f"{user.name} may not {verb} {kind} {ident}: it does not exist in any queue where they may "
+        f"{verb} {TASK_QUEUES}/{TASK_QUEUE_EXECUTIONS}.{GROUP} by id alone (that needs the verb in every "
+        f"namespace, or for a ServiceAccount on every TaskQueue of its own); within its queue, ask "
+        f"/v1/namespaces/NAMESPACE/taskqueues/QUEUE/{kind}s/{ident}",
+        FORBIDDEN,
+    )
 
 
 def path_id(pattern: re.Pattern[str], path: str) -> str:

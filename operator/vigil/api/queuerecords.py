@@ -8,11 +8,15 @@ Within its queue (the right-hand paths), the caller is authorised on that queue 
 is read at all: a caller without the verb there is 403 and the store is never asked. A record
 that is not of that queue is 404, so nothing of another queue is learnt.
 
-By id alone, the id names no namespace, so the record is read to learn its TaskQueue and the
-caller is authorised on that queue before anything of it is answered or changed; an id that
-exists nowhere the caller may act is 403, like one in another namespace (QueueContext.visible).
-The store is read before the caller is authorised there: programs that know their queue (the
-Python client and the CLI do) should use the paths within it.
+By id alone, the id names no queue, so the caller is authorised before the store is read on
+what does not need the record: the verb on the executions of every TaskQueue in every
+namespace, or, for a ServiceAccount, of every TaskQueue in its own namespace (what the chart's
+aggregated -edit and -view roles grant where they are bound). The store is then read, and a
+record of another namespace is refused. Anyone else (a RoleBinding naming one TaskQueue, a user
+who is not a ServiceAccount) is 403 with the store never asked, and acts within the queue, as
+`vigil.client` does when given `queue=` and `kubectl vigil queue retry` always does. An id that
+exists nowhere the caller may act is 403, like one in another namespace
+(QueueContext.by_id).
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import logging
 import re
 from collections.abc import Callable
 
+from vigil.api.bodies import read_json
+from vigil.api.bodymodels import ActionBody, BodyInvalid, validated
 from vigil.api.problems import Answer, json_answer, problem
 from vigil.api.queuebase import (
     CONFLICT,
@@ -47,6 +53,7 @@ from vigil.api.queueshapes import (
     job_to_json,
 )
 from vigil.core.access import User
+from vigil.core.jsonvalues import UnsafeValue
 from vigil.core.queue import queue_key
 
 log = logging.getLogger(__name__)
@@ -76,10 +83,11 @@ def target(path: str, by_id: re.Pattern[str], in_queue: re.Pattern[str]) -> Targ
 def record(
     ctx: QueueContext, user: User, verb: str, kind: str, where: Target, read: Callable[[], Record | None]
 ) -> Record:
-    """The record `where` names if `user` may `verb` its queue; else Refused. Within a queue the
-    caller is authorised before `read` is called; by id alone after (QueueContext.visible)."""
+    """The record `where` names if `user` may `verb` its queue; else Refused. The caller is
+    authorised before `read` is called: on the queue named, or by id alone as QueueContext.by_id
+    says."""
     if where.queue is None:
-        return ctx.visible(user, verb, kind, where.ident, read())
+        return ctx.by_id(user, verb, kind, where.ident, read)
     namespace, name = where.queue
     access = executions_access(verb, namespace, name)
     if not ctx.allowed(user, access):
@@ -114,8 +122,11 @@ def get_execution(ctx: QueueContext, store: JobStore, user: User, path: str, raw
 def act(ctx: QueueContext, store: JobStore, user: User, path: str, raw: bytes, query: str) -> Answer:
     where = target(path, EXECUTION_ACTION_PATH, QUEUE_EXECUTION_ACTION_PATH)
     execution_id, action = where.ident, where.action
-    if raw.strip() not in (b"", b"{}"):
-        return invalid(Invalid("body", f"{action} takes no body (or an empty JSON object)"))
+    if raw.strip():
+        try:
+            validated(ActionBody, read_json(raw, field="body"))  # the document's body: an empty object
+        except (BodyInvalid, UnsafeValue):
+            return invalid(Invalid("body", f"{action} takes no body (or an empty JSON object)"))
     found = record(ctx, user, "update", "execution", where, lambda: store.timeline(execution_id))
     now = ctx.clock.now()
     if action == "cancel":

@@ -1,8 +1,9 @@
 """POST /v1/jobs: a one-off job (its execution runs at runAt), or a recurring one (cron).
 
 401 before anything; then the queue named (422), then may they ``create`` there (403), then the
-tenant (the caller's own, vigil.core.tenancy), the rest of the body (422) and the priority (403
-above normal outside the chart's high-priority namespaces), then the store.
+rest of the body by its model (422; vigil.api.bodymodels, what the OpenAPI document shows), the
+tenant (the caller's own, vigil.core.tenancy), what the model cannot say (422) and the priority
+(403 above normal outside the chart's high-priority namespaces), then the store.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from vigil.api.bodymodels import RecurringSubmission
 from vigil.api.problems import Answer, json_answer, problem
 from vigil.api.queuebase import (
     FORBIDDEN,
@@ -28,10 +30,10 @@ from vigil.api.queuebase import (
 from vigil.api.queuefields import (
     object_of,
     one_off_job,
-    optional_text,
     queue_of,
     recurring_invalid,
     recurring_job,
+    submission,
 )
 from vigil.api.queueshapes import (
     time_of,
@@ -53,41 +55,41 @@ def submit(ctx: QueueContext, store: JobStore, user: User, path: str, raw: bytes
     if not ctx.allowed(user, access):
         return forbidden(user, access)
     try:
-        tenant = _tenant(ctx, user, optional_text(data, "tenant"), namespace=namespace, name=name)
+        body = submission(data)
     except Invalid as error:
         return invalid(error)
+    tenant = _tenant(ctx, user, body.tenant, namespace=namespace, name=name)
     now = ctx.clock.now()
-    if "cron" in data:
-        return _submit_recurring(ctx, store, user, data, namespace=namespace, name=name, tenant=tenant, now=now)
+    if isinstance(body, RecurringSubmission):
+        return _submit_recurring(ctx, store, user, body, data, namespace=namespace, name=name, tenant=tenant, now=now)
     try:
-        job = one_off_job(data, namespace=namespace, name=name, tenant=tenant, now=now)
+        job = one_off_job(body, namespace=namespace, name=name, tenant=tenant, now=now)
     except Invalid as error:
         return invalid(error)
     _check_priority(ctx, job.priority, namespace)
     submitted = store.submit_job(job, now=now)
     if submitted.created:
         log.info("queue API: %s submitted job %s to %s", user.name, submitted.job_id, job.queue)
-    body = {
+    return json_answer(201 if submitted.created else 200, {
         "jobId": submitted.job_id,
         "executionId": submitted.execution_id,
         "scheduledFor": time_of(submitted.scheduled_for),
-    }
-    return json_answer(201 if submitted.created else 200, body)
+    })  # fmt: skip
 
 
 
 def _submit_recurring(
-    ctx: QueueContext, store: JobStore, user: User, data: Mapping[str, Any], *, namespace: str, name: str, tenant: str,
-    now: datetime,
+    ctx: QueueContext, store: JobStore, user: User, body: RecurringSubmission, data: Mapping[str, Any], *,
+    namespace: str, name: str, tenant: str, now: datetime,
 ) -> Answer:  # fmt: skip
     try:
-        job = recurring_job(data, namespace=namespace, name=name, tenant=tenant)
+        job = recurring_job(body, data, namespace=namespace, name=name, tenant=tenant)
         _check_priority(ctx, job.priority, namespace)
         added = store.add_recurring(job, now=now)
     except Invalid as error:
         return invalid(error)
     except ValueError as error:  # the catalogue's own last check: a cron with no occurrence ahead
-        return invalid(recurring_invalid(error))
+        return invalid(recurring_invalid(error, data))
     if added.created:
         log.info("queue API: %s catalogued recurring job %s on %s", user.name, added.job_id, job.queue)
     return json_answer(201 if added.created else 200, {"jobId": added.job_id, "nextRun": time_of(added.next_run)})

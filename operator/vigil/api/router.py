@@ -54,7 +54,10 @@ Authenticated but not allowed: 403. The review could not be made: 503.
   whoever may ``kubectl get execution`` may read its timeline, and no one else. The answer holds
   only that namespace's object and history rows. By id alone, an id that exists nowhere the
   caller may read is 403, like one that exists elsewhere (the two must look alike); 404 is for
-  those who may get executions in every namespace, or who ask in a namespace of their own.
+  those who may get executions in every namespace, or who ask in a namespace of their own. By
+  id alone the namespaces tried are those holding an Execution of that id (from memory, or the
+  API server) and the caller's own ServiceAccount's: the history database is asked only after
+  one of them, or every namespace, is authorised (vigil.api.executions).
 * A job's executions need ``list`` on ``executions.vigil.dev`` in its namespace: whoever may
   ``kubectl get executions`` there may page through the ones retention deleted, too.
 * A workflow's history needs ``get`` on ``workflows.vigil.dev`` (that name) in its namespace:
@@ -74,7 +77,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from vigil.api.app import Application
@@ -100,7 +103,9 @@ class ApiServer:
     """Serves the endpoints above from the collaborators it is given.
 
     ``find_execution(id)`` is the Execution named `id` in whichever namespace (or None);
-    ``get_execution(namespace, id)`` the one in `namespace`. Without a ``guard`` every guarded
+    ``get_execution(namespace, id)`` the one in `namespace`; ``execution_namespaces(id)`` the
+    namespaces holding an Execution of that id, learnt from memory or the API server (never a
+    database: by id alone it is what the caller is authorised on first). Without a ``guard`` every guarded
     endpoint answers 401: the API never serves unauthenticated by omission. ``queue_api`` serves
     the volume tier's /v1/ routes (None: they are not found).
     """
@@ -118,10 +123,14 @@ class ApiServer:
         workflow_history: WorkflowHistory | None = None,
         log_tail: LogTails | None = None,
         queue_api: QueueApi | None = None,
+        execution_namespaces: Callable[[str], Sequence[str]] | None = None,
         console: ConsoleSources | None = None,
     ) -> None:
         self._leader = leader
-        self._executions = ExecutionRoutes(find_execution=find_execution, get_execution=get_execution, timeline=timeline)
+        self._executions = ExecutionRoutes(
+            find_execution=find_execution, get_execution=get_execution, timeline=timeline,
+            execution_namespaces=execution_namespaces,
+        )  # fmt: skip
         self._histories = HistoryRoutes(
             job_executions=job_executions, workflow_history=workflow_history, log_tail=log_tail
         )

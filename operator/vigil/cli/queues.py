@@ -282,20 +282,19 @@ def _fatal(error: ApiError) -> bool:
     return error.status in (0, 401) or error.reason == VOLUME_TIER_OFF
 
 
-def retry_one(client: Client, namespace: str, name: str, execution_id: str, *, listed: bool) -> str | None:
-    """Retry one execution of the queue; None when done, else why not. An id that was not listed
-    from the queue is read first, and refused when it is another queue's."""
+def retry_one(client: Client, namespace: str, name: str, execution_id: str) -> str | None:
+    """Retry one execution of the queue; None when done, else why not. Asked within the queue,
+    so the operator authorises the caller on it before reading anything, and an execution of
+    another queue is not found there (and not retried)."""
     try:
-        if not listed:
-            found = client.execution(execution_id)
-            if (found.namespace, found.queue) != (namespace, name):
-                return f"it is in taskqueue {found.namespace}/{found.queue}, not {namespace}/{name}"
-        client.retry(execution_id)
+        client.retry(execution_id, queue=(namespace, name))
     except ValueError as error:
         return str(error)
     except ApiError as error:
         if _fatal(error):
             raise Refused(refusal(error, client.base_url)) from None
+        if error.status == 404 and error.reason == "NotFound":
+            return f"it is not in taskqueue {namespace}/{name}"
         return " ".join(error.message.split())[:MESSAGE_MAX]
     return None
 
@@ -315,7 +314,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
     client = _client(session)
     results = []
     for execution_id in ids:
-        why = retry_one(client, namespace, args.name, execution_id, listed=args.all_dead)
+        why = retry_one(client, namespace, args.name, execution_id)
         results.append({"executionId": execution_id, "retried": why is None, "reason": why})
     lines = [f"retried {r['executionId']}" if r["retried"] else f"refused {r['executionId']}: {r['reason']}" for r in results]
     emit(args, {"results": results}, "\n".join(lines))

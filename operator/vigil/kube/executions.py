@@ -161,6 +161,17 @@ class ExecutionStore:
         found = self.select(selector=f"{LABEL_EXECUTION}={execution_id}")
         return found[0] if found else None
 
+    def namespaces_of(self, execution_id: str) -> list[str]:
+        """The namespaces holding an Execution labelled with this id (a look-alike can be made
+        in another): from the watch-fed cache once it has listed (the leader's), else from one
+        label-selected list. What the HTTP API authorises a caller on by id alone, before it asks
+        the history database anything."""
+        if self.cache is not None and self.cache.synced.is_set():
+            found = self.cache.by_index(BY_EXECUTION_ID, execution_id)
+        else:
+            found = self.select(selector=f"{LABEL_EXECUTION}={execution_id}")
+        return sorted({str(obj["metadata"]["namespace"]) for obj in found})
+
     def select(self, *, selector: str, namespace: str | None = None) -> list[dict[str, Any]]:
         if namespace:
             result = self._custom.list_namespaced_custom_object(
@@ -252,10 +263,16 @@ def finished(obj: Mapping[str, Any]) -> bool:
 
 BY_JOB = "job-uid"
 BY_PHASE = "phase"
+BY_EXECUTION_ID = "execution-id"
+
+
+def execution_id_of(obj: Mapping[str, Any]) -> str | None:
+    """The id an Execution is labelled with (its name, unless someone made a look-alike)."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL_EXECUTION)
 
 
 def execution_cache(api: client.ApiClient) -> Informer:
-    """The operator's cache of every Execution Vigil made, indexed by job uid and by phase; the
+    """The operator's cache of every Execution Vigil made, indexed by job uid, phase and id; the
     finished ones packed (retention keeps several a job; the in-flight ones are read often)."""
     custom = client.CustomObjectsApi(api)
 
@@ -266,7 +283,7 @@ def execution_cache(api: client.ApiClient) -> Informer:
         list_fn,
         what=EXECUTIONS,
         label_selector=f"{LABEL_MANAGED}={MANAGED_BY}",
-        indexes={BY_JOB: job_uid_of, BY_PHASE: phase_of},
+        indexes={BY_JOB: job_uid_of, BY_PHASE: phase_of, BY_EXECUTION_ID: execution_id_of},
         packed=finished,
     )
 
