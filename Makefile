@@ -45,6 +45,10 @@ crds: $(STAMP) ## regenerate crds/, the chart's copy, the field reference and ma
 openapi: $(STAMP) ## regenerate docs/reference/openapi.json, the HTTP API's OpenAPI document, from its pydantic models
 	$(PY) -m vigil.api.openapi > docs/reference/openapi.json
 
+.PHONY: queue-schema
+queue-schema: $(STAMP) ## regenerate operator/vigil/queue/sql/schema.sql from the queue's migrations (a throwaway PostgreSQL)
+	PYTHONPATH=operator:. $(PY) -m tests.queue.schema
+
 .PHONY: image
 image: $(STAMP) ## build the operator image vigil:<version> (installs and starts Docker if missing; prints the name)
 	@scripts/image.sh

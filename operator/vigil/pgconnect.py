@@ -12,7 +12,7 @@ PostgreSQL's JIT compiles a statement whose *estimated* cost passes `jit_above_c
 not: with 50,000 ready executions analysed, the lease was estimated near 500,000 and
 spent 680 ms compiling to lease 10 rows (0.3 ms without). So JIT is off on every
 connection opened here, whatever the server's setting; the statements are also
-shaped so that their estimates stay small (queries.sql).
+shaped so that their estimates stay small (vigil/queue/sql/).
 
 A connection is also bounded in time, so that no failure holds rows or a worker forever:
 

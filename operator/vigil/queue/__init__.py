@@ -2,7 +2,8 @@
 
 `store.QueueStore` submits and inspects (synchronous, for programs and tests);
 `store.WorkerStore` is what a worker does on its own connection (lease,
-heartbeat, settle, expire, once). The SQL is in queries.sql, and the schema in
-the Alembic chain of migrations/ (its first revision is the whole schema, as SQL). PostgreSQL only:
+heartbeat, settle, expire, once). The SQL is in sql/, one file of named blocks per table or
+concern (vigil.queue.queries loads them); the schema is made by the Alembic chain of migrations/,
+and sql/schema.sql is what that chain produces, kept for reading and checked by a test. PostgreSQL only:
 leasing needs FOR UPDATE SKIP LOCKED, which SQLite does not have.
 """

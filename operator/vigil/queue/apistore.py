@@ -10,7 +10,7 @@ database will grant it:
 * For each operation it opens a transaction, learns the namespace (the queue the request names, or
   the one that holds the id), and `SET LOCAL ROLE` to that namespace's API role: the only roles it
   may take are those the owner granted it, one per namespace with a TaskQueue. As that role it may
-  only EXECUTE the API's functions (`vigil_queue.api_<block>`, the same blocks of queries.sql the
+  only EXECUTE the API's functions (`vigil_queue.api_<block>`, the same blocks of sql/*.sql the
   owner's QueueStore sends), and each function confines itself to the namespace of the role the
   session took (vigil.queue.functions: the namespace comes from the grant, never an argument).
   The role ends with the transaction.

@@ -4,7 +4,7 @@ Quotas. A namespace may keep at most `max_ready_executions` executions unfinishe
 leased: a lease is a ready execution being run) and at most `max_payload_bytes` of their
 payloads (the JSON text's bytes). Every path that adds an unfinished execution admits it with
 `admit` in the transaction that writes it: one conditional UPDATE of the namespace's counter
-row in `namespace_quotas` (queries.sql `quota_admit`), so the check costs one primary-key probe
+row in `namespace_quotas` (sql/quotas.sql `quota_admit`), so the check costs one primary-key probe
 whatever the namespace holds — at 100,000 ready rows as at none (docs/queue.md has the
 EXPLAIN). What ends an execution (a settlement, a cancel, a purge) does not touch the counter:
 the workers' statements stay as they were, and no row every worker writes sits in their path.
@@ -151,7 +151,7 @@ def set_limits(
 
 def recount(connection: psycopg.Connection[Any], *, now: datetime) -> int:
     """Set every namespace's counters to what it keeps unfinished, plus what was admitted while it
-    counted (queries.sql `quota_counts`, `quota_recount`); the namespaces recounted.
+    counted (sql/quotas.sql `quota_counts`, `quota_recount`); the namespaces recounted.
 
     `connection` must be in autocommit mode: each namespace's update is a transaction of its own.
     """

@@ -1,7 +1,7 @@
 """The workers' and the HTTP API's statements as functions: the only doors a namespace's roles have.
 
 A worker never reads or writes a table. Each statement a worker runs (its block in
-`queries.sql`) is installed as a `SECURITY DEFINER` function of the schema's owner,
+`sql/*.sql`) is installed as a `SECURITY DEFINER` function of the schema's owner,
 `vigil_queue.worker_<block>`, and `WorkerStore` calls the function, whoever it connects as:
 
 * Its body is the block itself, each `%(name)s` becoming the parameter `p_name`, so the
@@ -131,7 +131,7 @@ ROW_OF_LEASE = (
 
 @dataclasses.dataclass(frozen=True)
 class WorkerStatement:
-    """A block of queries.sql a worker (or the API) runs, and what its function returns (None:
+    """A named block of sql/*.sql a worker (or the API) runs, and what its function returns (None:
     nothing); `types`: a parameter whose type differs in this block from PARAMETER_TYPES'."""
 
     block: str

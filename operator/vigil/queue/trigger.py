@@ -10,7 +10,7 @@ A pass, in one transaction per batch:
 2. plans each with the pure core, exactly as the declarative tier does
    (`vigil.core.chain.plan_entry`: catch-up after an outage, jitter, daylight
    saving, the next occurrence) and renders the payloads with their periods;
-3. applies the plans in one statement (queries.sql `trigger_apply`): the rows are
+3. applies the plans in one statement (sql/buckets.sql `trigger_apply`): the rows are
    marked only where still unfired, and the executions, next occurrences,
    Missed records and next_run updates are joined to the rows that statement
    marked. An occurrence fires only with its mark, its mark is set once, and its

@@ -4,7 +4,7 @@ and a fifth that leaves each declared queue's share of the verdicts in the store
 (`watch_summaries`), where the TaskQueue pass reads its `JobsOverdue` and `ChainBroken`
 conditions — wherever this runs (the trigger leader or `vigil watchdog`), and never per job.
 
-The statements (queries.sql, `watchdog_*` and `integrity_broken_chains`) return rows only
+The statements (sql/watchdog.sql, and sql/buckets.sql `integrity_broken_chains`) return rows only
 for what is in trouble, at most `cap` jobs per verdict (each queue's first before any queue's
 second) with each queue's count, so a million healthy jobs cost PostgreSQL index probes and
 Python nothing. The verdicts are the declarative tier's rules (`vigil.core.queuewatch`
