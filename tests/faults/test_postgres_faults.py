@@ -50,10 +50,10 @@ from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import FAST, in_process, release, runs, spawn
 from tests.waiting import wait_for
 from vigil.core.chain import CatchUp, CatchUpPolicy
+from vigil.core.queue import Submission
 from vigil.core.recurring import RecurringJob
 from vigil.queue import trigger as trigger_module
 from vigil.queue.catalogue import Catalogue
-from vigil.core.queue import Submission
 from vigil.queue.store import QueueStore
 
 pytestmark = pytest.mark.postgres
