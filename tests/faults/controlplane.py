@@ -112,6 +112,7 @@ def _facts(obj: dict[str, Any]) -> dict[str, str]:
         "execution": labels.get("vigil.dev/execution-id", obj["metadata"]["name"]),
         "attempt": labels.get("vigil.dev/attempt", ""),
         "created": obj["metadata"]["creationTimestamp"],
+        "phase": (obj.get("status") or {}).get("phase") or "",
     }
 
 

@@ -29,7 +29,7 @@ class Sizes:
 
 
 SIZES = (
-    Sizes(queue_jobs=200, queue_minutes=12, held_tasks=20, terminations=5, burst=1000, history_jobs=20)
+    Sizes(queue_jobs=200, queue_minutes=12, held_tasks=20, terminations=5, burst=1000, history_jobs=200)
     if LONG
-    else Sizes(queue_jobs=20, queue_minutes=6, held_tasks=4, terminations=2, burst=40, history_jobs=3)
+    else Sizes(queue_jobs=20, queue_minutes=6, held_tasks=4, terminations=2, burst=40, history_jobs=12)
 )
