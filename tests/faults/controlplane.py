@@ -29,6 +29,7 @@ from typing import Any
 
 from e2e.cluster import localcluster
 from tests.faults.history import Fired, History
+from tests.faults.settling import settle
 from tests.integration.conftest import PORT_BASE, STATE, KubeCluster
 from tests.integration.jobs import (
     GROUP,
@@ -41,7 +42,6 @@ from tests.integration.jobs import (
 )
 from tests.integration.operators import OperatorFleet, OperatorProcess
 from tests.stress.recorders import Sightings
-from tests.waiting import wait_for
 
 API_SERVER, ETCD = "kube-apiserver", "etcd"
 STOP_GRACE_SECONDS = 10.0
@@ -150,7 +150,7 @@ class Burst:
                 tend.tend()
             return self.fired() == len(self.due)
 
-        wait_for(done, timeout=timeout, interval=0.5, what=f"all {len(self.due)} occurrences fired")
+        settle(done, timeout=timeout, what=f"all {len(self.due)} occurrences fired")
 
     def record(self) -> None:
         """Append what was seen to the history: Fired, Missed, Held (see the module docstring)."""

@@ -35,6 +35,7 @@ from tests.contract.postgres import PostgresServer
 from tests.faults.checker import Verdict, check
 from tests.faults.controlplane import Burst, Replicas, now
 from tests.faults.history import FaultPhase, Held, History, Submission
+from tests.faults.settling import settle
 from tests.faults.sizes import LONG, SIZES
 from tests.integration.conftest import KubeCluster
 from tests.integration.operators import OperatorFleet
@@ -162,8 +163,7 @@ def test_firing_goes_on_while_the_history_database_refuses_writes_and_no_row_is_
         history.fault("history refuses writes", FaultPhase.END)
         returned = time.monotonic()
         seen: set[str] = set()
-        wait_for(lambda: _all_written(burst, refusal.dsn, history, seen), timeout=120,
-                 what="every execution's rows written")  # fmt: skip
+        settle(lambda: _all_written(burst, refusal.dsn, history, seen), timeout=30, what="every row written")
         print(f"every row written {time.monotonic() - returned:.1f} s after the database took writes again")
         burst.record()
         # the store that must not lose anything here is the history database: Held is what it holds

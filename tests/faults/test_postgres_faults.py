@@ -43,6 +43,7 @@ import pytest
 from tests.contract.postgres import PostgresServer
 from tests.faults.checker import Verdict, check
 from tests.faults.history import Attempt, AttemptPhase, FaultPhase, History
+from tests.faults.settling import settle
 from tests.faults.sizes import SIZES
 from tests.faults.store import install_ledger, record_from_store
 from tests.queue.conftest import conninfo
@@ -167,8 +168,8 @@ def test_postgres_restarted_mid_pass_and_mid_lease(
         own_postgres.start()
         wait_for(lambda: _answers(dsn), timeout=30, what="the server answering")
         history.fault("postgres restarted", FaultPhase.END)
-        wait_for(lambda: _fired(dsn) == len(due), timeout=120, what="every occurrence marked")
-        wait_for(lambda: _all_acknowledged(dsn, len(due)), timeout=120, what="every execution acknowledged")
+        settle(lambda: _fired(dsn) == len(due), timeout=60, what="every occurrence marked")
+        settle(lambda: _all_acknowledged(dsn, _fired(dsn)), timeout=60, what="every execution acknowledged")
     verdict = _judge(history, dsn)
     verdicts.append(verdict)
     assert verdict.ok, verdict.problems()
@@ -216,9 +217,9 @@ def test_every_connection_terminated_costs_no_lease_and_the_worker_listens_again
             wait_for(functools.partial(_succeeded, store, woken), timeout=30, what="a task submitted after the cut to run")
         for execution in held:
             release(dsn, execution)
-        wait_for(lambda: _fired(dsn) == len(due), timeout=120, what="every occurrence marked")
+        settle(lambda: _fired(dsn) == len(due), timeout=60, what="every occurrence marked")
         total = len(due) + len(held) + SIZES.terminations
-        wait_for(lambda: _all_acknowledged(dsn, total), timeout=120, what="every execution acknowledged")
+        settle(lambda: _all_acknowledged(dsn, total), timeout=60, what="every execution acknowledged")
     verdict = _judge(history, dsn, strict_leases=True)
     verdicts.append(verdict)
     print(f"LISTEN back after {', '.join(f'{s:.2f}' for s in resubscribed)} s")
