@@ -29,7 +29,7 @@ import pytest
 from tests.faults.checker import Verdict, check
 from tests.faults.controlplane import Burst, now
 from tests.faults.history import FaultPhase, History
-from tests.faults.sizes import SIZES
+from tests.faults.sizes import LONG, SIZES
 from tests.integration.conftest import REPO, KubeCluster
 from tests.integration.operators import OperatorFleet, OperatorProcess
 from tests.waiting import wait_for
@@ -37,10 +37,10 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 STEP = timedelta(seconds=60)
-AHEAD_FOR = timedelta(seconds=8)  # real seconds the stepped clock stays ahead
+AHEAD_FOR = timedelta(seconds=6)  # real seconds the stepped clock stays ahead
 LEASE = {"leaseDurationSeconds": 6, "renewPeriodSeconds": 2}
-BURST = SIZES.burst // 2
-SPREAD = timedelta(seconds=30)
+BURST = SIZES.burst // 4 if not LONG else SIZES.burst // 2
+SPREAD = timedelta(seconds=60 if LONG else 10)
 
 
 @pytest.fixture

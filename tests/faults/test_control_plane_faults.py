@@ -1,7 +1,7 @@
 """Real faults of the control plane under a burst of one-off jobs, each scenario checked by the checker.
 
 Two operator replicas (the chart's identity, the fleet's 3 s Lease; tests/integration/operators.py)
-fire a burst of one-off ScheduledJobs due over a window (`SIZES.burst`: 40 over 20 s here, 1,000
+fire a burst of one-off ScheduledJobs due over a window (`SIZES.burst`: 40 over 12 s here, 1,000
 over a minute under `make faults`), recorded as tests/faults/controlplane.py says. While the
 burst is firing:
 
@@ -39,8 +39,8 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-SPREAD = timedelta(seconds=60 if LONG else 20)  # the burst's window: "due in the minute" when long
-LEAD = timedelta(seconds=15 if LONG else 8)  # from the last job created to the first due
+SPREAD = timedelta(seconds=60 if LONG else 12)  # the burst's window: "due in the minute" when long
+LEAD = timedelta(seconds=15 if LONG else 5)  # from the last job created to the first due
 #: Leader elections through an API server that restarts: the fleet's 3 s Lease is for kill tests;
 #: here a busy restart must not cost leadership twice a second.
 LEASE = {"leaseDurationSeconds": 6, "renewPeriodSeconds": 2}
