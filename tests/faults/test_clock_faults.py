@@ -39,7 +39,7 @@ pytestmark = pytest.mark.integration
 STEP = timedelta(seconds=60)
 AHEAD_FOR = timedelta(seconds=6)  # real seconds the stepped clock stays ahead
 LEASE = {"leaseDurationSeconds": 6, "renewPeriodSeconds": 2}
-BURST = SIZES.burst // 4 if not LONG else SIZES.burst // 2
+BURST = SIZES.burst // 2 if LONG else SIZES.burst // 4
 SPREAD = timedelta(seconds=60 if LONG else 10)
 
 
