@@ -12,7 +12,10 @@ stepped replica's clock jumps 60 s ahead, and some seconds later back.
   other), so occurrences due within the minute ahead fire up to a minute early; stepping back
   fires nothing twice (the fired markers hold) and loses nothing (what comes due after waits for
   the clock to reach it again). The early fires are counted and asserted as the known limit
-  this is (docs/guarantees-faults.md), so that a change to it is noticed.
+  this is (docs/guarantees-faults.md), so that a change to it is noticed. At the long size
+  (`make faults`: 500 jobs, some created while the clock is ahead) one occurrence was left
+  unfired after the step back: this test fails there on `lost`, a finding reported in
+  docs/guarantees-faults.md, not yet mended.
 """
 
 from __future__ import annotations
