@@ -83,6 +83,10 @@ test: lint binaries image ## the whole suite (unit, contract, integration agains
 stress: $(STAMP) binaries ## long variants of the failover and soak tests
 	VIGIL_STRESS=1 $(VENV)/bin/pytest -m stress tests/stress $(PYTEST_ARGS)
 
+.PHONY: faults
+faults: $(STAMP) binaries ## long variants of the real-fault scenarios (API server, etcd, PostgreSQL, worker, history disk, clock); prints the checker's table
+	VIGIL_FAULTS_LONG=1 VIGIL_FAULTS_REPORT=.cluster/faults-report.txt $(VENV)/bin/pytest tests/faults $(PYTEST_ARGS)
+
 # `make bench queue queuetrigger` runs those sections only; BENCH_ARGS passes flags (python -m bench --help).
 BENCH_SECTIONS := $(filter-out bench,$(MAKECMDGOALS))
 

@@ -531,6 +531,17 @@ def _stop_pid(pid: int, grace_s: float) -> None:
             time.sleep(0.1)
 
 
+def stop_component(state: Path, name: str, *, grace_s: float = 10) -> None:
+    """Stop one running component (SIGTERM, then SIGKILL after `grace_s`), as a crash would; `up`
+    starts it again with the rest's data kept. For the fault tests (tests/faults/controlplane.py)."""
+    cluster = Cluster(state=state.resolve(), port_base=_port_base(state))
+    pid = _running(cluster, name)
+    if pid is None:
+        raise RuntimeError(f"{name} is not running in {cluster.state}")
+    _stop_pid(pid, grace_s)
+    (cluster.pids / f"{name}.pid").unlink(missing_ok=True)
+
+
 def down(state: Path = DEFAULT_STATE) -> None:
     """Stop every process of the cluster in dependency order; leave none behind."""
     cluster = Cluster(state=state.resolve(), port_base=_port_base(state))

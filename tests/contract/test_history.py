@@ -277,6 +277,29 @@ def test_an_unreachable_database_is_history_unavailable(unreachable: SqlHistory)
         unreachable.migrate()
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgresql"])  # SQLite's full disk is an OperationalError already
+def test_a_database_refusing_writes_is_history_unavailable(history: SqlHistory) -> None:
+    """A PostgreSQL database that takes no writes for now (read-only here; a full disk, a server
+    shutting down alike) is an outage to wait out, not an error: the rows stay buffered."""
+    url = history.engine.url
+    with history.engine.connect() as connection:
+        connection.exec_driver_sql(f'ALTER DATABASE "{url.database}" SET default_transaction_read_only = on')
+        connection.commit()
+    history.engine.dispose()  # new sessions take the setting
+    try:
+        with pytest.raises(HistoryUnavailable, match="read-only"):
+            history.write([attempt()])
+    finally:
+        with history.engine.connect() as connection:
+            connection.exec_driver_sql("SET TRANSACTION READ WRITE")  # this session began read-only
+            connection.exec_driver_sql(f'ALTER DATABASE "{url.database}" RESET default_transaction_read_only')
+            connection.commit()
+        history.engine.dispose()
+    history.write([attempt()])
+    assert history.timeline("exec-1") == [attempt()]
+
+
 # -- schema -----------------------------------------------------------------------------------
 
 

@@ -5,6 +5,9 @@ Pure: a history in, a `Verdict` out; no clock, no I/O. Per scenario it counts
 * **lost** occurrences: due, and neither Fired nor recorded Missed (or recorded Missed where the
   job's catch-up policy demands it fire): must be 0;
 * occurrences **fired twice**: ended more than once (two Fired, or Fired and Missed): must be 0;
+* occurrences **fired early**: a Fired seen before its nominal time (jitter only ever delays a
+  fire), by a clock other than the firing replica's own (the API server's creation time of the
+  Execution): must be 0;
 * submissions **acknowledged then lost**: a submission answered ok, or an occurrence Fired, whose
   execution the store no longer holds at the end (checked only when the history has `Held`
   events): must be 0;
@@ -54,6 +57,7 @@ class Verdict:
     due: int
     lost: list[Occurrence]
     fired_twice: list[Occurrence]
+    fired_early: list[Occurrence]
     acked_lost: list[str]
     reruns_allowed: int  # after a lease expiry or an ambiguous acknowledgement
     reruns_violating: list[str]  # execution ids run again with no such excuse
@@ -62,12 +66,14 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
-        return not (self.lost or self.fired_twice or self.acked_lost or self.reruns_violating or self.unrecovered)
+        return not (self.lost or self.fired_twice or self.fired_early or self.acked_lost or self.reruns_violating
+                    or self.unrecovered)
 
     def problems(self) -> list[str]:
         said = []
         for name, found in (
-            ("lost", self.lost), ("fired twice", self.fired_twice), ("acknowledged then lost", self.acked_lost),
+            ("lost", self.lost), ("fired twice", self.fired_twice), ("fired early", self.fired_early),
+            ("acknowledged then lost", self.acked_lost),
             ("run again without a lease expiry or an ambiguous acknowledgement", self.reruns_violating),
             ("never recovered from", self.unrecovered),
         ):  # fmt: skip
@@ -94,6 +100,7 @@ def check(
         due=len({(e.job, e.nominal) for e in events if isinstance(e, Due)}),
         lost=lost,
         fired_twice=twice,
+        fired_early=sorted({(e.job, e.nominal) for e in events if isinstance(e, Fired) and e.at < e.nominal}),
         acked_lost=_acked_lost(events),
         reruns_allowed=allowed,
         reruns_violating=violating,
@@ -183,11 +190,12 @@ def _recovery(events: Sequence[Event]) -> tuple[timedelta | None, list[str]]:
 
 def table(verdicts: Iterable[Verdict]) -> str:
     """The checker's figures, one row per scenario."""
-    head = ("scenario", "seed", "due", "lost", "fired 2x", "acked+lost", "reruns ok", "reruns bad", "recover s", "ok")
+    head = ("scenario", "seed", "due", "lost", "fired 2x", "early", "acked+lost", "reruns ok", "reruns bad", "recover s", "ok")
     rows = [head]
     for v in verdicts:
         rows.append((
             v.scenario, "" if v.seed is None else str(v.seed), str(v.due), str(len(v.lost)), str(len(v.fired_twice)),
+            str(len(v.fired_early)),
             str(len(v.acked_lost)), str(v.reruns_allowed), str(len(v.reruns_violating)),
             "-" if v.recovery is None else f"{v.recovery.total_seconds():.1f}", "yes" if v.ok else "NO",
         ))  # fmt: skip

@@ -1,5 +1,5 @@
 """The fault checker (tests/faults/checker.py) on hand-made histories: a clean history passes, and
-each kind of violation is found and named — an occurrence lost, one recorded Missed against its
+each kind of violation is found and named — an occurrence lost, one fired before it was due, one recorded Missed against its
 catch-up policy, one fired twice, a submission acknowledged then lost, an execution run again with
 no excuse, acknowledged twice or leased while another lease of it is open, a fault never recovered
 from — while reruns after a lease expiry or an ambiguous acknowledgement are allowed and counted."""
@@ -17,7 +17,7 @@ N1, N2 = T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)
 
 class Clock:
     def __init__(self) -> None:
-        self.now = T0
+        self.now = N2  # the histories are recorded once their occurrences have come due
 
     def __call__(self) -> datetime:
         self.now += timedelta(seconds=1)
@@ -72,6 +72,16 @@ def test_an_occurrence_ended_twice_is_fired_twice() -> None:
         else:
             h.missed("job-a", N1, by="trigger-1")
         assert check(h).fired_twice == [("job-a", N1)], second
+
+
+def test_an_occurrence_fired_before_its_nominal_time_is_fired_early() -> None:
+    h = clean()
+    later = T0 + timedelta(hours=1)
+    h.due("job-b", later)
+    h.fired("job-b", later, "ex-b")  # seen (by the clock of the history) an hour before it was due
+    verdict = check(h)
+    assert verdict.fired_early == [("job-b", later)] and not verdict.ok
+    assert "1 fired early" in " ".join(verdict.problems())
 
 
 def test_an_acknowledged_submission_or_fired_execution_the_store_no_longer_holds_is_lost() -> None:

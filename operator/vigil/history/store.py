@@ -237,10 +237,19 @@ def create_history_engine(dsn: str, *, connect_timeout_seconds: int) -> Engine:
     return engine
 
 
+#: SQLSTATEs of a PostgreSQL server that is there but takes no writes for now: a read-only
+#: transaction (a standby, or a database set read-only), and the classes of insufficient
+#: resources (53: disk full, out of memory, too many connections) and of an operator's
+#: intervention (57P: shutting down, starting up). Like a lost connection they pass: the rows
+#: wait in the Executions (vigil.kube.historyflush) instead of failing every flush with a trace.
+REFUSING_WRITES = ("25006", "53", "57P")
+
+
 def _is_outage(error: DBAPIError) -> bool:
-    return error.connection_invalidated or isinstance(
-        error, sa.exc.OperationalError | sa.exc.InterfaceError
-    )
+    if error.connection_invalidated or isinstance(error, sa.exc.OperationalError | sa.exc.InterfaceError):
+        return True
+    sqlstate = getattr(error.orig, "sqlstate", None) or ""
+    return bool(sqlstate) and sqlstate.startswith(REFUSING_WRITES)
 
 
 @contextlib.contextmanager

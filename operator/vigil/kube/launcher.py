@@ -344,6 +344,15 @@ class WorkflowCreator:
 PERMANENT_REFUSALS = frozenset({400, 403, 404, 405, 413, 415, 422})
 
 
+#: How the API server's authoriser words a denial (`User "…" cannot create resource "executions"
+#: …`), unlike a quota ("exceeded quota") or an admission policy ("denied request"). A denial is
+#: not for good: an API server just restarted answers it until its RBAC cache has synced (seen in
+#: tests/faults/test_control_plane_faults.py: a burst's occurrences settled Failed, never fired),
+#: and a Role still being applied does too. It is retried with backoff, as a 5xx is, and the
+#: watchdog reports the job's launches as failing while it lasts; it never ends the occurrence.
+AUTHORISATION_DENIED = " cannot create resource "
+
+
 def permanent_refusal(err: ApiException) -> str | None:
     """The API server's message when `err` refuses the create for good, else None."""
     if err.status not in PERMANENT_REFUSALS:
@@ -352,6 +361,8 @@ def permanent_refusal(err: ApiException) -> str | None:
         message = str(json.loads(err.body or "{}").get("message") or "")
     except ValueError:
         message = ""
+    if err.status == 403 and AUTHORISATION_DENIED in message:
+        return None
     return f"{err.status} {err.reason}: {message or err.body}"[:MAX_REFUSAL]
 
 
