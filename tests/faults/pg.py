@@ -12,7 +12,7 @@ seed, for each statement the code under test sends, whether to inject a fault an
   in autocommit at once; inside a transaction block, at the block's commit (the commit reaches
   the server, the caller hears OperationalError). The caller cannot tell this from `DROPPED`.
 
-A statement's kind is its name in vigil/queue/queries.sql when it is one of those (`trigger_apply`,
+A statement's kind is its name in vigil/queue/sql/ when it is one of those (`trigger_apply`,
 `settle_succeeded`, ...), else the first word of its SQL (`select`, `update`). `kinds` narrows the
 plan to some; `budget` caps the faults injected so a scenario ends. The seed is printed when the
 plan is made (pytest shows it on failure) and `injected` lists what was done, for replay.
@@ -50,7 +50,7 @@ _NAMES = {" ".join(text.split()): name for name, text in (*QUERIES.items(), *CAL
 
 
 def kind_of(query: Any) -> str:
-    """A statement's kind: its queries.sql name (or that of the worker function it calls), else its SQL's first word, lower case."""
+    """A statement's kind: its sql/ name (or that of the worker function it calls), else its SQL's first word, lower case."""
     text = query if isinstance(query, str) else getattr(query, "as_string", lambda _c=None: str(query))(None)
     named = _NAMES.get(" ".join(str(text).split()))
     if named is not None:
