@@ -219,3 +219,16 @@ def spaced(
         hook(configuration)
 
     return refresh
+
+
+def custom_object_or_none(
+    custom: client.CustomObjectsApi, group: str, version: str, namespace: str, plural: str, name: str
+) -> dict[str, Any] | None:
+    """A namespaced custom object by name, or None when the API server has none (404)."""
+    try:
+        obj: dict[str, Any] = custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+    except client.ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return obj

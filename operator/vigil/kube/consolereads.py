@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
+from vigil.kube.apiclient import custom_object_or_none
 from vigil.kube.executions import ExecutionStore
 from vigil.model import GROUP, VERSION
 from vigil.model.names import SCHEDULED_JOBS, TASK_QUEUES, WORKFLOWS
@@ -103,12 +103,4 @@ class KubeConsoleReads:
         )
 
     def _get(self, namespace: str, plural: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = self._custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return obj
+        return custom_object_or_none(self._custom, GROUP, VERSION, namespace, plural, name)

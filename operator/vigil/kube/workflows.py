@@ -93,6 +93,7 @@ from vigil.core.workflowpass import (
     wanted_pod_name,
 )
 from vigil.core.workflowttl import next_look
+from vigil.kube.apiclient import custom_object_or_none
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
@@ -256,15 +257,7 @@ class WorkflowApi:
         delete_pod(self.core, namespace, name)
 
     def _get(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            obj: dict[str, Any] = self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, plural, name
-            )
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-        return obj
+        return custom_object_or_none(self.custom, GROUP, VERSION, namespace, plural, name)
 
 
 class WorkflowEngine:
