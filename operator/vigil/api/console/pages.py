@@ -201,9 +201,7 @@ class Console:
         match = WORKFLOW_PATH.match(path)
         if match is not None and (match["verb"] is None) == (method != "POST"):
             return self._workflow(viewer, match, body=body, query=query)
-        return self._page(
-            404, "error.html", title="Not found", message="no such page", viewer=viewer
-        )
+        return self._not_found("no such page", viewer)
 
     # --- login ------------------------------------------------------------------------------
 
@@ -280,13 +278,7 @@ class Console:
         notice, refused = session.take_notice(exchanges.current())
         obj = self._sources.reads.job(namespace, name)
         if obj is None:
-            return self._page(
-                404,
-                "error.html",
-                title="Not found",
-                message=f"no scheduledjob {name} in namespace {namespace}",
-                viewer=viewer,
-            )
+            return self._not_found(f"no scheduledjob {name} in namespace {namespace}", viewer)
         uid = str((obj.get("metadata") or {}).get("uid", ""))
         live = (
             [views.execution_row(e) for e in self._sources.reads.executions(namespace, uid)]
@@ -376,13 +368,7 @@ class Console:
         )
         obj = self._sources.reads.workflow(namespace, name)
         if obj is None:
-            return self._page(
-                404,
-                "error.html",
-                title="Not found",
-                message=f"no workflow {name} in namespace {namespace}",
-                viewer=viewer,
-            )
+            return self._not_found(f"no workflow {name} in namespace {namespace}", viewer)
         steps = views.step_rows(obj, values=not match["dag"])
         context: dict[str, Any] = {
             "namespace": namespace, "name": name, "layout": dag.layout(steps), "box_width": dag.BOX_WIDTH,
@@ -469,6 +455,9 @@ class Console:
             message=f"{viewer.user.name} may not {what}",
             viewer=viewer,
         )
+
+    def _not_found(self, message: str, viewer: Viewer) -> Answer:
+        return self._page(404, "error.html", title="Not found", message=message, viewer=viewer)
 
     def _page(
         self,
