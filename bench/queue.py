@@ -167,16 +167,20 @@ def count(connection: psycopg.Connection[Any], query: LiteralString) -> int:
 
 @dataclass(frozen=True)
 class Run:
-    """One system's run: its completion, and PostgreSQL's statement time per execution done (ms)."""
+    """One system's run: its completion, and PostgreSQL's cost per execution done."""
 
     done: Completion
-    statement_ms: float
+    cost: queuefloor.StatementCost
+
+    @property
+    def statement_ms(self) -> float:
+        return self.cost.ms
 
 
 def timed(dsn: str, run: Callable[[], Completion]) -> Run:
     queuefloor.track_statements(dsn)
     done = run()
-    return Run(done, queuefloor.statement_ms(dsn) / max(1, done.finished))
+    return Run(done, queuefloor.statement_cost(dsn).per(done.finished))
 
 
 def vigil_run(
@@ -274,6 +278,13 @@ def queue_rows(workers: int, ours: Run, theirs: Run, floor: Run) -> list[Row]:
         Row("  PostgreSQL statement time per execution", f"{ours.statement_ms:.3f} ms",
             reference=f"floor {floor.statement_ms:.3f} ms; pgqueuer {theirs.statement_ms:.3f} ms",
             ratio=ratio(ours.statement_ms, floor.statement_ms) if floor.statement_ms else "n/a", target="<= 0.1 ms"),
+        Row("  PostgreSQL WAL per execution", f"{ours.cost.wal_bytes:,.0f} B",
+            reference=f"floor {floor.cost.wal_bytes:,.0f} B; pgqueuer {theirs.cost.wal_bytes:,.0f} B",
+            ratio=ratio(ours.cost.wal_bytes, floor.cost.wal_bytes) if floor.cost.wal_bytes else "n/a", target="-"),
+        Row("  WAL flushes per 1,000 executions", f"{ours.cost.wal_flushes * 1000:,.0f}",
+            reference=f"floor {floor.cost.wal_flushes * 1000:,.0f}; pgqueuer {theirs.cost.wal_flushes * 1000:,.0f}",
+            ratio=ratio(ours.cost.wal_flushes, floor.cost.wal_flushes) if floor.cost.wal_flushes else "n/a",
+            target="-"),
     ]  # fmt: skip
 
 

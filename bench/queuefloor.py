@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,22 +107,41 @@ def worker(dsn: str) -> None:
 
 
 def track_statements(dsn: str) -> None:
-    """Statement statistics readable in this database, counted from now."""
+    """Statement statistics readable in this database, and the server's WAL counters, counted from now."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
         connection.execute("SELECT pg_stat_statements_reset()")
+        connection.execute("SELECT pg_stat_reset_shared('wal')")
 
 
-def statement_ms(dsn: str) -> float:
-    """Milliseconds PostgreSQL spent executing this database's statements since `track_statements`,
-    the poller's counts and the statistics' own reads left out."""
+@dataclass(frozen=True)
+class StatementCost:
+    """What PostgreSQL spent since `track_statements`: this database's statement time (the
+    poller's counts and the statistics' own reads left out), and the server's WAL: bytes
+    written and flushes to disk (each a write IOPS at `synchronous_commit = on`; autovacuum's
+    share included, as a real server pays it)."""
+
+    ms: float
+    wal_bytes: float
+    wal_flushes: float
+
+    def per(self, executions: int) -> StatementCost:
+        """The same, per one of `executions`."""
+        n = max(1, executions)
+        return StatementCost(self.ms / n, self.wal_bytes / n, self.wal_flushes / n)
+
+
+def statement_cost(dsn: str) -> StatementCost:
+    """PostgreSQL's cost since `track_statements` (see StatementCost)."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         row = connection.execute(
             "SELECT COALESCE(sum(s.total_exec_time), 0) FROM pg_stat_statements AS s"
             " JOIN pg_database AS d ON d.oid = s.dbid WHERE d.datname = current_database()"
             " AND s.query NOT ILIKE 'SELECT count(*)%' AND s.query NOT ILIKE '%pg_stat_statements%'"
         ).fetchone()
-    return float(row[0]) if row else 0.0
+        wal = connection.execute("SELECT wal_bytes, wal_sync FROM pg_stat_wal").fetchone()
+    assert row is not None and wal is not None
+    return StatementCost(float(row[0]), int(wal[0]), int(wal[1]))
 
 
 def main(argv: list[str] | None = None) -> int:
