@@ -31,8 +31,9 @@ SELECT execution_id, queue, idempotency_key FROM vigil_queue.executions
 WHERE execution_id = ANY(%(execution_ids)s::text[]);
 
 -- name: existing_by_key
+-- (`IS NOT NULL` names the index of keyed executions for a plan made before the keys are known.)
 SELECT idempotency_key, execution_id FROM vigil_queue.executions
-WHERE queue = %(queue)s AND idempotency_key = ANY(%(idempotency_keys)s::text[]);
+WHERE queue = %(queue)s AND idempotency_key = ANY(%(idempotency_keys)s::text[]) AND idempotency_key IS NOT NULL;
 
 -- name: notify
 SELECT pg_notify('vigil_queue', %(queue)s);

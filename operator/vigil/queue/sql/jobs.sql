@@ -19,7 +19,7 @@ VALUES (%(execution_id)s, %(job_id)s, %(queue)s, %(task)s, %(payload)s, %(priori
         COALESCE(%(max_attempts)s::smallint,
                  (SELECT q.max_attempts FROM vigil_queue.queues AS q WHERE q.queue = %(queue)s),
                  %(default_max_attempts)s), %(run_at)s, %(run_at)s, %(idempotency_key)s, %(now)s)
-ON CONFLICT (queue, idempotency_key) DO NOTHING
+ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
 RETURNING execution_id;
 
 -- name: drop_job
@@ -28,7 +28,7 @@ DELETE FROM vigil_queue.jobs WHERE job_id = %(job_id)s;
 
 -- name: job_of_key
 SELECT job_id, execution_id, scheduled_for FROM vigil_queue.executions
-WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s;
+WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s AND idempotency_key IS NOT NULL;
 
 -- name: job
 SELECT job_id, queue, task, payload, priority, tenant, max_attempts, enabled, created_at,

@@ -216,10 +216,6 @@ ALTER TABLE ONLY vigil_queue.attempts
 ALTER TABLE ONLY vigil_queue.attempts_default
     ADD CONSTRAINT attempts_default_pkey PRIMARY KEY (execution_id, attempt, day);
 
--- constraint: executions executions_idempotency
-ALTER TABLE ONLY vigil_queue.executions
-    ADD CONSTRAINT executions_idempotency UNIQUE (queue, idempotency_key);
-
 -- constraint: executions executions_pkey
 ALTER TABLE ONLY vigil_queue.executions
     ADD CONSTRAINT executions_pkey PRIMARY KEY (execution_id);
@@ -273,6 +269,9 @@ CREATE INDEX executions_cancelled ON vigil_queue.executions USING btree (queue, 
 
 -- index: executions_dead
 CREATE INDEX executions_dead ON vigil_queue.executions USING btree (queue, finished_at) WHERE (state = 'dead'::text);
+
+-- index: executions_idempotency
+CREATE UNIQUE INDEX executions_idempotency ON vigil_queue.executions USING btree (queue, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 
 -- index: executions_job
 CREATE INDEX executions_job ON vigil_queue.executions USING btree (job_id, scheduled_for) WHERE (job_id IS NOT NULL);
