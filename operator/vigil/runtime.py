@@ -38,6 +38,7 @@ from vigil.core.ports import Clock
 from vigil.core.queue import QuotaLimits
 from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
+from vigil.core.workflowpass import Pass
 from vigil.history.migrating import MigratingHistory
 from vigil.kube.accessreview import AccessReviews, TokenReviews
 from vigil.kube.apiclient import RequestPolicy, build_client
@@ -71,7 +72,8 @@ from vigil.kube.shardleases import ShardLeases
 from vigil.kube.taskqueues import TaskQueueController, TaskQueueStatusWriter, taskqueue_cache
 from vigil.kube.tenantbindings import TaskQueueTenants
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
-from vigil.kube.workflows import Pass, WorkflowApi, WorkflowEngine, workflow_cache
+from vigil.kube.workflowapi import WorkflowApi, workflow_cache
+from vigil.kube.workflows import WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
 from vigil.model.jobspec import InvalidJob, parse_spec
@@ -612,20 +614,20 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
     caches.executions.add_handler(flusher.changed)
     caches.pods.add_handler(logs.pod_changed)  # first: an ended pod is owed its tail before it is recorded
     caches.pods.add_handler(controller.pod_changed)
+    workflow_watch = workflow_cache(api)
     engine = WorkflowEngine(
         WorkflowApi(api, pod_cache=caches.workflow_pods),
         clock=clock,
         events=events,
+        cache=workflow_watch,
         history=history,
+        mirror_in_background=True,
         workers=settings.workflows.workers,
-        rescan_seconds=settings.workflows.rescan_seconds,
         on_pass=_after_workflow_pass(publisher),
         ttl=WorkflowTtl(client.CustomObjectsApi(api), default=setting_ttl(settings.workflows.ttl_after_finished)),
         admit=dispatcher.want,
         job_status=writer,
     )
-    workflow_watch = workflow_cache(api)
-    workflow_watch.add_handler(engine.seen)
     caches.workflow_pods.add_handler(step_logs.pod_changed)
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
     caches.workflow_pods.add_handler(engine.pod_changed)
@@ -653,7 +655,9 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
         ("workflows-cache", lambda: workflow_watch.run(stop)),
         ("definitions-cache", lambda: definitions.run(stop)),
         ("definitions", lambda: definition_controller.queue.run(stop)),
-        ("workflows", lambda: caches.when_synced(stop, lambda: engine.run(stop, fed=True))),
+        ("workflows", lambda: caches.when_synced(stop, lambda: engine.queue.run(stop))),
+        ("workflow-history", lambda: engine.history.run(stop)),
+        ("workflow-resync", lambda: every(stop, settings.workflows.rescan_seconds, "workflow resync", workflow_watch.resync)),
         ("retention", lambda: every(stop, RETENTION_EVERY_SECONDS, "history retention", lambda: history.expire(clock))),
         ("heap", lambda: caches.when_synced(stop, lambda: every(stop, heap.TRIM_EVERY_SECONDS, "heap trim", heap.trim))),
     ]

@@ -129,8 +129,9 @@ class Workflows(_Section):
     rescan_seconds: float = Field(
         300.0,
         gt=0,
-        description="Seconds between full scans of the Workflows (paged): the safety net behind the "
-        "watch and timers (a new leader resumes every in-flight workflow from its watch's first list).",
+        description="Seconds between resyncs of the Workflow cache (no request to the API server): "
+        "every workflow that needs a pass is queued again, the safety net behind the watch and "
+        "timers (a new leader resumes every in-flight workflow from its watch's first list).",
     )
     ttl_after_finished: str = Field(
         "24h",

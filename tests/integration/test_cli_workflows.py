@@ -31,6 +31,7 @@ from kubernetes import client
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.test_cli import SCRIPTS, kubectl_plugin
+from tests.integration.workflows import watch_brings
 from tests.unit.workflowsim import World
 from tests.waiting import wait_for
 from vigil.cli.cluster import Cluster, Identity
@@ -39,7 +40,8 @@ from vigil.cli.timeline import EVENT_COLUMNS, STEP_COLUMNS
 from vigil.cli.workflows import Ask, append_request, request_item
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.workflow import Event
-from vigil.kube.workflows import WorkflowApi, WorkflowEngine
+from vigil.kube.workflowapi import WorkflowApi
+from vigil.kube.workflows import WorkflowEngine
 from vigil.model.workflow import MESSAGE_ACTION_VERBS, MESSAGE_APPROVE_VERB, RequestAction
 from vigil.model.workflowspec import definition_of
 
@@ -296,9 +298,9 @@ def answered_after_one_pass(
             timeout=30,
             what="the request to be appended",
         )
-        # What the operator's watch does: tell the engine a newer version exists, then the pass.
+        # What the operator's watch does: the engine's cache takes the newer version, then the pass.
         changed = cluster.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "workflows", name)
-        engine.changed(namespace, name, changed["metadata"]["resourceVersion"])
+        watch_brings(engine, changed)
         engine.reconcile(namespace, name)
         stdout, stderr = proc.communicate(timeout=60)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

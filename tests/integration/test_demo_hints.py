@@ -29,7 +29,8 @@ from tests.integration.test_cli_workflows import (
     get_workflow,
 )
 from vigil.cli.errors import EXIT_API_FAILURE
-from vigil.kube.workflows import WorkflowApi, WorkflowEngine
+from vigil.kube.workflowapi import WorkflowApi
+from vigil.kube.workflows import WorkflowEngine
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.sh"

@@ -1,14 +1,13 @@
-"""The ScheduledJob status writers used where there is no `JobStatusWriter`, against the real API
-server: a change another writer makes between their read and their write survives it.
+"""The ScheduledJob status writer used where there is no `JobStatusWriter`, against the real API
+server: a change another writer makes between its read and its write survives it.
 
-`JobResults` without a writer (tools, tests) and the workflow engine's `WorkflowApi` write a job's
-`recent` list whole, built from the status they read. Each write carries the resourceVersion read,
-so a concurrent change makes it a 409: the job is read again and the list built again from it.
+`JobResults` without a writer (tools, tests) writes a job's `recent` list whole, built from the
+status it read. Each write carries the resourceVersion read, so a concurrent change makes it a
+409: the job is read again and the list built again from it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -27,7 +26,6 @@ from vigil.core.memory import FakeClock
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.results import JobResults
-from vigil.kube.workflows import WorkflowApi
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 
@@ -74,37 +72,3 @@ def test_job_results_keep_a_recent_entry_written_after_their_read(cluster: KubeC
 
     assert recent_ids(cluster, namespace, "j") == [theirs["executionId"], succeeded.execution_id]
     assert get_job(cluster, namespace, "j")["status"]["lastSuccessfulTime"] == rfc3339(nominal + timedelta(seconds=5))
-
-
-def test_workflow_api_keeps_a_recent_entry_written_after_its_read(cluster: KubeCluster, namespace: str) -> None:
-    job = create_job(cluster, namespace, "j", every="1h")
-    uid = job["metadata"]["uid"]
-    theirs = recent_entry(uid, NOW - timedelta(hours=2))
-    ours = recent_entry(uid, NOW - timedelta(hours=1))
-    seen: list[list[Any]] = []
-
-    def step(status: Mapping[str, Any], generation: int) -> dict[str, Any]:
-        """Append ours to the recent list read; the first time, another writer appends between
-        that read and this write."""
-        seen.append([r["executionId"] for r in status.get("recent") or []])
-        if len(seen) == 1:
-            another_writer_adds(cluster, namespace, "j", theirs)
-        return {"recent": [*(status.get("recent") or []), ours]}
-
-    WorkflowApi(cluster.api).update_job_status(namespace, "j", uid, step)
-
-    assert seen == [[], [theirs["executionId"]]], "the write after the concurrent change did not read again"
-    assert recent_ids(cluster, namespace, "j") == [theirs["executionId"], ours["executionId"]]
-
-
-def test_workflow_api_leaves_a_job_of_another_uid_alone(cluster: KubeCluster, namespace: str) -> None:
-    job = create_job(cluster, namespace, "j", every="1h")
-    asked: list[Mapping[str, Any]] = []
-
-    def step(status: Mapping[str, Any], generation: int) -> dict[str, Any]:
-        asked.append(status)
-        return {"recent": [recent_entry(job["metadata"]["uid"], NOW)]}
-
-    WorkflowApi(cluster.api).update_job_status(namespace, "j", "another-uid", step)  # the job was re-created
-    assert asked == []
-    assert "recent" not in (get_job(cluster, namespace, "j").get("status") or {})

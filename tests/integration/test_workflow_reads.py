@@ -1,7 +1,7 @@
 """What a workflow engine pass reads, on the real API server.
 
 The engine keeps the newest version of each unfinished workflow that it has seen (the answer to
-its own write, a rescan's page, a watch event), so a pass reads nothing when that version is
+its own write, a watch event: the Workflow cache holds it), so a pass reads nothing when that version is
 current, and one GET when it is not: its conditional write meets 409, and the pass starts again
 from what it reads. A watch event for a version the engine has handled queues nothing; a newer
 one queues a pass. The engine runs in the test process with a clock the test moves (wait steps
@@ -22,8 +22,10 @@ from tests.integration.workflows import (
     MovableClock,
     create_workflow,
     get_workflow,
+    watch_brings,
 )
-from vigil.kube.workflows import WorkflowApi, WorkflowEngine
+from vigil.kube.workflowapi import WorkflowApi
+from vigil.kube.workflows import WorkflowEngine
 
 WAIT = timedelta(seconds=10)
 
@@ -85,15 +87,16 @@ def test_a_watch_event_for_a_version_already_handled_queues_nothing(cluster: Kub
     written = get_workflow(cluster, namespace, "hold")
     version = written["metadata"]["resourceVersion"]
 
-    engine.changed(namespace, "hold", version, written)  # the event of the engine's own write
+    watch_brings(engine, written)  # the event of the engine's own write
     assert engine.idle()
-    engine.changed(namespace, "hold", str(int(version) - 1), written)  # an older one, delivered late
+    older = {**written, "metadata": {**written["metadata"], "resourceVersion": str(int(version) - 1)}}
+    watch_brings(engine, older)  # an older one, delivered late
     assert engine.idle()
 
     touched = cluster.custom.patch_namespaced_custom_object(
         GROUP, VERSION, namespace, WORKFLOWS, "hold", {"metadata": {"labels": {"touched": "yes"}}}
     )
-    engine.changed(namespace, "hold", touched["metadata"]["resourceVersion"], touched)
+    watch_brings(engine, touched)
     assert not engine.idle()  # queued, with the body the event brought
     clock.at += WAIT
     engine.reconcile(namespace, "hold")

@@ -38,7 +38,8 @@ from tests.integration.workflows import (
 from tests.waiting import wait_for
 from vigil.core.ids import execution_id
 from vigil.history.store import SqlHistory
-from vigil.kube.workflows import WorkflowApi, WorkflowEngine
+from vigil.kube.workflowapi import WorkflowApi, workflow_cache
+from vigil.kube.workflows import WorkflowEngine
 from vigil.kube.workflowttl import WorkflowTtl
 
 
@@ -132,19 +133,21 @@ def test_a_scheduled_workflow_takes_its_ttl_from_the_template_and_the_job_still_
 # --- the engine in this process, with a clock the test moves ------------------------------------
 
 
-class InNamespace(WorkflowApi):
-    """The engine's calls, but its rescan lists only the test's namespace (others may hold
-    workflows of other tests)."""
+def in_namespace(cluster: KubeCluster, namespace: str, **options: Any) -> WorkflowEngine:
+    """An engine whose Workflow cache follows only the test's namespace (others may hold
+    workflows of other tests); nothing runs its informer or its queue."""
+    cache = workflow_cache(cluster.api, namespace=namespace)
+    return WorkflowEngine(WorkflowApi(cluster.api), cache=cache, **options)
 
-    def __init__(self, cluster: KubeCluster, namespace: str) -> None:
-        super().__init__(cluster.api)
-        self.namespace = namespace
 
-    def list_all(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.custom.list_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, WORKFLOWS
-        )["items"]
-        return items
+def resynced(engine: WorkflowEngine, cluster: KubeCluster, namespace: str) -> int:
+    """The informer's resync, on a cache that holds what a list of the namespace returns now (as
+    its watch would have it); how many workflows it queued for a pass."""
+    listed = cluster.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, WORKFLOWS)["items"]
+    for obj in listed:
+        engine.cache.observe(obj)
+    engine.cache.resync()
+    return len(engine.queue)
 
 
 
@@ -165,8 +168,8 @@ def test_a_running_workflow_stays_whatever_the_clock_and_a_finished_one_waits_fo
     cluster: KubeCluster, namespace: str, history: SqlHistory
 ) -> None:
     clock, database = MovableClock(), Outage(history)
-    engine = WorkflowEngine(
-        InNamespace(cluster, namespace), clock=clock, events=None, history=database,
+    engine = in_namespace(
+        cluster, namespace, clock=clock, events=None, history=database,
         ttl=WorkflowTtl(cluster.custom, default=timedelta(hours=1)),
     )  # fmt: skip
     create_workflow(cluster, namespace, "long", steps=[wait_step("hold", "30d")])
@@ -186,7 +189,7 @@ def test_a_running_workflow_stays_whatever_the_clock_and_a_finished_one_waits_fo
     engine.reconcile(namespace, "short")
     assert get_workflow(cluster, namespace, "long")["status"]["phase"] == "Running"
     assert exists(cluster, namespace, "short")
-    assert engine.rescan() == 2  # long unfinished, short unmirrored: both looked at again
+    assert resynced(engine, cluster, namespace) == 2  # long unfinished, short unmirrored: both looked at again
 
     database.down = False
     engine.reconcile(namespace, "short")
@@ -195,14 +198,14 @@ def test_a_running_workflow_stays_whatever_the_clock_and_a_finished_one_waits_fo
     assert exists(cluster, namespace, "long")
 
 
-def test_a_finished_workflow_waits_for_its_ttl_then_a_new_engine_finds_it_by_the_rescan(
+def test_a_finished_workflow_waits_for_its_ttl_then_a_new_engine_finds_it_by_the_resync(
     cluster: KubeCluster, namespace: str, history: SqlHistory
 ) -> None:
     clock = MovableClock()
 
     def engine() -> WorkflowEngine:
-        return WorkflowEngine(
-            InNamespace(cluster, namespace), clock=clock, events=None, history=history,
+        return in_namespace(
+            cluster, namespace, clock=clock, events=None, history=history,
             ttl=WorkflowTtl(cluster.custom, default=None),
         )  # fmt: skip
 
@@ -213,12 +216,12 @@ def test_a_finished_workflow_waits_for_its_ttl_then_a_new_engine_finds_it_by_the
     first.reconcile(namespace, "done")
     finished_at = datetime.fromisoformat(get_workflow(cluster, namespace, "done")["status"]["finishedAt"])
     assert first.reconcile(namespace, "done") == finished_at + timedelta(hours=1)  # mirrored; waits for its TTL
-    assert first.rescan() == 0
+    assert resynced(first, cluster, namespace) == 0
 
-    # A restart loses that timer: the rescan of a new engine finds the workflow once it is due.
+    # A restart loses that timer: the resync of a new engine finds the workflow once it is due.
     clock.at = finished_at + timedelta(hours=1)
     second = engine()
-    assert second.rescan() == 1
+    assert resynced(second, cluster, namespace) == 1
     second.reconcile(namespace, "done")
     assert not exists(cluster, namespace, "done")
 

@@ -15,6 +15,7 @@ from tests.waiting import wait_for
 from vigil.core.history import WorkflowEventRecord
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.store import SqlHistory
+from vigil.kube.workflows import WorkflowEngine
 
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 WORKFLOWS, DEFINITIONS = "workflows", "workflowdefinitions"
@@ -162,3 +163,12 @@ class Outage:
         if self.down:
             raise HistoryUnavailable("connection refused")
         return self.store.workflow_event(workflow_uid, seq)
+
+
+def watch_brings(engine: WorkflowEngine, obj: dict[str, Any]) -> None:
+    """What the leader's Workflow informer does with a watch event of ``obj``: its cache keeps that
+    version (when newer than the one it holds), and the engine is told (it queues a pass when the
+    version is news to it)."""
+    engine.cache.observe(obj)
+    meta = obj["metadata"]
+    engine.seen((meta["namespace"], meta["name"]), obj, False)

@@ -21,9 +21,9 @@ import pytest
 from tests.unit.test_approval_delivery import Clock, FakeCore, Notifier, key_of, waiting_workflow
 from tests.waiting import wait_for
 from vigil.core.workflow import Event, Record, StepKind
+from vigil.core.workflowpass import Pass
 from vigil.kube.approvals import TokenPublisher
 from vigil.kube.outbox import JITTER, Outbox, retry_delay
-from vigil.kube.workflows import Pass
 
 WAIT = 10.0  # seconds any condition of these tests may take to come true on a busy machine
 

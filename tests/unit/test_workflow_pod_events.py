@@ -105,7 +105,7 @@ def test_a_result_while_siblings_run_is_passed_a_moment_later_and_the_last_at_on
     e = engine(first, second)
     e.pod_changed(("team", "st-f0-1"), first, False)
     assert e.idle()  # not now...
-    assert len(e._queue) == 1  # ...but in SIBLINGS_SETTLE_SECONDS
+    assert len(e.queue) == 1  # ...but in SIBLINGS_SETTLE_SECONDS
     assert SIBLINGS_SETTLE_SECONDS < 1
 
     second = step_pod("Succeeded", name="st-f1-1")

@@ -15,7 +15,8 @@ functions of (definition, folded state, what was read, ``now``):
   progress and conditions merged by type; :func:`started_status` and
   :func:`invalid_status` for a workflow's first pass;
 * :func:`plan_pods` — which wanted pods to start, and which running pods to stop;
-* :func:`needs_pass` — which workflows a full rescan queues;
+* :func:`needs_pass` — which workflows the cache's resync queues;
+* :class:`Pass` — what one pass recorded, as the engine reports it (metrics, approval tokens);
 * :func:`announcements` — the Events a pass's records deserve;
 * :data:`JOB_OUTCOMES` — how a workflow's end reads in its ScheduledJob's ``recent``
   (the patch itself: :mod:`vigil.model.jobpatches`).
@@ -72,6 +73,17 @@ QUIET_RESULTS_WAIT = timedelta(seconds=5)
 
 class HistoryFull(Exception):
     """The status cannot take more entries until the history database has the oldest."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Pass:
+    """What one pass recorded (for metrics, approval tokens and tests)."""
+
+    namespace: str
+    name: str
+    records: tuple[Record, ...]
+    stuck: tuple[str, ...]
+    phase: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -248,7 +260,7 @@ def results_can_wait(definition: Definition, state: WorkflowState, new: Sequence
 
 
 def needs_pass(status: Mapping[str, Any], *, mirroring: bool, expired: bool) -> bool:
-    """Whether a rescan queues a workflow: unfinished, not all mirrored to the history database
+    """Whether a workflow needs a pass (its cache's resync queues it): unfinished, not all mirrored to the history database
     (when there is one: ``mirroring``), or past its ttlAfterFinished (``expired``)."""
     if status.get("phase") not in TERMINAL_WORKFLOW_PHASES:
         return True

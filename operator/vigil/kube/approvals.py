@@ -90,10 +90,10 @@ from vigil.core.workflow import (
     normal_approver,
     records_from_data,
 )
+from vigil.core.workflowpass import Pass
 from vigil.kube.conflicts import retry_on_conflict
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.outbox import Outbox
-from vigil.kube.workflows import Pass
 from vigil.model import GROUP
 from vigil.model.names import (
     ANNOTATION_PURPOSE,

@@ -12,6 +12,12 @@ A writer that has the API server's answer to its own write hands it to
 writer's next read is not older than its own write even before the watch
 delivers the event.
 
+`resync` tells the handlers every object again, as the cache holds it (client-go's resync
+period): a controller whose work also depends on time (a time to live, a timer lost with the
+previous leader) judges each one again without a request to the API server. A handler may take
+the resync its own way (`add_handler(..., on_resync=)`): a controller that skips the versions it
+has handled itself does not skip them there. The runtime runs it as a periodic pass.
+
 What the cache keeps is slimmed first (`slim`, or the cache's own `transform`):
 the server-side apply bookkeeping (`metadata.managedFields`) and the copies of
 the whole object that kubectl (and earlier versions of Vigil) keep are never read from the cache and
@@ -151,6 +157,7 @@ class Informer:
         #: set for each of 10,000 job uids would be about 2 MiB of empty set slots).
         self._indexes: dict[str, dict[str, Key | set[Key]]] = {name: {} for name in self._index_fns}
         self._handlers: list[Handler] = []
+        self._resync_handlers: list[Handler] = []
         self._tombstones: OrderedDict[Key, int] = OrderedDict()  # the last version of what was deleted
         self.synced = threading.Event()
 
@@ -196,8 +203,24 @@ class Informer:
         with self._lock:
             return len(self._items)
 
-    def add_handler(self, handler: Handler) -> None:
+    def add_handler(self, handler: Handler, *, on_resync: Handler | None = None) -> None:
+        """`handler` is told every change; `on_resync` (by default `handler`) every object again
+        at each `resync`."""
         self._handlers.append(handler)
+        self._resync_handlers.append(on_resync or handler)
+
+    def resync(self) -> int:
+        """Tell the resync handlers every object the cache holds, decoded one at a time; how many."""
+        with self._lock:
+            held = list(self._items.items())
+        for key, h in held:
+            obj = self._unpack(h)
+            for handler in self._resync_handlers:
+                try:
+                    handler(key, obj, False)
+                except Exception:
+                    log.exception("%s informer: resync handler failed for %s/%s", self._what, *key)
+        return len(held)
 
     # -- writing ------------------------------------------------------------------------------
 

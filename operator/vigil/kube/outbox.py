@@ -22,7 +22,7 @@ What it keeps.
 * **Bounded.** At most ``capacity`` keys wait (ready, backing off, or in delivery). When it is
   full a new key is *refused* (:meth:`Outbox.offer` returns False, counted and logged), never
   one already accepted: the caller keeps the refused key marked as not sent, and its next
-  offer (for workflows: the next pass, and the engine's rescan passes every unfinished
+  offer (for workflows: the next pass, and the engine's resync passes every unfinished
   workflow) tries again. Refusing the newest, not dropping the oldest, is what loses nothing:
   an accepted key is always delivered or retried, and a refused one is re-offered by the
   level-triggered caller. The bound is the number of keys, so memory stays a set of names

@@ -1,20 +1,19 @@
 """Deleting finished Workflows past their `ttlAfterFinished`, never before their history is written.
 
-Hooked into the workflow engine (`vigil.kube.workflows`) where it mirrors a
-workflow's history to the database: after a pass on a finished workflow, the
-engine asks `after_pass` with the status it has just written, and
+Asked by the workflow engine (`vigil.kube.workflows`) after each pass on a finished
+workflow: the engine hands `after_pass` the status it has just written, and
 `vigil.core.workflowttl.decide` answers from that status alone. Delete: the
 Workflow goes with a uid precondition (a new workflow of the same name is never
 removed by mistake) and background propagation, so the garbage collector
 removes its step pods, which its owner references make its dependents. Wait:
 the engine looks again when the time to live passes. Await history: the
-engine's rescan already queues every workflow whose history is not all in the
-database, and the pass that writes it deletes it.
+resync of the engine's Workflow cache queues every workflow whose history is not
+all in the database, and the pass that writes it deletes it.
 
 The wait is durable: both times it is computed from (`status.finishedAt` and
 `spec.ttlAfterFinished`) are in the API server, and after a restart, which loses
-the engine's timers, the rescan queues every finished workflow whose time has
-come (`due`).
+the engine's timers, the resync queues every finished workflow whose time has
+come (`due`): the cache keeps what this reads of each finished workflow.
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ class WorkflowTtl:
         return decide(workflow_end(status), ttl=ttl, now=now)
 
     def due(self, obj: Mapping[str, Any], now: datetime) -> bool:
-        """Whether the workflow may go now, as it stands: the rescan queues it for a pass."""
+        """Whether the workflow may go now, as it stands: the resync queues it for a pass."""
         return self.decide(obj, obj.get("status") or {}, now).verdict is Verdict.DELETE
 
     def after_pass(self, obj: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> Decision:
