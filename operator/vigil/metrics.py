@@ -56,6 +56,19 @@ OCCURRENCES = Counter(
 IS_LEADER = Gauge(
     "vigil_leader", "1 while this replica holds the trigger Lease, else 0 (no labels).", registry=REGISTRY
 )
+CLOCK_AHEAD = Gauge(
+    "vigil_clock_ahead_seconds",
+    "Seconds this replica's wall clock is past the latest the API server's time can be, at its last "
+    "Lease write (0 when not past it); past 1 s the clock is not trusted, and firing follows the API "
+    "server's time (no labels).",
+    registry=REGISTRY,
+)
+
+
+def record_clock_ahead(seconds: float) -> None:
+    CLOCK_AHEAD.set(seconds)
+
+
 LEADER_TRANSITIONS = Counter(
     "vigil_leader_transitions_total", "Changes of the Lease holder seen by this replica.", registry=REGISTRY
 )

@@ -36,6 +36,7 @@ from vigil.core.dispatch import Capacity
 from vigil.core.logtail import DEFAULT_LOG_POLICY, LogPolicy
 from vigil.core.ports import Clock
 from vigil.core.queue import QuotaLimits
+from vigil.core.servertime import ServerBoundedClock
 from vigil.core.trigger import Trigger
 from vigil.core.workflow import Record
 from vigil.core.workflowpass import Pass
@@ -396,11 +397,12 @@ def _campaign(
     *,
     lease_name: str,
     me: str,
-    clock: Clock,
+    clock: ServerBoundedClock,
     approvals: ApprovalCallback | None = None,
     console_writes: ConsoleWrites | None = None,
 ) -> tuple[LeaderElector, ExecutionStore, MigratingHistory]:
-    """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`."""
+    """Serve health, metrics and the API at once (standbys too), then campaign for `lease_name`;
+    each Lease write's answer bounds `clock` by the API server's time."""
     lease = lease_config(settings, lease_name=lease_name, me=me)
     elector = LeaderElector(
         client.CoordinationV1Api(election_client(lease)),
@@ -408,6 +410,7 @@ def _campaign(
         on_lost=_lost,
         on_transition=lambda holder: metrics.LEADER_TRANSITIONS.inc(),
         clock=clock,
+        on_server_time=clock.observe,
     )
     executions = ExecutionStore(api)
     history = MigratingHistory(settings.history.dsn, retention_days=settings.history.retention_days)
@@ -514,12 +517,18 @@ def wait_until_leader(elector: LeaderElector, stopping: threading.Event) -> bool
     return False
 
 
+def bounded_clock() -> ServerBoundedClock:
+    """The operator's time: the wall clock, bounded by the API server's as the Lease's writes
+    tell it (`vigil.core.servertime`), so a leader whose clock runs ahead fires nothing early."""
+    return ServerBoundedClock(SystemClock(), monotonic=time.monotonic, on_skew=metrics.record_clock_ahead)
+
+
 def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> int:
     stopping = stop_on_sigterm()
     me = identity()
     lease = lease_config(settings, lease_name=settings.leader_election.lease_name, me=me)
     api = api_client(lease, connections=api_connections(settings))
-    clock = SystemClock()
+    clock = bounded_clock()
     publisher: TokenPublisher | None = None
     callback: ApprovalCallback | None = None
     sending = threading.Event()  # the approval senders' stop
@@ -842,7 +851,7 @@ def run_watchdog(settings: Settings) -> int:
     stopping = stop_on_sigterm()
     me = identity()
     api = api_client(lease_config(settings, lease_name=settings.watchdog.lease_name, me=me))
-    clock = SystemClock()
+    clock = bounded_clock()
     elector, executions, _ = _campaign(api, settings, lease_name=settings.watchdog.lease_name, me=me, clock=clock)
     log.info("%s: watchdog campaigning for lease %s/%s", me, settings.namespace, settings.watchdog.lease_name)
     if not wait_until_leader(elector, stopping):

@@ -6,8 +6,8 @@ namespace of the test's own, read from the API server or, as the leader reads th
 watch-fed cache) must agree on: idempotent inserts by key; the
 minute an entry lands in; reads confined to one minute; overflow of a hot minute
 into more shards; conditional marks (a stale version is a Conflict) where the
-first marker written for a key stays; which minutes are pending; complete();
-and remove().
+first marker written for a key stays; which minutes are pending; complete(), conditional on
+the version read; the minutes inserted into, said once; and remove().
 """
 
 from __future__ import annotations
@@ -237,12 +237,31 @@ def test_a_completed_minute_is_no_longer_pending_until_a_new_entry_arrives(store
     bucket = only_bucket(store, MINUTE_0)
     store.mark(bucket.name, {done.key: fired("exec-1")}, version=bucket.version)
 
-    store.complete(bucket.name)
+    marked = only_bucket(store, MINUTE_0)
+    store.complete(marked.name, version=marked.version)
 
     assert store.pending_minutes(until=MINUTE_0 + MINUTE) == []
+    store.inserted_minutes()
     late = entry(MINUTE_0 + timedelta(seconds=30))
     assert store.insert(late) == bucket.name
     assert store.pending_minutes(until=MINUTE_0 + MINUTE) == [MINUTE_0]
+    assert store.inserted_minutes() == [MINUTE_0]  # said once
+    assert store.inserted_minutes() == []
+
+
+def test_a_completion_on_a_stale_version_is_a_conflict_and_the_late_entry_stays_pending(store: BucketStore) -> None:
+    done = entry(MINUTE_0)
+    store.insert(done)
+    bucket = only_bucket(store, MINUTE_0)
+    marked = store.mark(bucket.name, {done.key: fired("exec-1")}, version=bucket.version)
+    late = entry(MINUTE_0 + timedelta(seconds=50))
+    assert store.insert(late) == bucket.name  # lands after the trigger read the bucket all marked
+
+    with pytest.raises(Conflict):
+        store.complete(marked.name, version=marked.version)
+
+    assert store.pending_minutes(until=MINUTE_0 + MINUTE) == [MINUTE_0]
+    assert [e.key for e in only_bucket(store, MINUTE_0).pending()] == [late.key]
 
 
 def test_remove_deletes_exactly_one_entry(store: BucketStore) -> None:

@@ -8,14 +8,13 @@ stepped replica's clock jumps 60 s ahead, and some seconds later back.
 * **The stepped replica is a standby**: the leader fires; nothing the standby does fires
   anything. 0 lost, 0 fired twice, none early (an Execution created before its `runAt`, by the
   API server's clock).
-* **The stepped replica is the leader**: Vigil takes the leader's clock as the time (it has no
-  other), so occurrences due within the minute ahead fire up to a minute early; stepping back
-  fires nothing twice (the fired markers hold) and loses nothing (what comes due after waits for
-  the clock to reach it again). The early fires are counted and asserted as the known limit
-  this is (docs/guarantees-faults.md), so that a change to it is noticed. At the long size
-  (`make faults`: 500 jobs, some created while the clock is ahead) one occurrence was left
-  unfired after the step back: this test fails there on `lost`, a finding reported in
-  docs/guarantees-faults.md, not yet mended.
+* **The stepped replica is the leader**: its clock is bounded by the API server's time, read from
+  the `Date` of each Lease renewal (vigil.core.servertime): a minute ahead, it is not trusted and
+  firing follows the API server's time — nothing fires early, what comes due waits about a second
+  at most. Stepping back fires nothing twice (the fired markers hold) and loses nothing: minutes
+  the trigger closed on a clock that then went back are walked again, so an occurrence entered
+  into one meanwhile (at the long size, `make faults`: 500 jobs, some created while the clock is
+  ahead) fires at the next pass. 0 early, 0 lost, 0 twice, as for the standby.
 """
 
 from __future__ import annotations
@@ -105,9 +104,7 @@ def test_a_replicas_clock_stepped_ahead_and_back_fires_nothing_twice(
     verdicts.append(verdict)
     print(verdict, burst.early()[:3])
     assert fleet.holder() in {op.name for op in fleet.processes if op.alive}
-    if stepped == "standby":
-        assert verdict.ok, verdict.problems()
-        return
-    # the known limit: the leader's clock is the time, so it fires early; nothing else goes wrong
-    assert verdict.fired_early, "a leader a minute ahead fired nothing early: update docs/guarantees-faults.md"
-    assert (verdict.lost, verdict.fired_twice, verdict.acked_lost) == ([], [], [])
+    assert verdict.ok, verdict.problems()
+    if stepped == "leader":  # it saw its clock ahead of the API server's, and said so once
+        said = replica.log.read_text().count("ahead of the API server's")
+        assert said == 1, f"the stepped leader logged its clock ahead {said} times"

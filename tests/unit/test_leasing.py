@@ -5,8 +5,9 @@ the call is still hanging, before a standby could take the Lease, and a write th
 late claims nothing; a renewal's timeout ends at the deadline; a slow renewal counts from when it was sent, not answered; a leader that
 steps down is never told it lost; a standby takes a Lease whose holder stopped renewing only
 once it has not changed for the lease duration on the standby's monotonic clock, and writes the
-injected wall clock's time as acquireTime and renewTime (a renewal moves renewTime only); and the
-time bounds derived from the default settings.
+injected wall clock's time as acquireTime and renewTime (a renewal moves renewTime only); each
+write that takes or renews the Lease hands on the API server's `Date`, timed by the monotonic
+clock; and the time bounds derived from the default settings.
 
 The Lease endpoints are an in-memory stand-in (conditional replace by resourceVersion, 404, 409)
 because what is tested is timing a real API server cannot hold still;
@@ -27,7 +28,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.waiting import wait_for
-from vigil.kube.leasing import LeaderElector, LeaseConfig
+from vigil.core.servertime import ServerTimeReading
+from vigil.kube.leasing import LeaderElector, LeaseConfig, server_time_of
 from vigil.runtime import lease_config
 from vigil.settings import Settings
 
@@ -63,6 +65,7 @@ class StandInLeases:
         self.waiting = 0  # writes blocked at the gate now
         self.reads = 0
         self.timeouts: list[float] = []  # the _request_timeout of every write, in order
+        self.date = "Sun, 06 Dec 2026 04:00:07 GMT"  # the `Date` header of every write's answer
 
     def hold(self) -> None:
         """From now on every write hangs (a connection that forwards nothing)."""
@@ -129,6 +132,16 @@ class StandInLeases:
             if self._lease is None or body.metadata.resource_version != self._lease.metadata.resource_version:
                 raise ApiException(status=409, reason="Conflict")
             return self._store(body)
+
+    def create_namespaced_lease_with_http_info(
+        self, namespace: str, body: client.V1Lease, **kwargs: Any
+    ) -> tuple[client.V1Lease, int, dict[str, str]]:
+        return self.create_namespaced_lease(namespace, body, **kwargs), 201, {"Date": self.date}
+
+    def replace_namespaced_lease_with_http_info(
+        self, name: str, namespace: str, body: client.V1Lease, **kwargs: Any
+    ) -> tuple[client.V1Lease, int, dict[str, str]]:
+        return self.replace_namespaced_lease(name, namespace, body, **kwargs), 200, {"date": self.date}
 
 
 class Lost:
@@ -264,3 +277,30 @@ def test_a_standby_takes_a_lease_unrenewed_for_its_duration_and_stamps_it_with_i
     finally:
         standby.stop()
     assert not lost.event.is_set()
+
+
+def test_each_write_that_takes_or_renews_the_lease_hands_on_the_api_servers_time(
+    leases: StandInLeases, clock: FakeClock
+) -> None:
+    readings: list[ServerTimeReading] = []
+    elector = LeaderElector(leases, LEASE, on_lost=Lost(), monotonic=clock, on_server_time=readings.append)
+    elector.start()
+    try:
+        assert elector.wait_until_leader(ACT_TIMEOUT)
+        assert readings, "the write that took the Lease handed on no time"
+        taken = readings[0]
+        assert taken == ServerTimeReading(datetime(2026, 12, 6, 4, 0, 7, tzinfo=UTC), sent=clock(), received=clock())
+        leases.date = "Sun, 06 Dec 2026 04:00:09 GMT"
+        clock.advance(LEASE.renew_period)
+        wait_for(lambda: readings[-1].date.second == 9, timeout=ACT_TIMEOUT, interval=0.02, what="a renewal's time")
+        assert readings[-1].sent == readings[-1].received == clock()
+    finally:
+        elector.stop()
+
+
+def test_an_answer_without_a_readable_date_gives_no_time() -> None:
+    assert server_time_of(None, sent=1.0, received=2.0) is None
+    assert server_time_of({"Content-Type": "application/json"}, sent=1.0, received=2.0) is None
+    assert server_time_of({"Date": "yesterday"}, sent=1.0, received=2.0) is None
+    found = server_time_of({"DATE": "Sun, 06 Dec 2026 04:00:07 GMT"}, sent=1.0, received=2.0)
+    assert found == ServerTimeReading(datetime(2026, 12, 6, 4, 0, 7, tzinfo=UTC), sent=1.0, received=2.0)

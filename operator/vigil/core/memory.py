@@ -62,6 +62,7 @@ class MemoryBucketStore:
         self._buckets: dict[str, _StoredBucket] = {}
         self._lock = threading.Lock()
         self._versions = itertools.count(1)
+        self._inserted: set[datetime] = set()  # minutes inserted into since `inserted_minutes` last said
         self.reads = 0  # minutes read: the cost a tick pays
 
     def _snapshot(self, name: str, stored: _StoredBucket) -> Bucket:
@@ -101,6 +102,7 @@ class MemoryBucketStore:
                     stored.weight += entry.weight
                     stored.version = next(self._versions)
                     stored.complete = False
+                    self._inserted.add(minute)
                     return name
         raise RuntimeError(f"minute {minute.isoformat()} is full in every shard")
 
@@ -123,9 +125,17 @@ class MemoryBucketStore:
             stored.version = next(self._versions)
             return self._snapshot(bucket, stored)
 
-    def complete(self, bucket: str) -> None:
+    def complete(self, bucket: str, *, version: str) -> None:
         with self._lock:
-            self._buckets[bucket].complete = True
+            stored = self._buckets[bucket]
+            if str(stored.version) != version:
+                raise Conflict(f"bucket {bucket}: version {version} is stale")
+            stored.complete = True
+
+    def inserted_minutes(self) -> list[datetime]:
+        with self._lock:
+            minutes, self._inserted = sorted(self._inserted), set()
+        return minutes
 
     def remove(self, bucket: str, key: str) -> None:
         with self._lock:

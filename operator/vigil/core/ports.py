@@ -58,8 +58,16 @@ class BucketStore(Protocol):
         """
         ...
 
-    def complete(self, bucket: str) -> None:
-        """Note that every entry of a past bucket is marked, so scans skip it."""
+    def complete(self, bucket: str, *, version: str) -> None:
+        """Note that every entry of a past bucket is marked, so scans skip it; conditional on
+        `version` (the bucket as read, every entry marked): raise Conflict if it moved since (an
+        entry inserted late), and it stays pending.
+        """
+        ...
+
+    def inserted_minutes(self) -> list[datetime]:
+        """The minutes this store's inserts put a new entry into since the last call, each once:
+        the trigger looks again at those it has walked past (an entry inserted late)."""
         ...
 
     def remove(self, bucket: str, key: str) -> None:

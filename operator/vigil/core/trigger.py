@@ -38,6 +38,21 @@ wait behind it (its recorded progress must not pass an unrecorded occurrence),
 every other job goes on, and a past minute held only by such entries no longer
 holds the cursor: it is revisited on its own until it settles.
 
+A minute is completed (its buckets left out of every scan) on the version of its buckets the
+pass read, so an entry inserted since — a job created just as its time passed, entered due at
+once, its insert slower than the grace — keeps its bucket pending, and the minute is looked at
+again at the next pass. An entry that lands in a minute the walk has passed (the store reports
+the minutes it inserted into: `BucketStore.inserted_minutes`) has its minute looked at again at
+the next pass too, not at the rescan minutes later.
+
+A clock that goes back (a wall clock stepped back, or one that ran ahead and was set right) is
+not trusted for what the passes before decided on it: minutes they closed that are open again at
+the present time are walked again from the next pass — an entry inserted into one meanwhile
+(a one-off whose time has passed is entered due at the present) is fired there, not left for the
+rescan — and the instants held in memory (retries, revisits, the spacing of marker writes) move
+back with the clock, so none waits the step out. Nothing fires twice for it: what the passes
+before marked stays marked.
+
 While it runs the trigger reports its progress (`vigil.core.progress.TriggerProgress`) to
 `on_progress` after each job's entries and at the end of each pass: where its last complete pass
 got to, how many due entries the pass in flight has left, and which jobs wait for a retry. The
@@ -185,6 +200,7 @@ class Trigger:
         self._ledger = ledger
         self._clock = clock
         self._cursor: datetime | None = None
+        self._last_now: datetime | None = None  # the time the last pass read: a later one before it means the clock went back
         #: Jobs whose entry failed in this pass: their later entries wait for the next pass. Each
         #: job's entries are applied on one thread, so a job's membership is only ever touched by it.
         self._held: set[tuple[str, str]] = set()
@@ -210,6 +226,9 @@ class Trigger:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="trigger") if workers > 1 else None
         #: Each bucket's markers in flight (with a pool): only the pass's own thread touches it.
         self._marking: dict[str, _Marking] = {}
+        #: Closed minutes an entry came into late (a completion refused: the bucket had moved):
+        #: looked at again at the next pass. Only the pass's own thread touches it.
+        self._look_again: set[datetime] = set()
 
     @property
     def cursor(self) -> datetime | None:
@@ -226,6 +245,9 @@ class Trigger:
 
     def tick(self) -> TickReport:
         now = self._clock.now()
+        if self._last_now is not None and now < self._last_now:
+            self._went_back(self._last_now - now, now)
+        self._last_now = now
         if self._cursor is None:
             self.rescan()
         assert self._cursor is not None
@@ -233,6 +255,9 @@ class Trigger:
         self._held = set()
         self._backlog = 0
         report.errors += self._send_queued(now)
+        for minute in self._store.inserted_minutes():  # an entry inserted into a minute walked past
+            if minute < self._cursor:
+                self._revisit[minute] = now
         due = sorted(m for m, at in self._revisit.items() if m < self._cursor and at <= now)
         for minute in due[:REVISITS_PER_TICK]:
             if self._visit_minute(minute, now, report):
@@ -261,6 +286,20 @@ class Trigger:
         self._backlog = 0
         self._publish()
         return report
+
+    def _went_back(self, by: timedelta, now: datetime) -> None:
+        """The clock went back `by` since the last pass: walk again every minute open at `now`
+        (the passes before may have closed them, and an entry may be inserted into one), and move
+        the instants held in memory back with the clock."""
+        log.warning("trigger: the clock went back %.3fs; minutes closed since are walked again", by.total_seconds())
+        reopened = minute_of(now - MINUTE - COMPLETE_GRACE)  # the last minute closed at `now`, and those after it
+        if self._cursor is not None and reopened < self._cursor:
+            self._cursor = reopened
+        with self._retry_lock:
+            self._retry = {key: (failures, at - by) for key, (failures, at) in self._retry.items()}
+            self._revisit = {minute: at - by for minute, at in self._revisit.items()}
+        for marking in self._marking.values():
+            marking.began -= by
 
     def drain(self) -> None:
         """Wait for every marker in flight (a leader stopping, a test reading the buckets)."""
@@ -308,9 +347,20 @@ class Trigger:
                 report.pending_buckets += 1
             if pending:
                 settled = False
-            elif closed:
-                self._store.complete(bucket.name)
+            elif closed and not self._completed(bucket):
+                settled = False
+                self._look_again.add(minute)
         return settled
+
+    def _completed(self, bucket: Bucket) -> bool:
+        """Complete a closed bucket whose every entry is marked, as read; False when an entry
+        was inserted since (the completion is conditional on the version read): the minute is
+        looked at again at the next pass."""
+        try:
+            self._store.complete(bucket.name, version=bucket.version)
+        except Conflict:
+            return False
+        return True
 
     def _process(self, buckets: list[Bucket], now: datetime, report: TickReport) -> list[Bucket]:
         """Apply the minute's due entries, every bucket's at once, then mark each bucket once.
@@ -486,6 +536,9 @@ class Trigger:
             self._revisit.update(dict.fromkeys(self._revisit, now))
 
     def _next_look(self, minute: datetime, now: datetime) -> datetime:
+        if minute in self._look_again:  # an entry came in late: at the next pass
+            self._look_again.discard(minute)
+            return now
         with self._retry_lock:
             retries = [self._retry[k][1] for k, m in self._retry_minutes.items() if m == minute and k in self._retry]
         return min(retries, default=now + REVISIT_IDLE)

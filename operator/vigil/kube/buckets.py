@@ -183,6 +183,8 @@ class KubeBucketStore:
         self._queue: list[_Insert] = []  # inserts waiting for the writer (see insert_later)
         self._writer: threading.Thread | None = None
         self._writes = ThreadPoolExecutor(max_workers=WRITE_CONCURRENCY, thread_name_prefix="bucket-write")
+        self._inserted: set[datetime] = set()  # minutes inserted into since `inserted_minutes` last said
+        self._inserted_lock = threading.Lock()
 
     # --- reads ---
 
@@ -337,6 +339,8 @@ class KubeBucketStore:
             else:
                 occurrences = [*(obj["spec"].get("occurrences") or []), *(entry_to_dict(e) for e in entries)]
                 self._replace(name, _changed(obj, occurrences))
+            with self._inserted_lock:
+                self._inserted.add(minute)
 
         self._side_by_side([functools.partial(write, name, entries) for name, entries in group.added.items() if entries])
 
@@ -439,9 +443,21 @@ class KubeBucketStore:
         cache = self._cached()
         return cache.get(self._namespace, bucket) if cache is not None else None
 
-    def complete(self, bucket: str) -> None:
-        body = {"metadata": {"labels": {LABEL_PENDING: "false"}}}
-        self._observe(self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, bucket, body))
+    def complete(self, bucket: str, *, version: str) -> None:
+        # the precondition: an insert that landed since the read (it labels the bucket pending
+        # again) must not be labelled away with it, or its entry would leave every scan
+        body = {"metadata": {"resourceVersion": version, "labels": {LABEL_PENDING: "false"}}}
+        try:
+            obj = self._api.patch_namespaced_custom_object(GROUP, VERSION, self._namespace, SCHEDULE_BUCKETS, bucket, body)
+        except ApiException as err:
+            conflict_from(err, f"bucket {bucket}: version {version} is stale")
+            raise
+        self._observe(obj)
+
+    def inserted_minutes(self) -> list[datetime]:
+        with self._inserted_lock:
+            minutes, self._inserted = sorted(self._inserted), set()
+        return minutes
 
     def remove(self, bucket: str, key: str) -> None:
         def remove_once() -> None:

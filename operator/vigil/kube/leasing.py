@@ -30,6 +30,11 @@ rules follow client-go's leaderelection:
 * a leader shutting down gracefully releases the Lease (clears its holder), so
   a standby takes over at its next poll rather than after a whole duration.
 
+Each write that takes or renews the Lease also brings the API server's time: its answer's
+`Date` header, with the monotonic instants the request was sent and answered, goes to
+`on_server_time` (`vigil.core.servertime`: the leader's clock is bounded by it, so a clock that
+runs ahead of the cluster's fires nothing early).
+
 Runs in its own threads so a busy trigger pass can never starve the renewals.
 """
 
@@ -39,14 +44,16 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.ports import Clock
+from vigil.core.servertime import ServerTimeReading
 from vigil.kube.clocks import SYSTEM_CLOCK
 
 log = logging.getLogger(__name__)
@@ -100,11 +107,28 @@ def _micro_time(at: datetime) -> datetime:
     return at.replace(microsecond=at.microsecond or 1)
 
 
+def server_time_of(headers: Mapping[str, str] | None, *, sent: float, received: float) -> ServerTimeReading | None:
+    """The API server's time from an answer's `Date` header; None without one (or unreadable)."""
+    found = next((value for key, value in (headers or {}).items() if key.lower() == "date"), None)
+    if not found:
+        return None
+    try:
+        date = parsedate_to_datetime(found)
+    except (TypeError, ValueError):
+        return None
+    if date.tzinfo is None:
+        return None
+    return ServerTimeReading(date.astimezone(UTC), sent=sent, received=received)
+
+
 class LeaseApi(Protocol):
-    """What the elector uses of `CoordinationV1Api` (a stand-in in unit tests)."""
+    """What the elector uses of `CoordinationV1Api` (a stand-in in unit tests). Its writes that
+    take or renew the Lease ask for the answer's headers too (`*_with_http_info`: the object,
+    the status and the headers), for the API server's `Date`."""
 
     def read_namespaced_lease(self, name: str, namespace: str, **kwargs: Any) -> Any: ...
-    def create_namespaced_lease(self, namespace: str, body: Any, **kwargs: Any) -> Any: ...
+    def create_namespaced_lease_with_http_info(self, namespace: str, body: Any, **kwargs: Any) -> Any: ...
+    def replace_namespaced_lease_with_http_info(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any: ...
     def replace_namespaced_lease(self, name: str, namespace: str, body: Any, **kwargs: Any) -> Any: ...
 
 
@@ -118,6 +142,7 @@ class LeaderElector:
         on_transition: Callable[[str], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         monotonic: Callable[[], float] = time.monotonic,
+        on_server_time: Callable[[ServerTimeReading], None] = lambda reading: None,
     ) -> None:
         self._api = leases
         self._config = config
@@ -128,6 +153,8 @@ class LeaderElector:
         self._clock = clock
         #: Every decision's clock: expiry, renew deadline, when to renew.
         self._monotonic = monotonic
+        #: Told the API server's time on each write of ours that took (its `Date`, timed by `monotonic`).
+        self._on_server_time = on_server_time
         self._lock = threading.Lock()  # leading, stopped and the last renewal change together
         self._leading = threading.Event()
         self._stopped = threading.Event()
@@ -274,12 +301,12 @@ class LeaderElector:
         )
         sent = self._monotonic()
         try:
-            created = self._api.create_namespaced_lease(cfg.namespace, body, _request_timeout=self._timeout())
+            answer = self._api.create_namespaced_lease_with_http_info(cfg.namespace, body, _request_timeout=self._timeout())
         except ApiException as err:
             if err.status == 409:
                 return False  # someone else created it first; next round reads it
             raise
-        return self._became_leader(created, sent=sent)
+        return self._became_leader(self._answered(answer, sent=sent), sent=sent)
 
     def _spec(self, now: datetime, acquired: datetime | None, *, transitions: int) -> client.V1LeaseSpec:
         cfg = self._config
@@ -298,7 +325,7 @@ class LeaderElector:
         lease.spec = self._spec(self._clock.now(), acquired, transitions=transitions)
         sent = self._monotonic()
         try:
-            written = self._api.replace_namespaced_lease(
+            answer = self._api.replace_namespaced_lease_with_http_info(
                 lease.metadata.name, lease.metadata.namespace, lease, _request_timeout=self._timeout()
             )
         except ApiException as err:
@@ -306,7 +333,19 @@ class LeaderElector:
                 self._mine = None  # someone else wrote it: the next round reads it again
                 return False
             raise
-        return self._became_leader(written, sent=sent)
+        return self._became_leader(self._answered(answer, sent=sent), sent=sent)
+
+    def _answered(self, answer: Any, *, sent: float) -> Any:
+        """The Lease of a write's answer (the object, the status, the headers); its `Date` goes to
+        `on_server_time` first, so a new leader's clock is bounded before it acts."""
+        written, _, headers = answer
+        reading = server_time_of(headers, sent=sent, received=self._monotonic())
+        if reading is not None:
+            try:
+                self._on_server_time(reading)
+            except Exception:  # the time's second opinion must never cost the Lease
+                log.exception("lease %s/%s: the API server's time not taken", self._config.namespace, self._config.name)
+        return written
 
     def _became_leader(self, lease: Any, *, sent: float) -> bool:
         with self._lock:
