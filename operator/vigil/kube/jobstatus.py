@@ -12,8 +12,8 @@ interval: the queue takes it, reads it from the cache, folds every waiting chang
 status with the pure folds of `model/jobpatches.py`, builds the status as it is and as it would
 be from `ScheduledJobStatus` and writes only the fields that differ, once, conditional on the
 version read (a conflict reads it again from the API server and folds again). A change already
-on the job writes nothing (`model/statuspatch.py`). Nothing else writes a job's ledger or its
-executions' summary: tools and tests flush this writer (`flush`).
+on the job writes nothing (`model/statuspatch.py`). The ledger and the executions' transitions
+have no other writer: tools and tests flush this one (`flush`).
 The first change after a quiet spell waits one interval too, so a short execution's fire and its
 end usually share one write. A change that only says an execution began (a plan of fires, a
 transition that is not an end) may wait longer, `BEGIN_WAIT_SECONDS` after the last such
