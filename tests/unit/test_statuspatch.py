@@ -1,6 +1,6 @@
 """A status write built from its model (`model/statuspatch.py`): a merge patch is cut to the fields
-whose typed values change, so a change already on the object writes nothing, and a status the model
-cannot read is left whole for the API server to judge."""
+whose typed values change, so a change already on the object writes nothing, and a field the model
+cannot read is left for the API server to judge."""
 
 from __future__ import annotations
 
@@ -49,9 +49,17 @@ class TestScheduledJob:
         status = {"chain": {"scheduleHash": "h", "pausedAt": "2026-12-01T12:00:00Z"}}
         assert changed_fields(ScheduledJobStatus, status, {"chain": {"pausedAt": None}}) == {"chain": {"pausedAt": None}}
 
-    def test_a_status_the_model_cannot_read_is_left_whole_for_the_api_server(self) -> None:
-        patch = {"observedGeneration": "not a number", "schedule": "every 1h"}
-        assert changed_fields(ScheduledJobStatus, {"schedule": "every 1h"}, patch) == patch
+    def test_a_field_the_model_cannot_read_is_left_with_the_other_changes_for_the_api_server(self) -> None:
+        patch = {"observedGeneration": "not a number", "schedule": "every 1h", "nextRun": "2026-12-01T12:00:00Z"}
+        assert changed_fields(ScheduledJobStatus, {"schedule": "every 1h"}, patch) == {
+            "observedGeneration": "not a number",
+            "nextRun": "2026-12-01T12:00:00Z",
+        }
+
+    def test_an_unchanged_field_is_not_read(self) -> None:
+        """Its JSON is the same: however the model would read it, it reads the same."""
+        unreadable = {"occurrences": [{"nominal": "yesterday"}]}
+        assert changed_fields(ScheduledJobStatus, unreadable, {**unreadable, "schedule": "every 1h"}) == {"schedule": "every 1h"}
 
     def test_a_key_the_model_does_not_know_is_kept(self) -> None:
         assert changed_fields(ScheduledJobStatus, {}, {"somethingNew": 1}) == {"somethingNew": 1}
