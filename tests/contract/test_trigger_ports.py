@@ -1,8 +1,9 @@
 """The trigger's JobCatalogue, Launcher and Ledger contracts, run against every implementation.
 
 The in-memory twins (`vigil.core.memory`) and the Kubernetes adapters (`vigil.kube.jobs.
-KubeCatalogue`, `vigil.kube.launcher.ExecutionLauncher`, `vigil.kube.ledger.KubeLedger`, on
-ScheduledJobs in a namespace of the test's own, with no operator running) must agree on:
+KubeCatalogue`, `vigil.kube.launcher.ExecutionLauncher`, `vigil.kube.ledger.KubeLedger` through
+the job's one status writer, flushed after each plan, on ScheduledJobs in a namespace of the
+test's own, with no operator running) must agree on:
 
 * catalogue — a lookup returns the job as it is now (an edit shows at once); no job for a
   name never created or once deleted; no job but `invalid` for a spec that cannot be
@@ -47,6 +48,7 @@ from typing import Any, Protocol
 import pytest
 
 from tests.integration.conftest import KubeCluster
+from tests.integration.jobstatuses import FlushedLedger
 from vigil.core.buckets import Mark, Outcome
 from vigil.core.chain import CatchUp, EntryPlan, Fire, JobLookup, JobView, Reason, Record
 from vigil.core.executions import Execution, Phase, cancel
@@ -59,7 +61,6 @@ from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_cache, execution_from_object
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import ExecutionLauncher
-from vigil.kube.ledger import KubeLedger
 from vigil.kube.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import job_view
@@ -176,15 +177,16 @@ class KubeHome:
         self.clock = FakeClock(datetime.now(UTC))
         self.events = EventRecorder(cluster.api, instance="contract")
         self.catalogue = KubeCatalogue(cluster.api)
+        self.ledger = FlushedLedger(cluster.api, catalogue=self.catalogue, events=self.events)
+        self.writer = self.ledger.writer  # the job's one status writer, as the leader's
         self.launcher = self.launcher_on(self.store)
-        self.ledger = KubeLedger(cluster.api, catalogue=self.catalogue, events=self.events)
 
     def launcher_on(self, store: ExecutionStore) -> ExecutionLauncher:
         return ExecutionLauncher(
             store=store,
             catalogue=self.catalogue,
             clock=self.clock,
-            results=JobResults(self.api, store=store, events=self.events, clock=self.clock),
+            results=JobResults(self.api, store=store, events=self.events, clock=self.clock, writer=self.writer),
             pods=self.core,
         )
 
@@ -236,7 +238,7 @@ class KubeHome:
     def another_trigger(self) -> tuple[JobCatalogue, Ledger]:
         catalogue = KubeCatalogue(self.api)
         events = EventRecorder(self.api, instance="contract-other")
-        return catalogue, KubeLedger(self.api, catalogue=catalogue, events=events)
+        return catalogue, FlushedLedger(self.api, catalogue=catalogue, events=events)
 
     def execution(self, name: str) -> tuple[dict[str, Any], Execution]:
         obj = self.store.get(self.namespace, name)

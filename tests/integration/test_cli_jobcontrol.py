@@ -22,6 +22,7 @@ import yaml
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import create_job, get_job
+from tests.integration.jobstatuses import flush
 from tests.integration.test_cli import NEVER_SOON, kubectl_plugin
 from tests.integration.test_cli_workflows import whoami
 from vigil.cli.main import EXIT_BAD_INPUT
@@ -30,6 +31,8 @@ from vigil.core.ids import manual_execution_id, pod_name
 from vigil.core.memory import FakeClock
 from vigil.kube.events import EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.jobs import KubeCatalogue
+from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.results import JobResults
 from vigil.model.names import ANNOTATION_REQUEST_ID, LABEL_JOB_UID
 
@@ -107,12 +110,14 @@ def test_a_manual_run_enters_the_ledger_when_its_attempt_ends(cluster: KubeClust
     running = start(execution_from_object(obj), pod=pod_name(name, 1), now=now)
     result = AttemptResult(attempt=1, outcome=AttemptOutcome.SUCCEEDED, reason="Completed", started_at=now)
     succeeded = finish(running, result, policy=RetryPolicy(max_attempts=1), now=now + timedelta(seconds=2))
+    writer = JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api))  # its queue is not run
     results = JobResults(
         cluster.api, store=ExecutionStore(cluster.api), events=EventRecorder(cluster.api, instance="test"),
-        clock=FakeClock(now + timedelta(seconds=2)),
+        clock=FakeClock(now + timedelta(seconds=2)), writer=writer,
     )  # fmt: skip
 
     results.record(obj, succeeded)
+    flush(writer)
 
     listed = kubectl_plugin(cluster, "occurrences", "nightly", "-n", namespace, "-o", "json")
     assert listed.returncode == 0, listed.stderr

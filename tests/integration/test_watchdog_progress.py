@@ -28,6 +28,7 @@ from kubernetes import client
 
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import condition, create_job, events_about, get_job, make_namespace
+from tests.integration.jobstatuses import FlushedLedger
 from tests.waiting import wait_for
 from vigil import metrics
 from vigil.core.buckets import minute_of
@@ -42,7 +43,6 @@ from vigil.kube.executions import ExecutionStore
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.launcher import ExecutionLauncher
-from vigil.kube.ledger import KubeLedger
 from vigil.kube.progress import LeaseProgress
 from vigil.kube.results import JobResults
 from vigil.kube.watchdog import Assessed, Watchdog
@@ -132,16 +132,17 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
         gauges=metrics.WatchdogGauges,
     )  # fmt: skip
     mid_pass: list[list[Assessed]] = []
+    ledger = FlushedLedger(cluster.api, catalogue=catalogue, events=events)
     launcher = SlowLauncher(
         ExecutionLauncher(
             store=executions, catalogue=catalogue, clock=clock, pods=cluster.core,
-            results=JobResults(cluster.api, store=executions, events=events, clock=clock),
+            results=JobResults(cluster.api, store=executions, events=events, clock=clock, writer=ledger.writer),
         ),
         clock,
         {AUDIT_AT_LAUNCH: lambda: mid_pass.append(watchdog.check(audit=True, keep=everything))},
     )  # fmt: skip
     trigger = Trigger(
-        store=store, catalogue=catalogue, launcher=launcher, ledger=KubeLedger(cluster.api, catalogue=catalogue, events=events),
+        store=store, catalogue=catalogue, launcher=launcher, ledger=ledger,
         clock=clock, on_progress=progress.publish,
     )  # fmt: skip
 

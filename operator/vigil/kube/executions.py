@@ -4,7 +4,8 @@ An Execution is named from its execution id, so the trigger (or a backfill)
 creating it twice gets 409 and there is still one. The operator reads them from a
 watch-fed cache (retention bounds how many exist), never by listing per pass.
 A transition is one status write carrying the resourceVersion read, so two
-writers cannot both move the same execution.
+writers cannot both move the same execution; it is built from `ExecutionStatus`
+and writes only what changes (`ExecutionStore.write`, the kind's one status writer).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.conflicts import conflict_from
 from vigil.kube.informer import Informer
 from vigil.kube.pods import label_value, owner_reference
+from vigil.model.execution import ExecutionStatus
 from vigil.model.names import (
     EXECUTIONS,
     GROUP,
@@ -42,6 +44,7 @@ from vigil.model.names import (
     MANAGED_BY,
     VERSION,
 )
+from vigil.model.statuspatch import changed_fields
 
 log = logging.getLogger(__name__)
 
@@ -210,13 +213,20 @@ class ExecutionStore:
     ) -> dict[str, Any]:
         """Store a transition: one status write, conditional on the object's resourceVersion.
 
-        The phase lives only in the status (the printer columns and every reader use it), so a
-        transition is one write; the answer goes into the cache at once.
+        The one writer of an Execution's status. The phase lives only in the status (the printer
+        columns and every reader use it), so a transition is one write; the answer goes into the
+        cache at once. The status is built from `ExecutionStatus` as it is and as it would be,
+        and only the fields that differ are written (`model/statuspatch.py`): a transition
+        already on the object (the same pod event seen twice) writes nothing, and `obj` is
+        the answer.
         """
         meta = obj["metadata"]
         cleared = dict.fromkeys(OPTIONAL_STATUS_KEYS)
         status = {**cleared, **execution_to_dict(execution), **(extra or {})}
-        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+        changed = changed_fields(ExecutionStatus, obj.get("status") or {}, status)
+        if not changed:
+            return dict(obj)
+        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": changed}
         try:
             updated: dict[str, Any] = self._custom.patch_namespaced_custom_object_status(
                 GROUP, VERSION, meta["namespace"], EXECUTIONS, meta["name"], body

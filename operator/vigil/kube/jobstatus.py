@@ -9,8 +9,11 @@ from the leader or from a watchdog process with a writer of its own: every write
 on the version read and folded again on the job as it is, so no writer undoes another's.
 All of them come here per job, in order. A job is written at most once an
 interval: the queue takes it, reads it from the cache, folds every waiting change into the
-status with the pure folds of `model/jobpatches.py`, and writes the changed fields once,
-conditional on the version read (a conflict reads it again from the API server and folds again).
+status with the pure folds of `model/jobpatches.py`, builds the status as it is and as it would
+be from `ScheduledJobStatus` and writes only the fields that differ, once, conditional on the
+version read (a conflict reads it again from the API server and folds again). A change already
+on the job writes nothing (`model/statuspatch.py`). The ledger and the executions' transitions
+have no other writer: tools and tests flush this one (`flush`).
 The first change after a quiet spell waits one interval too, so a short execution's fire and its
 end usually share one write. A change that only says an execution began (a plan of fires, a
 transition that is not an end) may wait longer, `BEGIN_WAIT_SECONDS` after the last such
@@ -55,6 +58,8 @@ from vigil.kube.workqueue import WorkQueue
 from vigil.model import GROUP, VERSION
 from vigil.model.jobpatches import ledger_patch, transition_patch
 from vigil.model.names import SCHEDULED_JOBS
+from vigil.model.scheduledjob import ScheduledJobStatus
+from vigil.model.statuspatch import changed_fields
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +246,8 @@ class JobStatusWriter:
                 job = self._catalogue.fetch(*key)
             if job is None or job["metadata"]["uid"] != uid:
                 return  # deleted (or deleted and created again): its status went with it
-            patch = fold(job.get("status") or {}, changes, generation=_generation(job))
+            status = job.get("status") or {}
+            patch = changed_fields(ScheduledJobStatus, status, fold(status, changes, generation=_generation(job)))
             if not patch:
                 return  # the changes are on the job already (another writer's, or an earlier pass)
             try:

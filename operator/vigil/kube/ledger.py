@@ -1,7 +1,8 @@
 """The trigger ledger on the ScheduledJob: every occurrence ends in one recorded outcome.
 
-After each plan the trigger writes, in one status patch conditional on the
-version it read (a conflict rereads and merges again): the occurrences it
+After each plan the trigger records on the job (status fields folded by
+`model/jobpatches.ledger_patch`, written conditionally on the version read, a
+conflict rereads and folds again): the occurrences it
 disposed of (Fired with the execution id, or Missed/Superseded/Skipped/Suspended
 with the reason), the chain's progress (`status.chain`: the newest nominal
 handled, where a suspended chain paused), LAST SCHEDULED and NEXT RUN. Entries
@@ -10,11 +11,12 @@ Events follow, one per outcome other than an on-time fire (the Execution itself
 records that, and an Event each would double the writes of every fire): Fired
 appears only for a late fire this pass created.
 
-On the leader the ledger writes through the job's one status writer
-(`kube/jobstatus.py`): a plan with anything but fires is written before the
+The ledger writes through the job's one status writer (`kube/jobstatus.py`),
+there is no other: a plan with anything but fires is written before the
 trigger marks its bucket (that record exists nowhere else); a plan of fires
 only joins the job's next coalesced status write, since each fire's Execution,
-created before the mark, is its record.
+created before the mark, is its record. Tools and tests that want a plan of
+fires on the job at once flush the writer.
 """
 
 from __future__ import annotations
@@ -25,26 +27,21 @@ from datetime import datetime
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from vigil.core.buckets import Outcome
 from vigil.core.chain import EntryPlan
 from vigil.core.conditions import EventReason
-from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339
-from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.jobstatus import JobStatusWriter, urgent
-from vigil.model import GROUP, VERSION
-from vigil.model.jobpatches import ledger_patch
-from vigil.model.names import SCHEDULED_JOBS
 
 log = logging.getLogger(__name__)
 
+
 class KubeLedger:
-    """Records each plan on its job: through the job's one status writer when there is one (the
-    leader's), else with its own conditional write (tools and tests)."""
+    """Records each plan on its job through the job's one status writer (the leader's); tools and
+    tests flush that writer to see the plan on the job at once."""
 
     def __init__(
         self,
@@ -52,9 +49,11 @@ class KubeLedger:
         *,
         catalogue: KubeCatalogue,
         events: EventRecorder,
-        writer: JobStatusWriter | None = None,
+        writer: JobStatusWriter,
     ) -> None:
-        self._custom = client.CustomObjectsApi(api)
+        """`api` is not used since the ledger's own write went; `vigil.runtime` still passes it
+        (its rewiring, issue #38 item 5, drops it)."""
+        del api
         self._catalogue = catalogue
         self._events = events
         self._writer = writer
@@ -65,41 +64,9 @@ class KubeLedger:
             for record in plan.records:
                 log.info("occurrence of deleted job %s/%s: %s", plan.namespace, plan.name, record.reason)
             return
-        first = obj
-        if self._writer is not None:
-            uid = str(obj["metadata"]["uid"])
-            add = self._writer.write_plan_now if urgent(plan) else self._writer.add_plan
-            add(plan, now=now, uid=uid, then=lambda job: self.post_events(job, plan, launched))
-            return
-
-        def write() -> None:
-            nonlocal obj
-            if obj is None:
-                obj = self._catalogue.fetch(plan.namespace, plan.name)
-                if obj is None or obj["metadata"]["uid"] != first["metadata"]["uid"]:
-                    return  # deleted (or deleted and re-created) since: its ledger went with it
-            try:
-                self._patch_status(obj, plan, now)
-            except Conflict:
-                obj = None  # another writer moved it: build the entries again on a fresh read
-                raise
-
-        retry_on_conflict(write)
-        self.post_events(first, plan, launched)
-
-    def _patch_status(self, obj: Mapping[str, Any], plan: EntryPlan, now: datetime) -> None:
-        """Merge this plan into the job's ledger, conditional on the version `obj` was read at."""
-        patch = ledger_patch(obj.get("status") or {}, plan, now, generation=int(obj["metadata"].get("generation", 0)))
-        meta = obj["metadata"]
-        body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": patch}
-        try:
-            self._custom.patch_namespaced_custom_object_status(
-                GROUP, VERSION, meta["namespace"], SCHEDULED_JOBS, meta["name"], body
-            )
-        except ApiException as err:
-            conflict_from(err)
-            if err.status != 404:
-                raise
+        uid = str(obj["metadata"]["uid"])
+        add = self._writer.write_plan_now if urgent(plan) else self._writer.add_plan
+        add(plan, now=now, uid=uid, then=lambda job: self.post_events(job, plan, launched))
 
     def post_events(self, obj: Mapping[str, Any], plan: EntryPlan, launched: Mapping[str, bool]) -> None:
         for fire in plan.fires:
