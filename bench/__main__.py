@@ -293,10 +293,10 @@ def tick_cost(b: Bench, *, due: int, catalogued: int) -> tuple[float, int, int]:
         catalogue=catalogue,
         launcher=ExecutionLauncher(
             store=ExecutionStore(b.api), catalogue=catalogue, clock=clock,
-            results=JobResults(b.api, store=ExecutionStore(b.api), events=events, clock=clock, writer=writer),
+            results=JobResults(store=ExecutionStore(b.api), events=events, clock=clock, writer=writer),
             pods=b.core,
         ),
-        ledger=KubeLedger(b.api, catalogue=catalogue, events=events, writer=writer),
+        ledger=KubeLedger(catalogue=catalogue, events=events, writer=writer),
         clock=clock,
     )
     trigger.rescan()

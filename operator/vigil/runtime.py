@@ -573,8 +573,7 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
     )
     writer = JobStatusWriter(api, catalogue=catalogue, hold=dispatcher.starting)
     results = JobResults(
-        api, store=executions, events=events, clock=clock, on_transition=metrics.record_transition,
-        writer=writer, catalogue=catalogue,
+        store=executions, events=events, clock=clock, on_transition=metrics.record_transition, writer=writer,
     )  # fmt: skip
     controller = ExecutionController(
         store=executions,
@@ -601,7 +600,7 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
             as_started=dispatcher.as_started,
             tasks=task_submitter(settings, clock),
         ),
-        ledger=KubeLedger(api, catalogue=catalogue, events=events, writer=writer),
+        ledger=KubeLedger(catalogue=catalogue, events=events, writer=writer),
         clock=clock,
         workers=settings.trigger.workers,
         on_progress=trigger_progress(api, settings, identity=me).publish,

@@ -186,7 +186,7 @@ class KubeHome:
             store=store,
             catalogue=self.catalogue,
             clock=self.clock,
-            results=JobResults(self.api, store=store, events=self.events, clock=self.clock, writer=self.writer),
+            results=JobResults(store=store, events=self.events, clock=self.clock, writer=self.writer),
             pods=self.core,
         )
 

@@ -37,7 +37,7 @@ class FlushedLedger:
         self, api: client.ApiClient, *, catalogue: KubeCatalogue, events: EventRecorder, writer: JobStatusWriter | None = None
     ) -> None:
         self.writer = writer or JobStatusWriter(api, catalogue=catalogue)  # its queue is not run
-        self.ledger = KubeLedger(api, catalogue=catalogue, events=events, writer=self.writer)
+        self.ledger = KubeLedger(catalogue=catalogue, events=events, writer=self.writer)
 
     def record(self, plan: EntryPlan, *, launched: Mapping[str, bool], now: datetime) -> None:
         self.ledger.record(plan, launched=launched, now=now)

@@ -112,7 +112,7 @@ def test_a_manual_run_enters_the_ledger_when_its_attempt_ends(cluster: KubeClust
     succeeded = finish(running, result, policy=RetryPolicy(max_attempts=1), now=now + timedelta(seconds=2))
     writer = JobStatusWriter(cluster.api, catalogue=KubeCatalogue(cluster.api))  # its queue is not run
     results = JobResults(
-        cluster.api, store=ExecutionStore(cluster.api), events=EventRecorder(cluster.api, instance="test"),
+        store=ExecutionStore(cluster.api), events=EventRecorder(cluster.api, instance="test"),
         clock=FakeClock(now + timedelta(seconds=2)), writer=writer,
     )  # fmt: skip
 

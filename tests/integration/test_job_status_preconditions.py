@@ -85,7 +85,7 @@ def test_the_job_status_writer_keeps_a_recent_entry_written_after_its_read(clust
     succeeded = finish(running, result, policy=RetryPolicy(max_attempts=1), now=nominal + timedelta(seconds=5))
     writer = JobStatusWriter(cluster.api, catalogue=StaleFirst(cluster.api, job))  # its queue is not run
     results = JobResults(
-        cluster.api, store=ExecutionStore(cluster.api), events=EventRecorder(cluster.api, instance="test"),
+        store=ExecutionStore(cluster.api), events=EventRecorder(cluster.api, instance="test"),
         clock=FakeClock(NOW), writer=writer,
     )  # fmt: skip
     writer.add_transition(namespace, "j", uid, succeeded, now=NOW, then=lambda job: results.announce(job, succeeded))

@@ -136,7 +136,7 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
     launcher = SlowLauncher(
         ExecutionLauncher(
             store=executions, catalogue=catalogue, clock=clock, pods=cluster.core,
-            results=JobResults(cluster.api, store=executions, events=events, clock=clock, writer=ledger.writer),
+            results=JobResults(store=executions, events=events, clock=clock, writer=ledger.writer),
         ),
         clock,
         {AUDIT_AT_LAUNCH: lambda: mid_pass.append(watchdog.check(audit=True, keep=everything))},

@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from kubernetes import client
-
 from vigil.core.buckets import Outcome
 from vigil.core.chain import EntryPlan
 from vigil.core.conditions import EventReason
@@ -45,15 +43,11 @@ class KubeLedger:
 
     def __init__(
         self,
-        api: client.ApiClient,
         *,
         catalogue: KubeCatalogue,
         events: EventRecorder,
         writer: JobStatusWriter,
     ) -> None:
-        """`api` is not used since the ledger's own write went; `vigil.runtime` still passes it
-        (its rewiring, issue #38 item 5, drops it)."""
-        del api
         self._catalogue = catalogue
         self._events = events
         self._writer = writer

@@ -19,15 +19,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kubernetes import client
-
 from vigil.core.conditions import ConditionReason, EventReason
 from vigil.core.executions import Execution, Phase
 from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339
 from vigil.kube.events import NORMAL, WARNING, EventRecorder
 from vigil.kube.executions import ExecutionStore, execution_from_object
-from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.jobstatus import JobStatusWriter
 from vigil.model.execution import ExecutionSource
 from vigil.model.names import ANNOTATION_REQUEST_ID
@@ -38,18 +35,13 @@ log = logging.getLogger(__name__)
 class JobResults:
     def __init__(
         self,
-        api: client.ApiClient,
         *,
         store: ExecutionStore,
         events: EventRecorder,
         clock: Clock,
         writer: JobStatusWriter,
         on_transition: Callable[[Execution, Execution], None] = lambda before, after: None,
-        catalogue: KubeCatalogue | None = None,
     ) -> None:
-        """`api` and `catalogue` are not used since the job's own write went here; `vigil.runtime`
-        still passes them (its rewiring, issue #38 item 5, drops them)."""
-        del api, catalogue
         self._writer = writer
         self._store = store
         self._events = events
