@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from vigil.core.steps import KINDS, spec_of
+from vigil.core.steps import KINDS, spec_named, spec_of
 from vigil.core.steps.kind import WantedPod, execution_id_of
 from vigil.core.workflow import Definition, StepDef, StepKind, StepPhase, StepState
 from vigil.model.steps import BLOCKS
@@ -104,3 +104,22 @@ def test_a_block_fills_the_core_step() -> None:
     assert [(lvl.approvers, lvl.after) for lvl in sign.escalation] == [(("group:ops",), timedelta(minutes=30))]
     assert str(sign.on_exhausted) == "approve"
     assert (cool.wait_for, cool.wait_until, cool.approvers) == (timedelta(minutes=5), None, ())
+
+
+@pytest.mark.parametrize(
+    ("name", "decision", "logs"),
+    [
+        pytest.param("pod", False, True, id="pod-leaves-pod-logs"),
+        pytest.param("approval", True, False, id="approval-awaits-a-decision"),
+        pytest.param("wait", False, False, id="wait-neither"),
+    ],
+)
+def test_how_a_kind_named_in_status_is_shown(name: str, decision: bool, logs: bool) -> None:
+    spec = spec_named(name)
+    assert spec is not None
+    assert (spec.awaits_decision, spec.has_pod_logs) == (decision, logs)
+
+
+def test_a_name_no_kind_has_is_none() -> None:
+    assert spec_named("teleport") is None
+    assert spec_named(None) is None

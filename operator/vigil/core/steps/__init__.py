@@ -23,3 +23,9 @@ KINDS: Mapping[StepKind, StepKindSpec] = {spec.kind: spec for spec in (POD, APPR
 def spec_of(kind: StepKind) -> StepKindSpec:
     """The module behind a step kind."""
     return KINDS[kind]
+
+
+def spec_named(name: object) -> StepKindSpec | None:
+    """The module behind a kind as a status or record names it (a step's ``type``, a start's
+    ``kind``); None for a name no kind has."""
+    return next((spec for kind, spec in KINDS.items() if kind == name), None)

@@ -16,6 +16,8 @@ from vigil.core.workflow import Definition, StepDef, StepKind, StepState
 
 class ApprovalStep:
     kind = StepKind.APPROVAL
+    awaits_decision = True
+    has_pod_logs = False
 
     def start_detail(self, definition: Definition, step_def: StepDef, *, at: datetime) -> dict[str, object]:
         return {"approvers": list(step_def.approvers)}

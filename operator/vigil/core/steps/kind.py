@@ -10,7 +10,10 @@ kind answers four questions, all pure:
   (:meth:`StepKindSpec.wanted`: a plan such as :class:`WantedPod`; the kube adapter carries it
   out and reports the outcome as an input). A kind whose result is the clock's records
   ``fireAt`` when it starts instead, and :class:`DueTimer` owes it a ``TimerFired`` input;
-* how a running step is shown (:meth:`StepKindSpec.waiting_for`: the timeline's words).
+* how a step is shown: what a running one awaits (:meth:`StepKindSpec.waiting_for`, the
+  timeline's words), whether it waits for a person's decision
+  (:attr:`StepKindSpec.awaits_decision`: approval tokens, the console's approve and reject) and
+  whether its attempts leave pod logs (:attr:`StepKindSpec.has_pod_logs`).
 
 What every kind shares — dependencies, retries, timeouts, compensation — stays in the
 orchestrator. The model block a kind reads from a Workflow's spec is in ``vigil.model.steps``.
@@ -71,6 +74,16 @@ class StepKindSpec(Protocol):
     @property
     def kind(self) -> StepKind:
         """The ``type`` a step of this kind has in a Workflow's spec."""
+        ...
+
+    @property
+    def awaits_decision(self) -> bool:
+        """Whether a running step waits for a person's decision (approve or reject)."""
+        ...
+
+    @property
+    def has_pod_logs(self) -> bool:
+        """Whether its attempts run in pods, whose log tails a page may show."""
         ...
 
     def start_detail(self, definition: Definition, step_def: StepDef, *, at: datetime) -> dict[str, object]:

@@ -15,6 +15,8 @@ from vigil.core.workflow import Definition, StepDef, StepKind, StepPhase, StepSt
 
 class PodStep:
     kind = StepKind.POD
+    awaits_decision = False
+    has_pod_logs = True
 
     def start_detail(self, definition: Definition, step_def: StepDef, *, at: datetime) -> dict[str, object]:
         return {"executionId": execution_id_of(definition, step_def.id)}

@@ -16,6 +16,8 @@ from vigil.core.workflow import Definition, StepDef, StepKind, StepState
 
 class WaitStep:
     kind = StepKind.WAIT
+    awaits_decision = False
+    has_pod_logs = False
 
     def start_detail(self, definition: Definition, step_def: StepDef, *, at: datetime) -> dict[str, object]:
         fire_at = step_def.wait_until or at + (step_def.wait_for or timedelta(0))
