@@ -41,6 +41,7 @@ from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.conditions import ConditionType
 from vigil.core.executions import format_time
 from vigil.core.orchestrator import current, progress
+from vigil.core.steps import spec_of
 from vigil.core.workflow import (
     ACTIVE_PHASES,
     DONE_PHASES,
@@ -48,7 +49,6 @@ from vigil.core.workflow import (
     Event,
     Record,
     StepDef,
-    StepKind,
     StepPhase,
     StepState,
     WorkflowState,
@@ -203,10 +203,8 @@ def _now_detail(step_def: StepDef, step: StepState, state: WorkflowState, *, now
         waiting = [dep for dep in step_def.depends_on if state.steps[dep].phase not in DONE_PHASES]
         return [f"after {', '.join(waiting)}"] if waiting else []
     parts: list[str] = []
-    if step.phase is StepPhase.RUNNING and step_def.kind is StepKind.APPROVAL:
-        parts.append(f"awaiting {', '.join(step.approvers) or 'a decision'}")
-        if step.level:
-            parts.append(f"escalated to level {step.level}")
+    if step.phase is StepPhase.RUNNING:
+        parts += spec_of(step_def.kind).waiting_for(step)
     if step.phase is StepPhase.RUNNING and step.fire_at is not None:
         parts.append(f"until {format_time(step.fire_at)} ({relative(step.fire_at, now)})")
     if step.phase is StepPhase.BACKOFF and step.retry_at is not None:

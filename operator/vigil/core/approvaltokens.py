@@ -57,10 +57,10 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from vigil.core.steps import spec_of
 from vigil.core.workflow import (
     Definition,
     StepDef,
-    StepKind,
     StepPhase,
     TimeoutAction,
     WorkflowPhase,
@@ -273,7 +273,7 @@ def waiting_approvals(
         step = state.steps[step_def.id]
         started = step.attempt_started_at
         waiting = step.phase is StepPhase.RUNNING and bool(step.approvers)
-        if step_def.kind is not StepKind.APPROVAL or not waiting or started is None:
+        if not spec_of(step_def.kind).awaits_decision or not waiting or started is None:
             continue
         if step.deadline is not None:
             expires = step.deadline

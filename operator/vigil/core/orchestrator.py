@@ -15,12 +15,15 @@ every wait is a timestamp in the recorded history, never a sleeping coroutine.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 
 from vigil.core.executions import backoff_delay
-from vigil.core.ids import step_execution_id
+from vigil.core.steps import spec_of
+from vigil.core.steps.kind import COMPENSATION_KEY as COMPENSATION_KEY
+from vigil.core.steps.kind import DueTimer as DueTimer
+from vigil.core.steps.kind import WantedPod as WantedPod
+from vigil.core.steps.kind import execution_id_of as execution_id_of
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import (
     ACTIVE_PHASES,
@@ -32,7 +35,6 @@ from vigil.core.workflow import (
     Reason,
     Record,
     StepDef,
-    StepKind,
     StepPhase,
     StepState,
     TimeoutAction,
@@ -43,15 +45,8 @@ from vigil.core.workflow import (
     fold,
 )
 
-#: The key compensation execution ids derive from: ``compensate/<step>`` (no step id has a '/').
-COMPENSATION_KEY = "compensate/{step}"
 #: Decisions one call may make; a definition of 200 steps needs a few per step.
 DECISIONS_MAX = 10_000
-
-
-def execution_id_of(definition: Definition, step_id: str, *, compensation: bool = False) -> str:
-    key = COMPENSATION_KEY.format(step=step_id) if compensation else step_id
-    return step_execution_id(definition.uid, key)
 
 
 def decide(definition: Definition, state: WorkflowState, *, at: datetime) -> list[Record]:
@@ -139,13 +134,7 @@ def _start(definition: Definition, step_def: StepDef, step: StepState, at: datet
     started = step.started_at if step.phase is StepPhase.RETRY_DUE and step.started_at else at
     if step_def.timeout is not None:
         detail["deadline"] = format_rfc3339(started + step_def.timeout)
-    if step_def.kind is StepKind.POD:
-        detail["executionId"] = execution_id_of(definition, step_def.id)
-    elif step_def.kind is StepKind.APPROVAL:
-        detail["approvers"] = list(step_def.approvers)
-    else:
-        fire_at = step_def.wait_until or at + (step_def.wait_for or timedelta(0))
-        detail["fireAt"] = format_rfc3339(fire_at)
+    detail.update(spec_of(step_def.kind).start_detail(definition, step_def, at=at))
     return Record(Event.STEP_STARTED, at, step=step_def.id, attempt=attempt, detail=detail)
 
 
@@ -315,26 +304,6 @@ def _compensating(definition: Definition, state: WorkflowState, at: datetime) ->
 # --- what the adapter does with a state -------------------------------------------------------
 
 
-@dataclasses.dataclass(frozen=True)
-class DueTimer:
-    """An input the clock produces at ``at``."""
-
-    at: datetime
-    step: str
-    timer: Timer
-    attempt: int | None = None
-    level: int | None = None
-    compensation: bool = False
-
-    def record(self, *, now: datetime) -> Record:
-        detail: dict[str, object] = {"timer": str(self.timer), "due": format_rfc3339(self.at)}
-        if self.level is not None:
-            detail["level"] = self.level
-        if self.compensation:
-            detail["compensation"] = True
-        return Record(Event.TIMER_FIRED, now, step=self.step, attempt=self.attempt, detail=detail)
-
-
 def timers(state: WorkflowState) -> list[DueTimer]:
     """Every timer the state is waiting on, earliest first."""
     found: list[DueTimer] = []
@@ -346,6 +315,7 @@ def timers(state: WorkflowState) -> list[DueTimer]:
 
 
 def _step_timers(step_id: str, step: StepState) -> Iterator[DueTimer]:
+    # A kind that needs the clock records ``fireAt`` when it starts (the wait step does).
     if step.phase is StepPhase.RUNNING and step.fire_at is not None:
         yield DueTimer(step.fire_at, step_id, Timer.WAIT, attempt=step.attempt)
     if step.phase is StepPhase.BACKOFF and step.retry_at is not None:
@@ -359,24 +329,13 @@ def _step_timers(step_id: str, step: StepState) -> Iterator[DueTimer]:
         )
 
 
-@dataclasses.dataclass(frozen=True)
-class WantedPod:
-    """A pod the state says should exist (created if missing; its result is an input)."""
-
-    step: str
-    attempt: int
-    execution_id: str
-    compensation: bool = False
-
-
 def wanted_pods(definition: Definition, state: WorkflowState) -> list[WantedPod]:
     wanted: list[WantedPod] = []
     for step_def in definition.steps:
         step = state.steps[step_def.id]
-        if step_def.kind is StepKind.POD and step.phase is StepPhase.RUNNING:
-            wanted.append(
-                WantedPod(step_def.id, step.attempt, execution_id_of(definition, step_def.id))
-            )
+        plan = spec_of(step_def.kind).wanted(definition, step_def, step)
+        if plan is not None:
+            wanted.append(plan)
         comp = step.compensation
         if comp is not None and comp.phase is StepPhase.RUNNING:
             execution = execution_id_of(definition, step_def.id, compensation=True)

@@ -592,13 +592,14 @@ def _completed_manually(definition: Definition, state: WorkflowState, record: Re
 
 
 def _may_complete(definition: Definition, state: WorkflowState, record: Record, step: StepState) -> bool:
-    """Completing an approval step decides it: only its approvers may (the current ones, or the
-    step's own before it starts). Inputs recorded before rules 2 are folded as they were."""
+    """Completing a step that has approvers (an approval step) decides it: only they may (the
+    current ones, or the step's own before it starts). Inputs recorded before rules 2 are folded
+    as they were."""
     rules = record.detail.get("rules")
-    step_def = definition.step(record.step or "")
-    if step_def.kind is not StepKind.APPROVAL or not isinstance(rules, int) or rules < 2:
+    approvers = step.approvers or definition.step(record.step or "").approvers
+    if not approvers or not isinstance(rules, int) or rules < 2:
         return True
-    return _by_approver(state, record, step.approvers or step_def.approvers)
+    return _by_approver(state, record, approvers)
 
 
 def _cancel_requested(definition: Definition, state: WorkflowState, record: Record) -> None:
@@ -626,7 +627,7 @@ def _step_started(definition: Definition, state: WorkflowState, record: Record) 
     step.deadline = time_of(record.detail, "deadline")
     step.deadline_passed = False
     step.approvers = tuple(record.detail.get("approvers") or ())
-    if definition.step(record.step or "").kind is StepKind.POD:
+    if "executionId" in record.detail:  # a start that names an execution starts a pod
         step.pods_started += 1
 
 

@@ -81,12 +81,12 @@ from vigil.core.approvaltokens import (
 )
 from vigil.core.checkpoint import Checkpoint, resume
 from vigil.core.ports import Clock, Conflict
+from vigil.core.steps import spec_named
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.core.workflow import (
     TERMINAL_WORKFLOW_PHASES,
     Event,
     Record,
-    StepKind,
     normal_approver,
     records_from_data,
 )
@@ -295,10 +295,15 @@ def approval_urls(base_url: str, token: str) -> tuple[str, str]:
 def starts_waiting(records: Iterable[Record]) -> bool:
     """Whether any record starts an approval step's wait or moves it to a new level."""
     return any(
-        (r.event is Event.STEP_STARTED and r.detail.get("kind") == str(StepKind.APPROVAL))
+        (r.event is Event.STEP_STARTED and _awaits_decision(r.detail.get("kind")))
         or r.event is Event.ESCALATED
         for r in records
     )
+
+
+def _awaits_decision(kind: object) -> bool:
+    spec = spec_named(kind)
+    return spec is not None and spec.awaits_decision
 
 
 def notification_id(token: str) -> str:

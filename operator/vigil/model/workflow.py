@@ -69,13 +69,18 @@ from vigil.model.common import (
     conditions_field,
 )
 from vigil.model.names import WORKFLOW_DEFINITIONS, WORKFLOWS
+from vigil.model.steps import BLOCKS
+from vigil.model.steps.approval import APPROVERS_MAX_ITEMS as APPROVERS_MAX_ITEMS
+from vigil.model.steps.approval import ESCALATION_MAX_ITEMS as ESCALATION_MAX_ITEMS
+from vigil.model.steps.approval import Approval as Approval
+from vigil.model.steps.approval import Approver as Approver
+from vigil.model.steps.approval import Escalation as Escalation
+from vigil.model.steps.approval import Exhausted as Exhausted
+from vigil.model.steps.wait import MESSAGE_WAIT_DURATION_OR_UNTIL as MESSAGE_WAIT_DURATION_OR_UNTIL
+from vigil.model.steps.wait import Wait as Wait
 
 #: Most steps one workflow may have.
 STEPS_MAX_ITEMS = 200
-#: Most approvers on one approval step (or one escalation level).
-APPROVERS_MAX_ITEMS = 50
-#: Most escalation levels on one approval step.
-ESCALATION_MAX_ITEMS = 10
 #: Most versions one WorkflowDefinition keeps. Workflows copy their version into status at
 #: start, so old versions can be deleted at any time; the bound also keeps the CEL cost
 #: estimate (versions x steps x escalations) within the API server's budget.
@@ -88,9 +93,6 @@ STEP_ID_PATTERN = r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?$"
 STEP_ID_MAX_LENGTH = 63
 
 StepId = Annotated[str, StringConstraints(pattern=STEP_ID_PATTERN, max_length=STEP_ID_MAX_LENGTH)]
-
-#: An approver: a user or group name as the approval API sees it, e.g. ``user:alice``.
-Approver = Annotated[str, StringConstraints(min_length=1, max_length=253)]
 
 #: Most requests one workflow may hold. Bounds the object's size (a request's output may be
 #: 32 KiB) and the CEL cost of the immutability rule and the admission policy.
@@ -115,7 +117,6 @@ PARAMETERS_MAX_ITEMS = 64
 PARAMETER_VALUE_MAX_LENGTH = 4096
 
 MESSAGE_STEPS_OR_DEFINITION = "exactly one of steps or definitionRef must be set"
-MESSAGE_WAIT_DURATION_OR_UNTIL = "exactly one of duration or until must be set"
 MESSAGE_SELF_DEPENDENCY = "a step cannot depend on itself"
 MESSAGE_ESCALATE_NEEDS_APPROVAL = "onTimeout escalate and approve apply only to approval steps"
 MESSAGE_REQUEST_NEEDS_STEP = "step is required unless action is cancel"
@@ -164,67 +165,6 @@ OnFailure = FailureAction
 WorkflowPhase = CoreWorkflowPhase
 
 
-class Exhausted(StrEnum):
-    """What an escalated approval comes to when every level's time has run out."""
-
-    FAIL = "fail"
-    SKIP = "skip"
-    APPROVE = "approve"
-
-
-class Escalation(SpecModel):
-    """One escalation level: after this long without a decision, these approvers are asked too."""
-
-    after: PositiveDuration = Field(
-        description="How long this level waits for a decision before the next level (or, "
-        "after the last, onExhausted) applies. The first level starts when the step's "
-        "timeout passes."
-    )
-    approvers: list[Approver] = Field(
-        min_length=1, max_length=APPROVERS_MAX_ITEMS, description="Who is added at this level."
-    )
-
-
-class Approval(SpecModel):
-    """Who may approve an approval step, and who is asked when nobody does."""
-
-    approvers: list[Approver] = Field(
-        min_length=1,
-        max_length=APPROVERS_MAX_ITEMS,
-        description="Users or groups who may approve, e.g. user:alice, group:editors.",
-    )
-    escalation: list[Escalation] = Field(
-        default_factory=list,
-        max_length=ESCALATION_MAX_ITEMS,
-        description="Levels of escalation, in order, used when onTimeout is escalate.",
-    )
-    on_exhausted: Exhausted = Field(
-        default=Exhausted.FAIL,
-        description="With onTimeout escalate: what the step comes to when the last level's "
-        "time runs out with no decision: fail, skip, or approve.",
-    )
-
-
-_WAIT_RULES = cel_rules(
-    CelRule(rule="has(self.duration) != has(self.until)", message=MESSAGE_WAIT_DURATION_OR_UNTIL)
-)
-
-
-class Wait(SpecModel, json_schema_extra=_WAIT_RULES):
-    """A durable timer: wait a duration from when the step starts, or until a time."""
-
-    duration: PositiveDuration | None = Field(
-        default=None, description="How long to wait, from when the step becomes ready."
-    )
-    until: Timestamp | None = Field(default=None, description="Wait until this time.")
-
-    @model_validator(mode="after")
-    def _exactly_one(self) -> Self:
-        if (self.duration is None) == (self.until is None):
-            raise ValueError(MESSAGE_WAIT_DURATION_OR_UNTIL)
-        return self
-
-
 def _type_block_rule(step_type: StepType, block: str) -> CelRule:
     """A step of ``step_type`` has ``block``, and no other step type has it."""
     return CelRule(
@@ -235,7 +175,7 @@ def _type_block_rule(step_type: StepType, block: str) -> CelRule:
 
 
 #: Which block each step type needs (and no other type may carry).
-STEP_TYPE_BLOCKS = {StepType.POD: "template", StepType.APPROVAL: "approval", StepType.WAIT: "wait"}
+STEP_TYPE_BLOCKS = {step_type: block.field for step_type, block in BLOCKS.items()}
 
 _STEP_RULES = cel_rules(
     *(_type_block_rule(step_type, block) for step_type, block in STEP_TYPE_BLOCKS.items()),

@@ -19,12 +19,11 @@ from pydantic import ValidationError
 from vigil.core.workflow import (
     Definition,
     FailureAction,
-    Level,
     StepDef,
-    TimeoutAction,
 )
 from vigil.model.common import describe_validation_error
 from vigil.model.jobspec import retry_policy
+from vigil.model.steps import BLOCKS
 from vigil.model.workflow import (
     DefinitionVersion,
     Step,
@@ -99,7 +98,7 @@ def _seconds(value: Any) -> timedelta | None:
 
 
 def _step_def(step: Step) -> StepDef:
-    approval = step.approval
+    block = BLOCKS[step.type]
     return StepDef(
         id=step.id,
         kind=step.type,
@@ -111,15 +110,8 @@ def _step_def(step: Step) -> StepDef:
         on_timeout=step.on_timeout,
         on_error=step.on_error,
         compensable=step.compensate is not None,
-        approvers=tuple(approval.approvers) if approval else (),
-        escalation=tuple(
-            Level(approvers=tuple(level.approvers), after=timedelta(seconds=level.after.total_seconds()))
-            for level in (approval.escalation if approval else [])
-        ),
-        on_exhausted=TimeoutAction(str(approval.on_exhausted)) if approval else TimeoutAction.FAIL,
-        wait_for=_seconds(step.wait.duration) if step.wait else None,
-        wait_until=step.wait.until if step.wait else None,
         expected_duration=_seconds(step.expected_duration),
+        **block.step_def(getattr(step, block.field)),
     )
 
 

@@ -45,6 +45,7 @@ from vigil.api.queue import QueueApi
 from vigil.core.access import ReviewUnavailable
 from vigil.core.ids import step_execution_id
 from vigil.core.ports import HistoryUnavailable
+from vigil.core.steps import spec_named
 from vigil.core.timeparse import format_rfc3339
 
 log = logging.getLogger(__name__)
@@ -387,14 +388,15 @@ class Console:
     def _step_logs(
         self, viewer: Viewer, namespace: str, uid: str, steps: list[views.StepRow]
     ) -> dict[str, Any]:
-        """The stored log tail of each pod step's latest attempt that has one (a step's attempts
+        """The stored log tail of the latest attempt of each step that runs pods that has one (a step's attempts
         share its execution id), for a viewer who may read logs."""
         log_tail = self._sources.log_tail
         if log_tail is None or not viewer.may_read_logs(namespace):
             return {}
         tails = {}
         for step in steps:
-            if step.type == "pod" and step.attempts:
+            spec = spec_named(step.type)
+            if spec is not None and spec.has_pod_logs and step.attempts:
                 tail = log_tail(namespace, step_execution_id(uid, step.id), None)
                 if tail is not None:
                     tails[step.id] = tail

@@ -13,6 +13,7 @@ from typing import Any
 
 from vigil.api.console.sources import Obj
 from vigil.core.checkpoint import Checkpoint, resume
+from vigil.core.steps import spec_named
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import WorkflowState, records_from_data
 from vigil.model.workflowspec import definition_of
@@ -185,7 +186,7 @@ def step_rows(obj: Obj, *, values: bool = True) -> list[StepRow]:
                 output=outputs.get(str(step["id"]), ""),
                 detail=str(summary.get("reason") or "")
                 + (f" (decided by {summary['decidedBy']})" if summary.get("decidedBy") else ""),
-                waiting_approval=kind == "approval" and phase == "Running",
+                waiting_approval=phase == "Running" and _awaits_decision(kind),
                 inputs=", ".join(f"{d}: {outputs[d]}" for d in depends if outputs.get(d)),
             )
         )
@@ -231,3 +232,9 @@ def step_events(obj: Obj) -> dict[str, list[StepEvent]]:
 
 def sorted_rows(rows: Sequence[JobRow]) -> list[JobRow]:
     return sorted(rows, key=lambda r: (r.namespace, r.name))
+
+
+def _awaits_decision(kind: str) -> bool:
+    """Whether a step of this kind waits for a person's decision when it runs."""
+    spec = spec_named(kind)
+    return spec is not None and spec.awaits_decision
