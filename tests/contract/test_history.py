@@ -24,7 +24,7 @@ from tests.contract.historydb import RETENTION_DAYS, fresh_dsn
 from vigil.core.history import AttemptRecord, AttemptState
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.migrations import VERSION_TABLE
-from vigil.history.store import SqlHistory, attempts
+from vigil.history.store import SQLITE_CACHE_KIB, SqlHistory, attempts
 from vigil.sqlfiles import load_blocks
 
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "operator" / "vigil" / "history" / "schema.sql"
@@ -266,6 +266,18 @@ def test_a_day_dropped_by_another_replica_can_be_written_again(history: SqlHisto
 
 
 # -- availability -----------------------------------------------------------------------------
+
+
+def test_a_sqlite_connection_keeps_a_small_page_cache(tmp_path: Path) -> None:
+    """Every pooled connection kept SQLite's default 2 MiB: the HTTP API's workers reading
+    timelines at once held five of them (bench api, the operator's RSS serving)."""
+    history = SqlHistory(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        with history.engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA cache_size").scalar_one() == -SQLITE_CACHE_KIB
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar_one() == "wal"
+    finally:
+        history.close()
 
 
 def test_an_unreachable_database_is_history_unavailable(unreachable: SqlHistory) -> None:

@@ -90,6 +90,19 @@ def test_the_cache_is_bounded_and_evicts_the_oldest() -> None:
     assert cache.get("d") == (True, 3)
 
 
+def test_expired_answers_leave_as_new_ones_come_in() -> None:
+    """A caller reading many objects once each (timelines by id) kept `entries` stale decisions."""
+    ticks = Ticks()
+    cache: TtlCache[str, int] = TtlCache(ttl_seconds=10, entries=100, ticks=ticks)
+    for index, key in enumerate("abc"):
+        ticks.now = float(index)
+        cache.put(key, index)
+    ticks.now = 11.0  # "a" (expired at 10) and "b" (at 11) are stale, "c" is fresh until 12
+    cache.put("d", 3)
+    assert len(cache) == 2
+    assert cache.get("c") == (True, 2) and cache.get("d") == (True, 3)
+
+
 def test_a_zero_ttl_caches_nothing() -> None:
     inner = Counting()
     auth = CachedAuthenticator(inner, TtlCache(ttl_seconds=0, entries=8, ticks=Ticks()))

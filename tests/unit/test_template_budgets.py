@@ -11,6 +11,7 @@ with tracemalloc, compile excluded) stays a few MiB, whatever the template asks 
 from __future__ import annotations
 
 import contextlib
+import gc
 import tracemalloc
 from datetime import UTC, datetime
 from typing import Any
@@ -149,3 +150,25 @@ def test_a_template_whose_render_broke_its_budgets_is_not_kept() -> None:
     assert COMPILED.held() == before
     render_template_string("{# kept #}{{ job.name }}", VARIABLES, timezone="UTC", field="t")
     assert COMPILED.held()[0] == before[0] + 1
+
+
+@pytest.mark.parametrize("escape", [e for e in ESCAPES if e.name in ("a set block", "a filter block", "literals of many slices")],
+                         ids=lambda e: e.name)  # fmt: skip
+def test_a_refused_render_lets_go_of_what_it_built_without_the_cycle_collector(escape: Escape) -> None:
+    """Jinja's rewritten traceback holds the exception in its frames: a refused render's values
+    (megabytes, up to its budgets) stayed in a reference cycle until the collector's oldest
+    generation ran, seldom in the operator (bench hostile: its peak RSS 1.29x the reference)."""
+    with contextlib.suppress(Exception):
+        _compiled("UTC", escape.template)  # the compile's own objects are not what is measured
+    gc.collect()
+    gc.disable()
+    tracemalloc.start()
+    try:
+        for _ in range(3):
+            with pytest.raises(PayloadError):
+                render_template_string(escape.template, VARIABLES, timezone="UTC", field="t")
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+        gc.enable()
+    assert held < LIMIT * 8, f"{held} bytes still held after three refused renders"

@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, Protocol, TypeVar
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class User:
     """An authenticated caller, as the TokenReview described them."""
 
@@ -34,7 +34,7 @@ class User:
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Access:
     """What a request does, in a SubjectAccessReview's resource attributes.
 
@@ -78,7 +78,12 @@ V = TypeVar("V")
 
 
 class TtlCache(Generic[K, V]):
-    """At most `entries` answers, each kept `ttl_seconds` (by `ticks`, a monotonic clock)."""
+    """At most `entries` answers, each kept `ttl_seconds` (by `ticks`, a monotonic clock).
+
+    Answers that have expired leave as each new one comes in (they are kept in the order they
+    expire), not only when read again or pushed out by the count: a caller reading many
+    objects once each (an execution's timeline by id) otherwise kept `entries` stale decisions.
+    """
 
     def __init__(self, *, ttl_seconds: float, entries: int, ticks: Callable[[], float]) -> None:
         self._ttl = ttl_seconds
@@ -103,9 +108,12 @@ class TtlCache(Generic[K, V]):
         if self._ttl <= 0 or self._entries <= 0:
             return
         with self._lock:
+            now = self._ticks()
             self._items.pop(key, None)
-            self._items[key] = (self._ticks() + self._ttl, value)
+            self._items[key] = (now + self._ttl, value)
             while len(self._items) > self._entries:
+                self._items.popitem(last=False)
+            while next(iter(self._items.values()))[0] <= now:  # the newest is fresh: it stops there
                 self._items.popitem(last=False)
 
     def __len__(self) -> int:

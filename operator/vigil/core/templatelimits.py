@@ -29,6 +29,7 @@ them, and a block's output is joined by Jinja's runtime, outside these hooks); `
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any, TypeVar
 
 from jinja2 import Template, nodes
@@ -325,13 +326,51 @@ def render_within(template: Template, variables: dict[str, Any], budget: RenderB
     with rendering(budget):
         out: list[str] = []
         total = 0
-        for piece in template.generate(**variables):
-            total += text_bytes(piece)
-            if total > budget.budgets.value_bytes:
-                raise budget.fail(f"the rendered text passes {budget.budgets.value_bytes} bytes")
-            out.append(piece)
+        try:
+            for piece in template.generate(**variables):
+                total += text_bytes(piece)
+                if total > budget.budgets.value_bytes:
+                    raise budget.fail(f"the rendered text passes {budget.budgets.value_bytes} bytes")
+                out.append(piece)
+        except BaseException as error:
+            out.clear()
+            _let_go(error)
+            raise
         budget.check()  # broken inside code that swallowed the error: still broken
         return "".join(out)
+
+
+def _let_go(error: BaseException) -> None:
+    """Drop what a failed render's frames still hold: the values it built, up to its budgets.
+
+    The error's traceback keeps the render's frames, and each frame the one that called it, the
+    template's own among them (with the list a block collects its output in). Jinja rewrites a
+    template's traceback through frames that hold the exception itself, so those frames, and
+    every value they built, stay in a reference cycle until the garbage collector's oldest
+    generation is collected: in the operator, seldom, so a tenant whose templates fail at every
+    fire kept megabytes per render. Every frame the error passed through, up to the one still
+    running (this render's caller), is cleared; the error keeps its type, message and lines.
+    """
+    errors: list[BaseException] = []
+    pending: BaseException | None = error
+    while pending is not None and pending not in errors:
+        errors.append(pending)
+        pending = pending.__cause__ or pending.__context__
+    cleared: set[int] = set()
+    for each in errors:
+        tb = each.__traceback__
+        while tb is not None:
+            frame: FrameType | None = tb.tb_frame
+            while frame is not None and id(frame) not in cleared:
+                cleared.add(id(frame))
+                try:
+                    frame.clear()
+                except RuntimeError:  # still running: this render's caller and theirs
+                    break
+                if frame.f_locals is not frame.f_globals:  # a traced frame's copy of its locals
+                    frame.f_locals.clear()
+                frame = frame.f_back
+            tb = tb.tb_next
 
 
 def render_bounded(

@@ -8,6 +8,12 @@ a Warning Event (a bad spec is not retried: it waits for the next edit). Otherwi
 the chain has a head for the current schedule, restarts a chain a suspension paused, and
 publishes the schedule's summary and conditions. The trigger does the firing; this only seeds it.
 
+Payload templates are rendered for validation on one thread of the controller's own, not on the
+workers: a render holds the GIL throughout, so four at once bought no throughput, only four
+renders' values alive at once (up to their budgets each), spread over the C library's heaps, each
+of which then kept that high-water mark. A tenant editing hostile templates in a loop raised the
+operator's peak memory by that much; on one thread it is one render's worth.
+
 Each reconcile queues its first occurrence for the bucket store's group commit without waiting,
 so a thousand new jobs share a few bucket writes; once the entry is in, the job's status is
 written once through the job's one status writer (`kube/jobstatus.py`), merged with whatever
@@ -18,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -121,6 +127,7 @@ class JobController:
         self._events = events
         self._clock = clock
         self.queue: WorkQueue[Key] = WorkQueue(SCHEDULED_JOBS, self._reconcile, workers=workers)
+        self._renders = ThreadPoolExecutor(1, thread_name_prefix="job-templates")  # see the module doc
         jobs.add_handler(self.changed)
 
     def changed(self, key: Key, obj: dict[str, Any], deleted: bool) -> None:
@@ -137,7 +144,10 @@ class JobController:
         try:
             view, spec = job_view(obj)
             check_tier(spec, queue_enabled=self._queue_enabled)
-            _validate_payload(view, spec, now)
+            if spec.payload_template is not None or spec.idempotency_key:
+                self._renders.submit(_validate_payload, view, spec, now).result()
+            else:
+                _validate_payload(view, spec, now)
         except (InvalidJob, PayloadError, ValueError) as err:
             self._invalid_event(obj, str(err))  # the Event is queued before the condition is written
             self._writer.write_now(key, Change(uid, _invalid(str(err), generation, now), _nothing))
