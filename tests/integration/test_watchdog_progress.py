@@ -171,7 +171,10 @@ def _scenario(cluster: KubeCluster, namespace: str, opns: str, refused_ns: str) 
     head = first_entry(job_view(objs[1])[0], now=start)
     assert head is not None
     closed = target - timedelta(minutes=5)  # behind the trigger's cursor: it walks on from where it is
-    store.insert(dataclasses.replace(head, key=f"{head.key}-stray", nominal=closed, fire_at=closed))
+    # written behind the trigger's back (another writer: a replica gone since, a hand edit); an insert
+    # through the trigger's own store would have its minute walked again at the next pass
+    elsewhere = KubeBucketStore(cluster.api, namespace=opns, shards=4, max_per_bucket=2000)
+    elsewhere.insert(dataclasses.replace(head, key=f"{head.key}-stray", nominal=closed, fire_at=closed))
     clock.advance(timedelta(minutes=3))
     trigger.tick()  # the trigger goes on; its cursor is past the stray's minute
     assessed = watchdog.check(audit=True, keep=everything)
