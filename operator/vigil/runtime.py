@@ -93,6 +93,10 @@ HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for the passes i
 PASSIVE_SUFFIX = "-cache"  # threads named so only fill a cache: a handover need not wait for them
 STOP_POLL_SECONDS = 0.5  # how often a standby waiting for the Lease looks whether it was told to stop
 
+#: Makes this process's wall clock: the composition root's clocks come from it, and it hands them to
+#: every part. A test's launcher may put another here before `main` runs (tests/faults/stepped_operator.py).
+wall_clock: Callable[[], Clock] = SystemClock
+
 
 #: Requesters that may each hold a connection at once beside the trigger's workers, the pod create
 #: workers and the bucket writer's: the controllers' and status writers' workers, the watchdog, the
@@ -194,7 +198,7 @@ def _serve(
             guard=guard,
             queue_api=QueueApi(
                 store,
-                clock=SystemClock(),
+                clock=wall_clock(),
                 authenticator=guard.authenticator,
                 authorizer=guard.authorizer,
                 tenants=TaskQueueTenants(
@@ -433,7 +437,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
     from vigil.queue.migrating import migrate_apart
 
     dsn = settings.queue.dsn
-    clock = SystemClock()
+    clock = wall_clock()
 
     def on_acquired(shard: int) -> Callable[[], None]:
         stop = threading.Event()
@@ -520,7 +524,7 @@ def wait_until_leader(elector: LeaderElector, stopping: threading.Event) -> bool
 def bounded_clock() -> ServerBoundedClock:
     """The operator's time: the wall clock, bounded by the API server's as the Lease's writes
     tell it (`vigil.core.servertime`), so a leader whose clock runs ahead fires nothing early."""
-    return ServerBoundedClock(SystemClock(), monotonic=time.monotonic, on_skew=metrics.record_clock_ahead)
+    return ServerBoundedClock(wall_clock(), monotonic=time.monotonic, on_skew=metrics.record_clock_ahead)
 
 
 def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> int:

@@ -2,7 +2,7 @@
 <offset file> operator --config ...`.
 
 The operator reads the time only through the clock its composition root makes
-(`vigil.kube.clocks.SystemClock`, handed to every part by `vigil.runtime`); this launcher hands it
+(`vigil.runtime.wall_clock`, a `vigil.kube.clocks.SystemClock`, handed to every part); this launcher hands it
 one that adds the seconds written in the offset file (read again whenever the file changes), so a
 test steps one replica's clock ahead and back without touching the machine's. Everything else is
 the real operator process.
@@ -41,7 +41,7 @@ class SteppedClock:
 
 
 STEPPED = SteppedClock()
-runtime.SystemClock = lambda: STEPPED  # type: ignore[assignment,misc]  # the root's clock, replaced for this process only
+runtime.wall_clock = lambda: STEPPED  # the root's clock, replaced for this process only
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[2:]))
