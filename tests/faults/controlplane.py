@@ -4,8 +4,9 @@
 SIGKILL after a grace) and starts it again the way the cluster started it
 (`e2e.cluster.localcluster.up`, which starts only what is not running and keeps etcd's data while
 any component still runs). `compact_etcd` asks etcd itself, through its HTTP gateway, to compact
-its whole history up to the head revision (physically), so that no watch can resume from a
-version before it: after the API server restarts on top, every client's watch expires (410).
+its whole history up to a write of its own (physically), so that no watch can resume from a
+version before it: with the API server stopped meanwhile, nothing moves the head past that write,
+and once it serves again every client's watch expires (410).
 
 `Burst` records a burst of one-off ScheduledJobs against the checker's history
 (tests/faults/history.py): each job's `runAt` is `Due` (catch-up All: it must fire, never end
@@ -21,6 +22,7 @@ replaced.
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.request
 from collections import defaultdict
@@ -69,9 +71,15 @@ def restart(component: str) -> None:
 
 
 def compact_etcd() -> int:
-    """Compact etcd's whole history up to its head revision, physically; that revision."""
+    """Write one key of the test's own, then compact etcd's whole history up to that write,
+    physically; that revision.
+
+    The write puts the head past every version a client has seen: compacting to a head a watch
+    had already reached (its last event, or a bookmark, at the head) would let it resume.
+    """
     base = f"http://127.0.0.1:{cluster_state().etcd_port}/v3/kv"
-    head = int(_post(f"{base}/range", {"key": "AA=="})["header"]["revision"])  # key "\0": the header only
+    key, value = (base64.b64encode(text).decode() for text in (b"/vigil-faults/compaction", b"1"))
+    head = int(_post(f"{base}/put", {"key": key, "value": value})["header"]["revision"])
     _post(f"{base}/compaction", {"revision": str(head), "physical": True})
     return head
 

@@ -7,7 +7,7 @@ burst is firing:
 
 * **the API server is restarted** (SIGTERM; started again on the same etcd);
 * **etcd is restarted** (the API server stays up, answering errors meanwhile);
-* **etcd is compacted to its head and the API server restarted on top**: a watch that resumes
+* **the API server is stopped, etcd compacted to its head, and the API server started on top**: a watch that resumes
   from its last version then asks for one etcd no longer has and expires (410); the test's own
   watches do, and list again. The leader keeps its Lease through it here (a 60 s Lease), and its
   informers list again (they do after any failed watch, so a 410 never reaches them: they never
@@ -30,7 +30,17 @@ from pathlib import Path
 import pytest
 
 from tests.faults.checker import Verdict, check
-from tests.faults.controlplane import API_SERVER, ETCD, Burst, Replicas, compact_etcd, now, restart
+from tests.faults.controlplane import (
+    API_SERVER,
+    ETCD,
+    Burst,
+    Replicas,
+    compact_etcd,
+    now,
+    restart,
+    start_again,
+    stop,
+)
 from tests.faults.history import FaultPhase, History
 from tests.faults.sizes import LONG, SIZES
 from tests.integration.conftest import KubeCluster
@@ -67,8 +77,10 @@ def _restart_etcd() -> None:
 
 
 def _compact_then_restart_api_server() -> None:
+    # Stopped first: while it serves, the burst's writes would move a watch past the compaction.
+    stop(API_SERVER)
     print(f"etcd compacted at revision {compact_etcd()}")
-    restart(API_SERVER)
+    start_again()
 
 
 #: A Lease the leader keeps through a restart (renew deadline 40 s): its own watches must expire
