@@ -92,6 +92,7 @@ from bench import podfloor
 from bench import queue as queue_bench
 from bench import queuetrigger as queue_trigger_bench
 from bench import rss as rss_bench
+from bench import steady as steady_bench
 from bench import workflows as workflow_bench
 from bench.audit import READ_VERBS, short_user
 from bench.burst import Lag, daily_cron, fire_lag_vigil, next_boundary
@@ -139,7 +140,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
     "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
-    "backlog", "queuetrigger", "queuerss", "hostile", "console", "api",
+    "backlog", "queuetrigger", "queuerss", "hostile", "console", "api", "sustained", "soak",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
 ARMED_MARGIN_S = 5.0  # the CronJobs must exist this long before the target minute
@@ -474,6 +475,26 @@ def run_resume(run: Run) -> None:
                 duration(done).split(" (")[0], target=target)  # fmt: skip
 
 
+def run_steady(run: Run, *, floor: bool, soak: bool) -> None:
+    """The sustained floor, then the soak at a share of it (or at --soak-rate)."""
+    args = run.args
+    rate = args.soak_rate
+    if floor:
+        rates = [float(r) for r in args.sustained_rates.split(",")]
+        print("\n## sustained: a plain client creating bare pods at a steady rate, deleting each once it has succeeded")
+        with fresh_cluster("sustained") as b:
+            best, rows = steady_bench.floor_rows(steady_bench.sustained_floor(b, rates, args.sustained_seconds))
+        run.rows.extend(rows)
+        rate = best * args.soak_share if best is not None and rate is None else rate
+    if soak:
+        if rate is None:
+            print("\n## soak: no rate (the sustained floor held none, and no --soak-rate): not run")
+            return
+        print(f"\n## soak: interval jobs at {rate:g} occurrences/s for {args.soak_seconds:g}s, default retention")
+        with fresh_cluster("soak") as b:
+            run.rows.extend(steady_bench.soak_rows(steady_bench.soak(b, rate, args.soak_seconds), args.soak_seconds))
+
+
 def run_rss(run: Run) -> None:
     args = run.args
     size = f"{args.rss_jobs} jobs / {args.rss_executions} executions / {args.rss_workflows} workflows"
@@ -558,6 +579,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-settle", type=float, default=60.0, help="seconds of RSS samples once the load is in")
     parser.add_argument("--queue-rss", default="10000,1000000", metavar="SMALL,LARGE",
                         help="jobs catalogued for the queuerss section's reference and figure")  # fmt: skip
+    parser.add_argument("--sustained-rates", default="5,10,20,30,40,60", metavar="R,R,...",
+                        help="pod rates the sustained floor tries, rising; it stops after the first that does not hold")  # fmt: skip
+    parser.add_argument("--sustained-seconds", type=float, default=60.0, help="how long each rate of the floor runs")
+    parser.add_argument("--soak-seconds", type=float, default=600.0, help="how long the soak runs (default 600)")
+    parser.add_argument("--soak-share", type=float, default=0.8, help="the soak's rate, as a share of the floor's")
+    parser.add_argument("--soak-rate", type=float, default=None,
+                        help="the soak's rate in occurrences/s when the sustained floor is not run")  # fmt: skip
     api_bench.add_arguments(parser, rss=False)
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
@@ -686,6 +714,9 @@ def main(argv: list[str] | None = None) -> int:
                                            connections=args.api_connections, executions=args.api_executions))  # fmt: skip
         run.rows.extend(api_rss_bench.section(rate=args.api_rate, jobs=args.rss_jobs, executions=args.rss_executions,
                                               workflows=args.rss_workflows, settle=args.rss_settle))  # fmt: skip
+
+    if "sustained" in chosen or "soak" in chosen:
+        run_steady(run, floor="sustained" in chosen, soak="soak" in chosen)
 
     print(f"\n## summary: each figure beside its reference from this run ({os.cpu_count()} cores, {load()})")
     for line in table(run.rows):
