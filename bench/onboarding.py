@@ -25,6 +25,7 @@ Run it alone on a cluster that is already up, without the rest of the bench:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -38,12 +39,13 @@ from typing import Any
 from kubernetes import client, config, watch
 
 from bench.cluster import Bench, stop_process
-from bench.reporting import Completion, rate
+from bench.reporting import Completion, censored, percentile, rate
 from bench.workflows import BenchCluster
 
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 TARGET_RATE = 200.0  # jobs/s: 10,000 new ScheduledJobs scheduled within 50 s
+TARGET_BEHIND_S = 5.0  # each job's nextRun at most this long after its own creation (p99), whatever the client's pace
 DEADLINE_S = 900.0  # for every job to have its nextRun
 LEAD_DEADLINE_S = 120.0
 POLL_S = 0.5
@@ -122,32 +124,56 @@ def _settings(opns: str, state: Path) -> str:
     )
 
 
-def _make(b: BenchCluster, ns: str) -> Callable[[int], None]:
-    """A function creating ScheduledJob number i in `ns` (retrying what a loaded API server refuses)."""
+SPEC = {"cron": "17 3 * * *", "timezone": "UTC", "template": {"spec": {"containers": [CONTAINER]}}}
+
+
+def _make(b: BenchCluster, ns: str, created: dict[str, float] | None = None) -> Callable[[int], None]:
+    """A function creating ScheduledJob number i in `ns` (retrying what a loaded API server
+    refuses); each one's creation time (monotonic, when the create returned) goes in `created`."""
 
     def make(i: int) -> None:
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": f"o{i:05}"},
-            "spec": {"cron": "17 3 * * *", "timezone": "UTC", "template": {"spec": {"containers": [CONTAINER]}}},
-        }  # fmt: skip
-        for attempt in range(CREATE_TRIES):  # a loaded API server answers 504 or 429 now and then
-            try:
-                b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs", body)
-                return
-            except client.ApiException as err:
-                if err.status == 409:
-                    return  # an earlier try went through after all
-                if err.status not in (429, 500, 503, 504) or attempt == CREATE_TRIES - 1:
-                    raise
-                time.sleep(POLL_S)
+        name = f"o{i:05}"
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ScheduledJob", "metadata": {"name": name}, "spec": SPEC}
+        _create(lambda: b.custom.create_namespaced_custom_object(GROUP, VERSION, ns, "scheduledjobs", body))
+        if created is not None:
+            created[name] = time.monotonic()
 
     return make
 
 
+def _create(send: Callable[[], object]) -> None:
+    for attempt in range(CREATE_TRIES):  # a loaded API server answers 504 or 429 now and then
+        try:
+            send()
+            return
+        except client.ApiException as err:
+            if err.status == 409:
+                return  # an earlier try went through after all
+            if err.status not in (429, 500, 503, 504) or attempt == CREATE_TRIES - 1:
+                raise
+            time.sleep(POLL_S)
+
+
+def configmap_floor(b: Bench, count: int) -> Completion:
+    """The same client creating `count` ConfigMaps holding a ScheduledJob's spec (the same size):
+    how fast objects arrive at all, the reference for the jobs' creation rate."""
+    ns = b.namespace("bench-onboardfloor")
+    data = {"spec": json.dumps(SPEC)}
+
+    def make(i: int) -> None:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"o{i:05}"}, "data": data}
+        _create(lambda: b.core.create_namespaced_config_map(ns, body))
+
+    began = time.monotonic()
+    b.create_many(count, make)
+    return Completion(count, count, time.monotonic() - began)
+
+
 def onboarding(
     b: BenchCluster, api: client.ApiClient, state: Path, stop_process: Any, count: int, *, waiting: bool = False
-) -> tuple[Completion, list[str]]:
-    """`count` new ScheduledJobs until each has a nextRun: the completion and what to read beside it.
+) -> tuple[Completion, list[str], float | None]:
+    """`count` new ScheduledJobs until each has a nextRun: the completion, what to read beside it,
+    and (jobs created while the operator runs) the p99 of each job's nextRun behind its creation.
     `waiting`: the jobs are all created before the operator starts, and the clock runs from its
     taking the Lease (the operator's own pace, whatever the creating client's)."""
     ns = b.namespace("bench-onboard")
@@ -156,6 +182,7 @@ def onboarding(
     buckets = Watched(b.custom, opns, "schedulebuckets", lambda o: True)
     notes: list[str] = []
     created = 0.0
+    created_at: dict[str, float] = {}
     if waiting:
         began = time.monotonic()
         b.create_many(count, _make(b, ns))
@@ -168,11 +195,11 @@ def onboarding(
                 break
             time.sleep(POLL_S)
         else:
-            return Completion(0, count, 0.0), ["the operator never held the leader Lease"]
+            return Completion(0, count, 0.0), ["the operator never held the leader Lease"], None
         before = api_writes(api)
         began = time.monotonic()
         if not waiting:
-            b.create_many(count, _make(b, ns))
+            b.create_many(count, _make(b, ns, created_at))
             created = time.monotonic() - began
         while len(scheduled.first) < count and time.monotonic() - began < DEADLINE_S and proc.poll() is None:
             time.sleep(POLL_S)
@@ -194,7 +221,13 @@ def onboarding(
         for watched, what in ((scheduled, "ScheduledJob"), (buckets, "ScheduleBucket")):
             if watched.errors:
                 notes.append(f"{what} watch errors: {len(watched.errors)}, last: {watched.errors[-1]}")
-        return Completion(done, count, elapsed), notes
+        lag = None
+        if created_at:
+            behind = [at - created_at[name] for name, at in scheduled.first.items() if name in created_at]
+            lag = percentile(censored(behind, count), 0.99)
+            notes.append(f"each job's nextRun behind its own creation: p50 {percentile(censored(behind, count), 0.5):.2f}s, "
+                         f"p99 {lag:.2f}s (target <= {TARGET_BEHIND_S:.0f}s)")  # fmt: skip
+        return Completion(done, count, elapsed), notes, lag
     finally:
         scheduled.stop()
         buckets.stop()
@@ -227,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     kubectl = args.kubeconfig.resolve().parent / "bin" / "kubectl"  # a local control plane's own
     bench = Bench(api=api, kubectl=kubectl, env=env, state=state)
     print(f"## onboarding: {args.onboard} new ScheduledJobs until every one has a nextRun")
-    report(*onboarding(bench, api, state, stop_process, args.onboard, waiting=args.waiting))
+    done, notes, _ = onboarding(bench, api, state, stop_process, args.onboard, waiting=args.waiting)
+    report(done, notes)
     return 0
 
 
