@@ -470,7 +470,7 @@ def run_resume(run: Run) -> None:
             done, notes = workflow_bench.resume_time(b, b.state, stop_process, args.resume, graceful=graceful)
         print(f"  all {args.resume} finished {duration(done)} after the signal")
         print(f"  {notes}")
-        target = "<= 10s" if graceful else "<= lease (15s) + 10s"
+        target = "<= 5s" if graceful else "<= lease (15s) + 5s"
         run.add(f"resume {args.resume} workflows after {'SIGTERM' if graceful else 'SIGKILL'}",
                 duration(done).split(" (")[0], target=target)  # fmt: skip
 
