@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from vigil.core.steps import KINDS, spec_named, spec_of
-from vigil.core.steps.kind import WantedPod, execution_id_of
+from vigil.core.steps.kind import WantedPod, WantedTask, execution_id_of
 from vigil.core.workflow import Definition, StepDef, StepKind, StepPhase, StepState
 from vigil.model.steps import BLOCKS
 from vigil.model.workflow import STEP_TYPE_BLOCKS, Step
-from vigil.model.workflowspec import definition_of
+from vigil.model.workflowspec import definition_of, step_tasks
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -50,6 +50,11 @@ def _definition(step: StepDef) -> Definition:
             {"fireAt": "2026-01-01T12:00:00Z"},
             id="wait-until-fires-at-its-time",
         ),
+        pytest.param(
+            StepDef("charge", StepKind.TASK),
+            {"executionId": execution_id_of(_definition(StepDef("charge", StepKind.TASK)), "charge")},
+            id="task-names-its-execution",
+        ),
     ],
 )
 def test_what_a_kind_records_when_ready(step: StepDef, detail: dict[str, object]) -> None:
@@ -57,18 +62,19 @@ def test_what_a_kind_records_when_ready(step: StepDef, detail: dict[str, object]
 
 
 @pytest.mark.parametrize(
-    ("kind", "wants_pod"),
+    ("kind", "plan"),
     [
-        pytest.param(StepKind.POD, True, id="pod-wants-its-attempt's-pod"),
-        pytest.param(StepKind.APPROVAL, False, id="approval-wants-nothing-run"),
-        pytest.param(StepKind.WAIT, False, id="wait-wants-nothing-run"),
+        pytest.param(StepKind.POD, WantedPod, id="pod-wants-its-attempt's-pod"),
+        pytest.param(StepKind.APPROVAL, None, id="approval-wants-nothing-run"),
+        pytest.param(StepKind.WAIT, None, id="wait-wants-nothing-run"),
+        pytest.param(StepKind.TASK, WantedTask, id="task-wants-its-attempt's-task"),
     ],
 )
-def test_what_a_running_kind_wants_carried_out(kind: StepKind, wants_pod: bool) -> None:
+def test_what_a_running_kind_wants_carried_out(kind: StepKind, plan: type[WantedPod | WantedTask] | None) -> None:
     step_def = StepDef("s", kind)
     definition = _definition(step_def)
     running = StepState(phase=StepPhase.RUNNING, attempt=2)
-    expected = WantedPod("s", 2, execution_id_of(definition, "s")) if wants_pod else None
+    expected = None if plan is None else plan("s", 2, execution_id_of(definition, "s"))
     assert spec_of(kind).wanted(definition, step_def, running) == expected
     assert spec_of(kind).wanted(definition, step_def, StepState(phase=StepPhase.SUCCEEDED)) is None
 
@@ -79,6 +85,7 @@ def test_how_a_running_approval_is_shown() -> None:
     assert spec_of(StepKind.APPROVAL).waiting_for(StepState(phase=StepPhase.RUNNING)) == ["awaiting a decision"]
     assert spec_of(StepKind.POD).waiting_for(step) == []
     assert spec_of(StepKind.WAIT).waiting_for(step) == []
+    assert spec_of(StepKind.TASK).waiting_for(step) == []
 
 
 def test_every_kind_is_registered_on_both_sides() -> None:
@@ -96,14 +103,17 @@ def test_a_block_fills_the_core_step() -> None:
              "approval": {"approvers": ["user:alice"], "onExhausted": "approve",
                           "escalation": [{"after": "30m", "approvers": ["group:ops"]}]}},
             {"id": "cool", "type": "wait", "dependsOn": ["sign"], "wait": {"duration": "5m"}},
+            {"id": "charge", "type": "task", "dependsOn": ["cool"], "task": {"queue": "payments", "name": "charge"}},
         ]
     }  # fmt: skip
-    build, sign, cool = definition_of(pinned, uid="uid-1").steps
+    build, sign, cool, charge = definition_of(pinned, uid="uid-1").steps
     assert (build.approvers, build.wait_for, build.wait_until) == ((), None, None)
     assert sign.approvers == ("user:alice",)
     assert [(lvl.approvers, lvl.after) for lvl in sign.escalation] == [(("group:ops",), timedelta(minutes=30))]
     assert str(sign.on_exhausted) == "approve"
     assert (cool.wait_for, cool.wait_until, cool.approvers) == (timedelta(minutes=5), None, ())
+    assert (charge.kind, charge.approvers, charge.wait_for) == (StepKind.TASK, (), None)
+    assert step_tasks(pinned)["charge"].model_dump() == {"queue": "payments", "name": "charge", "priority": 0, "payload": None}
 
 
 @pytest.mark.parametrize(
@@ -112,6 +122,7 @@ def test_a_block_fills_the_core_step() -> None:
         pytest.param("pod", False, True, id="pod-leaves-pod-logs"),
         pytest.param("approval", True, False, id="approval-awaits-a-decision"),
         pytest.param("wait", False, False, id="wait-neither"),
+        pytest.param("task", False, False, id="task-neither-a-worker-runs-it"),
     ],
 )
 def test_how_a_kind_named_in_status_is_shown(name: str, decision: bool, logs: bool) -> None:

@@ -237,7 +237,7 @@ def _outcome_detail(step_def: StepDef, step: StepState, records: Sequence[Record
 def _history_detail(step: StepState, records: Sequence[Record]) -> list[str]:
     """The last failed attempt, a retry by hand, and the compensation."""
     parts: list[str] = []
-    failure = _last(records, Event.POD_FAILED)
+    failure = _last(records, Event.POD_FAILED, Event.TASK_FAILED)
     if failure is not None and not step.rejected:
         message = _one_line(failure.detail.get("message", ""))
         reason = str(failure.detail.get("reason", "Failed")) + (f": {message}" if message else "")

@@ -22,7 +22,9 @@ from vigil.core.executions import backoff_delay
 from vigil.core.steps import spec_of
 from vigil.core.steps.kind import COMPENSATION_KEY as COMPENSATION_KEY
 from vigil.core.steps.kind import DueTimer as DueTimer
+from vigil.core.steps.kind import Wanted as Wanted
 from vigil.core.steps.kind import WantedPod as WantedPod
+from vigil.core.steps.kind import WantedTask as WantedTask
 from vigil.core.steps.kind import execution_id_of as execution_id_of
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import (
@@ -329,8 +331,10 @@ def _step_timers(step_id: str, step: StepState) -> Iterator[DueTimer]:
         )
 
 
-def wanted_pods(definition: Definition, state: WorkflowState) -> list[WantedPod]:
-    wanted: list[WantedPod] = []
+def wanted(definition: Definition, state: WorkflowState) -> list[Wanted]:
+    """Everything the state wants carried out: each running step's plan (a pod, a task), and the
+    pod of each running compensation."""
+    wanted: list[Wanted] = []
     for step_def in definition.steps:
         step = state.steps[step_def.id]
         plan = spec_of(step_def.kind).wanted(definition, step_def, step)
@@ -341,6 +345,14 @@ def wanted_pods(definition: Definition, state: WorkflowState) -> list[WantedPod]
             execution = execution_id_of(definition, step_def.id, compensation=True)
             wanted.append(WantedPod(step_def.id, comp.attempt, execution, compensation=True))
     return wanted
+
+
+def wanted_pods(definition: Definition, state: WorkflowState) -> list[WantedPod]:
+    return [plan for plan in wanted(definition, state) if isinstance(plan, WantedPod)]
+
+
+def wanted_tasks(definition: Definition, state: WorkflowState) -> list[WantedTask]:
+    return [plan for plan in wanted(definition, state) if isinstance(plan, WantedTask)]
 
 
 def inputs_for(definition: Definition, state: WorkflowState, step_id: str) -> dict[str, object]:

@@ -4,7 +4,7 @@ A running workflow keeps one record of truth: the append-only list of what
 happened to it, in its status. Each entry is a :class:`Record` — plain data
 (event, time, step, attempt, detail) — and is one of two kinds:
 
-* an **input**: something the world reported — a pod's result, a timer whose
+* an **input**: something the world reported — a pod's or a task's result, a timer whose
   time came, a user's request, the workflow being started;
 * a **decision**: something the orchestrator chose in response — start a step,
   schedule a retry, escalate an approval, compensate, finish.
@@ -44,6 +44,7 @@ class StepKind(StrEnum):
     POD = "pod"
     APPROVAL = "approval"
     WAIT = "wait"
+    TASK = "task"
 
 
 class TimeoutAction(StrEnum):
@@ -114,6 +115,8 @@ class Event(StrEnum):
     WORKFLOW_STARTED = "WorkflowStarted"
     POD_SUCCEEDED = "PodSucceeded"
     POD_FAILED = "PodFailed"
+    TASK_SUCCEEDED = "TaskSucceeded"
+    TASK_FAILED = "TaskFailed"
     TIMER_FIRED = "TimerFired"
     APPROVED = "Approved"
     REJECTED = "Rejected"
@@ -144,6 +147,8 @@ INPUTS = frozenset(
         Event.WORKFLOW_STARTED,
         Event.POD_SUCCEEDED,
         Event.POD_FAILED,
+        Event.TASK_SUCCEEDED,
+        Event.TASK_FAILED,
         Event.TIMER_FIRED,
         Event.APPROVED,
         Event.REJECTED,
@@ -295,8 +300,9 @@ class StepState:
     decided_by: str | None = None
     manual: bool = False
     compensation: Compensation | None = None
-    #: Attempts per kind, for "no completed step runs twice" checks and the timeline.
-    pods_started: int = 0
+    #: Attempts that ran something outside the operator (a pod or a task each): every start
+    #: that names an ``executionId``. For "no completed step runs twice" checks and the timeline.
+    attempts_run: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -412,7 +418,7 @@ def _step(state: WorkflowState, record: Record) -> StepState | None:
     return state.steps.get(record.step) if record.step is not None else None
 
 
-def _pod_succeeded(definition: Definition, state: WorkflowState, record: Record) -> None:
+def _attempt_succeeded(definition: Definition, state: WorkflowState, record: Record) -> None:
     step = _step(state, record)
     if step is None:
         return
@@ -439,7 +445,7 @@ def _succeed(
     state.success_order.append(step_id)
 
 
-def _pod_failed(definition: Definition, state: WorkflowState, record: Record) -> None:
+def _attempt_failed(definition: Definition, state: WorkflowState, record: Record) -> None:
     step = _step(state, record)
     if step is None:
         return
@@ -627,8 +633,8 @@ def _step_started(definition: Definition, state: WorkflowState, record: Record) 
     step.deadline = time_of(record.detail, "deadline")
     step.deadline_passed = False
     step.approvers = tuple(record.detail.get("approvers") or ())
-    if "executionId" in record.detail:  # a start that names an execution starts a pod
-        step.pods_started += 1
+    if "executionId" in record.detail:  # a start that names an execution runs a pod or a task
+        step.attempts_run += 1
 
 
 def _retry_scheduled(definition: Definition, state: WorkflowState, record: Record) -> None:
@@ -709,8 +715,11 @@ def _workflow_finished(phase: WorkflowPhase) -> Any:
 
 _FOLDS: dict[Event, Any] = {
     Event.WORKFLOW_STARTED: _started,
-    Event.POD_SUCCEEDED: _pod_succeeded,
-    Event.POD_FAILED: _pod_failed,
+    # A task's outcome folds as a pod's result does: the attempt it names succeeded or failed.
+    Event.POD_SUCCEEDED: _attempt_succeeded,
+    Event.POD_FAILED: _attempt_failed,
+    Event.TASK_SUCCEEDED: _attempt_succeeded,
+    Event.TASK_FAILED: _attempt_failed,
     Event.TIMER_FIRED: _timer_fired,
     Event.APPROVED: _approved,
     Event.REJECTED: _rejected,

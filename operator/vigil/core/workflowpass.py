@@ -36,11 +36,13 @@ from vigil.core.checkpoint import Budget, Checkpoint, compact, entry_bytes
 from vigil.core.conditions import ConditionReason, ConditionType, EventReason, set_condition
 from vigil.core.ids import ExecutionId, pod_name
 from vigil.core.orchestrator import (
+    Wanted,
     WantedPod,
     current,
     progress,
     record_input,
     timers,
+    wanted,
     wanted_pods,
 )
 from vigil.core.timeparse import format_rfc3339
@@ -172,14 +174,14 @@ def gather_inputs(
     state: WorkflowState,
     *,
     requests: Iterable[Mapping[str, Any]],
-    result_of: Callable[[WantedPod], Record | None],
+    result_of: Callable[[Wanted], Record | None],
     now: datetime,
 ) -> list[Record]:
     """Record every input that is new at ``now`` and the decisions each leads to (``state`` is
     folded on as they are recorded); the records appended, in order.
 
-    ``result_of`` tells what a wanted pod reports: its result, or None while it runs (or while
-    there is no such pod). Requests come first, then rounds of pod results and due timers, until
+    ``result_of`` tells what a wanted pod or task reports: its result, or None while it runs (or
+    while there is no such pod or task). Requests come first, then rounds of results and due timers, until
     a round finds nothing (at most :data:`INPUT_ROUNDS`).
     """
     new: list[Record] = []
@@ -187,7 +189,7 @@ def gather_inputs(
         if request.get("id") not in state.requests:
             new += record_input(definition, state, request_input(request, now))
     for _ in range(INPUT_ROUNDS):
-        found = [result for wanted in wanted_pods(definition, state) if (result := result_of(wanted)) is not None]
+        found = [result for plan in wanted(definition, state) if (result := result_of(plan)) is not None]
         found += [timer.record(now=now) for timer in timers(state) if timer.at <= now]
         if not found:
             break
@@ -246,17 +248,21 @@ def next_pass(definition: Definition, state: WorkflowState, now: datetime) -> da
     return min(wakes) if wakes else None
 
 
+#: Results that may be held back for the next write (a step pod's or a task's success).
+QUIET_RESULTS = frozenset({Event.POD_SUCCEEDED, Event.TASK_SUCCEEDED})
+
+
 def results_can_wait(definition: Definition, state: WorkflowState, new: Sequence[Record]) -> bool:
-    """Whether what a pass found may wait to be recorded with the next result: only step pods'
-    successes, which decided nothing (no step started, the workflow did not end), while pods of
-    other steps are still wanted, so another result is coming. ``state`` is folded over ``new``.
+    """Whether what a pass found may wait to be recorded with the next result: only step pods' or
+    tasks' successes, which decided nothing (no step started, the workflow did not end), while
+    pods or tasks of other steps are still wanted, so another result is coming. ``state`` is folded over ``new``.
 
     Each status write rewrites the whole workflow on the API server, and a fan's pods end
     spread over seconds when they started so: recorded one by one, a fan of 8 was up to 8
     writes. A failure is never held (it may retry, compensate or cancel), and neither is a
     success that lets a dependent start."""
-    quiet = bool(new) and all(record.event is Event.POD_SUCCEEDED for record in new)
-    return quiet and bool(wanted_pods(definition, state))
+    quiet = bool(new) and all(record.event in QUIET_RESULTS for record in new)
+    return quiet and bool(wanted(definition, state))
 
 
 def needs_pass(status: Mapping[str, Any], *, mirroring: bool, expired: bool) -> bool:

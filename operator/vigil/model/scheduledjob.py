@@ -61,7 +61,12 @@ from vigil.model.common import (
 )
 from vigil.model.durations import format_duration, parse_duration
 from vigil.model.names import SCHEDULED_JOBS
-from vigil.model.taskqueue import TenantKey
+from vigil.model.taskqueue import (
+    TASK_NAME_MAX_LENGTH,
+    TASK_NAME_PATTERN,
+    TASK_PRIORITY_RANGE,
+    TenantKey,
+)
 from vigil.model.workflow import WorkflowTemplate
 
 # --------------------------------------------------------------------------------------------
@@ -230,13 +235,6 @@ _SPEC_RULES = cel_rules(
         field_path=".expectedMaxInterval",
     ),
 )
-
-
-#: The store's priority is a smallint; lower runs first.
-TASK_PRIORITY_RANGE = (-32768, 32767)
-TASK_NAME_MAX_LENGTH = 253  # as the HTTP API's task names
-#: No control characters (NUL above all: PostgreSQL's text refuses it, and the API server takes it).
-TASK_NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 
 
 class TaskRef(SpecModel):

@@ -41,6 +41,12 @@ from vigil.model.names import TASK_QUEUES
 
 #: Most priorities a queue declares, and most per-tenant overrides.
 PRIORITIES_MAX_ITEMS = 16
+#: A task submitted to a TaskQueue (a `task:` job's, a workflow's task step): the store's
+#: priority is a smallint, lower runs first.
+TASK_PRIORITY_RANGE = (-32768, 32767)
+TASK_NAME_MAX_LENGTH = 253  # as the HTTP API's task names
+#: No control characters (NUL above all: PostgreSQL's text refuses it, and the API server takes it).
+TASK_NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 TENANT_OVERRIDES_MAX_ITEMS = 256
 TENANT_BINDINGS_MAX_ITEMS = 64
 #: Most ServiceAccounts and groups one tenant binding lists.

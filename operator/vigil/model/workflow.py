@@ -76,6 +76,7 @@ from vigil.model.steps.approval import Approval as Approval
 from vigil.model.steps.approval import Approver as Approver
 from vigil.model.steps.approval import Escalation as Escalation
 from vigil.model.steps.approval import Exhausted as Exhausted
+from vigil.model.steps.task import TaskCall as TaskCall
 from vigil.model.steps.wait import MESSAGE_WAIT_DURATION_OR_UNTIL as MESSAGE_WAIT_DURATION_OR_UNTIL
 from vigil.model.steps.wait import Wait as Wait
 
@@ -193,7 +194,8 @@ _STEP_RULES = cel_rules(
 
 
 class Step(SpecModel, json_schema_extra=_STEP_RULES):
-    """One step of a workflow: a pod to run, an approval to wait for, or a timer."""
+    """One step of a workflow: a pod to run, an approval to wait for, a timer, or a task on a
+    TaskQueue."""
 
     id: StepId = Field(
         description="The step's stable name: history and status are keyed by it, so renaming a "
@@ -207,14 +209,21 @@ class Step(SpecModel, json_schema_extra=_STEP_RULES):
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     type: StepType = Field(
-        description="pod runs `template`; approval waits for a decision; wait is a timer."
+        description="pod runs `template`; approval waits for a decision; wait is a timer; task "
+        "runs `task` on a TaskQueue (needs the operator's queue.dsn)."
     )
     template: PodTemplate | None = Field(default=None, description="The pod to run (pod steps).")
     approval: Approval | None = Field(default=None, description="Who approves (approval steps).")
     wait: Wait | None = Field(default=None, description="What to wait for (wait steps).")
+    task: TaskCall | None = Field(
+        default=None,
+        description="The task to run on a TaskQueue of the workflow's namespace (task steps): each "
+        "attempt is an attempt of one queue execution whose id and idempotency key are the "
+        "step's execution id; its end is the step's result.",
+    )
     retry: RetryPolicy | None = Field(
         default=None,
-        description="Retries of a failing pod step; unset means the defaults (3 attempts, "
+        description="Retries of a failing pod or task step; unset means the defaults (3 attempts, "
         "backoff 10s doubling up to 10m).",
     )
     timeout: PositiveDuration | None = Field(

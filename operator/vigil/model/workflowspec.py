@@ -24,6 +24,7 @@ from vigil.core.workflow import (
 from vigil.model.common import describe_validation_error
 from vigil.model.jobspec import retry_policy
 from vigil.model.steps import BLOCKS
+from vigil.model.steps.task import TaskCall
 from vigil.model.workflow import (
     DefinitionVersion,
     Step,
@@ -128,6 +129,11 @@ def definition_of(pinned: Mapping[str, Any], *, uid: str) -> Definition:
         steps=tuple(_step_def(step) for step in pinned_steps(pinned)),
         on_failure=FailureAction(str(pinned.get("onFailure", "fail"))),
     )
+
+
+def step_tasks(pinned: Mapping[str, Any]) -> dict[str, TaskCall]:
+    """Each task step's block (queue, task, priority, payload), by step id."""
+    return {raw["id"]: TaskCall.model_validate(raw["task"]) for raw in pinned.get("steps") or [] if raw.get("task")}
 
 
 def step_templates(pinned: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:

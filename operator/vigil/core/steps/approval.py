@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from vigil.core.steps.kind import WantedPod
+from vigil.core.steps.kind import Wanted
 from vigil.core.workflow import Definition, StepDef, StepKind, StepState
 
 
@@ -22,7 +22,7 @@ class ApprovalStep:
     def start_detail(self, definition: Definition, step_def: StepDef, *, at: datetime) -> dict[str, object]:
         return {"approvers": list(step_def.approvers)}
 
-    def wanted(self, definition: Definition, step_def: StepDef, step: StepState) -> WantedPod | None:
+    def wanted(self, definition: Definition, step_def: StepDef, step: StepState) -> Wanted | None:
         return None
 
     def waiting_for(self, step: StepState) -> list[str]:

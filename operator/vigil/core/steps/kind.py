@@ -1,14 +1,14 @@
 """The protocol every step kind implements, and the plans a kind hands to an adapter.
 
-A step kind (``pod``, ``approval``, ``wait``) is one module of this package; the orchestrator,
+A step kind (``pod``, ``approval``, ``wait``, ``task``) is one module of this package; the orchestrator,
 the pass and the timeline ask the kind's module instead of branching on :class:`StepKind`. A
 kind answers four questions, all pure:
 
 * what it records when the step becomes ready (:meth:`StepKindSpec.start_detail`: the detail of
   its ``StepStarted`` record, e.g. a pod step's execution id, a wait step's ``fireAt``);
 * what it wants an adapter to carry out while it runs, and so how its result comes back
-  (:meth:`StepKindSpec.wanted`: a plan such as :class:`WantedPod`; the kube adapter carries it
-  out and reports the outcome as an input). A kind whose result is the clock's records
+  (:meth:`StepKindSpec.wanted`: a plan, :class:`WantedPod` or :class:`WantedTask`; the kube
+  adapter of the plan's type carries it out and reports the outcome as an input). A kind whose result is the clock's records
   ``fireAt`` when it starts instead, and :class:`DueTimer` owes it a ``TimerFired`` input;
 * how a step is shown: what a running one awaits (:meth:`StepKindSpec.waiting_for`, the
   timeline's words), whether it waits for a person's decision
@@ -46,6 +46,23 @@ class WantedPod:
     attempt: int
     execution_id: str
     compensation: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class WantedTask:
+    """A task on a TaskQueue the state says should run: the queue execution whose id and
+    idempotency key are the step's stable execution id, at the step's attempt (submitted if
+    missing, made ready again for a later attempt; its outcome is a ``TaskSucceeded`` or
+    ``TaskFailed`` input). Which queue and task come from the step's block in the pinned spec."""
+
+    step: str
+    attempt: int
+    execution_id: str
+
+
+#: What a running step wants carried out, one adapter per type (``vigil.kube.workflowpods``,
+#: ``vigil.kube.workflowtasks``).
+Wanted = WantedPod | WantedTask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +107,7 @@ class StepKindSpec(Protocol):
         """What the step's ``StepStarted`` record says, beside its kind and deadline."""
         ...
 
-    def wanted(self, definition: Definition, step_def: StepDef, step: StepState) -> WantedPod | None:
+    def wanted(self, definition: Definition, step_def: StepDef, step: StepState) -> Wanted | None:
         """What an adapter must carry out for the running step (None: nothing)."""
         ...
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from vigil.core.steps.kind import WantedPod
+from vigil.core.steps.kind import Wanted
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import Definition, StepDef, StepKind, StepState
 
@@ -23,7 +23,7 @@ class WaitStep:
         fire_at = step_def.wait_until or at + (step_def.wait_for or timedelta(0))
         return {"fireAt": format_rfc3339(fire_at)}
 
-    def wanted(self, definition: Definition, step_def: StepDef, step: StepState) -> WantedPod | None:
+    def wanted(self, definition: Definition, step_def: StepDef, step: StepState) -> Wanted | None:
         return None
 
     def waiting_for(self, step: StepState) -> list[str]:

@@ -14,6 +14,7 @@ from vigil.core.workflow import StepKind
 from vigil.model.steps.approval import APPROVAL
 from vigil.model.steps.block import StepBlock
 from vigil.model.steps.pod import POD
+from vigil.model.steps.task import TASK
 from vigil.model.steps.wait import WAIT
 
 #: Each kind's block, in the order the CRD's rules name them.
@@ -21,4 +22,5 @@ BLOCKS: Mapping[StepKind, StepBlock[Any]] = {
     StepKind.POD: POD,
     StepKind.APPROVAL: APPROVAL,
     StepKind.WAIT: WAIT,
+    StepKind.TASK: TASK,
 }

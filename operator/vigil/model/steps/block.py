@@ -1,6 +1,6 @@
 """What a step kind adds to a Workflow's spec: its block, and what the block tells the core.
 
-Each kind's module (``pod``, ``approval``, ``wait``) defines its block's pydantic model (the CRD
+Each kind's module (``pod``, ``approval``, ``wait``, ``task``) defines its block's pydantic model (the CRD
 schema is generated from it, CEL rules and all) and a :class:`StepBlock` naming the ``Step``
 field that holds it and the :class:`~vigil.core.workflow.StepDef` fields it fills. A step has
 its kind's block and no other (``vigil.model.workflow.Step`` checks it, at admission and here).
@@ -19,7 +19,7 @@ Block = TypeVar("Block")
 class StepBlock(Generic[Block]):
     """A step kind's block in the spec."""
 
-    #: The field of ``Step`` that holds the block (``template``, ``approval``, ``wait``).
+    #: The field of ``Step`` that holds the block (``template``, ``approval``, ``wait``, ``task``).
     field: str
     #: The core's view of the block: keyword arguments of ``StepDef`` beside the common ones.
     step_def: Callable[[Block], dict[str, Any]]
