@@ -446,7 +446,7 @@ WORKFLOW_ERRORS = [
     ("wait-with-duration-and-until", setting(steps=[{"id": "w", "type": "wait", "wait": {"duration": "1h", "until": "2026-08-01T00:00:00Z"}}]), "spec.steps[0].wait: exactly one of duration or until must be set"),
     ("wait-with-neither", setting(steps=[{"id": "w", "type": "wait", "wait": {}}]), "spec.steps[0].wait: exactly one of duration or until must be set"),
     ("escalate-on-pod-step", at("steps.0.onTimeout", "escalate"), "spec.steps[0]: step 'probe': onTimeout escalate and approve apply only to approval steps"),
-    ("unknown-step-type", at("steps.0.type", "lambda"), "spec.steps[0].type: Input should be 'pod', 'approval' or 'wait'"),
+    ("unknown-step-type", at("steps.0.type", "lambda"), "spec.steps[0].type: Input should be 'pod', 'approval', 'wait' or 'task'"),
     ("uppercase-step-id", at("steps.0.id", "Probe"), "spec.steps[0].id: String should match pattern"),
     ("step-id-too-long", at("steps.0.id", "p" * 64), "spec.steps[0].id: String should have at most 63 characters"),
     ("unknown-on-timeout", at("steps.2.onTimeout", "panic"), "spec.steps[2].onTimeout: Input should be 'fail', 'skip', 'escalate' or 'approve'"),
