@@ -244,6 +244,16 @@ class Submitted:
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskState:
+    """Where one execution is, as the workflow engine reads a task step's: its state, the attempt
+    it is at, and the last attempt's error."""
+
+    state: QueueState
+    attempt: int
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ExecutionSummary:
     execution_id: str
     state: QueueState

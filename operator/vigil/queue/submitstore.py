@@ -42,6 +42,7 @@ from vigil.core.queue import (
     Recurrence,
     Submission,
     Submitted,
+    TaskState,
     cancel_refusal,
     error_shown,
     retry_refusal,
@@ -118,6 +119,16 @@ class SubmitStore(StoreBase):
         with self.connect() as connection:
             cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
             return cursor.execute(QUERIES["execution"], {"execution_id": execution_id}).fetchone()
+
+    def states(self, execution_ids: Sequence[str]) -> dict[str, TaskState]:
+        """Where each of these executions is, by id, in one statement (ids not enqueued are left
+        out): what the workflow engine reads of its running task steps. A database that cannot
+        be reached raises QueueUnavailable."""
+        if not execution_ids:
+            return {}
+        with self._reachable(), self.connect() as connection:
+            rows = connection.execute(QUERIES["states_of"], {"execution_ids": list(execution_ids)}).fetchall()
+        return {row[0]: TaskState(QueueState(row[1]), int(row[2]), row[3]) for row in rows}
 
     def attempts(self, execution_id: str) -> list[dict[str, Any]]:
         with self.connect() as connection:

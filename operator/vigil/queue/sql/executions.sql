@@ -241,6 +241,12 @@ SELECT execution_id, queue, task, payload, priority, tenant, state, attempt, max
        last_error
 FROM vigil_queue.executions WHERE execution_id = %(execution_id)s;
 
+-- name: states_of
+-- Where each of these executions is (a workflow's task steps, read by the workflow engine each
+-- pass while they run): one index probe per id, ids not enqueued left out.
+SELECT execution_id, state, attempt, last_error FROM vigil_queue.executions
+WHERE execution_id = ANY(%(execution_ids)s::text[]);
+
 -- name: counts
 SELECT state, count(*) FROM vigil_queue.executions WHERE queue = %(queue)s GROUP BY state;
 
