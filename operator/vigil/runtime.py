@@ -75,6 +75,7 @@ from vigil.kube.tenantbindings import TaskQueueTenants
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog, trigger_progress
 from vigil.kube.workflowapi import WorkflowApi, workflow_cache
 from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.workflowtasks import WorkflowTasks
 from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.durations import parse_duration
 from vigil.model.jobspec import InvalidJob, parse_spec
@@ -83,6 +84,7 @@ from vigil.settings import Http, NamespaceQuota, QueueQuota, Settings
 
 if TYPE_CHECKING:
     from vigil.kube.queuecredentials import QueueCredentials
+    from vigil.queue.store import QueueStore
     from vigil.queue.watchdog import QueueWatchdog
 
 log = logging.getLogger("vigil")
@@ -591,6 +593,7 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
         pending_limit=timedelta(seconds=settings.dispatch.pending_limit_seconds),
         image_pull_limit=timedelta(seconds=settings.dispatch.image_pull_limit_seconds),
     )
+    tasks_store = task_store(settings)
     trigger = Trigger(
         store=store,
         catalogue=catalogue,
@@ -602,7 +605,7 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
             pods=CoreApi(api),
             on_ready=dispatcher.notify,
             as_started=dispatcher.as_started,
-            tasks=task_submitter(settings, clock),
+            tasks=None if tasks_store is None else TaskSubmitter(tasks_store, clock=clock),
         ),
         ledger=KubeLedger(catalogue=catalogue, events=events, writer=writer),
         clock=clock,
@@ -639,6 +642,7 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
         ttl=WorkflowTtl(client.CustomObjectsApi(api), default=setting_ttl(settings.workflows.ttl_after_finished)),
         admit=dispatcher.want,
         job_status=writer,
+        tasks=None if tasks_store is None else WorkflowTasks(tasks_store, clock=clock),
     )
     caches.workflow_pods.add_handler(step_logs.pod_changed)
     caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
@@ -735,17 +739,18 @@ def log_capture(
     )  # fmt: skip
 
 
-def task_submitter(settings: Settings, clock: Clock) -> TaskSubmitter | None:
-    """Where `task:` jobs' occurrences go when the volume tier is on (`queue.dsn`); None when off
-    (such jobs are Invalid). The store migrates at its first use, so a database down at start
-    delays those jobs (the trigger retries them) and nothing else."""
+def task_store(settings: Settings) -> QueueStore | None:
+    """Where `task:` jobs' occurrences and workflows' task steps go when the volume tier is on
+    (`queue.dsn`); None when off (such jobs and workflows are Invalid). The store migrates at its
+    first use, so a database down at start delays those (the trigger and the engine retry them)
+    and nothing else."""
     if not settings.queue.dsn:
         return None
     from vigil.queue.store import (
         QueueStore,  # psycopg: the `postgres` extra, needed only with a queue
     )
 
-    return TaskSubmitter(QueueStore(settings.queue.dsn, migrate_first=True, shards=settings.queue.shards), clock=clock)
+    return QueueStore(settings.queue.dsn, migrate_first=True, shards=settings.queue.shards)
 
 
 def task_queue_threads(

@@ -64,6 +64,14 @@ def poison(ctx: Context) -> None:
     raise RuntimeError(f"poison {ctx.payload.get('n')}")
 
 
+@task("fail_first")
+def fail_first(ctx: Context) -> None:
+    """Fails its first attempt and succeeds at the next (a workflow's retried task step)."""
+    note(ctx, "ran")
+    if ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
+
+
 @task("hold_async")
 async def hold_async(ctx: Context) -> None:
     """Start, then wait for a release that the drain test never gives."""

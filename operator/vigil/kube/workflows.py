@@ -13,21 +13,25 @@ One pass over a Workflow (``reconcile``):
    steps or the referenced WorkflowDefinition version are copied into status.
 2. Fold ``status.history`` into state. Gather the inputs that are new — users'
    requests in ``spec.requests`` not yet recorded, results of the step pods the
-   state wants, timers whose time has come — and record each with the
+   state wants, ends of the tasks its task steps run (read from the queue store,
+   :mod:`vigil.kube.workflowtasks`), timers whose time has come — and record each with the
    decisions it leads to (:func:`vigil.core.orchestrator.record_input`).
 3. Write the status (:class:`vigil.kube.workflowstatus.WorkflowStatusWriter`) with the
    resourceVersion it was read at: a concurrent writer makes this a 409 and the pass starts
    again from a fresh read, so two passes can never both record a decision.
-4. Only then act: hand the pods the state wants to the dispatcher (a pod that exists is
-   adopted: its name derives from the step's execution id and the attempt), delete running
-   pods the state no longer wants, post Events, tell the ScheduledJob that started it of its
-   end (through the job's one status writer).
+4. Only then act, by plan type: hand the pods the state wants to the dispatcher (a pod that
+   exists is adopted: its name derives from the step's execution id and the attempt), delete
+   running pods the state no longer wants; submit the tasks it wants to the queue store (keyed
+   by the step's execution id: a second submit adds nothing), cancel those of steps it stopped;
+   post Events, tell the ScheduledJob that started it of its end (through the job's one status
+   writer).
 
 Everything an action depends on is in the written status, so a crash at any
 point is repaired by the next pass — in this process or a new one.
 
 Passes are level-triggered: a step pod's result (:meth:`WorkflowEngine.pod_changed`) and
-Workflow changes queue the workflow, timers queue it at their recorded time, and the informer's
+Workflow changes queue the workflow, timers queue it at their recorded time, a running task step
+queues it every ``TASK_POLL`` (the store tells nobody of a task's end), and the informer's
 resync (every ``workflows.rescanSeconds``, from the cache: no request) queues every workflow
 that needs a pass; a new leader's first list queues every one in flight. The status stays
 within etcd's object size: entries are mirrored to the history database as they are recorded
@@ -52,13 +56,25 @@ from typing import Any
 
 from vigil.core.checkpoint import resume
 from vigil.core.conditions import ConditionReason
-from vigil.core.orchestrator import WantedPod, inputs_for, record_input, stuck_steps
+from vigil.core.orchestrator import (
+    Wanted,
+    WantedPod,
+    WantedTask,
+    execution_id_of,
+    inputs_for,
+    record_input,
+    stuck_steps,
+    wanted_tasks,
+)
 from vigil.core.podstatus import classify_pod
 from vigil.core.ports import Clock, Conflict, WorkflowHistorySink
+from vigil.core.queue import TaskState
 from vigil.core.workflow import (
     TERMINAL_WORKFLOW_PHASES,
     Definition,
+    Event,
     Record,
+    StepKind,
     WorkflowState,
 )
 from vigil.core.workflowpass import (
@@ -91,6 +107,7 @@ from vigil.kube.workflowapi import WorkflowApi, workflow_cache
 from vigil.kube.workflowhistory import WorkflowHistory
 from vigil.kube.workflowpods import BY_WORKFLOW, pod_result, workflow_of, workflow_pod
 from vigil.kube.workflowstatus import WorkflowStatusWriter, typed
+from vigil.kube.workflowtasks import WorkflowTasks
 from vigil.kube.workflowttl import WorkflowTtl
 from vigil.kube.workqueue import WorkQueue
 from vigil.model.jobpatches import workflow_end_patch
@@ -101,6 +118,7 @@ from vigil.model.workflowspec import (
     definition_of,
     parse_workflow_spec,
     pin,
+    step_tasks,
     step_templates,
 )
 
@@ -114,6 +132,11 @@ RETRY_AFTER_ERROR = timedelta(seconds=5)
 WORKERS = 4  # passes at once (the runtime's: workflows.workers)
 
 Key = tuple[str, str]
+
+#: Why a workflow with task steps is Invalid while the operator has no queue store.
+TIER_OFF = "spec.steps: a task step needs the volume tier: set queue.dsn"
+#: Decisions that stop a running step: its task, if it has one, is cancelled.
+STOPS = frozenset({Event.STEP_CANCELLED, Event.STEP_FAILED, Event.STEP_SKIPPED})
 
 #: admit((namespace, workflow), pod bodies, priority): the pods a workflow wants started now,
 #: replacing what it wanted before; the dispatcher creates them as capacity allows.
@@ -149,8 +172,12 @@ class WorkflowEngine:
         ttl: WorkflowTtl | None = None,
         admit: Admit | None = None,
         job_status: JobStatusWriter | None = None,
+        tasks: WorkflowTasks | None = None,
     ) -> None:
         self.api = api
+        #: Task steps' executions in the queue store (None: the volume tier is off, and a
+        #: workflow with a task step is Invalid).
+        self._tasks = tasks
         self._admit = admit
         #: The ScheduledJobs' one status writer: a workflow a job started tells it of its end
         #: (None: a tool or a test; nothing is told).
@@ -323,6 +350,7 @@ class WorkflowEngine:
                 raise RuntimeError(f"workflow {namespace}/{name}: {full}; try again") from None
             self._write(obj, new_status)  # Conflict: read again, record again
             self.history.mirror(obj, pinned, recorded.base, entries, mirrored, finished=state.finished)
+            self._stop_tasks(obj, definition, added)
             self._announce(obj, added, (), status)
             self._report(obj, added, (), state)
             if self._fed:
@@ -345,11 +373,12 @@ class WorkflowEngine:
         recorded = Recorded.of(status)
         state = resume(definition, recorded.checkpoint, recorded.entries)
         pods = self.api.pods(meta["namespace"], meta["uid"])
+        tasks = self._task_states(definition, state)
         new = gather_inputs(
             definition,
             state,
             requests=(obj.get("spec") or {}).get("requests") or [],
-            result_of=lambda wanted: _result(pods, wanted, now),
+            result_of=lambda wanted: self._result(pods, tasks, wanted, now),
             now=now,
         )
         held = self._hold(obj, definition, state, new, now)
@@ -370,11 +399,12 @@ class WorkflowEngine:
             # Now recorded: mirror them. The counter in status catches up on a later pass, and
             # after an outage that pass offers them again (rewriting is idempotent).
             self.history.mirror(obj, pinned, recorded.base, entries, mirrored, finished=state.finished)
-        self._act(obj, pinned, definition, state, pods)
+        again = self._act(obj, pinned, definition, state, pods, tasks)
+        self._stop_tasks(obj, definition, new)
         self._announce(obj, new, stuck, status)
         self._report(obj, new, stuck, state)
         self._tell_job(obj, new)
-        wake = next_pass(definition, state, now)
+        wake = now if again else self._next_pass(definition, state, now)
         if self._ttl is None or not state.finished:
             return wake
         return next_look(wake, self._ttl.after_pass(obj, new_status, now))  # the status as it now stands
@@ -396,7 +426,7 @@ class WorkflowEngine:
                 self._held_since.pop(key, None)
                 return None
         self._handled_at(obj, keep=True)
-        wake = next_pass(definition, state, now)
+        wake = self._next_pass(definition, state, now)
         return due if wake is None else min(wake, due)
 
     def _write(self, obj: Mapping[str, Any], new_status: dict[str, Any]) -> bool:
@@ -457,6 +487,8 @@ class WorkflowEngine:
             pinned = pin(spec, definition=referenced)
             pinned["parameters"] = dict(spec.parameters)
             definition = definition_of(pinned, uid=meta["uid"])
+            if self._tasks is None and any(step.kind is StepKind.TASK for step in definition.steps):
+                raise ValueError(TIER_OFF)
         except (InvalidWorkflow, ValueError) as error:
             return self._invalid(obj, status, error, now)
         state, records = start(definition, now)
@@ -472,10 +504,10 @@ class WorkflowEngine:
         )
         self._write(obj, new_status)
         self.history.mirror(obj, pinned, 0, records, 0)
-        self._act(obj, pinned, definition, state, {})
+        again = self._act(obj, pinned, definition, state, {}, None)
         self._announce(obj, records, (), status)
         self._report(obj, records, (), state)
-        return next_pass(definition, state, now)
+        return now if again else self._next_pass(definition, state, now)
 
     def _invalid(
         self, obj: dict[str, Any], status: Mapping[str, Any], error: Exception, now: datetime
@@ -512,7 +544,85 @@ class WorkflowEngine:
             now=now,
         )
 
+    def _next_pass(self, definition: Definition, state: WorkflowState, now: datetime) -> datetime | None:
+        """The next pass with nothing else happening: the core's (:func:`next_pass`), and no later
+        than the task poll while a task step runs (the store tells nobody of a task's end)."""
+        wake = next_pass(definition, state, now)
+        if self._tasks is None or not wanted_tasks(definition, state):
+            return wake
+        poll = now + self._tasks.poll
+        return poll if wake is None else min(wake, poll)
+
+    def _task_states(self, definition: Definition, state: WorkflowState) -> dict[str, TaskState]:
+        """The store's states of the tasks the state wants (none without a store or a task)."""
+        wanted = wanted_tasks(definition, state)
+        return self._tasks.read(wanted) if self._tasks is not None and wanted else {}
+
+    def _result(
+        self,
+        pods: Mapping[str, Mapping[str, Any]],
+        tasks: Mapping[str, TaskState],
+        wanted: Wanted,
+        now: datetime,
+    ) -> Record | None:
+        """What a plan reports, by its type: a pod's result, a task's end; None while it runs."""
+        if isinstance(wanted, WantedTask):
+            return None if self._tasks is None else self._tasks.result(wanted, tasks, now=now)
+        return _pod_result(pods, wanted, now)
+
     def _act(
+        self,
+        obj: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+        definition: Definition,
+        state: WorkflowState,
+        pods: Mapping[str, Mapping[str, Any]],
+        tasks: Mapping[str, TaskState] | None,
+    ) -> bool:
+        """Carry out what the state wants, by plan type: pods (:meth:`_act_pods`), tasks
+        (:meth:`_act_tasks`). True when a pass is owed at once (a task the store refused)."""
+        self._act_pods(obj, pinned, definition, state, pods)
+        return self._act_tasks(obj, pinned, definition, state, tasks)
+
+    def _act_tasks(
+        self,
+        obj: Mapping[str, Any],
+        pinned: Mapping[str, Any],
+        definition: Definition,
+        state: WorkflowState,
+        tasks: Mapping[str, TaskState] | None,
+    ) -> bool:
+        """Submit the tasks the state wants that are not enqueued (those this pass did not read
+        are read first), and make ready again those owed a later attempt."""
+        wanted = wanted_tasks(definition, state)
+        if not wanted or self._tasks is None:
+            return False
+        found = dict(tasks or {})
+        unread = [w for w in wanted if w.execution_id not in found]
+        if unread:
+            found |= self._tasks.read(unread)
+        owed = [(w, found.get(w.execution_id)) for w in wanted if self._tasks.owed(w, found.get(w.execution_id))]
+        if not owed:
+            return False
+        calls = step_tasks(pinned)
+
+        def inputs(step: str) -> dict[str, Any]:
+            return {dep: self.history.output(obj, state, dep) for dep in inputs_for(definition, state, step)}
+
+        plans = [(w, was, calls[w.step], inputs(w.step)) for w, was in owed]
+        return self._tasks.carry_out(plans, workflow=obj, parameters=pinned.get("parameters") or {})
+
+    def _stop_tasks(self, obj: Mapping[str, Any], definition: Definition, new: Sequence[Record]) -> None:
+        """Cancel the task of each task step a pass stopped (a timeout, a cancel, the workflow
+        failing): a worker's acknowledgement then changes nothing."""
+        if self._tasks is None:
+            return
+        by = f"workflow {obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        for record in new:
+            if record.event in STOPS and record.step and definition.step(record.step).kind is StepKind.TASK:
+                self._tasks.stop(execution_id_of(definition, record.step), by=by)
+
+    def _act_pods(
         self,
         obj: Mapping[str, Any],
         pinned: Mapping[str, Any],
@@ -570,7 +680,7 @@ def _newer(resource_version: str, handled: str | None) -> bool:
     return resource_version != handled
 
 
-def _result(pods: Mapping[str, Mapping[str, Any]], wanted: WantedPod, now: datetime) -> Record | None:
+def _pod_result(pods: Mapping[str, Mapping[str, Any]], wanted: WantedPod, now: datetime) -> Record | None:
     """What the pod a step wants reports: its result, or None while it runs or does not exist."""
     pod = pods.get(wanted_pod_name(wanted))
     return None if pod is None else pod_result(pod, wanted, now=now)
