@@ -9,9 +9,11 @@ kubeconfig) who may edit ScheduledJobs in its namespace:
   `taskqueues/executions` for that TaskQueue (403 naming spec.task.queue); with it (a Role
   scoped by resourceNames), it may;
 * may not set `spec.task.tenant` to anything but the job's namespace;
-* writes pod jobs as before: the policy matches only jobs with a task.
+* writes pod jobs as before: the policy matches only jobs with a task;
+* may not write a Workflow or WorkflowDefinition whose `task` steps name a queue it may not
+  submit to (the task-steps policies, one per resource), and may with `create` on it.
 
-The policy is rendered from the chart for this module only and removed afterwards.
+The policies are rendered from the chart for this module only and removed afterwards.
 """
 
 from __future__ import annotations
@@ -155,3 +157,50 @@ def test_a_task_jobs_tenant_is_its_namespace(
     status, message = refusal(lambda: create(task_job(unique("t"), tenant="someone-else")))
     assert status == 403 and "spec.task.tenant" in message
     assert create(task_job(unique("t"), tenant=namespace))["spec"]["task"]["tenant"] == namespace
+
+
+def test_a_workflows_task_steps_need_create_on_their_queues_executions(
+    cluster: KubeCluster, author: client.CustomObjectsApi, namespace: str
+) -> None:
+    """A Workflow or WorkflowDefinition whose task steps name a queue its writer may not submit to
+    is refused (403 naming its steps); pod steps are not this policy's."""
+    edit = ["get", "list", "create", "update", "patch", "delete"]
+    rule = client.V1PolicyRule(api_groups=[GROUP], resources=["workflows", "workflowdefinitions"], verbs=edit)
+    bind(cluster, namespace, "workflows", [rule])
+    wait_for(lambda: may(cluster, namespace, "create", "workflows", None, ""), timeout=30, what="the author's Role")
+
+    def steps(queue: str) -> list[dict[str, Any]]:
+        pod = {"spec": {"containers": [{"name": "main", "image": "busybox"}]}}
+        return [{"id": "a", "type": "pod", "template": pod},
+                {"id": "b", "type": "task", "dependsOn": ["a"], "task": {"queue": queue, "name": "record"}}]  # fmt: skip
+
+    def workflow(queue: str | None, **options: Any) -> Any:
+        chosen = steps(queue) if queue else steps("orders")[:1]
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Workflow", "metadata": {"name": unique("w")},
+                "spec": {"steps": chosen}}  # fmt: skip
+        return author.create_namespaced_custom_object(GROUP, VERSION, namespace, "workflows", body, **options)
+
+    def enforced() -> bool:
+        try:
+            workflow("orders", dry_run="All")
+        except ApiException as error:
+            return error.status == 403 and f"{RELEASE}-vigil-task-steps-workflows" in str(error.body)
+        return False
+
+    wait_for(enforced, timeout=60, what="the task-steps policy to be enforced")
+
+    def definition(queue: str) -> Any:
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkflowDefinition", "metadata": {"name": unique("d")},
+                "spec": {"versions": [{"version": 1, "steps": steps(queue)}]}}  # fmt: skip
+        return author.create_namespaced_custom_object(GROUP, VERSION, namespace, "workflowdefinitions", body)
+
+    status, message = refusal(lambda: workflow("orders"))
+    assert status == 403 and "spec.steps" in message and "taskqueues/executions" in message
+    workflow(None)  # pod steps only: not this policy's
+    grant_submit(cluster, namespace, "orders")
+    assert workflow("orders")["spec"]["steps"][1]["task"]["queue"] == "orders"
+    status, message = refusal(lambda: workflow("payments"))
+    assert status == 403 and "spec.steps" in message
+    definition("orders")
+    status, message = refusal(lambda: definition("payments"))
+    assert status == 403 and "spec.versions" in message

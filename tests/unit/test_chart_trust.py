@@ -12,7 +12,8 @@ Covers, by rendering the chart with the real helm binary:
 * the high-priority ValidatingAdmissionPolicy: what it matches (spec.priority, a Workflow's
   priority label, a task's priority), whom it exempts, where it binds; the operator's config
   carries the same namespaces for the HTTP API;
-* the task-submit ValidatingAdmissionPolicy: a task job's writer must be able to submit;
+* the task-submit ValidatingAdmissionPolicy: a task job's writer must be able to submit; and the
+  task-steps policies: so must the writer of a workflow, definition or workflowTemplate with task steps;
 * the aggregated user roles: a TaskQueue's executions are the subresource taskqueues/executions;
 * the Execution CRD: every spec field but the user's levers is immutable (a transition rule).
 
@@ -378,6 +379,35 @@ def test_a_task_jobs_writer_must_be_able_to_submit_to_its_queue(helm: Helm) -> N
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
     off = render(helm, "--set", "admission.taskSubmit.enabled=false")
     assert find(off, "ValidatingAdmissionPolicy", f"{RELEASE}-task-submit") == []
+
+
+@pytest.mark.parametrize(
+    ("resource", "steps"),
+    [
+        pytest.param("workflows", "object.spec.steps", id="a-workflow's-steps"),
+        pytest.param("workflowdefinitions", "v.steps", id="each-definition-version's-steps"),
+        pytest.param("scheduledjobs", "object.spec.workflowTemplate.steps", id="a-job's-workflowTemplate-steps"),
+    ],
+)
+def test_a_workflows_task_steps_need_their_writer_to_submit_to_each_queue(
+    helm: Helm, resource: str, steps: str
+) -> None:
+    name = f"{RELEASE}-task-steps-{resource}"
+    objects = render(helm)
+    policy = the_one(objects, "ValidatingAdmissionPolicy", name)
+    binding = the_one(objects, "ValidatingAdmissionPolicyBinding", name)
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["resourceRules"][0]["resources"] == [resource]
+    conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+    assert conditions["not-the-operator"] == f'request.userInfo.username != "system:serviceaccount:{NAMESPACE}:{RELEASE}"'
+    assert "oldObject == null" in conditions["steps-written"]
+    [check] = (" ".join(v["expression"].split()) for v in spec["validations"])
+    assert f"{steps}.all(s, !has(s.task) || authorizer.group('vigil.dev').resource('taskqueues')" in check
+    assert ".namespace(request.namespace).name(s.task.queue).check('create').allowed())" in check
+    assert binding["spec"] == {"policyName": name, "validationActions": ["Deny"]}
+    off = render(helm, "--set", "admission.taskSubmit.enabled=false")
+    assert find(off, "ValidatingAdmissionPolicy", name) == []
 
 
 def test_edit_acts_on_a_queues_executions_and_view_reads_them(helm: Helm) -> None:
