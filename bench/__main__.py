@@ -26,6 +26,9 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
    dependents wait for its pod to end, and the floor's pods end more slowly than they are
    created (the node runs them after the API server has them), so the second ratio is the one
    the engine's own costs show in.
+   **fan** — a fan-out of `--fan-workflows` x `--fan-width` steps (50 x 200: 10,000), steps/s
+   of `task` steps (the volume tier: `vigil worker` processes, a PostgreSQL of its own) beside
+   the same fan of `pod` steps (bench/workflows.py).
 8. **resume** — a standby resumes `--resume` waiting workflows after the leader is ended
    gracefully (SIGTERM), then after a crash (SIGKILL), each on its own cluster.
 9. **rss** — the operator's RSS with `--rss-jobs` ScheduledJobs, `--rss-executions` retained
@@ -73,10 +76,12 @@ import io
 import math
 import os
 import shlex
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -139,7 +144,7 @@ __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what
 
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 SECTIONS = (
-    "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "resume", "rss", "history", "onboarding", "queue",
+    "podfloor", "tick", "firelag", "jitter", "cronjob", "executions", "workflows", "fan", "resume", "rss", "history", "onboarding", "queue",
     "backlog", "queuetrigger", "queuerss", "hostile", "console", "api", "sustained", "soak",
 )  # fmt: skip
 NEEDS_FLOOR = ("firelag", "jitter", "cronjob", "executions", "workflows")
@@ -536,6 +541,33 @@ def run_rss(run: Run) -> None:
             target=f"<= {RSS_BUDGET_MIB} MiB at 10000/10000/1000")  # fmt: skip
 
 
+def run_fan(run: Run) -> None:
+    """A fan-out of task steps beside the same fan of pod steps: steps/s, the pod row the reference."""
+    workflows, width = run.args.fan_workflows, run.args.fan_width
+    print(f"\n## fan: {workflows} workflows of {width} steps ({workflows * width} steps), task steps beside pod steps")
+    server = PostgresServer.create(settings=DURABLE_SETTINGS)
+    try:
+        dsn = queue_trigger_bench.fresh_database(server)
+        with fresh_cluster("fan") as b:
+            logs = b.state / "logs"
+
+            def spawn_worker(queue: str, log: Path) -> subprocess.Popen[bytes]:
+                return queue_bench.spawn_vigil(dsn, log, queue=queue)
+
+            def ready(workers: list[subprocess.Popen[bytes]], paths: list[Path]) -> None:
+                queue_bench.wait_ready(workers, paths, "tasks noop")
+
+            found = workflow_bench.fan_rate(b, b.state, stop_process, workflows=workflows, width=width, dsn=dsn,
+                                            spawn_worker=spawn_worker, ready=ready, logs=logs)  # fmt: skip
+    finally:
+        server.drop()
+    for kind, (done, notes) in found.items():
+        print(f"  {kind} steps: {rate(done, 'steps')}; {notes}")
+    pods, tasks = found["pod"][0], found["task"][0]
+    run.add(f"fan ({workflows} x {width}): task steps/s", rate(tasks, "steps"), reference=f"pod steps {rate(pods, 'steps')}",
+            ratio=f"{tasks.rate / max(pods.rate, 1e-9):.2f}x", target="-")  # fmt: skip
+
+
 def run_queue_rss(run: Run) -> None:
     """A whole operator with the volume tier on, over SMALL and then LARGE recurring jobs catalogued."""
     small, large = (int(n) for n in run.args.queue_rss.split(","))
@@ -589,6 +621,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-records", type=int, default=20_000)
     parser.add_argument("--console-jobs", type=int, default=console_bench.DEFAULT_JOBS, help="jobs on the console's Jobs page")
     parser.add_argument("--workflows", type=int, default=50, help="10-step workflows of the workflows section")
+    parser.add_argument("--fan-workflows", type=int, default=50, help="workflows of the fan section")
+    parser.add_argument("--fan-width", type=int, default=200, help="steps per workflow of the fan section (at most 200)")
     parser.add_argument("--resume", type=int, default=1000, help="waiting workflows of the resume section")
     parser.add_argument("--onboard", type=int, default=10_000, help="new ScheduledJobs of the onboarding section")
     parser.add_argument("--rss-jobs", type=int, default=10_000, help="ScheduledJobs of the rss section")
@@ -690,6 +724,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {notes}")
         run.rate_against_floor(f"workflows ({args.workflows} x 10 steps): steps/s", steps, "steps", ">= 0.5x")
         run.rate_against_floor("  same, beside the floor's pods Succeeded/s", steps, "steps", "-", succeeded=True)
+
+    if "fan" in chosen:
+        run_fan(run)
 
     if "resume" in chosen:
         run_resume(run)

@@ -1,4 +1,5 @@
-"""Workflow figures for `make bench`: completed 10-step workflows per second, and resume time.
+"""Workflow figures for `make bench`: completed 10-step workflows per second, resume time, and a
+fan-out's steps per second as `task` steps beside `pod` steps.
 
 * **rate** — `count` workflows of 10 pod steps (a chain of 2 then a fan of 8 — wide enough for
   the engine's workers to overlap, deep enough that each step waits for a result), each pod
@@ -17,7 +18,16 @@
   duration if not), then finding every in-flight workflow, rebuilding each one's state from
   its history and recording its timer.
 
-Both print figures only; neither fails for being slow. Each wait has a deadline: a run that
+* **fan** — `workflows` workflows of `width` steps each (the first, then a fan of the rest after
+  it: 50 x 200 is a 10,000-step fan-out, 200 being a workflow's most steps), created at once;
+  steps/s from the first creation to the last Succeeded, once with `pod` steps (each runs
+  `true` on the local node agent) and once with `task` steps (the no-op task of
+  bench/queue.py, run by `vigil worker` processes on a PostgreSQL of the run's own), by one
+  operator with the volume tier on. The task figure is the volume tier's path: a submit per
+  step, the worker's lease and acknowledgement, and the engine's poll of a workflow's running
+  tasks (`TASK_POLL`, 1 s) — beside the pod path's pod per step.
+
+All print figures only; none fails for being slow. Each wait has a deadline: a run that
 reaches it returns what had finished by then (`bench.reporting.Completion`), printed as a
 censored figure, never as if all had finished; an operator that never took the Lease, or
 workflows not all in flight at the kill, are said in the notes.
@@ -220,6 +230,66 @@ def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count
         return done, notes
     finally:
         phases.close()
+        stop(proc, pidfile)
+
+
+FAN_QUEUE = "work"  # the TaskQueue the fan's task steps name, in the workflows' namespace
+FAN_WORKERS = 2  # `vigil worker` processes for the task row
+
+
+def fan_steps(width: int, kind: str) -> list[dict[str, Any]]:
+    """``s0``, then ``width - 1`` steps after it, all of ``kind``: a pod running `true`, or the
+    no-op task of bench/queue.py."""
+    if kind == "task":
+        block: dict[str, Any] = {"task": {"queue": FAN_QUEUE, "name": "noop"}}
+    else:
+        block = {"template": {"spec": {"containers": [CONTAINER]}}}
+    steps: list[dict[str, Any]] = [{"id": "s0", "type": kind, **block}]
+    steps += [{"id": f"f{i}", "type": kind, "dependsOn": ["s0"], **block} for i in range(width - 1)]
+    return steps
+
+
+def fan_rate(
+    b: BenchCluster,
+    state: Any,
+    stop: Callable[..., None],
+    *,
+    workflows: int,
+    width: int,
+    dsn: str,
+    spawn_worker: Callable[[str, Any], Any],
+    ready: Callable[[list[Any], list[Any]], None],
+    logs: Any,
+) -> dict[str, tuple[Completion, str]]:
+    """Steps of `workflows` fans of `width` steps run to Succeeded, per kind (pod, task): what
+    finished in how long (counted in steps), and notes. One operator with `queue.dsn` runs both;
+    `spawn_worker(queue, log)` starts one `vigil worker` on the task row's queue; `ready` waits
+    until the workers say they are (the clock starts after)."""
+    opns = b.namespace("bench-fanop")
+    steps = workflows * width
+    settings = _settings(opns, state, "bench-fan", pods=steps) + f"queue: {{dsn: '{dsn}'}}\n"
+    proc, pidfile = b.start_operator("bench-fan", settings)
+    found: dict[str, tuple[Completion, str]] = {}
+    try:
+        lead = _lead(b, opns, "bench-fan", proc)
+        for kind in ("pod", "task"):
+            ns = b.namespace(f"bench-fan-{kind}")
+            paths = [logs / f"fan-worker-{i}.log" for i in range(FAN_WORKERS if kind == "task" else 0)]
+            workers = [spawn_worker(f"{ns}/{FAN_QUEUE}", path) for path in paths]
+            phases = Phases(b, ns)
+            try:
+                ready(workers, paths)
+                started = time.monotonic()
+                _create(b, ns, workflows, kind[0], fan_steps(width, kind))
+                done, end = _finished(phases, workflows, started)
+            finally:
+                phases.close()
+                for worker in workers:
+                    stop(worker)
+            notes = f"end {end}" + ("" if lead is not None else "; the operator did not hold the Lease in time")
+            found[kind] = (Completion(done.finished * width, steps, done.seconds), notes)
+        return found
+    finally:
         stop(proc, pidfile)
 
 
