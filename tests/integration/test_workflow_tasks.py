@@ -10,12 +10,16 @@ the database's `runs` table:
   workflow adds no execution;
 * a task that fails its first attempt: the step retries, the same execution runs again at
   attempt 2 and succeeds; the history has the TaskFailed then the TaskSucceeded;
-* a workflow with a task step is Invalid while the engine has no queue store.
+* a workflow with a task step is Invalid while the engine has no queue store;
+* through a real operator given the queue's DSN (its informer, work queue and the task poll
+  driving the passes): a fan of task steps after a first one runs to success, one execution
+  per step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +28,8 @@ import tests.queue.tasks  # noqa: F401  (registers the tasks the worker runs)
 from tests.contract.conftest import postgres
 from tests.contract.postgres import PostgresServer
 from tests.integration.conftest import KubeCluster
-from tests.integration.workflows import create_workflow, get_workflow
+from tests.integration.operators import OperatorFleet
+from tests.integration.workflows import create_workflow, get_workflow, wait_phase
 from tests.queue.tasks import DSN_ENV, create_tables
 from tests.queue.workers import in_process, runs
 from tests.waiting import wait_for
@@ -138,3 +143,35 @@ def test_a_task_step_is_invalid_without_the_volume_tier(cluster: KubeCluster, na
     status = get_workflow(cluster, namespace, "tierless")["status"]
     [invalid] = [c for c in status["conditions"] if c["type"] == "Invalid"]
     assert invalid["status"] == "True" and "set queue.dsn" in invalid["message"]
+
+
+@pytest.fixture
+def task_fleet(
+    cluster: KubeCluster, tmp_path: Path, queue_dsn: str, request: pytest.FixtureRequest
+) -> Iterator[OperatorFleet]:
+    """A leader with the volume tier on: this test's queue database."""
+    fleet = OperatorFleet(cluster, tmp_path, queue={"dsn": queue_dsn})
+    fleet.start()
+    fleet.leader()
+    yield fleet
+    fleet.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        print(fleet.logs())
+    cluster.clear_namespace(fleet.namespace)
+
+
+@pytest.mark.postgres
+def test_a_fan_of_task_steps_through_a_real_operator(
+    cluster: KubeCluster, namespace: str, task_fleet: OperatorFleet, queue_dsn: str
+) -> None:
+    steps = [task_step("s0", "record"), *(task_step(f"f{i}", "record", "s0") for i in range(6))]
+    created = create_workflow(cluster, namespace, "fan", steps=steps)
+    queue = queue_key(namespace, "work")
+    with in_process(queue_dsn, queue):
+        done = wait_phase(cluster, namespace, "fan", *FINISHED)
+    assert done["status"]["phase"] == "Succeeded", done["status"].get("conditions")
+    uid = created["metadata"]["uid"]
+    ran = sorted(eid for eid, _, _, event in runs(queue_dsn) if event == "ran")
+    assert ran == sorted(step_execution_id(uid, step["id"]) for step in steps)  # each once
+    assert QueueStore(queue_dsn).counts(queue)["succeeded"] == len(steps)
