@@ -142,6 +142,8 @@ def test_a_hostile_decision_is_400_naming_the_field_and_decides_nothing(
         pytest.param(f'{{"namespace": "shop", "queue": "q", "task": "{MARKER}", "payload": {deep(1000)}}}',
                      "body", id="1,000 deep"),
         pytest.param('{"namespace": "' + MARKER + '!", "queue": "q", "task": "t"}', "namespace", id="a bad name"),
+        pytest.param('{"namespace": "shop", "queue": "q", "task": "t", "cron": "0 3 * * *", "payloadTemplate": '
+                     '{"t": "' + "{{ job.name }}," * 120 + '"}}', "payloadTemplate.t", id="a template past the code bound"),
     ],
 )
 def test_a_hostile_submission_is_422_naming_the_field_and_reaches_no_store(

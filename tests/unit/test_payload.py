@@ -9,14 +9,19 @@ still render.
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from datetime import UTC, datetime
+from types import CodeType
 from typing import Any
 
 import pytest
+from jinja2 import Environment
 
-from vigil.core.payload import PayloadError, occurrence_variables, render_payload
+from tests.hostile_templates import ESCAPES
+from vigil.core.payload import PayloadError, _environment, occurrence_variables, render_payload
 from vigil.core.templatebudget import DEFAULT_BUDGETS
-from vigil.core.templatelimits import MAX_NUMBER, MAX_RANGE, MAX_TEXT, MAX_TOKENS
+from vigil.core.templatelimits import MAX_CODE, MAX_NUMBER, MAX_RANGE, MAX_TEXT, MAX_TOKENS
 
 VALUE_BYTES = DEFAULT_BUDGETS.value_bytes
 
@@ -85,6 +90,7 @@ ATTACKS = [
     pytest.param(f"{{{{ range({MAX_RANGE + 1}) | list }}}}", f"larger than {MAX_NUMBER}", id="range past the cap"),
     pytest.param("{{ job.name }}" * MAX_TEXT, "the template would be", id="a source past the size cap"),
     pytest.param("{{ [" + "1," * MAX_TOKENS + "] }}", f"more than {MAX_TOKENS} tokens", id="a source past the token cap"),
+    pytest.param("{{ job.name }}," * 120, f"characters of code; the limit is {MAX_CODE}", id="code past the code cap"),
     # Mistakes rather than attacks: they fail when rendered, and a retry would fail the same way.
     pytest.param("{{ 1 // 0 }}", "ZeroDivisionError", id="division by zero"),
     pytest.param('{{ "a" + 1 }}', "TypeError", id="text plus a number"),
@@ -104,3 +110,59 @@ def test_after_a_refused_template_the_next_render_is_unaffected() -> None:
     with pytest.raises(PayloadError):
         render({"k": "{% for a in range(9000) %}{% for b in range(9000) %}{% endfor %}{% endfor %}"})
     assert render({"k": "{{ periodEnd | date }}"}) == '{"k":"2026-08-01"}'
+
+
+# Compiling: CPython's compile() of the code Jinja generates passes through 80 to 140 bytes per
+# character of that code for a moment, so the code is bounded (MAX_CODE) before compile() sees it.
+
+#: A large but ordinary template: one report query over twenty-five tables, 76 substitutions.
+REPORT = "\n".join(
+    f"SELECT '{{{{ job.name }}}}' AS job, count(*) FROM ledger_{i} "
+    f"WHERE day >= '{{{{ periodStart | date }}}}' AND day < '{{{{ periodEnd | date }}}}' UNION ALL"
+    for i in range(25)
+) + "\nSELECT '{{ executionId }}', 0"
+
+
+def test_a_large_ordinary_template_compiles_and_renders() -> None:
+    assert len(_environment("UTC").compile(REPORT, raw=True)) <= MAX_CODE
+    rendered = render({"sql": REPORT})
+    assert "FROM ledger_24 WHERE day >= '2026-07-31' AND day < '2026-08-01'" in rendered
+    assert rendered.endswith("SELECT 'ex-abc', 0\"}")
+
+
+def test_code_past_the_bound_is_refused_naming_the_field_before_python_compiles_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four times the report's expressions in one string (under the token cap): refused with the
+    field named, and CPython's compile() is never called; the same split across strings renders."""
+    compiled: list[int] = []
+    compile_ = Environment._compile
+
+    def recording(env: Environment, source: str, filename: str) -> CodeType:
+        compiled.append(len(source))
+        return compile_(env, source, filename)
+
+    monkeypatch.setattr(Environment, "_compile", recording)
+    big = "\n".join([REPORT] * 4)
+    with pytest.raises(PayloadError) as caught:
+        render({"sql": big})
+    assert str(caught.value).startswith("spec.payloadTemplate.sql: the template compiles to "), caught.value
+    assert f"characters of code; the limit is {MAX_CODE}" in str(caught.value)
+    assert "split it across several strings" in str(caught.value)
+    assert all(size <= MAX_CODE for size in compiled), "compile() was given code past the bound"
+    assert "ledger_24" in render({f"sql{n}": REPORT for n in range(4)})
+
+
+def test_compiling_the_densest_code_under_the_bound_passes_through_under_3_mib() -> None:
+    """A list literal of 200 expressions, as close to the bound as the catalogue's escape gets."""
+    dense = next(e.template for e in ESCAPES if e.name == "literals of many distinct values")
+    source = _environment("UTC").compile(dense, raw=True)
+    assert MAX_CODE * 0.9 < len(source) <= MAX_CODE
+    gc.collect()
+    tracemalloc.start()
+    try:
+        compile(source, "<template>", "exec")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * 1024 * 1024, f"compiling {len(source)} characters passed through {peak} bytes"

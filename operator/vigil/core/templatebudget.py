@@ -42,8 +42,12 @@ class Budgets:
     #: Largest string any step may build, and the whole output (UTF-8 bytes): twice the rendered
     #: payload's own 32 KiB limit, so no template that can yield a valid payload is refused.
     value_bytes: int = 64 * 1024
-    #: Bytes all the values of one render may add up to: bounds its peak memory (64x one value).
-    built_bytes: int = 4 * 1024 * 1024
+    #: Bytes all the values of one render may add up to: bounds its peak memory (16x one value,
+    #: 32x the rendered payload's limit). A real template builds a few KiB, a 30 KiB text passed
+    #: through four filters 180 KiB. At 4 MiB, three known escapes each held a render at 4 MiB.
+    #: Refused now, accepted before: a string grown piece by piece in a `namespace()` (charged
+    #: the square of its length) past about 6 KiB of 32-byte pieces; loop output or `join` is linear.
+    built_bytes: int = 1024 * 1024
     #: Interpreter steps (trace events): a real payload template takes a few hundred to a few
     #: thousand; 200,000 take about 0.3 s on this project's 2-core machines.
     steps: int = 200_000

@@ -4,8 +4,9 @@ A trigger renders one template for many occurrences (100,000 jobs may share one)
 costs far more than rendering, so compiled templates are kept. But a compiled template holds
 about 40 bytes per character of its source (0.7 MiB for a 17 KiB one), so a cache bounded by
 count alone (1,024 entries) would let a tenant who edits templates of the CRD's 32 KiB fill it
-with 1.4 GiB. This one is bounded by the source it holds, too. And compiling a 32 KiB template
-passes through some 40 MiB of the parser's and Python's compiler's own objects for a moment, so
+with 1.4 GiB. This one is bounded by the source it holds, too. And compiling passes through the
+parser's and Python's compiler's own objects for a moment (some 40 MiB for a 32 KiB template
+before the generated code was bounded; at most about 2 MiB now, `templatelimits.MAX_CODE`), so
 compiles are made one at a time: four reconcile workers compiling at once would make four such
 peaks. Compiling holds the GIL throughout, so one at a time costs no throughput.
 

@@ -23,13 +23,20 @@ Each weighs what it will build before building it where the size can be foreseen
 with a memory rlimit was measured against this and is slower per fire (docs/security.md).
 Blocks, `extends`, `include` and `import` are refused at compile (a payload has no use for
 them, and a block's output is joined by Jinja's runtime, outside these hooks); `lipsum` and
-`urlize` are not offered. Pure: no I/O, and a clock only if the caller injects one.
+`urlize` are not offered.
+
+Compiling is bounded too, before it starts: the source by its length and tokens (so Jinja's own
+parser and code generator stay small), and the Python code Jinja generates from it by its length,
+before CPython's `compile()` sees it. That compile is the expensive step: it passes through 80 to
+140 bytes per character of the code (a list literal of 400 slices: 40,000 characters, 4.6 MiB for
+a moment), whatever the template means, so it is bounded by what it is given.
+Pure: no I/O, and a clock only if the caller injects one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any, TypeVar
 
 from jinja2 import Template, nodes
@@ -63,17 +70,23 @@ from vigil.core.templatesizes import (
 )
 
 __all__ = [
-    "MAX_NUMBER", "MAX_RANGE", "MAX_STEPS", "MAX_TEXT", "MAX_TOKENS", "BoundedSandbox", "Budgets", "TemplateLimitExceeded",
+    "MAX_CODE", "MAX_NUMBER", "MAX_RANGE", "MAX_STEPS", "MAX_TEXT", "MAX_TOKENS", "BoundedSandbox", "Budgets", "TemplateLimitExceeded",
     "compile_bounded", "render_bounded", "render_compiled", "render_within",
 ]  # fmt: skip
 
 #: Longest template source: a payload's own limit, and what the CRD schema admits.
 MAX_TEXT = 32 * 1024
-#: Most tokens (names, literals, operators, text between tags) one template may have. Compiling
-#: passes through Jinja's and Python's compilers, whose objects for a moment weigh about 2 KiB a
-#: token (25 MiB for a 17 KiB template of 12,000 literals), so a tenant editing such templates
-#: raised the operator's peak memory; ordinary payload templates have under 400.
+#: Most tokens (names, literals, operators, text between tags) one template may have: bounds
+#: Jinja's lexer, parser and code generator (at 4,000 tokens, a few hundred KiB); ordinary payload
+#: templates have under 400.
 MAX_TOKENS = 4_000
+#: Most characters of Python code Jinja may generate for one template, refused before CPython
+#: compiles it. That compile passes through 80 to 140 bytes per character for a moment, so this
+#: holds it to about 2 MiB (at 4,000 tokens, up to 8 MiB: a tenant editing such templates raised
+#: the operator's peak RSS by that). Each expression is about 140 characters (`{{ job.name }}`,
+#: `{{ periodStart | date }}`, an `{% if %}`), so a string may hold some 110; text between them
+#: costs nothing, and a payload's other strings are templates of their own.
+MAX_CODE = 16 * 1024
 #: Most numbers one range yields.
 MAX_RANGE = 10_000
 #: Interpreter steps one render may take (`Budgets.steps`).
@@ -234,6 +247,16 @@ class BoundedSandbox(SandboxedEnvironment):
     def add_filter(self, name: str, function: Callable[..., Any]) -> None:
         self.filters[name] = _bounded_filter(name, function)
 
+    def _compile(self, source: str, filename: str) -> CodeType:
+        """Jinja's hook between its code generator and CPython's compile(): code past MAX_CODE
+        is refused here, so compile() never sees it (module doc)."""
+        if len(source) > MAX_CODE:
+            raise TemplateLimitExceeded(
+                f"the template compiles to {len(source)} characters of code; the limit is {MAX_CODE} "
+                "(about 110 expressions in one string: split it across several strings of the payload)"
+            )
+        return super()._compile(source, filename)
+
     @staticmethod
     def concat(pieces: Iterable[str]) -> str:
         """The output of a macro, a `{% set %}` block or a `{% filter %}` block, joined."""
@@ -292,8 +315,8 @@ class BoundedSandbox(SandboxedEnvironment):
 
 
 def compile_bounded(environment: BoundedSandbox, text: str) -> Template:
-    """Compile `text` (at most MAX_TEXT long, MAX_TOKENS tokens). Compiling is linear in the
-    source: untraced.
+    """Compile `text` (at most MAX_TEXT long, MAX_TOKENS tokens, MAX_CODE characters of generated
+    code). Compiling is linear in the source: untraced.
 
     A compiled template holds no render state, so callers may keep it and render it many times.
     """
