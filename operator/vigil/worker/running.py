@@ -29,6 +29,12 @@ LISTENs:
   then the worker returns.
 
 `now` comes from the injected clock, read once per pass.
+
+A worker's start is paid before its first lease, so this module imports only what the loop
+uses: the worker's part of the store (`vigil.queue.workerstore`, not `vigil.queue.store`,
+which composes the operator's submit and upkeep parts too), and the clock's port for typing
+only (`vigil.core.ports` loads the trigger's core: chains, schedules, buckets).
+tests/unit/test_worker_imports.py keeps it so.
 """
 
 from __future__ import annotations
@@ -44,13 +50,12 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from vigil import metrics, pgconnect
 from vigil.core.executions import RetryPolicy
-from vigil.core.ports import Clock
 from vigil.core.queue import (
     Allowance,
     AttemptOutcome,
@@ -59,9 +64,12 @@ from vigil.core.queue import (
     allowance,
     bounded_error,
 )
-from vigil.queue.store import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
+from vigil.queue.workerstore import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
 from vigil.worker.settings import WorkerSettings
 from vigil.worker.tasks import Context, TaskRegistry
+
+if TYPE_CHECKING:
+    from vigil.core.ports import Clock
 
 log = logging.getLogger(__name__)
 
