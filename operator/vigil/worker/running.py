@@ -130,8 +130,7 @@ class Worker:
         tasks = self.registry.names()
         if not tasks:
             raise ValueError("no tasks registered: import the module that defines them (--tasks)")
-        connection = await pgconnect.connect_async(self.dsn)
-        books = await pgconnect.connect_async(self.dsn)
+        connection, books = await _connect_together(self.dsn, 2)
         self._store = WorkerStore(connection, queue=self.queue, worker=self.name)
         self._books = WorkerStore(books, queue=self.queue, worker=self.name)
         await self._read_declaration()
@@ -431,3 +430,18 @@ async def _stopped(halt: asyncio.Event, seconds: float, *, early: asyncio.Event 
         for waiting in waits:
             waiting.cancel()
     return halt.is_set()
+
+
+async def _connect_together(dsn: str, count: int) -> list[psycopg.AsyncConnection[Any]]:
+    """`count` connections opened at once, so a start waits for one connect and not each in turn.
+
+    When one fails, those that opened are closed and the first failure is raised.
+    """
+    opened = await asyncio.gather(*(pgconnect.connect_async(dsn) for _ in range(count)), return_exceptions=True)
+    failures = [result for result in opened if isinstance(result, BaseException)]
+    connections = [result for result in opened if not isinstance(result, BaseException)]
+    if failures:
+        for connection in connections:
+            await connection.close()
+        raise failures[0]
+    return connections
