@@ -10,7 +10,7 @@ Each path runs in a fresh interpreter (a subprocess) and reports its `sys.module
   and ends the probe. The PostgreSQL driver, asyncio and the Prometheus client belong to it;
   the Kubernetes client, the CRD models, pydantic, YAML, Jinja2, SQLAlchemy and the operator's
   adapters never do, nor the parts of the store and of the core that only the operator uses
-  (submit, upkeep, the trigger's chains and schedules).
+  (submit, upkeep, the trigger's chains and schedules, the declarative tier's executions).
 
 No timing here: the start's duration is `make bench queue`'s figure; this keeps what it pays
 for from growing back unnoticed.
@@ -62,10 +62,12 @@ NEVER = ("kubernetes", "pydantic", "yaml", "croniter", "alembic", "sqlalchemy", 
 #: Loaded by the loop, not by `--help`.
 LOOP_ONLY = ("psycopg", "asyncio", "prometheus_client", "vigil.metrics", "vigil.queue.workerstore", "vigil.worker.running")
 #: The operator's parts of the queue store and the core, which a worker never runs: the store's
-#: composition (`vigil.queue.store`: submit, upkeep), and the ports module that loads the
-#: trigger's core (chains, schedules, buckets).
+#: composition (`vigil.queue.store`: submit, upkeep), the ports module that loads the trigger's
+#: core (chains, schedules, buckets), and the declarative tier's executions and dispatch (the
+#: worker needs only their retry policy, vigil.core.backoff).
 OPERATOR_ONLY = ("vigil.queue.store", "vigil.queue.submitstore", "vigil.queue.upkeepstore", "vigil.core.ports",
-                 "vigil.core.chain", "vigil.core.schedule", "vigil.core.buckets")  # fmt: skip
+                 "vigil.core.chain", "vigil.core.schedule", "vigil.core.buckets", "vigil.core.executions",
+                 "vigil.core.dispatch")  # fmt: skip
 
 
 def loaded(path: str) -> set[str]:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from vigil.core.executions import Backoff
+from vigil.core.backoff import Backoff
 from vigil.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:

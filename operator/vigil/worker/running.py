@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from vigil import metrics, pgconnect
-from vigil.core.executions import RetryPolicy
+from vigil.core.backoff import RetryPolicy
 from vigil.core.queue import (
     Allowance,
     AttemptOutcome,
