@@ -120,7 +120,11 @@ def vigil_submitter(dsn: str) -> Callable[[], None]:
 
     store = QueueStore(dsn)
     store.migrate()
-    return lambda: store.submit(QUEUE, [Submission("first")], now=datetime.now(UTC))
+
+    def submit() -> None:
+        store.submit(QUEUE, [Submission("first")], now=datetime.now(UTC))
+
+    return submit
 
 
 def peer_submitter(dsn: str) -> Callable[[], None]:
