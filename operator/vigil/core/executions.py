@@ -22,9 +22,9 @@ Repeated observations are harmless: `start` with the pod already recorded and
 first observation of an attempt wins), because watch events repeat. Anything
 else that does not fit the diagram raises `InvalidTransition`.
 
-The retry policy and its full-jitter backoff are vigil.core.backoff's (re-exported
-here), shared with the volume tier. Times are kept to the millisecond — the precision they are stored with
-(`execution_to_dict`) — so an execution always equals its stored form.
+The retry policy and its full-jitter backoff live in vigil.core.backoff (re-exported
+here), shared with the volume tier. Times are kept to the millisecond — the precision
+they are stored with (`execution_to_dict`) — so an execution always equals its stored form.
 """
 
 from __future__ import annotations
@@ -89,9 +89,6 @@ class ExecutionReason(StrEnum):
 
 class InvalidTransition(ValueError):
     """A transition the state machine does not allow from the execution's phase."""
-
-
-# --- policy -----------------------------------------------------------------------------------
 
 
 # --- values -----------------------------------------------------------------------------------
