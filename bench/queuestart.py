@@ -21,18 +21,18 @@ The machine is small and shared: read the ratio, not the absolute figures.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import signal
-import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the measuring side only: a peer worker imports none of them
+# Both workers import this module (bench/firsttask.py for its line's prefix, pgqueuer's as its
+# `peer` mode): at its top only what they load anyway, the measuring side's imports in its functions.
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
+
     from bench.reporting import Row
     from tests.contract.postgres import PostgresServer
 
@@ -162,6 +162,10 @@ def measure(server: PostgresServer, runs: int, logs: Path) -> tuple[list[float],
 
 def row(server: PostgresServer, runs: int = DEFAULT_RUNS) -> Row:
     """The start figure beside pgqueuer's, printed as it is measured."""
+    import statistics
+    import tempfile
+    from pathlib import Path
+
     from bench.reporting import Row, ratio
 
     with tempfile.TemporaryDirectory(prefix="vigil-bench-queuestart-") as tmp:
@@ -175,6 +179,8 @@ def row(server: PostgresServer, runs: int = DEFAULT_RUNS) -> Row:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m bench.queuestart", description=__doc__.split("\n")[0])
     parser.add_argument("mode", nargs="?", default="measure", choices=["measure", "peer"])
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="counted samples per system")
