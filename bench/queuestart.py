@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -93,7 +94,6 @@ def ran_at(log: Path) -> float | None:
 
 def sample(command: list[str], submit: Callable[[], None], log: Path) -> float:
     """Seconds from spawning `command` to its first task running (one execution ready before)."""
-    from bench.queue import stop_all
     from bench.queuefloor import spawn_process
 
     submit()
@@ -107,7 +107,12 @@ def sample(command: list[str], submit: Callable[[], None], log: Path) -> float:
             time.sleep(POLL_S)
         return ran - began
     finally:
-        stop_all([process])
+        process.send_signal(signal.SIGTERM)  # as bench.queue.stop_all (not imported: a task module)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 # -- the two systems ----------------------------------------------------------------------------
