@@ -25,6 +25,11 @@ Then, at the largest process count, Vigil twice more on a namespace's queue: its
 as the owner, then as the namespace's own role (vigil.queue.roles, as the chart's workers are),
 whose ratio is what the role's functions and checks cost.
 
+Last, a worker's start on the same server (bench/queuestart.py): from spawning one worker
+process to its first task running, one execution ready beforehand, Vigil's median beside
+pgqueuer's. The throughput runs above wait for every worker to be ready before their clock
+starts, so no start is in those figures.
+
 The rate is executions per second of wall time, submit included; the ratio is
 Vigil's over pgqueuer's (above 1: Vigil is faster). A run that reaches its
 deadline prints a censored lower bound (bench/reporting.py). The machine is
@@ -48,7 +53,7 @@ from typing import Any, LiteralString
 
 import psycopg
 
-from bench import queuefloor
+from bench import queuefloor, queuestart
 from bench.queuefloor import POLL_SECONDS, READY_LINE, WORKER_SLOTS, spawn_process
 from bench.reporting import Completion, Row, rate, ratio, table
 from tests.contract.postgres import DURABLE_SETTINGS, PostgresServer
@@ -315,6 +320,7 @@ def run(executions: int, worker_counts: tuple[int, ...]) -> list[Row]:
                       f"floor {rate(floor.done, 'executions')}, {floor.statement_ms:.3f} ms")  # fmt: skip
                 rows.extend(queue_rows(workers, ours, theirs, floor))
             rows.append(roles_row(server, max(worker_counts), executions, Path(tmp) / "roles"))
+        rows.append(queuestart.row(server))
     finally:
         server.drop()
     return rows

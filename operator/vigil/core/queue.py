@@ -6,7 +6,7 @@ are the same as the declarative tier's and testable without a database:
 
 - a lease lasts `lease` from the moment it is taken or extended (`lease_deadline`);
 - a failed attempt with attempts left becomes ready again after the core's own
-  full-jitter backoff (`vigil.core.executions.backoff_delay`, keyed by the stable
+  full-jitter backoff (`vigil.core.backoff.backoff_delay`, keyed by the stable
   execution id, so every worker computes the same instant); the last allowed one
   is a dead letter;
 - an expired lease counts as a spent attempt: the execution becomes leasable at
@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from vigil.core.executions import Backoff, RetryPolicy, backoff_delay
+from vigil.core.backoff import Backoff, RetryPolicy, backoff_delay
 from vigil.core.timeparse import require_aware
 
 #: Attempts an execution gets when its submission names none.

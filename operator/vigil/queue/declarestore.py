@@ -15,7 +15,7 @@ from typing import Any
 
 from psycopg.types.json import Jsonb
 
-from vigil.core.executions import Backoff
+from vigil.core.backoff import Backoff
 from vigil.core.queue import QueueDeclaration, QueueStats, QueueWatchSummary
 from vigil.queue.queries import QUERIES
 from vigil.queue.storebase import StoreBase

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
-from vigil.core.executions import Backoff
+from vigil.core.backoff import Backoff
 from vigil.worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -112,11 +112,12 @@ def run(args: argparse.Namespace, settings: WorkerSettings) -> int:
     """Run the loop until SIGTERM (the arguments read and the task modules imported)."""
     import asyncio
 
-    from vigil.queue.store import QueueStore
     from vigil.worker.running import Worker
     from vigil.worker.tasks import REGISTRY
 
     if args.migrate:
+        from vigil.queue.store import QueueStore  # the operator's parts too: only when asked
+
         QueueStore(args.dsn).migrate()
     if args.metrics_port is not None:
         from prometheus_client import start_http_server

@@ -29,6 +29,12 @@ LISTENs:
   then the worker returns.
 
 `now` comes from the injected clock, read once per pass.
+
+A worker's start is paid before its first lease, so this module imports only what the loop
+uses: the worker's part of the store (`vigil.queue.workerstore`, not `vigil.queue.store`,
+which composes the operator's submit and upkeep parts too), and the clock's port for typing
+only (`vigil.core.ports` loads the trigger's core: chains, schedules, buckets).
+tests/unit/test_worker_imports.py keeps it so.
 """
 
 from __future__ import annotations
@@ -44,13 +50,12 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from vigil import metrics, pgconnect
-from vigil.core.executions import RetryPolicy
-from vigil.core.ports import Clock
+from vigil.core.backoff import RetryPolicy
 from vigil.core.queue import (
     Allowance,
     AttemptOutcome,
@@ -59,9 +64,12 @@ from vigil.core.queue import (
     allowance,
     bounded_error,
 )
-from vigil.queue.store import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
+from vigil.queue.workerstore import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
 from vigil.worker.settings import WorkerSettings
 from vigil.worker.tasks import Context, TaskRegistry
+
+if TYPE_CHECKING:
+    from vigil.core.ports import Clock
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +130,7 @@ class Worker:
         tasks = self.registry.names()
         if not tasks:
             raise ValueError("no tasks registered: import the module that defines them (--tasks)")
-        connection = await pgconnect.connect_async(self.dsn)
-        books = await pgconnect.connect_async(self.dsn)
+        connection, books = await _connect_together(self.dsn, 2)
         self._store = WorkerStore(connection, queue=self.queue, worker=self.name)
         self._books = WorkerStore(books, queue=self.queue, worker=self.name)
         await self._read_declaration()
@@ -423,3 +430,18 @@ async def _stopped(halt: asyncio.Event, seconds: float, *, early: asyncio.Event 
         for waiting in waits:
             waiting.cancel()
     return halt.is_set()
+
+
+async def _connect_together(dsn: str, count: int) -> list[psycopg.AsyncConnection[Any]]:
+    """`count` connections opened at once, so a start waits for one connect and not each in turn.
+
+    When one fails, those that opened are closed and the first failure is raised.
+    """
+    opened = await asyncio.gather(*(pgconnect.connect_async(dsn) for _ in range(count)), return_exceptions=True)
+    failures = [result for result in opened if isinstance(result, BaseException)]
+    connections = [result for result in opened if not isinstance(result, BaseException)]
+    if failures:
+        for connection in connections:
+            await connection.close()
+        raise failures[0]
+    return connections

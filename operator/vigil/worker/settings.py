@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import timedelta
 
-from vigil.core.executions import Backoff
+from vigil.core.backoff import Backoff
 
 DEFAULT_BACKOFF = Backoff(initial=timedelta(seconds=10), factor=2.0, max=timedelta(minutes=10))
 
