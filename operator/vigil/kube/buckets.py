@@ -76,7 +76,6 @@ class _Insert:
         self.error: Exception | None = None
 
 
-INSERT_RETRIES = 10
 WRITE_CONCURRENCY = 8  # buckets one group commit writes at once (a minute has `shards` of them, or more)
 BY_MINUTE = "minute"  # the bucket cache's index: the minute label
 
@@ -317,7 +316,7 @@ class KubeBucketStore:
         for minute, waiters in by_minute.items():
             try:
                 group = functools.partial(self._insert_group, minute, waiters, itertools.count())
-                retry_on_conflict(group, tries=INSERT_RETRIES)
+                retry_on_conflict(group)
             except Exception as error:  # every caller of this minute hears of it
                 for waiter in waiters:
                     waiter.error = error
@@ -467,7 +466,7 @@ class KubeBucketStore:
             self._replace(bucket, _changed(obj, [o for o in obj["spec"].get("occurrences") or [] if o["key"] != key]))
 
         with self._lock:
-            retry_on_conflict(remove_once, tries=INSERT_RETRIES)
+            retry_on_conflict(remove_once)
 
 
 @dataclasses.dataclass
