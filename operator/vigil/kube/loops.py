@@ -186,13 +186,19 @@ class Drain(Generic[T]):
         """Write batches until `stop` is set (None: never), looking at it every
         `STOP_CHECK_SECONDS` while idle."""
         while stop is None or not stop.is_set():
-            batch = self._take(STOP_CHECK_SECONDS if stop is not None else None)
-            if not batch:
-                continue
-            try:
-                self._write(batch)
-            except Exception:
-                log.exception("%s failed; going on with the next batch", self.what)
+            self._write_next(STOP_CHECK_SECONDS if stop is not None else None)
+
+    def _write_next(self, timeout: float | None) -> None:
+        """Write the next batch, if one comes within `timeout`. A function of its own so that no
+        batch outlives its write: the loop would otherwise hold the last one while it waits, and
+        with it every caller's item (the bucket store's futures and their callbacks)."""
+        batch = self._take(timeout)
+        if not batch:
+            return
+        try:
+            self._write(batch)
+        except Exception:
+            log.exception("%s failed; going on with the next batch", self.what)
 
     def _take(self, timeout: float | None) -> list[T]:
         """The oldest item, waiting up to `timeout` for one (none: []), and what waits behind it."""
