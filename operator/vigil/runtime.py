@@ -8,20 +8,23 @@ report becomes as metrics in `vigil.metrics`.
 
 `run(settings)` starts the health/metrics endpoints, then campaigns for the
 leader Lease. Standbys stay warm (imported, connected, serving health) and wait.
-The leader starts its caches, controllers and passes, each a thread, and waits
-for SIGTERM; if it ever loses the Lease it exits at once, and its Deployment
-restarts it as a standby.
+The leader builds its parts in named steps (`_firing`: bucket to pod; `_recording`:
+history and log tails; `_workflow_engine`; `_leader_threads`: every thread by name),
+starts them, and waits for SIGTERM; if it ever loses the Lease it exits at once, and
+its Deployment restarts it as a standby. What happens over the process's life — the
+wait for the Lease, the handover, the exit on a lost Lease, a store's migration waited
+for with backoff — is `vigil.kube.lifecycle`'s.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -50,7 +53,7 @@ from vigil.kube.approvals import (
     approval_outbox,
     approver_review,
 )
-from vigil.kube.buckets import WRITE_CONCURRENCY, bucket_cache
+from vigil.kube.buckets import WRITE_CONCURRENCY, KubeBucketStore, bucket_cache
 from vigil.kube.consolereads import KubeConsoleReads
 from vigil.kube.coreapi import CoreApi
 from vigil.kube.definitions import DefinitionController, definition_cache
@@ -59,12 +62,24 @@ from vigil.kube.events import EventRecorder
 from vigil.kube.executioncontroller import ExecutionCaches, ExecutionController
 from vigil.kube.executions import ExecutionStore
 from vigil.kube.historyflush import HistoryFlusher
+from vigil.kube.informer import Informer
 from vigil.kube.jobcontroller import JobController
 from vigil.kube.jobs import KubeCatalogue, job_cache
 from vigil.kube.jobstatus import JobStatusWriter
 from vigil.kube.launcher import ExecutionLauncher, TaskSubmitter
 from vigil.kube.leasing import LeaderElector, LeaseConfig
 from vigil.kube.ledger import KubeLedger
+from vigil.kube.lifecycle import (
+    HANDOVER_JOIN_SECONDS,
+    Threads,
+    exit_on_lost_leadership,
+    lead_until_stopped,
+    retry_until_ready,
+    stand_down,
+    start_threads,
+    stop_on_sigterm,
+    wait_until_leader,
+)
 from vigil.kube.logcapture import KubePodLogs, LogCapture, OwnerOf, execution_owner, step_owner
 from vigil.kube.loops import every, trigger_loop, watch
 from vigil.kube.results import JobResults
@@ -89,11 +104,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("vigil")
 
-EXIT_LOST_LEADERSHIP = 75  # EX_TEMPFAIL: restart me
 RETENTION_EVERY_SECONDS = 3600.0  # history is kept in whole days; hourly is plenty
-HANDOVER_JOIN_SECONDS = 5.0  # how long a stopping leader waits for the passes in flight to finish
-PASSIVE_SUFFIX = "-cache"  # threads named so only fill a cache: a handover need not wait for them
-STOP_POLL_SECONDS = 0.5  # how often a standby waiting for the Lease looks whether it was told to stop
 
 #: Makes this process's wall clock: the composition root's clocks come from it, and it hands them to
 #: every part. A test's launcher may put another here before `main` runs (tests/faults/stepped_operator.py).
@@ -391,12 +402,6 @@ def start_approval_senders(publisher: TokenPublisher, settings: Settings, stop: 
     ).start()  # fmt: skip
 
 
-def _lost() -> None:
-    log.error("leadership lost: exiting so that no stale leader acts")
-    logging.shutdown()
-    os._exit(EXIT_LOST_LEADERSHIP)
-
-
 def _campaign(
     api: client.ApiClient,
     settings: Settings,
@@ -413,7 +418,7 @@ def _campaign(
     elector = LeaderElector(
         client.CoordinationV1Api(election_client(lease)),
         lease,
-        on_lost=_lost,
+        on_lost=exit_on_lost_leadership,
         on_transition=lambda holder: metrics.LEADER_TRANSITIONS.inc(),
         clock=clock,
         on_server_time=clock.observe,
@@ -475,7 +480,7 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
         on_acquired=on_acquired,
         lease_duration=lease.lease_duration,
         renew_period=lease.renew_period,
-        on_lost=_lost,
+        on_lost=exit_on_lost_leadership,
         clock=clock,
         reachable=lambda: pgconnect.answers(dsn),
     )
@@ -483,44 +488,16 @@ def start_trigger_shards(settings: Settings, lease: LeaseConfig, *, me: str) -> 
     def migrate_then_start() -> None:
         """The schema first, waiting for the store as long as it takes: a queue store that is
         down stops the volume tier's trigger, never the operator (nor the declarative tier)."""
-        delay = 1.0
-        while not shards.stopped:
-            try:
-                migrate_apart(dsn)
-            except Exception as err:
-                log.warning("queue store not ready (%s): its trigger shards wait, again in %.0fs", err, delay)
-                shards.wait_stopped(delay)
-                delay = min(delay * 2, 30.0)
-                continue
+        migrated = retry_until_ready(
+            lambda: migrate_apart(dsn), stopped=lambda: shards.stopped, wait=shards.wait_stopped,
+            what="queue store", meanwhile="its trigger shards wait",
+        )  # fmt: skip
+        if migrated:
             shards.start()
             log.info("%s sharing %d trigger shards of the queue store", me, settings.queue.shards)
-            return
 
     threading.Thread(target=migrate_then_start, name="queue-migrate", daemon=True).start()
     return shards
-
-
-def stop_on_sigterm() -> threading.Event:
-    """An Event that SIGTERM (a pod being deleted, `docker stop`) or SIGINT (Ctrl-C) sets, from
-    the process's start.
-
-    In a container the operator is PID 1, and the kernel drops every signal PID 1 has no handler
-    for: without this one a SIGTERM is lost, and the pod waits out its whole grace period for
-    SIGKILL (its Lease, if it held one, then expires instead of being released).
-    """
-    stopping = threading.Event()
-    if threading.current_thread() is threading.main_thread():  # only the main thread may
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stopping.set())
-    return stopping
-
-
-def wait_until_leader(elector: LeaderElector, stopping: threading.Event) -> bool:
-    """Wait for the Lease, or for a stop: whether this process leads."""
-    while not stopping.is_set():
-        if elector.wait_until_leader(timeout=STOP_POLL_SECONDS):
-            return True
-    return False
 
 
 def bounded_clock() -> ServerBoundedClock:
@@ -530,18 +507,15 @@ def bounded_clock() -> ServerBoundedClock:
 
 
 def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> int:
+    """The operator (`vigil operator`): serve and campaign at once, standbys too; as the leader,
+    start every part's thread and run until SIGTERM, then hand over (`vigil.kube.lifecycle`)."""
     stopping = stop_on_sigterm()
     me = identity()
     lease = lease_config(settings, lease_name=settings.leader_election.lease_name, me=me)
     api = api_client(lease, connections=api_connections(settings))
     clock = bounded_clock()
-    publisher: TokenPublisher | None = None
-    callback: ApprovalCallback | None = None
     sending = threading.Event()  # the approval senders' stop
-    if settings.approvals.enabled:
-        publisher, callback = build_approvals(api, settings, clock=clock, me=me)
-        if publisher is not None:
-            start_approval_senders(publisher, settings, sending)
+    publisher, callback = start_approvals(api, settings, clock=clock, me=me, stop=sending)
     elector, executions, history = _campaign(
         api, settings, lease_name=settings.leader_election.lease_name, me=me, clock=clock, approvals=callback,
         console_writes=console_writes,
@@ -550,18 +524,108 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
     shards = start_trigger_shards(settings, lease, me=me)
     if not wait_until_leader(elector, stopping):
         log.info("%s stopping (SIGTERM) as a standby", me)
-        sending.set()
-        if shards is not None:
-            shards.release()
-        elector.release()
+        stand_down(elector, senders=sending, shards=shards)
         return 0
     metrics.IS_LEADER.set(1)
+    stop = threading.Event()
+    parts = _Parts(api=api, settings=settings, me=me, clock=clock, executions=executions, history=history,
+                   events=EventRecorder(api, instance=me, clock=clock, background=True))  # fmt: skip
+    leader = _leader(parts, publisher=publisher, stop=stop)
+    lead_until_stopped(
+        stopping, me=me, stop=stop, threads=start_threads(leader.threads), elector=elector, senders=sending,
+        shards=shards, flush=leader.flush, wake=leader.wake,
+    )  # fmt: skip
+    return 0
 
+
+def start_approvals(
+    api: client.ApiClient, settings: Settings, *, clock: Clock, me: str, stop: threading.Event
+) -> tuple[TokenPublisher | None, ApprovalCallback | None]:
+    """The approvals' publisher and HTTP callback when `approvals.enabled` (else neither), with
+    the publisher's senders started until `stop`."""
+    if not settings.approvals.enabled:
+        return None, None
+    publisher, callback = build_approvals(api, settings, clock=clock, me=me)
+    if publisher is not None:
+        start_approval_senders(publisher, settings, stop)
+    return publisher, callback
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What every part of the leader is built with."""
+
+    api: client.ApiClient
+    settings: Settings
+    me: str
+    clock: ServerBoundedClock
+    executions: ExecutionStore
+    history: MigratingHistory
+    events: EventRecorder
+
+
+@dataclass(frozen=True)
+class _Leader:
+    """The leader's threads by name, and what its handover flushes (the job statuses) and wakes
+    (the dispatcher, which may be waiting for work)."""
+
+    threads: Threads
+    flush: Callable[[float], None]
+    wake: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class _Firing:
+    """The declarative tier's path from a bucket entry to a pod: the caches it reads, the
+    trigger, the dispatcher, the Execution controller and the jobs' status writer; and the
+    volume tier's store that `task:` jobs and workflows' task steps submit to (None: off)."""
+
+    buckets: Informer
+    store: KubeBucketStore
+    jobs: Informer
+    catalogue: KubeCatalogue
+    caches: ExecutionCaches
+    dispatcher: Dispatcher
+    writer: JobStatusWriter
+    controller: ExecutionController
+    trigger: Trigger
+    tasks: QueueStore | None
+
+
+@dataclass(frozen=True)
+class _Recording:
+    """What is kept of the executions: the history flusher, the log tails of executions and of
+    workflow steps, and the retention that prunes what both have written."""
+
+    flusher: HistoryFlusher
+    logs: LogCapture
+    step_logs: LogCapture
+
+
+def _leader(parts: _Parts, *, publisher: TokenPublisher | None, stop: threading.Event) -> _Leader:
+    """Build the leader's parts, connect them to the caches, and name the threads that run them."""
+    firing = _firing(parts)
+    recording = _recording(parts, firing)
+    caches, controller = firing.caches, firing.controller
+    caches.executions.add_handler(controller.execution_changed)
+    caches.executions.add_handler(recording.flusher.changed)
+    caches.pods.add_handler(recording.logs.pod_changed)  # first: an ended pod is owed its tail before it is recorded
+    caches.pods.add_handler(controller.pod_changed)
+    workflow_watch = workflow_cache(parts.api)
+    engine = _workflow_engine(parts, firing, cache=workflow_watch, publisher=publisher)
+    caches.workflow_pods.add_handler(recording.step_logs.pod_changed)
+    caches.workflow_pods.add_handler(firing.dispatcher.workflow_pod_changed)
+    caches.workflow_pods.add_handler(engine.pod_changed)
+    threads = _leader_threads(parts, firing, recording, engine=engine, workflow_watch=workflow_watch, stop=stop)
+    return _Leader(threads=threads, flush=firing.writer.flush, wake=firing.dispatcher.notify)
+
+
+def _firing(parts: _Parts) -> _Firing:
+    api, settings, clock, executions, events = parts.api, parts.settings, parts.clock, parts.executions, parts.events
     buckets = bucket_cache(api, namespace=settings.namespace)
     store = bucket_store(api, settings, cache=buckets)
     jobs = job_cache(api)
     catalogue = KubeCatalogue(api, cache=jobs, queue_enabled=bool(settings.queue.dsn))
-    events = EventRecorder(api, instance=me, clock=clock, background=True)
     caches = ExecutionCaches.build(api, executions)
     dispatcher = Dispatcher(
         api,
@@ -610,11 +674,20 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
         ledger=KubeLedger(catalogue=catalogue, events=events, writer=writer),
         clock=clock,
         workers=settings.trigger.workers,
-        on_progress=trigger_progress(api, settings, identity=me).publish,
+        on_progress=trigger_progress(api, settings, identity=parts.me).publish,
     )
+    return _Firing(
+        buckets=buckets, store=store, jobs=jobs, catalogue=catalogue, caches=caches, dispatcher=dispatcher,
+        writer=writer, controller=controller, trigger=trigger, tasks=tasks_store,
+    )  # fmt: skip
+
+
+def _recording(parts: _Parts, firing: _Firing) -> _Recording:
+    api, settings, clock, executions, history = parts.api, parts.settings, parts.clock, parts.executions, parts.history
+    caches = firing.caches
     flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.prune(*job))
     logs = log_capture(
-        api, settings, owner_of=execution_owner(executions.cached, job_log_policy(catalogue)), history=history,
+        api, settings, owner_of=execution_owner(executions.cached, job_log_policy(firing.catalogue)), history=history,
         clock=clock, synced=caches.pods.synced.is_set, on_settled=lambda *job: pruner.prune(*job),
     )  # fmt: skip
     step_logs = log_capture(  # no gate: a step's pod stays until its workflow's ttlAfterFinished
@@ -622,37 +695,54 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
         workers=1,
     )  # fmt: skip
     pruner = Pruner(
-        api, store=executions, catalogue=catalogue, pods=caches.pods,
+        api, store=executions, catalogue=firing.catalogue, pods=caches.pods,
         written=lambda obj: flusher.written(obj) and logs.settled(obj),
     )  # fmt: skip
-    caches.executions.add_handler(controller.execution_changed)
-    caches.executions.add_handler(flusher.changed)
-    caches.pods.add_handler(logs.pod_changed)  # first: an ended pod is owed its tail before it is recorded
-    caches.pods.add_handler(controller.pod_changed)
-    workflow_watch = workflow_cache(api)
-    engine = WorkflowEngine(
-        WorkflowApi(api, pod_cache=caches.workflow_pods),
-        clock=clock,
-        events=events,
-        cache=workflow_watch,
-        history=history,
+    return _Recording(flusher=flusher, logs=logs, step_logs=step_logs)
+
+
+def _workflow_engine(
+    parts: _Parts, firing: _Firing, *, cache: Informer, publisher: TokenPublisher | None
+) -> WorkflowEngine:
+    settings = parts.settings
+    return WorkflowEngine(
+        WorkflowApi(parts.api, pod_cache=firing.caches.workflow_pods),
+        clock=parts.clock,
+        events=parts.events,
+        cache=cache,
+        history=parts.history,
         mirror_in_background=True,
         workers=settings.workflows.workers,
         on_pass=_after_workflow_pass(publisher),
-        ttl=WorkflowTtl(client.CustomObjectsApi(api), default=setting_ttl(settings.workflows.ttl_after_finished)),
-        admit=dispatcher.want,
-        job_status=writer,
-        tasks=None if tasks_store is None else WorkflowTasks(tasks_store, clock=clock),
+        ttl=WorkflowTtl(client.CustomObjectsApi(parts.api), default=setting_ttl(settings.workflows.ttl_after_finished)),
+        admit=firing.dispatcher.want,
+        job_status=firing.writer,
+        tasks=None if firing.tasks is None else WorkflowTasks(firing.tasks, clock=parts.clock),
     )
-    caches.workflow_pods.add_handler(step_logs.pod_changed)
-    caches.workflow_pods.add_handler(dispatcher.workflow_pod_changed)
-    caches.workflow_pods.add_handler(engine.pod_changed)
+
+
+def _leader_threads(
+    parts: _Parts,
+    firing: _Firing,
+    recording: _Recording,
+    *,
+    engine: WorkflowEngine,
+    workflow_watch: Informer,
+    stop: threading.Event,
+) -> Threads:
+    """Every thread the leader runs, by name: the caches (named `-cache`: a handover need not wait
+    for them), the controllers' queues, and the periodic passes. The job and definition
+    controllers, which no other part calls, are built here."""
+    api, settings, clock, events, history = parts.api, parts.settings, parts.clock, parts.events, parts.history
+    jobs, buckets, caches, writer = firing.jobs, firing.buckets, firing.caches, firing.writer
+    dispatcher, trigger, controller = firing.dispatcher, firing.trigger, firing.controller
+    flusher, logs, step_logs = recording.flusher, recording.logs, recording.step_logs
     job_controller = JobController(
-        jobs=jobs, writer=writer, store=store, events=events, clock=clock, queue_enabled=bool(settings.queue.dsn)
-    )
+        jobs=jobs, writer=writer, store=firing.store, events=events, clock=clock,
+        queue_enabled=bool(settings.queue.dsn),
+    )  # fmt: skip
     definitions = definition_cache(api)
     definition_controller = DefinitionController(api, definitions=definitions, events=events, clock=clock)
-    stop = threading.Event()
     threads: list[tuple[str, Callable[[], None]]] = [
         ("jobs-cache", lambda: jobs.run(stop)),
         ("buckets-cache", lambda: buckets.run(stop)),
@@ -680,25 +770,12 @@ def run(settings: Settings, *, console_writes: ConsoleWrites | None = None) -> i
     threads += task_queue_threads(api, settings, events=events, clock=clock, stop=stop)
     if settings.watchdog.enabled and settings.watchdog.mode == "operator":
         watchdog = build_watchdog(
-            api, settings, executions=executions, events=events, clock=clock, store=store,
+            api, settings, executions=parts.executions, events=events, clock=clock, store=firing.store,
             gauges=metrics.WatchdogGauges, jobs=jobs, writer=writer,
         )  # fmt: skip
         volume = queue_watchdog(settings, clock)
         threads.append(("watchdog", lambda: watch(watchdog, settings, stop, volume=volume)))
-    started = [threading.Thread(target=target, name=name, daemon=True) for name, target in threads]
-    for thread in started:
-        thread.start()
-
-    try:
-        while not stopping.wait(STOP_POLL_SECONDS):
-            pass  # the threads act; this one only waits to be told to stop
-        log.info("%s stopping (SIGTERM): handing over", me)
-    finally:
-        sending.set()
-        if shards is not None:
-            shards.release()
-        _hand_over(stop, started, elector, flush=writer.flush, wake=dispatcher.notify)
-    return 0
+    return threads
 
 
 def job_log_policy(catalogue: KubeCatalogue) -> Callable[[str, str], LogPolicy | None]:
@@ -816,41 +893,6 @@ def queue_watchdog(settings: Settings, clock: Clock) -> QueueWatchdog | None:
     return QueueWatchdog(
         settings.queue.dsn, clock=clock, publish=metrics.record_queue_watchdog, repair=settings.audit.repair
     )
-
-
-def _hand_over(
-    stop: threading.Event,
-    threads: list[threading.Thread],
-    elector: LeaderElector,
-    flush: Callable[[float], None] = lambda deadline: None,
-    wake: Callable[[], None] = lambda: None,
-) -> None:
-    """A graceful stop (SIGTERM): stop acting — the trigger finishes the pass it is in
-    — then release the Lease, so a standby leads at its next poll instead of after a whole lease.
-
-    The threads that act get one deadline between them (not one each: ten threads of 5 s each
-    held a handover for 15 s). The caches only read, and a watch stream ends only when its
-    server-side timeout does, so they are not waited for."""
-    stop.set()
-    wake()  # a pass waiting for work (the dispatcher's) sees the stop now, not at its interval
-    began = time.monotonic()
-    deadline = began + HANDOVER_JOIN_SECONDS
-    waited: dict[str, float] = {}
-    for thread in threads:
-        if not thread.name.endswith(PASSIVE_SUFFIX):
-            t0 = time.monotonic()
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-            waited[thread.name] = time.monotonic() - t0
-    late = [t.name for t in threads if t.is_alive() and not t.name.endswith(PASSIVE_SUFFIX)]
-    if late:
-        log.warning("stopping: %s still running after %.0fs; releasing the Lease anyway", ", ".join(late),
-                    HANDOVER_JOIN_SECONDS)  # fmt: skip
-    joined = time.monotonic()
-    flush(max(deadline, time.monotonic() + 1.0))  # what the trigger recorded last is on the jobs first
-    slowest = max(waited, key=lambda name: waited[name], default="none")
-    log.info("stopping: passes ended in %.2fs (the slowest: %s), job statuses written in %.2fs", joined - began,
-             slowest, time.monotonic() - joined)  # fmt: skip
-    elector.release()
 
 
 def run_watchdog(settings: Settings) -> int:

@@ -54,7 +54,7 @@ from tests.integration.tcpproxy import relay, through_proxy
 from tests.integration.test_cli import SCRIPTS
 from tests.waiting import wait_for
 from vigil.cli.errors import EXIT_API_FAILURE
-from vigil.runtime import EXIT_LOST_LEADERSHIP
+from vigil.kube.lifecycle import EXIT_LOST_LEADERSHIP
 
 LEASE_SECONDS = 3.0  # tests/integration/operators.py's Lease
 RENEW_SECONDS = 1.0

@@ -72,6 +72,7 @@ from typing import TypeVar
 
 from vigil.core.buckets import MINUTE, Bucket, BucketEntry, Mark, Outcome, minute_of
 from vigil.core.chain import EntryPlan, Reason, Unlaunched, plan_entry, settle_unlaunched
+from vigil.core.conflicts import CONFLICT_TRIES, retry_on_conflict
 from vigil.core.ports import BucketStore, Clock, Conflict, JobCatalogue, Launcher, Ledger
 from vigil.core.progress import RETRYING_PUBLISHED, TriggerProgress, job_key
 
@@ -94,7 +95,6 @@ MIN_PASS_GAP = 0.01
 #: is harmless, and a minute is closed only once they are all written.
 MARK_SPACING = timedelta(seconds=5)
 MAX_MINUTES_PER_TICK = 120  # a long outage is walked over several ticks, two hours at a time
-MARK_RETRIES = 5
 #: An entry whose handling failed (the API server busy or throttling, a timeout) is retried after
 #: this, doubling per failure up to RETRY_MAX; every other job's entries go on meanwhile.
 RETRY_INITIAL = timedelta(seconds=1)
@@ -585,15 +585,31 @@ class Trigger:
         return plan, inserted
 
     def _mark(self, bucket: Bucket, marks: dict[str, Mark]) -> Bucket:
-        for _ in range(MARK_RETRIES):
+        """Write `marks` on `bucket`, read again after each conflict (the one retry policy); a
+        bucket gone meanwhile raises its Conflict at once."""
+        read = bucket
+        gone: Conflict | None = None
+
+        def attempt() -> Bucket | None:
+            nonlocal read, gone
             try:
-                return self._store.mark(bucket.name, marks, version=bucket.version)
-            except Conflict:
-                fresh = [b for b in self._store.read_minute(bucket.minute) if b.name == bucket.name]
+                return self._store.mark(read.name, marks, version=read.version)
+            except Conflict as conflict:
+                fresh = [b for b in self._store.read_minute(read.minute) if b.name == read.name]
                 if not fresh:
-                    raise
-                bucket = fresh[0]
-        raise Conflict(f"bucket {bucket.name}: markers not written after {MARK_RETRIES} conflicts")
+                    gone = conflict
+                    return None
+                read = fresh[0]
+                raise
+
+        try:
+            marked = retry_on_conflict(attempt)
+        except Conflict:
+            raise Conflict(f"bucket {bucket.name}: markers not written after {CONFLICT_TRIES} conflicts") from None
+        if marked is None:
+            assert gone is not None
+            raise gone
+        return marked
 
 
 def _closed(minute: datetime, now: datetime) -> bool:

@@ -110,7 +110,6 @@ KEY_SECRET = "vigil-approval-key"
 KEY_FIELD = "key"
 PREVIOUS_FIELD = "previous"
 KEY_BYTES = 32
-LOAD_TRIES = 4  # reads of the key Secret before giving up on one that keeps changing
 #: The RBAC verb that decides an approval, whatever path the decision takes.
 APPROVE_VERB = "approve"
 
@@ -187,7 +186,7 @@ class SigningKey:
 
     def _load(self) -> KeyRing:
         try:
-            return retry_on_conflict(self._load_once, tries=LOAD_TRIES)
+            return retry_on_conflict(self._load_once)
         except Conflict:
             raise KeyUnavailable("the key Secret kept changing under every write") from None
 

@@ -59,6 +59,7 @@ from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
 from vigil.kube.conflicts import conflict_from, retry_on_conflict
 from vigil.kube.informer import Informer
+from vigil.kube.loops import Drain
 from vigil.model import GROUP, VERSION
 from vigil.model.names import LABEL_MINUTE, SCHEDULE_BUCKETS
 from vigil.model.names import LABEL_PENDING as LABEL_PENDING  # re-exported for the watchdog's facts
@@ -76,7 +77,6 @@ class _Insert:
         self.error: Exception | None = None
 
 
-INSERT_RETRIES = 10
 WRITE_CONCURRENCY = 8  # buckets one group commit writes at once (a minute has `shards` of them, or more)
 BY_MINUTE = "minute"  # the bucket cache's index: the minute label
 
@@ -179,9 +179,8 @@ class KubeBucketStore:
         self._max = max_per_bucket
         self._max_bytes = max_bytes
         self._lock = threading.Lock()  # one writer per process: the trigger and handlers share it
-        self._queued = threading.Condition()
-        self._queue: list[_Insert] = []  # inserts waiting for the writer (see insert_later)
-        self._writer: threading.Thread | None = None
+        #: Inserts waiting for the writer (see insert_later): each batch is every one queued meanwhile.
+        self._inserts: Drain[_Insert] = Drain("bucket insert", self._write_batch)
         self._writes = ThreadPoolExecutor(max_workers=WRITE_CONCURRENCY, thread_name_prefix="bucket-write")
         self._inserted: set[datetime] = set()  # minutes inserted into since `inserted_minutes` last said
         self._inserted_lock = threading.Lock()
@@ -275,26 +274,14 @@ class KubeBucketStore:
         conditional write per bucket touched, however many entries arrived.
         """
         waiter = _Insert(entry)
-        with self._queued:
-            self._queue.append(waiter)
-            if self._writer is None:
-                self._writer = threading.Thread(target=self._write_queued, name="bucket-writer", daemon=True)
-                self._writer.start()
-            self._queued.notify()
+        self._inserts.put(waiter)
+        self._inserts.start("bucket-writer")  # at the first insert: a store that only reads has no writer
         return waiter.future
 
-    def _write_queued(self) -> None:
-        while True:  # no batch outlives its write: the last one would keep every caller's entry
-            self._write_batch(self._next_batch())
-
-    def _next_batch(self) -> list[_Insert]:
-        with self._queued:
-            while not self._queue:
-                self._queued.wait()
-            batch, self._queue = self._queue, []
-        return batch
-
     def _write_batch(self, batch: list[_Insert]) -> None:
+        """Write one batch; every caller in it hears, through its future, where its entry went
+        or why it went nowhere (no batch outlives its write: the last one would keep every
+        caller's entry)."""
         try:
             with self._lock:
                 self._insert_batch(batch)
@@ -317,7 +304,7 @@ class KubeBucketStore:
         for minute, waiters in by_minute.items():
             try:
                 group = functools.partial(self._insert_group, minute, waiters, itertools.count())
-                retry_on_conflict(group, tries=INSERT_RETRIES)
+                retry_on_conflict(group)
             except Exception as error:  # every caller of this minute hears of it
                 for waiter in waiters:
                     waiter.error = error
@@ -467,7 +454,7 @@ class KubeBucketStore:
             self._replace(bucket, _changed(obj, [o for o in obj["spec"].get("occurrences") or [] if o["key"] != key]))
 
         with self._lock:
-            retry_on_conflict(remove_once, tries=INSERT_RETRIES)
+            retry_on_conflict(remove_once)
 
 
 @dataclasses.dataclass

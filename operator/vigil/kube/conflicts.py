@@ -1,26 +1,24 @@
-"""Conditional writes that lost a race: read again, decide again, write again.
+"""Conditional writes that lost a race: a 409 becomes the core's `Conflict`, and is retried by
+the one policy.
 
 Every status Vigil keeps is written with the resourceVersion it was built from,
 so a concurrent writer (the other replica during a failover, a handler, a user)
-is never overwritten silently; the loser gets 409 Conflict. `retry_on_conflict`
-is client-go's `RetryOnConflict`: it reruns the whole read-decide-write step a
-bounded number of times, each time from a fresh read.
+is never overwritten silently; the loser gets 409 Conflict. `conflict_from` turns
+that into `vigil.core.ports.Conflict`, and `retry_on_conflict` (client-go's
+`RetryOnConflict`, `vigil.core.conflicts`) reruns the whole read-decide-write step,
+each time from a fresh read, at most `CONFLICT_TRIES` times: one budget for every
+adapter and the CLI, with its reason written beside it there. Nothing in the adapters
+retries a conflict any other way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
-
 from kubernetes.client.exceptions import ApiException
 
+from vigil.core.conflicts import CONFLICT_TRIES, retry_on_conflict
 from vigil.core.ports import Conflict
 
-T = TypeVar("T")
-
-#: Attempts before a write gives up for this pass. A conflict means another writer just
-#: succeeded; five in a row means a hot object, and the caller's next pass tries again.
-CONFLICT_TRIES = 5
+__all__ = ["CONFLICT_TRIES", "conflict_from", "retry_on_conflict"]
 
 
 def conflict_from(err: ApiException, what: str = "") -> None:
@@ -28,14 +26,3 @@ def conflict_from(err: ApiException, what: str = "") -> None:
     for the caller."""
     if err.status == 409:
         raise Conflict(what or str(err.reason)) from err
-
-
-def retry_on_conflict(step: Callable[[], T], *, tries: int = CONFLICT_TRIES) -> T:
-    """Run `step` (read fresh, decide, write conditionally) until it does not raise `Conflict`."""
-    for attempt in range(tries):
-        try:
-            return step()
-        except Conflict:
-            if attempt == tries - 1:
-                raise
-    raise AssertionError("unreachable: the last attempt returns or raises")

@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -37,6 +36,7 @@ from vigil.kube.executions import ExecutionStore, Readings, execution_from_objec
 from vigil.kube.informer import Informer
 from vigil.kube.jobs import KubeCatalogue
 from vigil.kube.launcher import PodFactory
+from vigil.kube.loops import woken_every
 from vigil.kube.pods import BY_EXECUTION, live, pod_started_at
 from vigil.model.jobspec import InvalidJob, parse_spec
 from vigil.model.names import LABEL_PRIORITY
@@ -164,20 +164,15 @@ class Dispatcher:
             return bool(self._creating)
 
     def run(self, stop: threading.Event, *, interval: float, on_report: Any = None) -> None:
-        while not stop.is_set():
-            self._wake.clear()
-            began = time.monotonic()
-            try:
-                report = self.dispatch()
-                if on_report is not None:
-                    on_report(report)
-            except Exception:
-                log.exception("dispatch pass failed; retrying")
-            # Every create's end wakes a pass: while thousands are in flight, passes (which read
-            # them all) are spaced by their own cost, so they take at most a quarter of the time.
-            gap = max(MIN_PASS_GAP, PASS_COST_SPACING * (time.monotonic() - began))
-            if not stop.wait(gap):  # a stop wakes it too (`notify`), but may come before the clear
-                self._wake.wait(max(0.0, interval - gap))
+        """A pass every `interval` seconds, or soon after a `notify` (`vigil.kube.loops.woken_every`),
+        until `stop`; then the creates under way end and no new one starts."""
+
+        def dispatch_pass() -> None:
+            report = self.dispatch()
+            if on_report is not None:
+                on_report(report)
+
+        woken_every(stop, interval, "dispatch pass", dispatch_pass, wake=self._wake, spacing=_pass_gap)
         self._pool.shutdown(wait=True, cancel_futures=True)  # the creates under way end; no new one starts
 
     def want(self, workflow: Key, bodies: list[dict[str, Any]], priority: str) -> None:
@@ -399,6 +394,12 @@ class Dispatcher:
                 new += 1
         return new
 
+
+
+def _pass_gap(took: float) -> float:
+    """Every create's end wakes a pass: while thousands are in flight, passes (which read them
+    all) are spaced by their own cost, so they take at most a quarter of the time."""
+    return max(MIN_PASS_GAP, PASS_COST_SPACING * took)
 
 
 def _plus(running: Running, pods: list[tuple[str, Priority]]) -> Running:

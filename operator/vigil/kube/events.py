@@ -1,7 +1,7 @@
 """Kubernetes Events about Vigil's objects, with CamelCase reasons from one place.
 
-The leader's recorder posts from a background thread: an Event is best effort
-and never holds up firing or dispatching. When its queue is full (the API server
+The leader's recorder posts from a background thread (a `vigil.kube.loops.Drain`): an Event
+is best effort and never holds up firing or dispatching. When its queue is full (the API server
 slow for long), the newest Events are dropped and counted in the log. Events are
 stamped by the injected clock (the composition root's), not by reading the time.
 """
@@ -9,8 +9,6 @@ stamped by the injected clock (the composition root's), not by reading the time.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -21,6 +19,7 @@ from vigil.core.ports import Clock
 from vigil.core.timeparse import format_rfc3339
 from vigil.kube.clocks import SYSTEM_CLOCK
 from vigil.kube.coreapi import CoreApi
+from vigil.kube.loops import Drain
 
 log = logging.getLogger(__name__)
 
@@ -38,29 +37,25 @@ class EventRecorder:
         self._core = CoreApi(api)
         self._instance = instance
         self._clock = clock  # stamps each Event (firstTimestamp, lastTimestamp, eventTime)
-        self._queue: queue.Queue[tuple[str, dict[str, Any]]] | None = None
+        self._posts: Drain[tuple[str, dict[str, Any]]] | None = None
         self._dropped = 0
-        if background:
-            self._queue = queue.Queue(maxsize=QUEUED_EVENTS)
-            threading.Thread(target=self._drain, name="events", daemon=True).start()
+        if background:  # posted one at a time, by the drain's own thread, for the process's life
+            self._posts = Drain("event post", self._post_one, most=1, capacity=QUEUED_EVENTS)
+            self._posts.start("events")
 
     def emit(self, obj: Mapping[str, Any], *, type_: str, reason: str, message: str) -> None:
         """Post an Event about `obj` (best effort: a failed Event is logged, never raised)."""
         namespace, body = self._event(obj, type_=type_, reason=reason, message=message)
-        if self._queue is None:
+        if self._posts is None:
             self._post(namespace, body)
             return
-        try:
-            self._queue.put_nowait((namespace, body))
-        except queue.Full:
+        if not self._posts.put((namespace, body)):
             self._dropped += 1
             if self._dropped in (1, 10, 100) or self._dropped % 1000 == 0:
                 log.warning("event queue full: %d events dropped so far", self._dropped)
 
-    def _drain(self) -> None:
-        assert self._queue is not None
-        while True:
-            namespace, body = self._queue.get()
+    def _post_one(self, batch: list[tuple[str, dict[str, Any]]]) -> None:
+        for namespace, body in batch:  # one: the drain's batches are of one Event
             self._post(namespace, body)
 
     def _event(

@@ -59,8 +59,6 @@ from vigil.model.scheduledjob import ScheduledJobSpec
 
 log = logging.getLogger(__name__)
 
-REPLACE_TRIES = 3  # conflicting writes tolerated while cancelling a replaced execution
-
 
 class MissingJob(RuntimeError):
     """The job vanished between lookup and launch; the next pass records it."""
@@ -321,7 +319,7 @@ class WorkflowCreator:
             log.info("replaced: cancel requested for workflow %s/%s (%s)", namespace, name, item["reason"])
 
         try:
-            retry_on_conflict(attempt, tries=REPLACE_TRIES)
+            retry_on_conflict(attempt)
         except Conflict:
             raise Conflict(f"replace: workflow {namespace}/{name} kept changing; the trigger retries") from None
 
@@ -504,7 +502,7 @@ class ExecutionLauncher:
             return execution
 
         try:
-            execution = retry_on_conflict(attempt, tries=REPLACE_TRIES)
+            execution = retry_on_conflict(attempt)
         except Conflict:
             raise Conflict(f"replace: {meta['namespace']}/{meta['name']} kept changing; the trigger retries") from None
         if execution is None:

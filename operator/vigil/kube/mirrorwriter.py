@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import queue
 import threading
 from collections.abc import Callable
 from typing import NamedTuple
 
 from vigil.core.history import WorkflowEventRecord
 from vigil.core.ports import HistoryUnavailable, WorkflowHistorySink
+from vigil.kube.loops import Drain
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +31,6 @@ Key = tuple[str, str]
 
 #: Rows in one write at most (the sink splits it into transactions of its own batch size).
 MAX_ROWS = 5000
-#: How often a writer with nothing to write looks at its stop flag.
-IDLE_SECONDS = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +52,8 @@ class MirrorWriter:
     def __init__(self, sink: WorkflowHistorySink, *, done: Callable[[Offer, bool], None]) -> None:
         self._sink = sink
         self._done = done
-        self._offers: queue.SimpleQueue[Offer] = queue.SimpleQueue()
+        #: What passes offered, written a batch of up to MAX_ROWS rows at a time (at least one offer).
+        self._offers: Drain[Offer] = Drain("workflow history write", self.write, size=_rows, most=MAX_ROWS)
         self._failing = False
 
     def offer(self, offer: Offer) -> None:
@@ -63,12 +62,7 @@ class MirrorWriter:
     def run(self, stop: threading.Event) -> None:
         """Write until ``stop``; what is still offered then is left to the next leader's passes
         (the statuses hold every entry not counted as mirrored)."""
-        while not stop.is_set():
-            try:
-                first = self._offers.get(timeout=IDLE_SECONDS)
-            except queue.Empty:
-                continue
-            self.write([first, *self._more(MAX_ROWS - len(first.rows))])
+        self._offers.run(stop)
 
     def write(self, offers: list[Offer]) -> None:
         """One write of these offers' rows; each offer's ``done`` after it."""
@@ -88,17 +82,9 @@ class MirrorWriter:
         for offer in offers:
             self._done(offer, written)
 
-    def _more(self, room: int) -> list[Offer]:
-        """Offers already waiting, up to ``room`` rows (at least one)."""
-        more: list[Offer] = []
-        while room > 0:
-            try:
-                offer = self._offers.get_nowait()
-            except queue.Empty:
-                break
-            more.append(offer)
-            room -= len(offer.rows)
-        return more
+
+def _rows(offer: Offer) -> int:
+    return len(offer.rows)
 
 
 class Held(NamedTuple):

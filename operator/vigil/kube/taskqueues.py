@@ -50,6 +50,7 @@ from vigil.core.queue import (
 from vigil.core.queuewatch import watch_conditions
 from vigil.kube.events import WARNING, EventRecorder
 from vigil.kube.informer import Informer, Key, key_of
+from vigil.kube.loops import woken_every
 from vigil.model import (
     TaskQueueSpec,
     TaskQueueStatus,
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STOP_CHECK_SECONDS = 0.5  # how often a waiting pass looks whether the leader is stopping
+STOP_CHECK_SECONDS = 0.5  # how often a pass waiting for the cache looks whether the leader is stopping
 
 #: Receives one pass's counts, (namespace, TaskQueue name) -> the store's stats, every queue at once.
 PublishStats = Callable[[Mapping[tuple[str, str], QueueStats]], None]
@@ -254,21 +255,17 @@ class TaskQueueController:
             self._changed.set()  # a new or changed spec, or a deletion: publish soon
 
     def run(self, stop: threading.Event) -> None:
-        """Pass every interval, or soon after a TaskQueue changes, until `stop`."""
-        while not stop.is_set():
-            if not self.cache.synced.is_set():  # an empty cache would remove every declaration
-                stop.wait(STOP_CHECK_SECONDS)
-                continue
-            self._changed.clear()
-            try:
-                self.run_pass()
-            except Exception:
-                log.exception("TaskQueue pass failed; retrying")
-            waited = 0.0
-            while waited < self.interval_seconds and not stop.is_set() and not self._changed.is_set():
-                step = min(STOP_CHECK_SECONDS, self.interval_seconds - waited)
-                self._changed.wait(step)
-                waited += step
+        """Pass every interval, or soon after a TaskQueue changes (`vigil.kube.loops.woken_every`),
+        until `stop`; none before the cache has listed (an empty cache would remove every
+        declaration).
+
+        A pass, not a controller's reconcile per TaskQueue: the store is synced with every
+        declaration at once (a queue missing from the cache is removed from the store) and
+        counted in one statement for all of them."""
+        while not self.cache.synced.wait(STOP_CHECK_SECONDS):
+            if stop.is_set():
+                return
+        woken_every(stop, self.interval_seconds, "TaskQueue pass", self.run_pass, wake=self._changed)
 
     def run_pass(self) -> None:
         now = self.clock.now()

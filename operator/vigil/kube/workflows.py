@@ -127,7 +127,6 @@ log = logging.getLogger(__name__)
 #: A step pod that finished while others of its workflow still run: its pass waits this long, so
 #: the results of a fan that ends together are recorded in one status write, not one each.
 SIBLINGS_SETTLE_SECONDS = 0.2
-PASS_TRIES = 8  # concurrent status writers tolerated in one pass
 RETRY_AFTER_ERROR = timedelta(seconds=5)
 WORKERS = 4  # passes at once (the runtime's: workflows.workers)
 
@@ -320,7 +319,7 @@ class WorkflowEngine:
                 raise
 
         try:
-            return retry_on_conflict(attempt, tries=PASS_TRIES)
+            return retry_on_conflict(attempt)
         except Conflict:
             log.warning("workflow %s/%s: status kept changing; next pass later", namespace, name)
             return self._clock.now() + RETRY_AFTER_ERROR
@@ -358,7 +357,7 @@ class WorkflowEngine:
             return added
 
         try:
-            return retry_on_conflict(attempt, tries=PASS_TRIES)
+            return retry_on_conflict(attempt)
         except Conflict:
             raise RuntimeError(f"workflow {namespace}/{name} kept changing; try again") from None
 
