@@ -103,7 +103,7 @@ def test_a_worker_killed_mid_task_runs_again_with_the_same_id_after_its_lease(
     [eid] = store.submit("q", [Submission("hold")], now=now())
     wait_for(lambda: (1, "started") in events(tables, eid), timeout=30, what="attempt 1 started")
     processes.append(spawn(tables, "q", tmp_path / "b.log"))  # idle beside it, ready to take over
-    wait_for(lambda: "tasks hold" in (tmp_path / "b.log").read_text(), timeout=30, what="worker b up")
+    wait_for(lambda: "queue q, tasks " in (tmp_path / "b.log").read_text(), timeout=30, what="worker b up")
     processes[0].kill()
     killed = time.monotonic()
     wait_for(lambda: (2, "started") in events(tables, eid), timeout=30, interval=0.05, what="attempt 2")
