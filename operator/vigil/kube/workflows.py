@@ -604,12 +604,15 @@ class WorkflowEngine:
         if not owed:
             return False
         calls = step_tasks(pinned)
-
-        def inputs(step: str) -> dict[str, Any]:
-            return {dep: self.history.output(obj, state, dep) for dep in inputs_for(definition, state, step)}
-
-        plans = [(w, was, calls[w.step], inputs(w.step)) for w, was in owed]
+        plans = [(w, was, calls[w.step], self._inputs(obj, definition, state, w.step)) for w, was in owed]
         return self._tasks.carry_out(plans, workflow=obj, parameters=pinned.get("parameters") or {})
+
+    def _inputs(
+        self, obj: Mapping[str, Any], definition: Definition, state: WorkflowState, step: str
+    ) -> dict[str, Any]:
+        """The outputs of the steps `step` depends on, by step: its pod's environment and its
+        task's payload carry them alike."""
+        return {dep: self.history.output(obj, state, dep) for dep in inputs_for(definition, state, step)}
 
     def _stop_tasks(self, obj: Mapping[str, Any], definition: Definition, new: Sequence[Record]) -> None:
         """Cancel the task of each task step a pass stopped (a timeout, a cancel, the workflow
@@ -635,7 +638,7 @@ class WorkflowEngine:
         bodies: list[dict[str, Any]] = []
         for want in plan.start:
             template, compensate = templates[want.step]
-            inputs = {dep: self.history.output(obj, state, dep) for dep in inputs_for(definition, state, want.step)}
+            inputs = self._inputs(obj, definition, state, want.step)
             body = workflow_pod(
                 workflow=obj,
                 wanted=want,

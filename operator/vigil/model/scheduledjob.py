@@ -61,12 +61,7 @@ from vigil.model.common import (
 )
 from vigil.model.durations import format_duration, parse_duration
 from vigil.model.names import SCHEDULED_JOBS
-from vigil.model.taskqueue import (
-    TASK_NAME_MAX_LENGTH,
-    TASK_NAME_PATTERN,
-    TASK_PRIORITY_RANGE,
-    TenantKey,
-)
+from vigil.model.taskqueue import TaskTarget, TenantKey
 from vigil.model.workflow import WorkflowTemplate
 
 # --------------------------------------------------------------------------------------------
@@ -237,20 +232,10 @@ _SPEC_RULES = cel_rules(
 )
 
 
-class TaskRef(SpecModel):
+class TaskRef(TaskTarget):
     """A task of the volume tier each occurrence is submitted to, instead of a pod: one
     execution in the queue store per occurrence, run by a `vigil worker`."""
 
-    queue: ObjectName = Field(description="The TaskQueue's name, in the job's own namespace.")
-    name: Annotated[
-        str, StringConstraints(min_length=1, max_length=TASK_NAME_MAX_LENGTH, pattern=TASK_NAME_PATTERN)
-    ] = Field(description="The task to run: the name a worker registered with @task (no control characters).")
-    priority: int = Field(
-        default=0,
-        ge=TASK_PRIORITY_RANGE[0],
-        le=TASK_PRIORITY_RANGE[1],
-        description="The execution's priority in the queue: lower runs first (0 by default).",
-    )
     max_attempts: int | None = Field(
         default=None,
         ge=1,

@@ -28,6 +28,7 @@ from vigil.model.common import (
     Backoff,
     CelRule,
     Condition,
+    ObjectName,
     PositiveDuration,
     PrinterColumn,
     ResourceKind,
@@ -63,6 +64,22 @@ SHARE_SLACK = 1e-9
 MESSAGE_HEARTBEAT_LEASE = "heartbeatInterval must be shorter than leaseDuration"
 MESSAGE_SHARES = "the priorities' reservedShare values must sum to at most 1"
 MESSAGE_PRIORITY_VALUES = "each priority must have a value of its own"
+
+class TaskTarget(SpecModel):
+    """A task of a TaskQueue something submits to (a `task:` job's occurrences, a workflow's task
+    step): which queue, which task, at which priority."""
+
+    queue: ObjectName = Field(description="The TaskQueue's name, in this object's own namespace.")
+    name: Annotated[
+        str, StringConstraints(min_length=1, max_length=TASK_NAME_MAX_LENGTH, pattern=TASK_NAME_PATTERN)
+    ] = Field(description="The task to run: the name a worker registered with @task (no control characters).")
+    priority: int = Field(
+        default=0,
+        ge=TASK_PRIORITY_RANGE[0],
+        le=TASK_PRIORITY_RANGE[1],
+        description="The execution's priority in the queue: lower runs first (0 by default).",
+    )
+
 
 PriorityName = Annotated[
     str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)

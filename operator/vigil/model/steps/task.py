@@ -7,28 +7,17 @@ TaskQueue of the workflow's own namespace, the namespace its tenant.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, StringConstraints
+from pydantic import Field
 
-from vigil.model.common import ObjectName, SpecModel
 from vigil.model.steps.block import StepBlock, no_fields
-from vigil.model.taskqueue import TASK_NAME_MAX_LENGTH, TASK_NAME_PATTERN, TASK_PRIORITY_RANGE
+from vigil.model.taskqueue import TaskTarget
 
 
-class TaskCall(SpecModel):
+class TaskCall(TaskTarget):
     """A task on a TaskQueue of the volume tier, run by a `vigil worker` instead of a pod."""
 
-    queue: ObjectName = Field(description="The TaskQueue's name, in the workflow's own namespace.")
-    name: Annotated[
-        str, StringConstraints(min_length=1, max_length=TASK_NAME_MAX_LENGTH, pattern=TASK_NAME_PATTERN)
-    ] = Field(description="The task to run: the name a worker registered with @task (no control characters).")
-    priority: int = Field(
-        default=0,
-        ge=TASK_PRIORITY_RANGE[0],
-        le=TASK_PRIORITY_RANGE[1],
-        description="The execution's priority in the queue: lower runs first (0 by default).",
-    )
     payload: dict[str, Any] | None = Field(
         default=None,
         description="A JSON object handed to the task as `payload` (beside the workflow, the step, "
