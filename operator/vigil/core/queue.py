@@ -246,11 +246,13 @@ class Submitted:
 @dataclasses.dataclass(frozen=True)
 class TaskState:
     """Where one execution is, as the workflow engine reads a task step's: its state, the attempt
-    it is at, and the last attempt's error."""
+    it is at, the last attempt's error, and a succeeded one's output (what its task returned;
+    None when it returned None, or something the worker could not keep: vigil.worker.outputs)."""
 
     state: QueueState
     attempt: int
     error: str | None = None
+    output: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,6 +84,7 @@ PARAMETER_TYPES: dict[str, str] = {
     "started": "timestamptz[]",
     "finished": "timestamptz[]",
     "errors": "text[]",
+    "outputs": "text[]",  # JSON text, cast to jsonb by the statement (settle_succeeded)
     # the HTTP API's statements (API_STATEMENTS)
     "job_id": "text",
     "task": "text",

@@ -121,14 +121,14 @@ class SubmitStore(StoreBase):
             return cursor.execute(QUERIES["execution"], {"execution_id": execution_id}).fetchone()
 
     def states(self, execution_ids: Sequence[str]) -> dict[str, TaskState]:
-        """Where each of these executions is, by id, in one statement (ids not enqueued are left
-        out): what the workflow engine reads of its running task steps. A database that cannot
-        be reached raises QueueUnavailable."""
+        """Where each of these executions is, by id, with a succeeded one's output, in one statement
+        (ids not enqueued are left out): what the workflow engine reads of its running task steps.
+        A database that cannot be reached raises QueueUnavailable."""
         if not execution_ids:
             return {}
         with self._reachable(), self.connect() as connection:
             rows = connection.execute(QUERIES["states_of"], {"execution_ids": list(execution_ids)}).fetchall()
-        return {row[0]: TaskState(QueueState(row[1]), int(row[2]), row[3]) for row in rows}
+        return {row[0]: TaskState(QueueState(row[1]), int(row[2]), row[3], row[4]) for row in rows}
 
     def attempts(self, execution_id: str) -> list[dict[str, Any]]:
         with self.connect() as connection:

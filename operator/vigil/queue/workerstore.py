@@ -64,6 +64,7 @@ class Finished:
     finished_at: datetime
     error: str | None = None
     settlement: Settlement | None = None  # for failures: the next state (vigil.core.queue)
+    output: str | None = None  # for successes: what the task returned, as checked JSON text (vigil.worker.outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,7 +183,7 @@ class WorkerStore:
     async def settle(self, finished: Sequence[Finished], *, now: datetime) -> SettleReport:
         """Acknowledge a batch of attempts in one transaction and write their attempt rows.
 
-        Successes go in one statement; failures one statement each (their next
+        Successes go in one statement, each with its output; failures one statement each (their next
         run_after differs). An attempt whose lease was taken meanwhile changes
         nothing but its attempt row, marked duplicate: it ran while another copy could.
         An attempt this worker had acknowledged already (the reply to that commit was lost, and
@@ -196,7 +197,12 @@ class WorkerStore:
             if wins:
                 cursor = await self.connection.execute(
                     WORKER["settle_succeeded"],
-                    {**self._held([f.leased for f in wins]), "worker": self.worker, "now": now},
+                    {
+                        **self._held([f.leased for f in wins]),
+                        "outputs": [f.output for f in wins],
+                        "worker": self.worker,
+                        "now": now,
+                    },
                 )
                 ok = {row[0] for row in await cursor.fetchall()}
                 settled |= {(f.leased.execution_id, f.leased.attempt) for f in wins if f.leased.execution_id in ok}

@@ -183,11 +183,14 @@ RETURNING execution_id;
 -- cut off from the database longer than the lease) is still acknowledged when no later attempt has
 -- started, that is when the expiry left the execution ready for the next attempt, not yet leased, or
 -- dead because it was the last. The expiry's attempt row, naming this worker as the holder, shows
--- the attempt was this worker's; the execution takes that attempt's number back.
+-- the attempt was this worker's; the execution takes that attempt's number back. `outputs` are what
+-- the tasks returned, as JSON text the worker checked and bounded (vigil.worker.outputs); NULL for
+-- a task that returned None (or something the store cannot keep).
 UPDATE vigil_queue.executions AS e
 SET state = 'succeeded', attempt = a.attempt, lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL,
-    finished_at = %(now)s, last_error = NULL
-FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[]) AS a(execution_id, attempt, token)
+    finished_at = %(now)s, last_error = NULL, output = a.output::jsonb
+FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[], %(outputs)s::text[])
+     AS a(execution_id, attempt, token, output)
 WHERE e.execution_id = a.execution_id AND e.queue = %(queue)s AND e.lease_token = a.token
   AND (
     (e.attempt = a.attempt AND e.state = 'leased' AND e.lease_owner = %(worker)s)
@@ -238,13 +241,13 @@ WHERE e.state = 'cancelled' AND e.queue = %(queue)s;
 -- name: execution
 SELECT execution_id, queue, task, payload, priority, tenant, state, attempt, max_attempts,
        lease_owner, lease_expires_at, run_after, scheduled_for, idempotency_key, finished_at,
-       last_error
+       last_error, output
 FROM vigil_queue.executions WHERE execution_id = %(execution_id)s;
 
 -- name: states_of
 -- Where each of these executions is (a workflow's task steps, read by the workflow engine each
--- pass while they run): one index probe per id, ids not enqueued left out.
-SELECT execution_id, state, attempt, last_error FROM vigil_queue.executions
+-- pass while they run), and a succeeded one's output: one index probe per id, ids not enqueued left out.
+SELECT execution_id, state, attempt, last_error, output FROM vigil_queue.executions
 WHERE execution_id = ANY(%(execution_ids)s::text[]);
 
 -- name: counts

@@ -58,6 +58,7 @@ CREATE TABLE vigil_queue.executions (
     cancelled_by text,
     leased_at timestamp with time zone,
     lease_token uuid,
+    output jsonb,
     CONSTRAINT executions_attempt_check CHECK ((attempt >= 1)),
     CONSTRAINT executions_lease CHECK (((state = 'leased'::text) = (lease_owner IS NOT NULL))),
     CONSTRAINT executions_max_attempts_check CHECK ((max_attempts >= 1)),
@@ -358,4 +359,4 @@ ALTER TABLE ONLY vigil_queue.executions
 -- function: worker_once(text, smallint, text, timestamp with time zone, text, text, uuid)
 -- function: worker_record_attempts(text[], smallint[], text[], text[], timestamp with time zone[], timestamp with time zone[], text[], text)
 -- function: worker_settle(text, smallint, timestamp with time zone, text, timestamp with time zone, text, smallint, text, text, uuid)
--- function: worker_settle_succeeded(timestamp with time zone, text[], smallint[], uuid[], text, text)
+-- function: worker_settle_succeeded(timestamp with time zone, text[], smallint[], uuid[], text[], text, text)
