@@ -4,11 +4,14 @@ The HTTP API, `QueueStore.submit` and both tiers' fire-time checks ask this one
 module, so a table of named values here is the rule each entry point enforces:
 NUL and lone surrogates (in values and keys), NaN and infinities, nesting deeper
 than 64, and a payload over the size limit. Ordinary values pass unchanged.
+`checked_text` (a task's return value) refuses the same, and what `json` cannot
+write besides; the text it returns is the text it measured.
 """
 
 from __future__ import annotations
 
 import json
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from vigil.core.jsonvalues import (
     UnsafeValue,
     check_object,
     check_text,
+    checked_text,
     refusal,
 )
 
@@ -86,3 +90,37 @@ def test_a_rendered_text_is_read_and_walked(text: str, path: str) -> None:
 
 def test_the_size_limit_can_be_left_to_the_caller() -> None:
     assert refusal({"a": "x" * (2 * MAX_PAYLOAD_BYTES)}, path="payload", max_bytes=None) is None
+
+
+@pytest.mark.parametrize(("value", "path", "why"), REFUSED)
+def test_checked_text_refuses_what_refusal_does(value: Any, path: str, why: str) -> None:
+    with pytest.raises(UnsafeValue) as refused:
+        checked_text(value, path="payload")
+    assert refused.value.path == path and why in refused.value.why
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(MappingProxyType({"a": 1}), id="a mapping that is no dict"),
+        pytest.param(10**5000, id="an int longer than Python prints"),
+    ],
+)
+def test_checked_text_refuses_what_json_cannot_write(value: Any) -> None:
+    with pytest.raises(UnsafeValue, match=r"^output: cannot be written as JSON: "):
+        checked_text(value, path="output")
+
+
+@pytest.mark.parametrize("value", [*PASSED, pytest.param([1, "a", None], id="an array"),
+                                   pytest.param((1, 2), id="a tuple, as an array"), pytest.param("é", id="a string"),
+                                   pytest.param(0, id="a number")])  # fmt: skip
+def test_checked_text_is_the_compact_json_it_measured(value: Any) -> None:
+    text = checked_text(value, path="output")
+    assert text == json.dumps(value, separators=(",", ":"))
+    assert json.loads(text) == (list(value) if isinstance(value, tuple) else value)
+
+
+def test_checked_text_takes_its_own_bound() -> None:
+    assert checked_text("x" * 8, path="output", max_bytes=10) == '"xxxxxxxx"'
+    with pytest.raises(UnsafeValue, match=r"^output: is 11 bytes as JSON; at most 10$"):
+        checked_text("x" * 9, path="output", max_bytes=10)

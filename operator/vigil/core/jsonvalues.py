@@ -93,10 +93,13 @@ def refusal(
         if why is not None:
             return UnsafeValue(where, why)
     if max_bytes is not None:
-        size = len(json.dumps(value, separators=(",", ":")).encode())
-        if size > max_bytes:
-            return UnsafeValue(path, f"is {size} bytes as JSON; at most {max_bytes}")
+        return _size_refusal(json.dumps(value, separators=(",", ":")), path=path, max_bytes=max_bytes)
     return None
+
+
+def _size_refusal(text: str, *, path: str, max_bytes: int) -> UnsafeValue | None:
+    size = len(text.encode())
+    return UnsafeValue(path, f"is {size} bytes as JSON; at most {max_bytes}") if size > max_bytes else None
 
 
 def _children(where: str, item: Mapping[Any, Any] | Sequence[Any]) -> list[tuple[str, Any]] | UnsafeValue:
@@ -127,6 +130,26 @@ def check_object(value: Any, *, path: str, max_bytes: int | None = MAX_PAYLOAD_B
         raise UnsafeValue(path, "must be a JSON object")
     check(value, path=path, max_bytes=max_bytes)
     return value
+
+
+def checked_text(value: Any, *, path: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
+    """`value` as compact JSON text (ASCII-escaped, as sizes are counted) if it passes `check`;
+    UnsafeValue otherwise. The text measured is the text returned, so whoever stores it writes
+    exactly what was checked (a task's return value: vigil.worker.outputs).
+
+    Also refused here: what the walk lets through but `json` cannot write — a mapping that is not
+    a dict, an int with more digits than Python will print."""
+    found = refusal(value, path=path, max_bytes=None)
+    if found is not None:
+        raise found
+    try:
+        text = json.dumps(value, separators=(",", ":"))
+    except (TypeError, ValueError) as error:
+        raise UnsafeValue(path, f"cannot be written as JSON: {error}") from None
+    too_large = _size_refusal(text, path=path, max_bytes=max_bytes)
+    if too_large is not None:
+        raise too_large
+    return text
 
 
 def check_text(text: str, *, path: str, max_bytes: int | None = MAX_PAYLOAD_BYTES) -> Any:

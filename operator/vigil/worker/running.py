@@ -11,7 +11,9 @@ LISTENs:
   fallback when notifications are lost (the LISTEN connection dropped).
 - **run**: async tasks run on the loop; sync tasks in a thread pool of
   `concurrency` threads. An exception fails the attempt: the core decides retry
-  (backoff) or dead letter (`vigil.core.queue.after_failure`).
+  (backoff) or dead letter (`vigil.core.queue.after_failure`). What a task returns
+  is its execution's output, checked where it ran (`vigil.worker.outputs`: a value
+  the store cannot keep becomes null, with a warning; the attempt still succeeds).
 - **acknowledge**: results gather for `ack_interval` or `ack_batch` results and
   settle in one transaction with their attempt rows.
 - **heartbeat**: every `heartbeat`, all held leases are extended in one
@@ -65,8 +67,9 @@ from vigil.core.queue import (
     bounded_error,
 )
 from vigil.queue.workerstore import NOTIFY_CHANNEL, Finished, Leased, WorkerStore
+from vigil.worker.outputs import output_of
 from vigil.worker.settings import WorkerSettings
-from vigil.worker.tasks import Context, TaskRegistry
+from vigil.worker.tasks import Context, TaskFunction, TaskRegistry
 
 if TYPE_CHECKING:
     from vigil.core.ports import Clock
@@ -210,13 +213,14 @@ class Worker:
         started = self.clock.now()
         function = self.registry.get(leased.task)
         error: str | None = None
+        output: str | None = None
         try:
             if function is None:
                 raise LookupError(f"task {leased.task!r} is not registered in this worker")
             if self.registry.is_async(function):
-                await function(ctx)
+                output = output_of(await function(ctx), task=leased.task, execution_id=leased.execution_id)
             else:
-                await asyncio.get_running_loop().run_in_executor(self._threads, function, ctx)
+                output = await asyncio.get_running_loop().run_in_executor(self._threads, _run_sync, function, ctx)
         except asyncio.CancelledError:
             # Cut short by the drain timeout: neither success nor failure. The lease is simply
             # no longer extended, so the execution runs again elsewhere once it expires.
@@ -224,12 +228,12 @@ class Worker:
             raise
         except Exception:
             error = bounded_error(traceback.format_exc())
-        self._finish(leased, started, error)
+        self._finish(leased, started, error, output)
 
-    def _finish(self, leased: Leased, started: Any, error: str | None) -> None:
+    def _finish(self, leased: Leased, started: Any, error: str | None, output: str | None = None) -> None:
         now = self.clock.now()
         if error is None:
-            finished = Finished(leased, AttemptOutcome.SUCCEEDED, started, now)
+            finished = Finished(leased, AttemptOutcome.SUCCEEDED, started, now, output=output)
             self.counts.succeeded += 1
         else:
             settlement = after_failure(
@@ -407,6 +411,11 @@ class Worker:
         if self._books is None:
             raise RuntimeError("the worker is not running")
         return self._books
+
+
+def _run_sync(function: TaskFunction, ctx: Context) -> str | None:
+    """A sync task and the check of what it returned, both in its worker thread."""
+    return output_of(function(ctx), task=ctx.task, execution_id=ctx.execution_id)
 
 
 async def _first(*waits: Any, timeout: float | None = None) -> None:
