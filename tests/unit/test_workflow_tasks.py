@@ -10,15 +10,18 @@ the real one, through the unit tests' simulated world (`workflowsim.World`):
 
 * what an execution's state reports, one named row per case;
 * a submission: its queue, tenant, ids, payload, and that a repeated pass adds nothing;
-* success (the step's output is null: the store keeps no return value), failure with retries
-  (one execution, its attempts the step's), a timeout (the step fails, the engine cancels the
-  execution), compensation of a task step by its `compensate` pod, a payload the store refuses;
+* success: the task's output (what it returned, as the store keeps it) is the step's output, under
+  a pod step's bound, and a dependent task step's payload carries it in its `inputs`; null when
+  the task returned nothing; failure with retries (one execution, its attempts the step's), a
+  timeout (the step fails, the engine cancels the execution), compensation of a task step by its
+  `compensate` pod, a payload the store refuses;
 * the fold's `attempts_run` counts the task's attempts as it does a pod's.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,9 +30,16 @@ import pytest
 
 from tests.unit.workflowsim import FAST_RETRY, T0, UID, World, pod
 from vigil.core.memory import FakeClock
-from vigil.core.orchestrator import WantedTask, execution_id_of, wanted_pods, wanted_tasks
+from vigil.core.orchestrator import (
+    WantedTask,
+    execution_id_of,
+    inputs_for,
+    wanted_pods,
+    wanted_tasks,
+)
 from vigil.core.queue import QueueState, QuotaExceeded, Submission, TaskState
 from vigil.core.workflow import (
+    OUTPUT_MAX_BYTES,
     Definition,
     ErrorAction,
     Event,
@@ -65,6 +75,7 @@ class Row:
     state: QueueState = QueueState.READY
     attempt: int = 1
     error: str | None = None
+    output: Any = None
 
 
 class MemoryTaskStore:
@@ -93,7 +104,7 @@ class MemoryTaskStore:
         return ids
 
     def states(self, execution_ids: Sequence[str]) -> Mapping[str, TaskState]:
-        return {i: TaskState(r.state, r.attempt, r.error) for i, r in self.rows.items() if i in execution_ids}
+        return {i: TaskState(r.state, r.attempt, r.error, r.output) for i, r in self.rows.items() if i in execution_ids}
 
     def retry(self, execution_id: str, *, now: datetime) -> object:
         row = self.rows[execution_id]
@@ -108,11 +119,12 @@ class MemoryTaskStore:
         return None
 
     # the worker's side
-    def settle(self, execution_id: str, *, ok: bool, error: str = "boom") -> None:
+    def settle(self, execution_id: str, *, ok: bool, error: str = "boom", output: Any = None) -> None:
         row = self.rows[execution_id]
         assert row.state in (QueueState.READY, QueueState.LEASED), f"{execution_id} is {row.state}"
         row.state = QueueState.SUCCEEDED if ok else QueueState.DEAD
         row.error = None if ok else error
+        row.output = output if ok else None
 
 
 class TaskWorld:
@@ -128,10 +140,16 @@ class TaskWorld:
         return execution_id_of(self.world.definition, step)
 
     def act(self) -> bool:
-        """What the engine's `_act_tasks` does: the owed tasks carried out; whether one was refused."""
-        wanted = wanted_tasks(self.world.definition, self.world.state)
+        """What the engine's `_act_tasks` does: the owed tasks carried out, each with its inputs (the
+        outputs of the steps it depends on, from the state); whether one was refused."""
+        definition, state = self.world.definition, self.world.state
+        wanted = wanted_tasks(definition, state)
         found = self.tasks.read(wanted)
-        owed = [(w, found.get(w.execution_id), CALL, {}) for w in wanted if self.tasks.owed(w, found.get(w.execution_id))]
+        owed = [
+            (w, found.get(w.execution_id), CALL, inputs_for(definition, state, w.step))
+            for w in wanted
+            if self.tasks.owed(w, found.get(w.execution_id))
+        ]
         return self.tasks.carry_out(owed, workflow=WORKFLOW, parameters={"p": "1"})
 
     def record(self) -> list[Record]:
@@ -179,6 +197,26 @@ def test_what_an_execution_reports(found: TaskState | None, event: Event | None,
         assert result.is_input
 
 
+BIG = {"lines": ["x" * 100] * 50}  # about 5 KiB as JSON: past a step output's bound
+
+
+@pytest.mark.parametrize(
+    ("output", "recorded"),
+    [
+        pytest.param(None, None, id="none-no-output-key"),
+        pytest.param({"charged": 12.5, "ids": [1, 2]}, {"charged": 12.5, "ids": [1, 2]}, id="an-object-whole"),
+        pytest.param("receipt é", "receipt é", id="a-string"),
+        pytest.param(0, 0, id="zero-is-an-output"),
+        pytest.param(BIG, json.dumps(BIG, separators=(",", ":"))[:OUTPUT_MAX_BYTES], id="past-4KiB-cut-as-a-pods-is"),
+    ],
+)
+def test_a_success_carries_the_tasks_output(output: Any, recorded: Any) -> None:
+    result = task_result(WANT, TaskState(QueueState.SUCCEEDED, 2, None, output), now=T0)
+    assert result is not None and result.event is Event.TASK_SUCCEEDED
+    assert ("output" in result.detail) == (recorded is not None)
+    assert result.detail.get("output") == recorded
+
+
 # --- the submission ------------------------------------------------------------------------------
 
 
@@ -216,6 +254,27 @@ def test_a_task_step_succeeds_with_its_execution() -> None:
     assert (step.phase, step.attempt, step.output, step.attempts_run) == (StepPhase.SUCCEEDED, 1, None, 1)
     assert tw.world.events(Event.TASK_SUCCEEDED) == [("TaskSucceeded", "charge")]
     assert [w.step for w in wanted_pods(tw.world.definition, tw.world.state)] == ["ship"]  # its dependent runs
+    assert inputs_for(tw.world.definition, tw.world.state, "ship") == {"charge": None}  # it returned nothing
+
+
+def test_a_task_steps_output_is_in_its_dependents_inputs() -> None:
+    steps = (task("charge"), task("invoice", "charge"), pod("ship", "charge"))
+    tw = TaskWorld(Definition(uid=UID, steps=steps))
+    tw.act()
+    tw.store.settle(tw.id_of("charge"), ok=True, output={"charged": 12.5, "receipt": "r-1"})
+    tw.record()
+    step = tw.world.state.steps["charge"]
+    assert (step.phase, step.output) == (StepPhase.SUCCEEDED, {"charged": 12.5, "receipt": "r-1"})
+    [succeeded] = [r for r in tw.world.history if r.event is Event.TASK_SUCCEEDED]
+    assert succeeded.detail["output"] == {"charged": 12.5, "receipt": "r-1"}  # in the history: the timeline shows it
+    tw.act()  # the dependent task step is submitted with charge's output in its payload's inputs
+    invoice = tw.store.rows[tw.id_of("invoice")].submission.payload
+    assert invoice["inputs"] == {"charge": {"charged": 12.5, "receipt": "r-1"}}
+    # a pod step depending on it gets the same in VIGIL_INPUTS (the engine's `_inputs`)
+    assert inputs_for(tw.world.definition, tw.world.state, "ship") == {"charge": {"charged": 12.5, "receipt": "r-1"}}
+    tw.store.settle(tw.id_of("invoice"), ok=True, output="invoice-7")
+    tw.record()
+    assert tw.world.state.steps["invoice"].output == "invoice-7"
 
 
 def test_a_failing_task_step_retries_as_one_execution_then_fails() -> None:

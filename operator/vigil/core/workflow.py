@@ -349,6 +349,15 @@ def parse_output(text: str | None) -> Any:
         return raw
 
 
+def bounded_output(value: Any) -> Any:
+    """A value handed in whole (a task's return value) as step output, under a pod's bound: itself
+    when its JSON text fits OUTPUT_MAX_BYTES, else cut as a termination message is (the first
+    OUTPUT_MAX_BYTES bytes of that text, as text: :func:`parse_output`)."""
+    if value is None:
+        return None
+    return parse_output(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
 def time_of(detail: Mapping[str, Any], key: str) -> datetime | None:
     value = detail.get(key)
     return parse_rfc3339(value) if isinstance(value, str) else None

@@ -12,7 +12,11 @@ workflow's uid and the step's id, as a pod step's pod names are). So:
   ``retry`` policy decides, as for a pod step;
 * its end is read back from the store (:meth:`WorkflowTasks.read`, one statement per pass for
   every running task of the workflow) and recorded as a ``TaskSucceeded`` or ``TaskFailed``
-  input (:func:`task_result`).
+  input (:func:`task_result`); a success carries what the task returned (the execution's
+  ``output``, which the worker checked and bounded: vigil.worker.outputs) as the step's output,
+  under the bound of a pod step's (:func:`vigil.core.workflow.bounded_output`: 4 KiB as JSON, a
+  longer one cut as a termination message is), so the steps that depend on it get it in their
+  inputs.
 
 The engine learns of an end by looking: the store tells nobody when an execution settles (its
 ``vigil_queue`` notifications are for workers, on submit). While a workflow has a task step
@@ -42,7 +46,7 @@ from vigil.core.orchestrator import WantedTask
 from vigil.core.ports import Clock
 from vigil.core.queue import QueueState, QuotaExceeded, Submission, TaskState, queue_key
 from vigil.core.submissions import SubmissionRefused
-from vigil.core.workflow import Event, Record
+from vigil.core.workflow import Event, Record, bounded_output
 from vigil.model.steps.task import TaskCall
 
 log = logging.getLogger(__name__)
@@ -113,6 +117,9 @@ def task_result(wanted: WantedTask, found: TaskState | None, *, now: datetime) -
     if found.state is QueueState.SUCCEEDED:
         # An earlier attempt's success (a step retried by hand while its cancelled task's
         # acknowledgement won) is a success too: the task did its work.
+        output = bounded_output(found.output)
+        if output is not None:  # as a pod's: no output, no key
+            detail["output"] = output
         return Record(Event.TASK_SUCCEEDED, now, wanted.step, wanted.attempt, detail)
     if found.attempt < wanted.attempt or found.state in (QueueState.READY, QueueState.LEASED):
         return None
