@@ -1,7 +1,8 @@
 """`@task("name")`: how a function becomes something a worker runs, and the context it is given.
 
 A task is a plain function, sync or async, taking one argument: the `Context` of
-the execution it runs. Registering is a side effect of importing the module that
+the execution it runs. What it returns is its execution's output, when the store can
+keep it (`vigil.worker.outputs`). Registering is a side effect of importing the module that
 defines it (`vigil worker --tasks myapp.tasks` imports it), into the registry the
 decorator is given (by default the process-wide `REGISTRY`).
 """
