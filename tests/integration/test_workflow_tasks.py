@@ -8,6 +8,9 @@ the database's `runs` table:
 * a chain of two task steps runs to success: each step is one execution in the store, its id
   the step's stable execution id, run once; a second engine (a new leader) passing the same
   workflow adds no execution;
+* a chain of two task steps whose second gets the first's output: the first task's return value
+  is recorded in its TaskSucceeded entry and is the second's payload's `inputs`; the second's
+  output (echoing those inputs) is recorded in turn;
 * a task that fails its first attempt: the step retries, the same execution runs again at
   attempt 2 and succeeds; the history has the TaskFailed then the TaskSucceeded;
 * a workflow with a task step is Invalid while the engine has no queue store;
@@ -114,6 +117,26 @@ def test_task_steps_run_once_each_as_the_steps_executions(
     assert sorted(ran) == sorted((execution, 1) for execution in ids.values())  # each step ran once
     assert recorded(done, "TaskSucceeded") == [("TaskSucceeded", "a", 1), ("TaskSucceeded", "b", 1)]
     assert recorded(done, "StepStarted") == [("StepStarted", "a", 1), ("StepStarted", "b", 1)]
+
+
+@pytest.mark.postgres
+def test_a_task_steps_output_is_the_next_steps_input(
+    cluster: KubeCluster, namespace: str, engine: WorkflowEngine, queue_dsn: str
+) -> None:
+    quote = task_step("quote", "echo")
+    quote["task"]["payload"] = {"price": 12.5, "currency": "EUR"}
+    created = create_workflow(cluster, namespace, "priced", steps=[quote, task_step("order", "echo", "quote")])
+    with in_process(queue_dsn, queue_key(namespace, "work")):
+        done = run_to_end(cluster, engine, namespace, "priced")
+    assert done["status"]["phase"] == "Succeeded", done["status"].get("conditions")
+    quoted = {"own": {"price": 12.5, "currency": "EUR"}, "inputs": {}}
+    succeeded = {e["step"]: e.get("output") for e in done["status"]["history"] if e["event"] == "TaskSucceeded"}
+    assert succeeded == {"quote": quoted, "order": {"own": {}, "inputs": {"quote": quoted}}}
+    store = QueueStore(queue_dsn)
+    uid = created["metadata"]["uid"]
+    first, second = (store.execution(step_execution_id(uid, step)) for step in ("quote", "order"))
+    assert first is not None and first["output"] == quoted  # kept by the store as the task returned it
+    assert second is not None and second["payload"]["inputs"] == {"quote": quoted}  # what step 2 was given
 
 
 @pytest.mark.postgres

@@ -14,6 +14,7 @@ import collections
 import os
 import threading
 import time
+from typing import Any
 
 import psycopg
 
@@ -70,6 +71,44 @@ def fail_first(ctx: Context) -> None:
     note(ctx, "ran")
     if ctx.attempt == 1:
         raise RuntimeError("the first attempt fails")
+
+
+@task("returns")
+def returns(ctx: Context) -> Any:
+    """Returns its payload's `value` (its execution's output; None when the payload has none)."""
+    note(ctx, "ran")
+    return ctx.payload.get("value")
+
+
+@task("returns_async")
+async def returns_async(ctx: Context) -> Any:
+    return ctx.payload.get("value")
+
+
+@task("echo")
+def echo(ctx: Context) -> dict[str, Any]:
+    """A workflow step's task: returns its block's own payload and the inputs it was given (the
+    outputs of the steps it depends on), so the next step's inputs show what this one returned."""
+    note(ctx, "ran")
+    return {"own": ctx.payload.get("payload"), "inputs": ctx.payload.get("inputs")}
+
+
+#: Return values the store cannot keep, by the name a payload's `kind` gives.
+HOSTILE: dict[str, Any] = {
+    "nul": {"note": "a\x00b"},
+    "surrogate": ["\ud800"],
+    "nan": {"ratio": float("nan")},
+    "set": {1, 2},
+    "object": threading.Event(),
+    "large": "x" * 40_000,
+}
+
+
+@task("returns_hostile")
+def returns_hostile(ctx: Context) -> Any:
+    """Does its work (notes it), then returns what the store cannot keep: it still succeeds."""
+    note(ctx, "ran")
+    return HOSTILE[ctx.payload["kind"]]
 
 
 @task("hold_async")
