@@ -275,11 +275,7 @@ def fleet(cluster: KubeCluster, tmp_path: Path, request: pytest.FixtureRequest) 
 
     operators = OperatorFleet(cluster, tmp_path)
     yield operators
-    operators.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(operators.logs())
-    cluster.clear_namespace(operators.namespace)
+    operators.finish(request)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -147,3 +147,12 @@ class OperatorFleet:
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.log.read_text(errors='replace')[-4000:]}" for p in self.processes)
+
+    def finish(self, request: Any) -> None:
+        """A fixture's teardown: stop every process, print their logs when the test failed
+        (`request.node.rep_call`, set by the integration conftest), and clear the namespace."""
+        self.stop()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(self.logs())
+        self.cluster.clear_namespace(self.namespace)

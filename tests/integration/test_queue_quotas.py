@@ -38,11 +38,7 @@ def quota_fleet(
     fleet.start(http={"metricsPort": 0, "apiPort": 0})
     fleet.leader()
     yield fleet
-    fleet.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(fleet.logs())
-    cluster.clear_namespace(fleet.namespace)
+    fleet.finish(request)
 
 
 def limits(store: QueueStore, namespace: str) -> tuple[int | None, int | None] | None:

@@ -151,11 +151,7 @@ def queue_fleet(
     fleet.start(http={"metricsPort": metrics_port, "apiPort": 0})
     fleet.leader()
     yield fleet
-    fleet.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(fleet.logs())
-    cluster.clear_namespace(fleet.namespace)
+    fleet.finish(request)
 
 
 def queue_gauges(port: int, namespace: str, queue: str) -> dict[str, float]:

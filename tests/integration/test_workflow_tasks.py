@@ -177,11 +177,7 @@ def task_fleet(
     fleet.start()
     fleet.leader()
     yield fleet
-    fleet.stop()
-    report = getattr(request.node, "rep_call", None)
-    if report is not None and report.failed:
-        print(fleet.logs())
-    cluster.clear_namespace(fleet.namespace)
+    fleet.finish(request)
 
 
 @pytest.mark.postgres
