@@ -26,7 +26,7 @@ from psycopg.types.json import Jsonb
 from tests.queue.workers import FAST, in_process
 from tests.waiting import wait_for
 from vigil.core.queue import Submission
-from vigil.queue.functions import PARAMETER_TYPES, PLACEHOLDER, parameters
+from vigil.queue.functions import PARAMETER_TYPES, PLACEHOLDER, PLANNED_ONCE_SETTINGS, parameters
 from vigil.queue.queries import QUERIES
 from vigil.queue.store import QueueStore
 
@@ -116,8 +116,8 @@ def test_the_lease_functions_generic_plan_reads_a_deep_queue_by_index(store: Que
     if planned == "over the backlog":
         fill(store, DEEP)
     with psycopg.connect(store.dsn, autocommit=True) as connection:
-        connection.execute("SET plan_cache_mode = force_generic_plan")
-        connection.execute("SET jit = off")
+        for name, value in (*PLANNED_ONCE_SETTINGS, ("jit", "off")):  # the lease function's own
+            connection.execute(f"SET {name} = {value}")
         connection.execute(f"PREPARE lease ({', '.join(PARAMETER_TYPES[n] for n in names)}) AS {prepared}")
         # bound by the client: a utility statement (EXPLAIN EXECUTE) takes no server-side parameters
         cursor = psycopg.ClientCursor(connection)

@@ -181,7 +181,8 @@ def test_a_worker_given_another_namespaces_queue_says_so_and_exits(dsn: str, rol
 def test_every_worker_function_runs_with_its_own_settings(store: QueueStore) -> None:
     """Whatever the caller's session sets, each worker function resolves names in pg_catalog only
     (a caller's objects never stand in for the owner's) and never JIT-compiles; the lease plans once
-    per session (a generic plan: planned anew at each call, it took twice its execution)."""
+    per session (a generic plan: planned anew at each call, it took twice its execution), without
+    sequential scans (test_backlog.py)."""
     expected = {"search_path=pg_catalog, pg_temp", "jit=off"}
     with psycopg.connect(store.dsn, autocommit=True) as connection:
         rows = connection.execute(
@@ -191,5 +192,5 @@ def test_every_worker_function_runs_with_its_own_settings(store: QueueStore) -> 
     assert {name for name, _, _ in rows} == {f"worker_{s.block}" for s in WORKER_STATEMENTS}
     for name, config, definer in rows:
         assert definer, name
-        once = {"plan_cache_mode=force_generic_plan"} if name == "worker_lease" else set()
+        once = {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"} if name == "worker_lease" else set()
         assert set(config or []) == expected | once, (name, config)

@@ -20,7 +20,11 @@ A worker never reads or writes a table. Each statement a worker runs (its block 
   planning for 0.3 ms of execution, two thirds of a worker's time in the database on a backlog.
   Its generic plan reads the executions by index only, at 100,000 analysed rows, at 1,000,000,
   and when it was made on an empty queue before a backlog arrived (tests/queue/test_backlog.py);
-  its estimate grows with the table but, JIT being off, compiles nothing. The other statements
+  its estimate grows with the table but, JIT being off, compiles nothing. It is planned with
+  sequential scans off: made on an empty table, whose size PostgreSQL guesses at 10 pages, the
+  plan could otherwise join the chosen rows to the executions by reading the whole table (one
+  added column, `output`, tipped that guess), and keep doing so through the backlog that
+  followed. Every read of the lease has an index to use. The other statements
   are cheap to plan and keep PostgreSQL's choice: a plan made once, when a table was empty, would
   otherwise serve the whole session however the table grew (until an ANALYZE invalidates it).
 * What acknowledges, extends or claims by a lease (heartbeat, settle, settle_succeeded, once)
@@ -123,6 +127,9 @@ PARAMETER_TYPES: dict[str, str] = {
 
 #: The statements whose plan is made once per session (see the module doc).
 PLANNED_ONCE = frozenset({"lease"})
+#: What such a statement's function sets besides every function's: the plan made once, and made
+#: without a sequential scan of the executions, whatever size the table had when it was made.
+PLANNED_ONCE_SETTINGS = (("plan_cache_mode", "force_generic_plan"), ("enable_seqscan", "off"))
 
 ROW_OF_LEASE = (
     "execution_id text, task text, payload jsonb, attempt smallint, max_attempts smallint, "
@@ -283,7 +290,9 @@ def definition(spec: WorkerStatement, *, prefix: str = PREFIX) -> str:
 
 def _planning(block: str) -> str:
     """The function's plan cache setting: the lease's plan is made once per session (module doc)."""
-    return " SET plan_cache_mode = force_generic_plan" if block in PLANNED_ONCE else ""
+    if block not in PLANNED_ONCE:
+        return ""
+    return "".join(f" SET {name} = {value}" for name, value in PLANNED_ONCE_SETTINGS)
 
 
 def call(block: str, *, prefix: str = PREFIX) -> str:
