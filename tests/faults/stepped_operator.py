@@ -2,7 +2,7 @@
 <offset file> operator --config ...`.
 
 The operator reads the time only through the clock its composition root makes
-(`vigil.runtime.wall_clock`, a `vigil.kube.clocks.SystemClock`, handed to every part); this launcher hands it
+(`vigil.runtime.clocks.wall_clock`, a `vigil.kube.clocks.SystemClock`, handed to every part); this launcher hands it
 one that adds the seconds written in the offset file (read again whenever the file changes), so a
 test steps one replica's clock ahead and back without touching the machine's. Everything else is
 the real operator process.
@@ -14,8 +14,8 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from vigil import runtime
 from vigil.__main__ import main
+from vigil.runtime import clocks
 
 OFFSET_FILE = Path(sys.argv[1])
 
@@ -41,7 +41,7 @@ class SteppedClock:
 
 
 STEPPED = SteppedClock()
-runtime.wall_clock = lambda: STEPPED  # the root's clock, replaced for this process only
+clocks.wall_clock = lambda: STEPPED  # the root's clock, replaced for this process only
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[2:]))

@@ -63,7 +63,7 @@ from vigil.history.store import SqlHistory
 #: Added to every bound derived from the settings under test: this 2-core machine runs the API
 #: server, etcd, the node agent and the operator together, and a starved thread loses a second or two.
 MARGIN = timedelta(seconds=2)
-DISPATCH_INTERVAL_SECONDS = 1.0  # the dispatcher's idle poll (runtime.py), the longest it sleeps
+DISPATCH_INTERVAL_SECONDS = 1.0  # the dispatcher's idle poll (vigil/runtime/leader.py), the longest it sleeps
 TIMESTAMP_GRAIN_SECONDS = 1.0  # Kubernetes writes creation and status times in whole seconds
 #: Seconds the dispatcher may take beyond a due time: one idle poll, one timestamp's truncation,
 #: and the margin (which also covers the pod event's way back to the operator).

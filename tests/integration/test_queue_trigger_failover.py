@@ -1,6 +1,6 @@
 """Three operator replicas, 8 trigger shards fire 10,000 jobs due together exactly once, through a crash.
 
-The replicas are `vigil.runtime.start_trigger_shards` as `vigil operator` starts it (in
+The replicas are `vigil.runtime.volume.start_trigger_shards` as `vigil operator` starts it (in
 threads here), sharing 8 shards through real Leases on the real API server, against real
 PostgreSQL with the system clock. Once they share the shards 3/3/2, 10,000 yearly jobs are
 catalogued whose occurrence is due (a cron of 1 January, catalogued an hour before the
@@ -32,7 +32,8 @@ from vigil.core.recurring import RecurringJob
 from vigil.kube.shardleases import ShardLeases
 from vigil.queue.catalogue import Catalogue
 from vigil.queue.store import QueueStore
-from vigil.runtime import lease_config, start_trigger_shards
+from vigil.runtime.clients import lease_config
+from vigil.runtime.volume import start_trigger_shards
 from vigil.settings import Settings
 
 __all__ = ["postgres"]

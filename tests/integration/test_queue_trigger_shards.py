@@ -1,6 +1,6 @@
 """The operator's wiring of the volume tier's trigger: replicas share the shards and fire each due job once.
 
-Two replicas (`vigil.runtime.start_trigger_shards`, as `vigil operator` starts it,
+Two replicas (`vigil.runtime.volume.start_trigger_shards`, as `vigil operator` starts it,
 in threads here) share 4 shards through real Leases and fire 200 due recurring jobs
 from real PostgreSQL with the system clock: every job exactly once. A queue store that
 does not answer yet holds back only the shards, which start once it does.
@@ -25,7 +25,8 @@ from tests.waiting import wait_for
 from vigil.kube.shardleases import ShardLeases
 from vigil.queue.catalogue import Catalogue, RecurringJob
 from vigil.queue.store import QueueStore
-from vigil.runtime import lease_config, start_trigger_shards
+from vigil.runtime.clients import lease_config
+from vigil.runtime.volume import start_trigger_shards
 from vigil.settings import Settings
 
 __all__ = ["postgres"]

@@ -35,7 +35,7 @@ from vigil.queue.roles import (
     worker_dsn,
 )
 from vigil.queue.store import QueueStore
-from vigil.runtime import queue_store
+from vigil.runtime.serving import queue_store
 from vigil.settings import Settings
 
 pytestmark = pytest.mark.postgres

@@ -11,7 +11,7 @@ import pytest
 
 from vigil.kube.buckets import WRITE_CONCURRENCY
 from vigil.kube.dispatcher import START_CONCURRENCY
-from vigil.runtime import OTHER_REQUESTERS, api_client, api_connections
+from vigil.runtime.clients import OTHER_REQUESTERS, api_client, api_connections
 from vigil.settings import Settings, Trigger
 
 KUBECONFIG = """apiVersion: v1

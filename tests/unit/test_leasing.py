@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.waiting import wait_for
 from vigil.core.servertime import ServerTimeReading
 from vigil.kube.leasing import LeaderElector, LeaseConfig, server_time_of
-from vigil.runtime import lease_config
+from vigil.runtime.clients import lease_config
 from vigil.settings import Settings
 
 LEASE = LeaseConfig(namespace="ops", name="leader", identity="me", lease_duration=3.0, renew_period=0.2)

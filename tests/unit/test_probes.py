@@ -22,7 +22,7 @@ import pytest
 
 from tests.unit.test_httpapi import ROW, get, server
 from vigil.probes import IO_TIMEOUT_SECONDS, MAX_CONNECTIONS, serve_probes
-from vigil.runtime import api_limits
+from vigil.runtime.serving import api_limits
 from vigil.settings import Http
 
 IDLE, SLOW = 60, 10  # past the old server's 8 workers and 32 queued: what 40 idle sockets already did
