@@ -132,6 +132,7 @@ class Execution:
     last_error: str | None
     cancelled_by: str | None
     attempts: tuple[Attempt, ...]
+    output: Any = None  # what the task returned, once succeeded (None: nothing, or not yet)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -439,7 +440,7 @@ def _execution(data: dict[str, Any]) -> Execution:
         scheduled_for=_when(data["scheduledFor"]), run_after=_when(data["runAfter"]),
         lease_owner=data["leaseOwner"], lease_expires_at=_maybe(data["leaseExpiresAt"]),
         finished_at=_maybe(data["finishedAt"]), last_error=data["lastError"],
-        cancelled_by=data["cancelledBy"],
+        cancelled_by=data["cancelledBy"], output=data.get("output"),  # .get: an older operator has no output
         attempts=tuple(
             Attempt(
                 attempt=a["attempt"], worker=a["worker"], outcome=a["outcome"],

@@ -234,6 +234,11 @@ class QueueExecution(_Answer):
     finishedAt: str | None
     lastError: str | None
     cancelledBy: str | None
+    output: Any = Field(
+        description="What the task returned, kept when the execution succeeded: any JSON value, at most 32 KiB "
+        "as compact JSON. Null when it returned None or a value the store could not keep, and for every "
+        "execution that has not succeeded."
+    )
     attempts: list[QueueAttempt]
 
 

@@ -4,7 +4,7 @@
                                            recurring one (cron: catalogued with its next occurrence)
     GET    /v1/jobs/{id}                   the job and its newest executions
     DELETE /v1/jobs/{id}                   disable the job; cancel what of it has not finished
-    GET    /v1/executions/{id}             the execution's timeline: state, lease, every attempt
+    GET    /v1/executions/{id}             the execution's timeline: state, lease, every attempt, output
     ...    /v1/namespaces/{ns}/taskqueues/{q}/jobs/{id}, .../executions/{id}[/cancel|/retry]
                                            the same within the queue: authorised on it before
                                            the store is read (vigil.api.queuerecords)

@@ -150,6 +150,7 @@ def execution_to_json(record: ExecutionRecord) -> dict[str, Any]:
         "finishedAt": time_of(record.finished_at),
         "lastError": record.last_error,
         "cancelledBy": record.cancelled_by,
+        "output": record.output,
         "attempts": [attempt_to_json(row) for row in record.attempts],
     }
 

@@ -327,6 +327,9 @@ class ExecutionRecord:
     last_error: str | None
     cancelled_by: str | None
     attempts: tuple[AttemptRow, ...]
+    #: What the task returned, kept when the execution succeeded (null for none, and for every
+    #: execution that has not succeeded); at most 32 KiB as compact JSON (vigil.worker.outputs).
+    output: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

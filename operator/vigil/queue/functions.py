@@ -204,6 +204,7 @@ API_STATEMENTS: tuple[WorkerStatement, ...] = (
         "lease_expires_at timestamptz, run_after timestamptz, scheduled_for timestamptz, "
         "idempotency_key text, finished_at timestamptz, last_error text, cancelled_by text, job_enabled boolean"
     )),
+    WorkerStatement("execution_output", "output jsonb"),
     WorkerStatement("attempts_of", (
         "execution_id text, attempt smallint, worker text, outcome text, started_at timestamptz, "
         "finished_at timestamptz, error text, duplicate boolean"

@@ -318,15 +318,17 @@ def _job(connection: psycopg.Connection[Any], job_id: str, statements: Mapping[s
 def _timeline(
     connection: psycopg.Connection[Any], execution_id: str, statements: Mapping[str, str]
 ) -> tuple[ExecutionRecord, bool] | None:
-    """The execution with its attempts, and whether its job (if any) is enabled."""
+    """The execution with its attempts and output, and whether its job (if any) is enabled."""
     cursor = connection.cursor(row_factory=psycopg.rows.dict_row)
     row = cursor.execute(statements["timeline"], {"execution_id": execution_id}).fetchone()
     if row is None:
         return None
     attempts = cursor.execute(statements["attempts_of"], {"execution_id": execution_id}).fetchall()
     job_enabled = bool(row.pop("job_enabled"))
+    state = QueueState(row["state"])
     record = ExecutionRecord(
-        **{**row, "state": QueueState(row["state"])},
+        **{**row, "state": state},
+        output=_output(cursor, execution_id, statements) if state is QueueState.SUCCEEDED else None,
         attempts=tuple(
             AttemptRow(
                 attempt=a["attempt"], worker=a["worker"], outcome=AttemptOutcome(a["outcome"]),
@@ -337,6 +339,14 @@ def _timeline(
         ),
     )  # fmt: skip
     return record, job_enabled
+
+
+def _output(cursor: psycopg.Cursor[dict[str, Any]], execution_id: str, statements: Mapping[str, str]) -> Any:
+    """A succeeded execution's output, read after its timeline row said it succeeded: the state and
+    the output are written by one statement and neither changes after, so the two reads agree (an
+    execution retention deleted in between reads as null)."""
+    found = cursor.execute(statements["execution_output"], {"execution_id": execution_id}).fetchone()
+    return None if found is None else found["output"]
 
 
 def _check_brought_ids(

@@ -280,5 +280,12 @@ SELECT e.execution_id, e.job_id, e.queue, e.task, e.payload, e.priority, e.tenan
 FROM vigil_queue.executions AS e LEFT JOIN vigil_queue.jobs AS j ON j.job_id = e.job_id
 WHERE e.execution_id = %(execution_id)s;
 
+-- name: execution_output
+-- What a succeeded execution's task returned (NULL: none), read beside its `timeline` (the HTTP
+-- API's execution). A block of its own rather than a column of `timeline`: the API of the previous
+-- version reads the rows of its `api_timeline` function by name into a record with no output, so
+-- a column added there would fail every execution read of an operator replica not yet upgraded.
+SELECT output FROM vigil_queue.executions WHERE execution_id = %(execution_id)s;
+
 -- name: locate_execution
 SELECT queue FROM vigil_queue.executions WHERE execution_id = %(execution_id)s;

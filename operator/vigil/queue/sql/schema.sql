@@ -332,6 +332,7 @@ ALTER TABLE ONLY vigil_queue.executions
 -- function: api_dead_letters(text, timestamp with time zone, text, integer)
 -- function: api_disable_job(timestamp with time zone, text)
 -- function: api_drop_job(text)
+-- function: api_execution_output(text)
 -- function: api_insert_job(text, text, text, jsonb, smallint, text, smallint, smallint, timestamp with time zone)
 -- function: api_insert_job_execution(text, text, text, text, jsonb, smallint, text, smallint, smallint, timestamp with time zone, text, timestamp with time zone)
 -- function: api_job(text)

@@ -10,7 +10,9 @@ The workers' `settle_succeeded` function gains a parameter (`p_outputs`), so the
 under a new signature. The previous one is left in place, not dropped: a worker of the previous
 version still acknowledges through it during a rolling upgrade (its successes keep no output),
 instead of failing every acknowledgement until it is upgraded. A later revision may drop it.
-Downgrading drops the new function and the column. Frozen: later changes go in new revisions.
+The HTTP API reads the output through a function of its own, `api_execution_output`, so the
+previous version's `api_timeline` keeps its columns. Downgrading drops both new functions and the
+column. Frozen: later changes go in new revisions.
 
 Revision ID: q0013output
 Revises: q0012keyed
@@ -34,6 +36,7 @@ ALTER TABLE vigil_queue.executions ADD COLUMN output jsonb NULL;
 
 DOWNGRADE = """
 DROP FUNCTION IF EXISTS vigil_queue.worker_settle_succeeded(timestamptz, text[], smallint[], uuid[], text[], text, text);
+DROP FUNCTION IF EXISTS vigil_queue.api_execution_output(text);
 ALTER TABLE vigil_queue.executions DROP COLUMN output;
 """
 
