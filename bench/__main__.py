@@ -130,14 +130,14 @@ from vigil.core.buckets import BucketEntry, entry_key, minute_of
 from vigil.core.ids import execution_id
 from vigil.core.memory import FakeClock
 from vigil.core.trigger import Trigger
-from vigil.kube.buckets import KubeBucketStore
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore, execution_body
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.launcher import ExecutionLauncher
-from vigil.kube.ledger import KubeLedger
-from vigil.kube.results import JobResults
+from vigil.kube.controllers.launcher import ExecutionLauncher
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.stores.buckets import KubeBucketStore
+from vigil.kube.stores.executions import ExecutionStore, execution_body
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.jobstatus import JobStatusWriter
+from vigil.kube.stores.ledger import KubeLedger
+from vigil.kube.stores.results import JobResults
 from vigil.model.jobspec import schedule_hash
 
 __all__ = ["Arrivals", "Bench", "fresh_cluster", "main", "stop_process"]  # what other sections import from here

@@ -8,7 +8,7 @@ starts (so no Execution is dispatched while it is being written):
   during the measurement), with the default jitter;
 * `executions` finished Executions, spread evenly over the jobs (within the default retention
   of 3 Succeeded per job when there are no more of them than 3 per job), each created by
-  `vigil.kube.executions.execution_body` and then given the status of one attempt that
+  `vigil.kube.stores.executions.execution_body` and then given the status of one attempt that
   Succeeded, built by the core's own state machine (`vigil.core.executions`) as the operator
   would have left it, its history not yet written (the operator writes it);
 * `workflows` Workflows whose one step waits 24 h: in flight, as a waiting workflow is.
@@ -33,8 +33,8 @@ from kubernetes import client
 from bench.cluster import GROUP, VERSION, Bench, last_error, stop_process, wait_until
 from vigil.core import executions as core
 from vigil.core.ids import execution_id
-from vigil.kube.executions import execution_body
-from vigil.kube.shardleases import shard_lease_name
+from vigil.kube.kits.shardleases import shard_lease_name
+from vigil.kube.stores.executions import execution_body
 
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
 LOADED_DEADLINE_S = 900.0  # for every job to get its nextRun and every workflow to be Running

@@ -32,7 +32,7 @@ from tests.integration.jobs import (
 )
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
-from vigil.kube.buckets import KubeBucketStore
+from vigil.kube.stores.buckets import KubeBucketStore
 from vigil.model import GROUP, VERSION
 from vigil.model.names import SCHEDULE_BUCKETS
 

@@ -253,7 +253,7 @@ def record_transition(before: Execution, after: Execution) -> None:
 
 
 class DispatchFigures(Protocol):
-    """What a dispatcher pass reports that is exported (`vigil.kube.dispatcher.DispatchReport`)."""
+    """What a dispatcher pass reports that is exported (`vigil.kube.controllers.dispatcher.DispatchReport`)."""
 
     @property
     def duplicates(self) -> int: ...
@@ -268,7 +268,7 @@ def record_dispatch(report: DispatchFigures) -> None:
 
 
 class Verdict(Protocol):
-    """One job's watchdog verdict, as `vigil.kube.watchdog.Assessed` carries it."""
+    """One job's watchdog verdict, as `vigil.kube.controllers.watchdog.Assessed` carries it."""
 
     @property
     def facts(self) -> JobFacts: ...
@@ -350,7 +350,7 @@ def record_workflow_pass(*, namespace: str, workflow: str, events: list[str], st
             WORKFLOW_STEPS_STUCK.remove(namespace, workflow)
 
 
-# --- approval notifications (vigil.kube.approvals, vigil.kube.outbox) -------------------------
+# --- approval notifications (vigil.kube.controllers.approvals, vigil.kube.kits.outbox) -------------------------
 
 APPROVAL_OUTBOX_DEPTH = Gauge(
     "vigil_approval_outbox_workflows",

@@ -1,7 +1,7 @@
 """The BucketStore contract, run against every implementation.
 
 The in-memory twin (`vigil.core.memory.MemoryBucketStore`) and the API-server
-adapter (`vigil.kube.buckets.KubeBucketStore`, ScheduleBucket objects in a
+adapter (`vigil.kube.stores.buckets.KubeBucketStore`, ScheduleBucket objects in a
 namespace of the test's own, read from the API server or, as the leader reads them, from its
 watch-fed cache) must agree on: idempotent inserts by key; the
 minute an entry lands in; reads confined to one minute; overflow of a hot minute
@@ -41,7 +41,7 @@ MARKED_AT = datetime(2026, 5, 1, 12, 5, 0, 125_000, tzinfo=UTC)  # millisecond p
 def make_store(request: pytest.FixtureRequest, **limits: int) -> BucketStore:
     if request.param == "memory":
         return MemoryBucketStore(shards=SHARDS, **limits)
-    from vigil.kube.buckets import KubeBucketStore, bucket_cache
+    from vigil.kube.stores.buckets import KubeBucketStore, bucket_cache
 
     cluster = request.getfixturevalue("cluster")
     namespace = request.getfixturevalue("namespace")
@@ -297,7 +297,7 @@ def group_committing(request: pytest.FixtureRequest) -> BucketStore:
 def test_the_writer_keeps_nothing_of_a_batch_once_written(group_committing: BucketStore) -> None:
     # At onboarding a batch is thousands of entries, and each caller's future holds its own
     # callback (the job's pending status): the writer must not keep the last batch while it waits.
-    from vigil.kube.buckets import KubeBucketStore
+    from vigil.kube.stores.buckets import KubeBucketStore
 
     assert isinstance(group_committing, KubeBucketStore)
     futures = [group_committing.insert_later(entry(MINUTE_0 + timedelta(seconds=i), uid=f"0000-{i}")) for i in range(6)]
@@ -316,7 +316,7 @@ def test_an_insert_read_from_a_stale_cache_conflicts_and_lands_beside_the_other_
     another writer's change (its watch never runs here) makes the conditional write a conflict, and
     the retry reads the API server: every entry lands once, none overwritten."""
     from tests.integration.conftest import KubeCluster
-    from vigil.kube.buckets import KubeBucketStore, bucket_cache
+    from vigil.kube.stores.buckets import KubeBucketStore, bucket_cache
 
     cluster: KubeCluster = request.getfixturevalue("cluster")
     namespace: str = request.getfixturevalue("namespace")
@@ -341,7 +341,7 @@ def test_what_the_api_server_tracks_of_a_bucket_does_not_grow_with_its_entries(r
     from kubernetes import client
 
     from tests.integration.conftest import KubeCluster
-    from vigil.kube.buckets import KubeBucketStore
+    from vigil.kube.stores.buckets import KubeBucketStore
 
     cluster: KubeCluster = request.getfixturevalue("cluster")
     namespace: str = request.getfixturevalue("namespace")

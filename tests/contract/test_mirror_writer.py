@@ -1,4 +1,4 @@
-"""The engine's background writer of workflow history (vigil.kube.mirrorwriter.MirrorWriter), on SQLite and a real PostgreSQL.
+"""The engine's background writer of workflow history (vigil.kube.controllers.mirrorwriter.MirrorWriter), on SQLite and a real PostgreSQL.
 
 What passes offer while the writer is busy goes in with the next write, many workflows' entries in
 one call to the database (the reason it exists: a pass no longer opens a transaction of its own);
@@ -16,7 +16,7 @@ from tests.contract.test_workflow_history import entry, row_count
 from tests.waiting import wait_for
 from vigil.core.history import WorkflowEventRecord
 from vigil.history.store import SqlHistory
-from vigil.kube.mirrorwriter import MirrorWriter, Offer
+from vigil.kube.controllers.mirrorwriter import MirrorWriter, Offer
 
 
 class Counting:

@@ -1,7 +1,7 @@
 """The trigger's JobCatalogue, Launcher and Ledger contracts, run against every implementation.
 
-The in-memory twins (`vigil.core.memory`) and the Kubernetes adapters (`vigil.kube.jobs.
-KubeCatalogue`, `vigil.kube.launcher.ExecutionLauncher`, `vigil.kube.ledger.KubeLedger` through
+The in-memory twins (`vigil.core.memory`) and the Kubernetes adapters (`vigil.kube.stores.jobs.
+KubeCatalogue`, `vigil.kube.controllers.launcher.ExecutionLauncher`, `vigil.kube.stores.ledger.KubeLedger` through
 the job's one status writer, flushed after each plan, on ScheduledJobs in a namespace of the
 test's own, with no operator running) must agree on:
 
@@ -57,11 +57,11 @@ from vigil.core.memory import FakeClock, MemoryCatalogue, MemoryLauncher, Memory
 from vigil.core.ports import JobCatalogue, Launch, Launcher, Ledger
 from vigil.core.schedule import Schedule, next_occurrences, occurrence_at
 from vigil.core.timeparse import parse_rfc3339
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore, execution_cache, execution_from_object
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.launcher import ExecutionLauncher
-from vigil.kube.results import JobResults
+from vigil.kube.controllers.launcher import ExecutionLauncher
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.stores.executions import ExecutionStore, execution_cache, execution_from_object
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.results import JobResults
 from vigil.model import GROUP, VERSION
 from vigil.model.jobspec import job_view
 

@@ -1,10 +1,10 @@
 """A seeded fault layer for the Kubernetes client, at its narrowest seam: the urllib3 pool manager
 under the kubernetes client's REST layer (`api.rest_client.pool_manager`).
 
-Everything of Vigil's own above it runs as in the operator: `vigil.kube.apiclient.build_client`'s
+Everything of Vigil's own above it runs as in the operator: `vigil.kube.kits.apiclient.build_client`'s
 client (its REST layer's timeouts, the plain-JSON bodies), the kubernetes client's
 deserialisation and ApiException mapping, its watch parser, and the adapters on top (the
-informers of vigil.kube.informer, retry_on_conflict of vigil.kube.conflicts). Beneath the seam
+informers of vigil.kube.kits.informer, retry_on_conflict of vigil.kube.kits.conflicts). Beneath the seam
 sits `FakeApiServer`, a small in-memory API server for one collection of custom objects: paged
 LIST (answered whole), WATCH from a resourceVersion (events since it, or `410 Gone` once that
 version is compacted away), GET of one object, and PUT with a resourceVersion precondition

@@ -2,7 +2,7 @@
 <offset file> operator --config ...`.
 
 The operator reads the time only through the clock its composition root makes
-(`vigil.runtime.clocks.wall_clock`, a `vigil.kube.clocks.SystemClock`, handed to every part); this launcher hands it
+(`vigil.runtime.clocks.wall_clock`, a `vigil.kube.kits.clocks.SystemClock`, handed to every part); this launcher hands it
 one that adds the seconds written in the offset file (read again whenever the file changes), so a
 test steps one replica's clock ahead and back without touching the machine's. Everything else is
 the real operator process.

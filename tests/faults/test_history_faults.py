@@ -48,7 +48,7 @@ SPREAD = timedelta(seconds=60 if LONG else 8)
 TMPFS_SIZE = "8m"  # the schema and a few hundred rows; a ballast takes the rest
 CHUNK = b"\0" * 65536
 FINAL = ("Succeeded", "Dead", "Cancelled")
-BUFFERED = "executions stay buffered"  # vigil.kube.historyflush's warning while the database refuses
+BUFFERED = "executions stay buffered"  # vigil.kube.controllers.historyflush's warning while the database refuses
 
 
 class Refusal:

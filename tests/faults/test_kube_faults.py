@@ -1,8 +1,8 @@
 """The Kubernetes fault layer (tests/faults/kube.py) under the project's own client and the paths
-that consume it: a watch-fed cache (vigil.kube.jobs.job_cache, an Informer over build_client's
+that consume it: a watch-fed cache (vigil.kube.stores.jobs.job_cache, an Informer over build_client's
 client) converges on the server's objects through timeouts, 5xx, 429, watches expired (410) or
 cut, and compactions, whatever the seed and the changes; conditional status writes through
-retry_on_conflict (vigil.kube.conflicts) lose no other writer's mark through 409s, errors and
+retry_on_conflict (vigil.kube.kits.conflicts) lose no other writer's mark through 409s, errors and
 writes whose reply was lost. Each guarantee is also shown broken on purpose and caught: a cache
 that, on 410, resumes its watch from the server's newest version instead of listing again, and a
 writer that drops the resourceVersion precondition. Unit level: the server is an in-memory fake
@@ -30,11 +30,11 @@ from urllib3.exceptions import HTTPError
 
 from tests.faults.kube import FakeApiServer, FaultyPool, KubeFault, KubeFaults
 from vigil.core.ports import Conflict
-from vigil.kube import informer as informer_module
-from vigil.kube.apiclient import RequestPolicy, build_client
-from vigil.kube.conflicts import conflict_from, retry_on_conflict
-from vigil.kube.informer import Informer, Key
-from vigil.kube.jobs import job_cache
+from vigil.kube.kits import informer as informer_module
+from vigil.kube.kits.apiclient import RequestPolicy, build_client
+from vigil.kube.kits.conflicts import conflict_from, retry_on_conflict
+from vigil.kube.kits.informer import Informer, Key
+from vigil.kube.stores.jobs import job_cache
 
 NS = "team-a"
 Op = tuple[str, str, int]  # (put | delete | compact, name, value)

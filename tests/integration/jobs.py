@@ -16,7 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.integration.conftest import KubeCluster
 from tests.waiting import wait_for
 from vigil.core.ids import execution_id
-from vigil.kube.executions import execution_body
+from vigil.kube.stores.executions import execution_body
 
 GROUP, VERSION, PLURAL = "vigil.dev", "v1alpha1", "scheduledjobs"
 MANAGED_SELECTOR = "app.kubernetes.io/managed-by=vigil"

@@ -1,6 +1,6 @@
 """The leader's ScheduledJob status writer, flushed where a test reads a job right after a change.
 
-A job's ledger and its executions' summary have one writer (`vigil.kube.jobstatus.
+A job's ledger and its executions' summary have one writer (`vigil.kube.stores.jobstatus.
 JobStatusWriter`): on the leader its queue coalesces a plan of fires, or an execution's
 transition, into the job's next write, a second or more later. The tests that drive the trigger's
 adapters with no operator running read the job right after a plan: they wire the same writer, its
@@ -16,10 +16,10 @@ from datetime import datetime
 from kubernetes import client
 
 from vigil.core.chain import EntryPlan
-from vigil.kube.events import EventRecorder
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.ledger import KubeLedger
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.jobstatus import JobStatusWriter
+from vigil.kube.stores.ledger import KubeLedger
 
 FLUSH_SECONDS = 60.0  # longer than any test's flush takes; a flush that outlasts it logs what it left
 

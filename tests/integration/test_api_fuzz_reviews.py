@@ -1,5 +1,5 @@
 """The HTTP API fuzzed from its OpenAPI document with the real API server's TokenReviews and
-SubjectAccessReviews (vigil.kube.accessreview), a real PostgreSQL queue store and a real SQLite
+SubjectAccessReviews (vigil.kube.kits.accessreview), a real PostgreSQL queue store and a real SQLite
 history: tests/queue/test_api_fuzz.py with the stand-in reviews replaced by the real ones.
 
 Callers are ServiceAccounts with real tokens: `stranger` (granted nothing) and `owner` (every
@@ -36,7 +36,7 @@ from vigil.api.queue import JobStore, QueueApi
 from vigil.api.router import ApiServer
 from vigil.core.access import Access
 from vigil.history.store import SqlHistory
-from vigil.kube.accessreview import AccessReviews, TokenReviews
+from vigil.kube.kits.accessreview import AccessReviews, TokenReviews
 from vigil.queue.store import QueueStore
 
 __all__ = ["postgres"]

@@ -25,9 +25,14 @@ from tests.integration.conftest import KubeCluster
 from tests.integration.test_workflow_writes import StepPods
 from tests.integration.workflows import MovableClock, create_workflow, get_workflow, pod_step
 from tests.waiting import wait_for
-from vigil.kube.approvals import SigningKey, TokenPublisher, WebhookNotifier, approval_outbox
-from vigil.kube.coreapi import CoreApi
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.approvals import (
+    SigningKey,
+    TokenPublisher,
+    WebhookNotifier,
+    approval_outbox,
+)
+from vigil.kube.controllers.workflows import WorkflowEngine
+from vigil.kube.kits.coreapi import CoreApi
 
 CALL_SECONDS = 30.0  # what one call to the slow notifier takes unless the test releases it
 

@@ -43,7 +43,7 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import ExecutionId, execution_id, pod_name
 from vigil.core.ports import Conflict
-from vigil.kube.executions import ExecutionStore, execution_body
+from vigil.kube.stores.executions import ExecutionStore, execution_body
 from vigil.model.names import EXECUTIONS
 
 LONDON = "Europe/London"

@@ -29,11 +29,11 @@ from vigil.cli.main import EXIT_BAD_INPUT
 from vigil.core.executions import AttemptOutcome, AttemptResult, RetryPolicy, finish, start
 from vigil.core.ids import manual_execution_id, pod_name
 from vigil.core.memory import FakeClock
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore, execution_from_object
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.results import JobResults
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.stores.executions import ExecutionStore, execution_from_object
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.jobstatus import JobStatusWriter
+from vigil.kube.stores.results import JobResults
 from vigil.model.names import ANNOTATION_REQUEST_ID, LABEL_JOB_UID
 
 

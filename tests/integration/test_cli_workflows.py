@@ -40,8 +40,8 @@ from vigil.cli.timeline import EVENT_COLUMNS, STEP_COLUMNS
 from vigil.cli.workflows import Ask, append_request, request_item
 from vigil.core.timeparse import parse_rfc3339
 from vigil.core.workflow import Event
-from vigil.kube.workflowapi import WorkflowApi
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflows import WorkflowEngine
 from vigil.model.workflow import MESSAGE_ACTION_VERBS, MESSAGE_APPROVE_VERB, RequestAction
 from vigil.model.workflowspec import definition_of
 

@@ -1,4 +1,4 @@
-"""The operator's core/v1 requests (`vigil.kube.coreapi.CoreApi`) against the real API server.
+"""The operator's core/v1 requests (`vigil.kube.kits.coreapi.CoreApi`) against the real API server.
 
 Each request the operator makes answers what the generated client answers, as JSON: a pod is
 created (a second create is a 409), listed by selector (paged, and followed by a watch through
@@ -22,10 +22,10 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.integration.conftest import KubeCluster
 from tests.waiting import wait_for
-from vigil.kube.apiclient import RequestPolicy, build_client
-from vigil.kube.coreapi import CoreApi
-from vigil.kube.events import WARNING, EventRecorder
-from vigil.kube.informer import Informer
+from vigil.kube.kits.apiclient import RequestPolicy, build_client
+from vigil.kube.kits.coreapi import CoreApi
+from vigil.kube.kits.events import WARNING, EventRecorder
+from vigil.kube.kits.informer import Informer
 
 pytestmark = pytest.mark.integration
 

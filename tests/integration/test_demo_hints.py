@@ -29,8 +29,8 @@ from tests.integration.test_cli_workflows import (
     get_workflow,
 )
 from vigil.cli.errors import EXIT_API_FAILURE
-from vigil.kube.workflowapi import WorkflowApi
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflows import WorkflowEngine
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo.sh"

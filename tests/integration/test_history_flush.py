@@ -22,8 +22,8 @@ from tests.integration.jobs import create_job
 from vigil.core.history import AttemptRecord
 from vigil.core.ids import execution_id
 from vigil.history.store import SqlHistory
-from vigil.kube.executions import ExecutionStore, execution_body, execution_cache
-from vigil.kube.historyflush import BATCH, HistoryFlusher
+from vigil.kube.controllers.historyflush import BATCH, HistoryFlusher
+from vigil.kube.stores.executions import ExecutionStore, execution_body, execution_cache
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from tests.integration.conftest import KubeCluster
 from tests.waiting import wait_for
-from vigil.kube.informer import Informer
+from vigil.kube.kits.informer import Informer
 
 LABEL = "vigil.test/informer"
 

@@ -27,11 +27,11 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import execution_id, pod_name
 from vigil.core.memory import FakeClock
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.results import JobResults
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.stores.executions import ExecutionStore
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.jobstatus import JobStatusWriter
+from vigil.kube.stores.results import JobResults
 
 NOW = datetime.now(UTC).replace(microsecond=0)
 

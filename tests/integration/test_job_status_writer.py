@@ -26,8 +26,8 @@ from kubernetes.client.exceptions import ApiException
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import create_job, get_job
 from tests.waiting import wait_for
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import Change, JobStatusWriter, Then
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.jobstatus import Change, JobStatusWriter, Then
 
 
 def _sets(**fields: Any) -> Any:

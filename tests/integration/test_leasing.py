@@ -31,7 +31,7 @@ from tests.integration.jobs import (
 )
 from tests.integration.operators import OperatorFleet
 from tests.waiting import wait_for
-from vigil.kube.leasing import LeaderElector, LeaseConfig
+from vigil.kube.kits.leasing import LeaderElector, LeaseConfig
 from vigil.kube.lifecycle import HANDOVER_JOIN_SECONDS
 
 LEASE_NAME = "test-leader"

@@ -1,6 +1,6 @@
 """The leader gives each namespace with a TaskQueue its workers' database role and a Secret with
 its DSN, mends a Secret deleted by hand, and removes both when the namespace's last TaskQueue goes
-(vigil.kube.queuecredentials, vigil.queue.roles). Real API server, real PostgreSQL.
+(vigil.kube.controllers.queuecredentials, vigil.queue.roles). Real API server, real PostgreSQL.
 
 Writing those Secrets needs `create` on Secrets in every namespace, which RBAC cannot limit by
 name; the chart's policy (templates/admission-queue-credentials.yaml, rendered and applied here)
@@ -29,8 +29,8 @@ from tests.queue.conftest import conninfo
 from tests.waiting import wait_for
 from vigil.core.memory import FakeClock
 from vigil.core.queue import Submission
-from vigil.kube.coreapi import CoreApi
-from vigil.kube.queuecredentials import SECRET_KEY, SECRET_NAME, QueueCredentials
+from vigil.kube.controllers.queuecredentials import SECRET_KEY, SECRET_NAME, QueueCredentials
+from vigil.kube.kits.coreapi import CoreApi
 from vigil.queue.roles import TenantRoles
 from vigil.queue.store import QueueStore, WorkerStore
 

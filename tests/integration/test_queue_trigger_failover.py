@@ -29,7 +29,7 @@ from tests.queue.conftest import conninfo
 from tests.queue.marks import marks, record_marks
 from tests.waiting import wait_for
 from vigil.core.recurring import RecurringJob
-from vigil.kube.shardleases import ShardLeases
+from vigil.kube.kits.shardleases import ShardLeases
 from vigil.queue.catalogue import Catalogue
 from vigil.queue.store import QueueStore
 from vigil.runtime.clients import lease_config

@@ -22,7 +22,7 @@ from tests.integration.conftest import KubeCluster
 from tests.integration.tcpproxy import TcpProxy
 from tests.queue.conftest import conninfo
 from tests.waiting import wait_for
-from vigil.kube.shardleases import ShardLeases
+from vigil.kube.kits.shardleases import ShardLeases
 from vigil.queue.catalogue import Catalogue, RecurringJob
 from vigil.queue.store import QueueStore
 from vigil.runtime.clients import lease_config

@@ -17,7 +17,7 @@ import pytest
 
 from tests.integration.conftest import KubeCluster
 from tests.waiting import wait_for
-from vigil.kube.shardleases import ShardLeases
+from vigil.kube.kits.shardleases import ShardLeases
 
 SHARDS = 8
 LEASE_SECONDS = 2.0

@@ -21,13 +21,13 @@ from tests.waiting import wait_for
 from vigil.core.conditions import set_condition
 from vigil.core.memory import FakeClock
 from vigil.core.timeparse import parse_rfc3339
-from vigil.kube.buckets import KubeBucketStore
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore
-from vigil.kube.jobs import KubeCatalogue, job_cache
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.watchdog import Watchdog
-from vigil.kube.watchfacts import FactGatherer
+from vigil.kube.controllers.watchdog import Watchdog
+from vigil.kube.controllers.watchfacts import FactGatherer
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.stores.buckets import KubeBucketStore
+from vigil.kube.stores.executions import ExecutionStore
+from vigil.kube.stores.jobs import KubeCatalogue, job_cache
+from vigil.kube.stores.jobstatus import JobStatusWriter
 from vigil.kube.wiring import SystemClock
 from vigil.model import GROUP, VERSION
 from vigil.model.names import SCHEDULED_JOBS

@@ -37,16 +37,16 @@ from vigil.core.memory import FakeClock
 from vigil.core.ports import Launch
 from vigil.core.trigger import Trigger
 from vigil.core.watchdog import FindingKind, WatchdogReason
-from vigil.kube.buckets import KubeBucketStore
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.launcher import ExecutionLauncher
-from vigil.kube.progress import LeaseProgress
-from vigil.kube.results import JobResults
-from vigil.kube.watchdog import Assessed, Watchdog
-from vigil.kube.watchfacts import FactGatherer
+from vigil.kube.controllers.launcher import ExecutionLauncher
+from vigil.kube.controllers.watchdog import Assessed, Watchdog
+from vigil.kube.controllers.watchfacts import FactGatherer
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.stores.buckets import KubeBucketStore
+from vigil.kube.stores.executions import ExecutionStore
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.jobstatus import JobStatusWriter
+from vigil.kube.stores.progress import LeaseProgress
+from vigil.kube.stores.results import JobResults
 from vigil.model.jobspec import job_view
 
 JOBS = 40

@@ -24,8 +24,8 @@ from tests.integration.workflows import (
     get_workflow,
     watch_brings,
 )
-from vigil.kube.workflowapi import WorkflowApi
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflows import WorkflowEngine
 
 WAIT = timedelta(seconds=10)
 

@@ -41,8 +41,8 @@ from vigil.core.checkpoint import chain, entry_bytes
 from vigil.core.workflow import Event, Record, records_from_data
 from vigil.core.workflowpass import HISTORY_MAX_BYTES
 from vigil.history.store import SqlHistory
-from vigil.kube.workflowapi import WorkflowApi
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflows import WorkflowEngine
 
 ETCD_OBJECT_LIMIT = 1_500_000  # bytes: etcd's --max-request-bytes default (1.5 MiB), rounded down
 STEPS = ("probe", "encode", "package", "publish")

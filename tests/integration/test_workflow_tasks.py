@@ -38,10 +38,10 @@ from tests.queue.workers import in_process, runs
 from tests.waiting import wait_for
 from vigil.core.ids import step_execution_id
 from vigil.core.queue import queue_key
-from vigil.kube.clocks import SystemClock
-from vigil.kube.workflowapi import WorkflowApi
-from vigil.kube.workflows import WorkflowEngine
-from vigil.kube.workflowtasks import WorkflowTasks
+from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowtasks import WorkflowTasks
+from vigil.kube.kits.clocks import SystemClock
 from vigil.queue.store import QueueStore
 
 __all__ = ["postgres"]

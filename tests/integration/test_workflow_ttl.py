@@ -38,9 +38,9 @@ from tests.integration.workflows import (
 from tests.waiting import wait_for
 from vigil.core.ids import execution_id
 from vigil.history.store import SqlHistory
-from vigil.kube.workflowapi import WorkflowApi, workflow_cache
-from vigil.kube.workflows import WorkflowEngine
-from vigil.kube.workflowttl import WorkflowTtl
+from vigil.kube.controllers.workflowapi import WorkflowApi, workflow_cache
+from vigil.kube.controllers.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowttl import WorkflowTtl
 
 
 def exists(cluster: KubeCluster, namespace: str, name: str) -> bool:

@@ -26,8 +26,8 @@ import pytest
 from tests.integration.conftest import KubeCluster
 from tests.integration.workflows import MovableClock, create_workflow, get_workflow, pod_step
 from vigil.core.workflowpass import QUIET_RESULTS_WAIT
-from vigil.kube.workflowapi import WorkflowApi
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflows import WorkflowEngine
 
 
 class StepPods(WorkflowApi):

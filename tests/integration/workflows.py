@@ -15,7 +15,7 @@ from tests.waiting import wait_for
 from vigil.core.history import WorkflowEventRecord
 from vigil.core.ports import HistoryUnavailable
 from vigil.history.store import SqlHistory
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.workflows import WorkflowEngine
 
 GROUP, VERSION = "vigil.dev", "v1alpha1"
 WORKFLOWS, DEFINITIONS = "workflows", "workflowdefinitions"

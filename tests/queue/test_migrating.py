@@ -44,7 +44,7 @@ PASSES = """
 import sys
 from datetime import UTC, datetime
 from vigil.kube.wiring import SystemClock
-from vigil.kube.taskqueues import TaskQueueController
+from vigil.kube.controllers.taskqueues import TaskQueueController
 from vigil.queue.store import QueueStore
 
 class NoCache:

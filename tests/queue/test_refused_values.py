@@ -29,7 +29,7 @@ from vigil.core.memory import FakeClock
 from vigil.core.queue import Submission
 from vigil.core.schedule import occurrence_at
 from vigil.core.submissions import ExecutionIdTaken, SubmissionRefused
-from vigil.kube.launcher import TaskSubmitter
+from vigil.kube.controllers.launcher import TaskSubmitter
 from vigil.model.jobspec import job_view
 from vigil.queue.store import QueueStore
 

@@ -1,6 +1,6 @@
 """A ScheduledJob's `task:` occurrences submitted to the real PostgreSQL queue store.
 
-Covers `vigil.kube.launcher.TaskSubmitter` without a cluster (it reads the job as a plain object):
+Covers `vigil.kube.controllers.launcher.TaskSubmitter` without a cluster (it reads the job as a plain object):
 the payload rendered for the occurrence's period as a pod would get it, the execution due at the
 fire time under the occurrence's own execution id and key, the task's priority, attempts and
 tenant (the namespace by default), a repeated launch that enqueues nothing more (a crash or a
@@ -23,7 +23,7 @@ from vigil.core.ids import ExecutionId, execution_id
 from vigil.core.memory import FakeClock
 from vigil.core.queue import QueueUnavailable
 from vigil.core.schedule import occurrence_at
-from vigil.kube.launcher import TaskSubmitter
+from vigil.kube.controllers.launcher import TaskSubmitter
 from vigil.model.jobspec import job_view
 from vigil.queue.store import QueueStore
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vigil.kube.buckets import WRITE_CONCURRENCY
-from vigil.kube.dispatcher import START_CONCURRENCY
+from vigil.kube.controllers.dispatcher import START_CONCURRENCY
+from vigil.kube.stores.buckets import WRITE_CONCURRENCY
 from vigil.runtime.clients import OTHER_REQUESTERS, api_client, api_connections
 from vigil.settings import Settings, Trigger
 

@@ -1,4 +1,4 @@
-"""The operator's Kubernetes client (kube/apiclient.py) against a real HTTP server on loopback.
+"""The operator's Kubernetes client (kube/kits/apiclient.py) against a real HTTP server on loopback.
 
 Covers: a plain JSON body is sent as it is (not walked), a model object as JSON; the loaded
 credentials are re-applied at most once a second; a 429 is waited out — what Retry-After says,
@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from vigil.kube.apiclient import (
+from vigil.kube.kits.apiclient import (
     AUTH_REFRESH_SECONDS,
     PlainJsonClient,
     RequestPolicy,

@@ -1,6 +1,6 @@
-"""The approval key's rotation and the tokens' delivery (vigil.kube.approvals), with in-memory twins.
+"""The approval key's rotation and the tokens' delivery (vigil.kube.controllers.approvals), with in-memory twins.
 
-A fake of the core API (vigil.kube.coreapi) keeps the key Secret (create, read, conditional replace: a stale
+A fake of the core API (vigil.kube.kits.coreapi) keeps the key Secret (create, read, conditional replace: a stale
 resourceVersion is a 409, as on the API server) and a fake clock moves time, so the rotation is
 checked without a cluster: the key is created when missing; once older than the period it is
 replaced, the old one kept as `previous`; both verify during the overlap and only the new one
@@ -24,7 +24,7 @@ from tests.unit.workflowsim import World
 from vigil.core.access import Access, User
 from vigil.core.approvaltokens import verify_any
 from vigil.core.workflow import Definition, StepDef, StepKind
-from vigil.kube.approvals import (
+from vigil.kube.controllers.approvals import (
     ANNOTATION_ROTATED_AT,
     KEY_SECRET,
     NotifierFailed,

@@ -1,4 +1,4 @@
-"""The approval outbox (vigil.kube.outbox) and the publisher's offers (vigil.kube.approvals).
+"""The approval outbox (vigil.kube.kits.outbox) and the publisher's offers (vigil.kube.controllers.approvals).
 
 The retry delays are a table: the first after `first`, doubling up to the cap, stretched by at
 most a fifth, never earlier than the base. The outbox runs its real sender threads on a fake
@@ -22,8 +22,8 @@ from tests.unit.test_approval_delivery import Clock, FakeCore, Notifier, key_of,
 from tests.waiting import wait_for
 from vigil.core.workflow import Event, Record, StepKind
 from vigil.core.workflowpass import Pass
-from vigil.kube.approvals import TokenPublisher
-from vigil.kube.outbox import JITTER, Outbox, retry_delay
+from vigil.kube.controllers.approvals import TokenPublisher
+from vigil.kube.kits.outbox import JITTER, Outbox, retry_delay
 
 WAIT = 10.0  # seconds any condition of these tests may take to come true on a busy machine
 

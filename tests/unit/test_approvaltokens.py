@@ -2,7 +2,7 @@
 a state needs.
 
 Pure: keys are fixed bytes and `now` is passed in (the URLs and notifications of
-vigil.kube.approvals are pure functions too, and checked at the end). Hypothesis checks that every
+vigil.kube.controllers.approvals are pure functions too, and checked at the end). Hypothesis checks that every
 minted token verifies to its own claims (the bound approver among them), that changing any single
 byte of a token gets it refused, and that a token is valid exactly while `now` is before its
 expiry (rounded down to the second). Version 1 tokens (bound to nobody) are refused. A token
@@ -43,7 +43,12 @@ from vigil.core.workflow import (
     StepKind,
     TimeoutAction,
 )
-from vigil.kube.approvals import approval_urls, notification, notification_id, starts_waiting
+from vigil.kube.controllers.approvals import (
+    approval_urls,
+    notification,
+    notification_id,
+    starts_waiting,
+)
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
@@ -326,7 +331,7 @@ def test_a_retried_approval_needs_a_token_for_its_new_attempt() -> None:
     assert [(w[0], w[1]) for w in waiting(world)] == [("approve", 2)]
 
 
-# --- what the notifier receives (the pure parts of vigil.kube.approvals) ------------------------
+# --- what the notifier receives (the pure parts of vigil.kube.controllers.approvals) ------------------------
 
 
 def test_urls_are_path_only_unless_a_base_is_configured() -> None:

@@ -54,7 +54,7 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import ExecutionId, execution_id
 from vigil.core.timeparse import format_rfc3339
-from vigil.kube.conflicts import CONFLICT_TRIES
+from vigil.kube.kits.conflicts import CONFLICT_TRIES
 from vigil.model.jobspec import job_view
 
 UID = "3f2c1d4e-0000-4000-8000-00000000abcd"

@@ -54,7 +54,7 @@ from vigil.cli.workflows import (
 )
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import Event
-from vigil.kube.conflicts import CONFLICT_TRIES
+from vigil.kube.kits.conflicts import CONFLICT_TRIES
 from vigil.model.workflow import (
     MESSAGE_APPROVE_VERB,
     REQUEST_GROUPS_MAX_ITEMS,

@@ -1,4 +1,4 @@
-"""The one conflict retry policy (vigil.core.conflicts, vigil.kube.conflicts).
+"""The one conflict retry policy (vigil.core.conflicts, vigil.kube.kits.conflicts).
 
 Covers: a step that loses fewer races than the budget is run again, from its own fresh read,
 until it writes; one that loses every race is run exactly `CONFLICT_TRIES` times and its last
@@ -18,8 +18,8 @@ from kubernetes.client.exceptions import ApiException
 import vigil
 from vigil.core.conflicts import CONFLICT_TRIES, retry_on_conflict
 from vigil.core.ports import Conflict
-from vigil.kube import conflicts as kube_conflicts
-from vigil.kube.conflicts import conflict_from
+from vigil.kube.kits import conflicts as kube_conflicts
+from vigil.kube.kits.conflicts import conflict_from
 
 PACKAGE = Path(vigil.__file__).parent
 

@@ -1,4 +1,4 @@
-"""The dispatcher hands its creates to workers and goes on (`vigil.kube.dispatcher`).
+"""The dispatcher hands its creates to workers and goes on (`vigil.kube.controllers.dispatcher`).
 
 A pass chooses within capacity, hands the chosen pods to the create workers and returns: what
 becomes Ready while a create is slow waits for a free worker, not for the slowest create of the
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from vigil.core.dispatch import Capacity
-from vigil.kube import dispatcher as dispatch_module
-from vigil.kube.dispatcher import Dispatcher, Started
+from vigil.kube.controllers import dispatcher as dispatch_module
+from vigil.kube.controllers.dispatcher import Dispatcher, Started
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WAIT = 10.0  # seconds a test waits for something that should come at once

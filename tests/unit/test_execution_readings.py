@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from vigil.core.executions import Phase, execution_to_dict
-from vigil.kube.executions import Readings, readable
+from vigil.kube.stores.executions import Readings, readable
 
 CREATED = "2026-12-04T03:00:00Z"
 
@@ -57,7 +57,7 @@ def test_an_unreadable_object_is_logged_and_left_out_while_the_others_are_read(
 ) -> None:
     broken = execution("ex-bad", "3")
     del broken["spec"]["scheduledFor"]
-    with caplog.at_level(logging.ERROR, logger="vigil.kube.executions"):
+    with caplog.at_level(logging.ERROR, logger="vigil.kube.stores.executions"):
         read = Readings().read([broken, execution("ex-a", "1")])
 
     assert [obj["metadata"]["name"] for obj, _ in read] == ["ex-a"]

@@ -1,4 +1,4 @@
-"""What a watch-fed cache keeps of an object (`vigil.kube.informer.slim`): no write bookkeeping,
+"""What a watch-fed cache keeps of an object (`vigil.kube.kits.informer.slim`): no write bookkeeping,
 no copies of the object, everything else equal, a copy of its own, and the caller's object left
 as it was; how much of a LIST it holds at once; which objects it holds packed; and a cache that
 keeps only identities while telling its handlers the whole object."""
@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vigil.kube.informer import COPY_ANNOTATIONS, Informer, always, skeleton, slim, unmanaged
+from vigil.kube.kits.informer import COPY_ANNOTATIONS, Informer, always, skeleton, slim, unmanaged
 
 
 def job(name: str) -> dict[str, Any]:

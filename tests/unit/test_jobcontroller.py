@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from vigil.kube.jobcontroller import _invalid, _valid, _validate_payload, needs_reconcile
+from vigil.kube.controllers.jobcontroller import (
+    _invalid,
+    _valid,
+    _validate_payload,
+    needs_reconcile,
+)
 from vigil.model.jobspec import TIER_OFF, job_view, parse_spec
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

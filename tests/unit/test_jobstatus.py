@@ -22,7 +22,7 @@ from vigil.core.executions import (
 from vigil.core.ids import ExecutionId
 from vigil.core.schedule import Schedule
 from vigil.core.timeparse import format_rfc3339
-from vigil.kube.jobstatus import Change, fold, urgent
+from vigil.kube.stores.jobstatus import Change, fold, urgent
 from vigil.model.jobpatches import ledger_patch, transition_patch
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ import json
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from vigil.kube.launcher import permanent_refusal
+from vigil.kube.controllers.launcher import permanent_refusal
 
 
 def answer(status: int, message: str) -> ApiException:

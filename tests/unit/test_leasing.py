@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.waiting import wait_for
 from vigil.core.servertime import ServerTimeReading
-from vigil.kube.leasing import LeaderElector, LeaseConfig, server_time_of
+from vigil.kube.kits.leasing import LeaderElector, LeaseConfig, server_time_of
 from vigil.runtime.clients import lease_config
 from vigil.settings import Settings
 

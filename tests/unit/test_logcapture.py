@@ -1,4 +1,4 @@
-"""Capturing log tails as pods end (vigil.kube.logcapture), with a fake log reader, a fake
+"""Capturing log tails as pods end (vigil.kube.controllers.logcapture), with a fake log reader, a fake
 history and a fake clock: whose pods are captured (the job's `spec.logs`), one read per pod
 (none when an earlier leader stored the tail), a database outage holding the tail read and
 writing it later, the retention gate — closed while a tail is pending, open once it is
@@ -15,8 +15,8 @@ import pytest
 from vigil.core.logtail import LogPolicy, LogTail, TailBuffer
 from vigil.core.memory import FakeClock
 from vigil.core.ports import HistoryUnavailable
-from vigil.kube.logcapture import LogCapture, execution_owner, policy_from, step_owner
-from vigil.kube.pods import LABEL_ATTEMPT, LABEL_EXECUTION
+from vigil.kube.controllers.logcapture import LogCapture, execution_owner, policy_from, step_owner
+from vigil.kube.stores.pods import LABEL_ATTEMPT, LABEL_EXECUTION
 from vigil.model.names import LABEL_WORKFLOW_UID
 
 T0 = datetime(2026, 12, 6, 2, 0, tzinfo=UTC)

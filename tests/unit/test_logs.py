@@ -22,10 +22,10 @@ def restore_logging() -> Iterator[None]:
 
 def test_json_lines_are_parseable_and_carry_the_execution_id(capsys: pytest.CaptureFixture[str]) -> None:
     logs.configure(level="INFO", format="json")
-    logging.getLogger("vigil.kube.launcher").info("fired ns/job execution=%s", "ex-abc123")
+    logging.getLogger("vigil.kube.controllers.launcher").info("fired ns/job execution=%s", "ex-abc123")
     entry = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
     assert entry["level"] == "INFO"
-    assert entry["logger"] == "vigil.kube.launcher"
+    assert entry["logger"] == "vigil.kube.controllers.launcher"
     assert "ex-abc123" in entry["message"]
 
 

@@ -1,4 +1,4 @@
-"""The shapes of the leader's long-running work (vigil.kube.loops): `woken_every` and `Drain`.
+"""The shapes of the leader's long-running work (vigil.kube.kits.loops): `woken_every` and `Drain`.
 
 Covers `woken_every`: a wake-up that comes during a pass starts the next at once (the interval
 is an hour, so a pass that waited for it would never come), a stop that nothing wakes is seen
@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import pytest
 
-from vigil.kube.loops import Drain, woken_every
+from vigil.kube.kits.loops import Drain, woken_every
 
 HOUR = 3600.0
 FAILURE_BOUND_SECONDS = 10.0  # a broken loop fails the test after this instead of hanging it

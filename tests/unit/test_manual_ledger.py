@@ -25,8 +25,8 @@ from vigil.core.executions import (
 )
 from vigil.core.ids import ExecutionId
 from vigil.core.timeparse import format_rfc3339
-from vigil.kube.jobstatus import Change, _transition_step, fold
-from vigil.kube.results import manual_request
+from vigil.kube.stores.jobstatus import Change, _transition_step, fold
+from vigil.kube.stores.results import manual_request
 from vigil.model.jobpatches import transition_patch
 from vigil.model.names import ANNOTATION_REQUEST_ID
 

@@ -23,7 +23,7 @@ from vigil import metrics
 from vigil.core.queue import QueueStats
 from vigil.core.queuewatch import DeadLetters, JobVerdict, QueueWatchReport
 from vigil.core.watchdog import ChainFinding, JobFacts, Overdue, WatchdogReason, assess_job
-from vigil.kube.watchdog import Assessed
+from vigil.kube.controllers.watchdog import Assessed
 
 METRICS_DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 

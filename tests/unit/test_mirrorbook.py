@@ -1,4 +1,4 @@
-"""What the workflow engine counts as mirrored while a background writer writes (vigil.kube.mirrorwriter.MirrorBook).
+"""What the workflow engine counts as mirrored while a background writer writes (vigil.kube.controllers.mirrorwriter.MirrorBook).
 
 Pure bookkeeping, no database. Hypothesis drives one workflow through random passes (each records
 a few entries and offers what is not yet offered), writes that succeed or fail in the order
@@ -13,7 +13,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vigil.kube.mirrorwriter import MirrorBook, Offer
+from vigil.kube.controllers.mirrorwriter import MirrorBook, Offer
 
 KEY = ("team-a", "publish")
 UID = "uid-1"

@@ -396,7 +396,7 @@ def test_an_unfinished_verdict_is_not_an_attempt_result() -> None:
 def test_the_pod_cache_keeps_what_a_verdict_reads_and_drops_the_payload() -> None:
     """The execution pod cache keeps a compact pod (`kube.pods.compact_pod`): the verdict on it
     is the verdict on the whole pod, and the rendered payload in its environment is gone."""
-    from vigil.kube.pods import compact_pod
+    from vigil.kube.stores.pods import compact_pod
 
     whole = {
         "metadata": {

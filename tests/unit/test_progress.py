@@ -41,7 +41,7 @@ from vigil.core.watchdog import (
     assess_job,
     assess_launch,
 )
-from vigil.kube.progress import progress_from_annotations, progress_to_annotations
+from vigil.kube.stores.progress import progress_from_annotations, progress_to_annotations
 
 R = WatchdogReason
 SECOND = timedelta(seconds=1)

@@ -1,4 +1,4 @@
-"""When the execution controller records an attempt Running (`vigil.kube.executioncontroller`).
+"""When the execution controller records an attempt Running (`vigil.kube.controllers.executioncontroller`).
 
 Running means on a node for `runningAfterSeconds`, counted from when this process first saw the
 pod there. An API server under load delivers pod events seconds late (in a 1,000-job burst, a
@@ -20,8 +20,8 @@ from typing import Any
 
 from vigil.core.executions import Execution, Phase
 from vigil.core.memory import FakeClock
-from vigil.kube.dispatcher import Started
-from vigil.kube.executioncontroller import ExecutionController
+from vigil.kube.controllers.dispatcher import Started
+from vigil.kube.controllers.executioncontroller import ExecutionController
 
 CREATED = datetime(2026, 12, 4, 3, 0, tzinfo=UTC)
 RUNNING_AFTER = timedelta(seconds=5)

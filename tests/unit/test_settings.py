@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from vigil.kube.workflowttl import setting_ttl
+from vigil.kube.controllers.workflowttl import setting_ttl
 from vigil.settings import load_settings
 
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from vigil.core.queue import Allowance, QueueStats, QueueWatchSummary, allowance
-from vigil.kube.taskqueues import queue_status
+from vigil.kube.controllers.taskqueues import queue_status
 from vigil.model import TaskQueueSpec, describe_validation_error
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Tokens reviewed for the audience `vigil` (issue 37, item 4; vigil/kube/accessreview.py).
+"""Tokens reviewed for the audience `vigil` (issue 37, item 4; vigil/kube/kits/accessreview.py).
 
 The TokenReviews adapter against a stand-in for the API server's authentication API: every
 review asks for the configured audiences (`spec.audiences`), and an answer that authenticates
@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client
 
 from vigil.core.access import User
-from vigil.kube.accessreview import TokenReviews
+from vigil.kube.kits.accessreview import TokenReviews
 from vigil.settings import Settings
 
 API_SERVER_AUDIENCE = "https://kubernetes.default.svc.cluster.local"

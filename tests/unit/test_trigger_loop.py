@@ -12,7 +12,7 @@ import threading
 from datetime import UTC, datetime, timedelta
 
 from vigil.core.trigger import TickReport
-from vigil.kube.loops import trigger_loop
+from vigil.kube.kits.loops import trigger_loop
 from vigil.settings import Settings, Trigger
 
 DEADLINE_SECONDS = 20.0

@@ -1,6 +1,6 @@
 """The workflow engine's cache and status writer, without an API server.
 
-What the Workflow cache keeps (`vigil.kube.workflowapi.held`): a workflow that may need a pass
+What the Workflow cache keeps (`vigil.kube.controllers.workflowapi.held`): a workflow that may need a pass
 whole (without its write bookkeeping), a finished one whose history is all in the database only
 as what its time to live reads; a resync then judges both as a pass over the whole object would
 (`WorkflowTtl.due`, `needs_pass`). The informer's resync tells every held object again, to the
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from vigil.core.workflowpass import needs_pass
-from vigil.kube.informer import Informer, Key
-from vigil.kube.workflowapi import WorkflowApi, held, workflow_cache
-from vigil.kube.workflowstatus import WorkflowStatusWriter, typed
-from vigil.kube.workflowttl import WorkflowTtl
+from vigil.kube.controllers.workflowapi import WorkflowApi, held, workflow_cache
+from vigil.kube.controllers.workflowstatus import WorkflowStatusWriter, typed
+from vigil.kube.controllers.workflowttl import WorkflowTtl
+from vigil.kube.kits.informer import Informer, Key
 
 FINISHED = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 

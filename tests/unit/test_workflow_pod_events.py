@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from vigil.kube.workflowpods import BY_WORKFLOW
-from vigil.kube.workflows import SIBLINGS_SETTLE_SECONDS, WorkflowEngine
+from vigil.kube.controllers.workflowpods import BY_WORKFLOW
+from vigil.kube.controllers.workflows import SIBLINGS_SETTLE_SECONDS, WorkflowEngine
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 

@@ -1,6 +1,6 @@
 """The `task` step: its plan carried out against a queue store, and its outcome as the step's result.
 
-`vigil.kube.workflowtasks` submits a running task step's attempt to the queue store (execution id
+`vigil.kube.controllers.workflowtasks` submits a running task step's attempt to the queue store (execution id
 and idempotency key: the step's stable execution id), makes the same execution ready again for a
 later attempt, and reads the execution's state back as a `TaskSucceeded` / `TaskFailed` input.
 Here the store is an in-memory twin with the real store's rules for what these calls touch (a
@@ -50,7 +50,7 @@ from vigil.core.workflow import (
     StepPhase,
     WorkflowPhase,
 )
-from vigil.kube.workflowtasks import (
+from vigil.kube.controllers.workflowtasks import (
     REASON_CANCELLED,
     REASON_FAILED,
     REASON_REFUSED,

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.waiting import wait_for
-from vigil.kube.workqueue import FIRST_RETRY_SECONDS, WorkQueue
+from vigil.kube.kits.workqueue import FIRST_RETRY_SECONDS, WorkQueue
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ from vigil.core.schedule import (
     occurrences_between,
 )
 from vigil.core.timeparse import format_rfc3339, parse_rfc3339
-from vigil.kube.executions import execution_body
+from vigil.kube.stores.executions import execution_body
 from vigil.model.execution import ExecutionSource
 from vigil.model.jobspec import InvalidJob, job_view
 from vigil.model.names import LABEL_JOB_UID

@@ -9,7 +9,7 @@ is exactly the name admission will check it against.
 
 No request waits forever: every call the CLI makes carries a timeout
 (`--request-timeout`, default 30 s, through the operator's own bounded client,
-`vigil.kube.apiclient`), so an API server that accepts a connection and never
+`vigil.kube.kits.apiclient`), so an API server that accepts a connection and never
 answers — a wedged proxy, a dead NAT entry — ends the command with an error that
 says so, instead of a terminal that hangs. 429s are waited out as the operator
 does, never longer than the timeout.
@@ -33,8 +33,8 @@ from kubernetes.config.config_exception import ConfigException
 
 from vigil.cli.errors import BadInput
 from vigil.core.executions import Execution
-from vigil.kube.apiclient import RequestPolicy, build_client
-from vigil.kube.executions import ExecutionStore, execution_from_object
+from vigil.kube.kits.apiclient import RequestPolicy, build_client
+from vigil.kube.stores.executions import ExecutionStore, execution_from_object
 from vigil.model import GROUP, VERSION
 from vigil.model.names import SCHEDULED_JOBS, WORKFLOWS
 

@@ -31,7 +31,7 @@ from vigil.cli.tables import age, cell, human_duration, precise_duration, relati
 from vigil.core.executions import AttemptResult, Execution, Phase, format_time
 from vigil.core.history import ExecutionSummary
 from vigil.core.timeparse import parse_rfc3339
-from vigil.kube.executions import phase_of
+from vigil.kube.stores.executions import phase_of
 from vigil.model.names import LABEL_JOB_UID
 
 Table = tuple[list[str], list[list[object]]]

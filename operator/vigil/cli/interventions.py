@@ -2,7 +2,7 @@
 
 The CLI never writes an execution's status — that is the operator's. It pulls
 the levers the spec offers (`spec.retryRequests`, `spec.cancel`) and the
-operator's controllers react (vigil.kube.executioncontroller). A retry is a read-modify-write
+operator's controllers react (vigil.kube.controllers.executioncontroller). A retry is a read-modify-write
 of a counter, so the patch carries the resourceVersion it read and starts over
 on 409: two people retrying at once cannot lose an increment. Each verb
 refuses, with exit 2, what the operator would ignore (retrying a live
@@ -37,7 +37,7 @@ from vigil.cli.tables import render_table
 from vigil.core.executions import Execution, Phase, format_time
 from vigil.core.ports import Conflict
 from vigil.core.workflow import TERMINAL_WORKFLOW_PHASES
-from vigil.kube.conflicts import conflict_from, retry_on_conflict
+from vigil.kube.kits.conflicts import conflict_from, retry_on_conflict
 from vigil.model import GROUP, VERSION
 from vigil.model.names import (
     ANNOTATION_SCHEDULED_FOR,

@@ -45,8 +45,8 @@ from vigil.core.ids import ExecutionId, manual_execution_id
 from vigil.core.ports import Conflict
 from vigil.core.schedule import RESOLUTION, occurrence_at, previous_occurrence
 from vigil.core.timeparse import format_rfc3339
-from vigil.kube.conflicts import conflict_from, retry_on_conflict
-from vigil.kube.executions import execution_body
+from vigil.kube.kits.conflicts import conflict_from, retry_on_conflict
+from vigil.kube.stores.executions import execution_body
 from vigil.model import GROUP, VERSION
 from vigil.model.execution import ExecutionSource
 from vigil.model.jobspec import InvalidJob, job_view

@@ -38,7 +38,7 @@ from vigil.cli.terminal import Sink, Visible
 from vigil.core.executions import Execution, format_time
 from vigil.core.ids import ExecutionId, pod_name, step_execution_id
 from vigil.core.logtail import LogTail
-from vigil.kube.coreapi import CoreApi
+from vigil.kube.kits.coreapi import CoreApi
 from vigil.model.names import LABEL_ATTEMPT, LABEL_EXECUTION, LABEL_JOB_UID
 
 CHUNK_BYTES = 32 * 1024

@@ -25,8 +25,8 @@ from vigil.cli.cluster import Cluster, add_namespace_options
 from vigil.cli.output import add_output_option, emit, table_data
 from vigil.cli.tables import age, render_table
 from vigil.core.conditions import ConditionType
-from vigil.kube.events import EventRecorder
-from vigil.kube.watchdog import Watchdog
+from vigil.kube.controllers.watchdog import Watchdog
+from vigil.kube.kits.events import EventRecorder
 from vigil.kube.wiring import SystemClock, bucket_store, build_watchdog
 from vigil.model import GROUP, VERSION
 from vigil.model.names import SCHEDULED_JOBS

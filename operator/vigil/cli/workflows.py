@@ -7,7 +7,7 @@
     kubectl vigil cancel WF [--reason TEXT]             (cancel --workflow WF to skip the lookup)
 
 People steer a Workflow only through its `spec.requests`, an append-only list
-the operator turns into history inputs (vigil.kube.workflows). Each verb
+the operator turns into history inputs (vigil.kube.controllers.workflows). Each verb
 appends one item signed with the caller's own identity, as the API server
 knows it (a SelfSubjectReview): admission refuses an item whose `by` is not its
 writer, so the CLI never guesses a name. The append is a JSON Patch whose first
@@ -45,7 +45,7 @@ from vigil.core.conditions import ConditionType
 from vigil.core.ports import Conflict
 from vigil.core.timeparse import format_rfc3339
 from vigil.core.workflow import INPUTS, Event, Record, records_from_data
-from vigil.kube.conflicts import retry_on_conflict
+from vigil.kube.kits.conflicts import retry_on_conflict
 from vigil.model import GROUP, VERSION
 from vigil.model.names import WORKFLOWS
 from vigil.model.workflow import (

@@ -10,7 +10,7 @@ granted; the operator grants nothing of its own.
 Both answers are cached briefly (seconds, a bounded number of entries, oldest evicted first),
 like the API server's own delegating authenticator and authorizer: a burst of requests costs
 one review, and a revoked binding or token stops working within the TTL. Tokens are kept only
-as SHA-256 digests. The adapters (vigil.kube.accessreview) make the calls; this module is pure.
+as SHA-256 digests. The adapters (vigil.kube.kits.accessreview) make the calls; this module is pure.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 An approver reading a chat message or an e-mail has no ``kubectl`` at hand, so
 when an approval step starts waiting the operator mints one token per approver
 of the step and sends each to that approver through the notifier (a webhook,
-:mod:`vigil.kube.approvals`); whoever holds the token may approve or reject that
+:mod:`vigil.kube.controllers.approvals`); whoever holds the token may approve or reject that
 one step *as that approver* by POSTing it to the operator's HTTP API. A token
 is not authority of its own: the decision is recorded in the bound approver's
 name, and the fold checks that approver against the step's approvers exactly as

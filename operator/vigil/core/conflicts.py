@@ -6,7 +6,7 @@ a concurrent writer is never overwritten silently: the loser gets `Conflict`
 (`vigil.core.ports`). `retry_on_conflict` is client-go's `RetryOnConflict`: it reruns the whole
 read-decide-write step, each time from a fresh read, at most `CONFLICT_TRIES` times, and every
 retry of a conflict in Vigil goes through it (the core's trigger here; the adapters, the CLI
-included, through `vigil.kube.conflicts`, which also turns a 409 into `Conflict`). The budget is
+included, through `vigil.kube.kits.conflicts`, which also turns a 409 into `Conflict`). The budget is
 one number for every caller, so how hard Vigil insists is decided once.
 
 It is here, beside the core, because the trigger's marker writes retry too and the core imports

@@ -3,7 +3,7 @@
 Vigil fires by the leader's wall clock. Were that clock to step ahead (a bad NTP answer, a
 restored snapshot, a hypervisor's hiccup), everything due within the step would fire at once,
 early. The cluster holds a second opinion: the API server stamps each answer with a `Date`
-header, and the leader renews its Lease every few seconds (`vigil.kube.leasing` hands each
+header, and the leader renews its Lease every few seconds (`vigil.kube.kits.leasing` hands each
 successful write's stamp here). A `ServerTimeReading` is one stamp with the monotonic instants
 its request was sent and its answer received. The header has whole seconds and was stamped
 somewhere between the two, so at any later monotonic instant the API server's time lies between

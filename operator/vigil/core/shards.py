@@ -7,7 +7,7 @@ hashing) and goes to the best-ranked one that holds fewer than
 ceil(shards / replicas) so far: plain rendezvous spreads 8 shards over 3
 replicas as unevenly as 5/2/1, the bound keeps it to 3/3/2. When a replica dies
 its shards go to the survivors, and most other shards stay where they run.
-The Leases (vigil.kube.shardleases) make sure that, whatever the replicas
+The Leases (vigil.kube.kits.shardleases) make sure that, whatever the replicas
 believe, one holds a shard at a time; this module only says who should.
 """
 

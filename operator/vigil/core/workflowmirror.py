@@ -1,6 +1,6 @@
 """Which entries of a workflow's history go to the history database, and as what rows.
 
-The engine (:mod:`vigil.kube.workflowhistory`) mirrors every entry it records to the history
+The engine (:mod:`vigil.kube.controllers.workflowhistory`) mirrors every entry it records to the history
 database, and only mirrored entries may leave the status for the checkpoint
 (:mod:`vigil.core.checkpoint`). The status holds the entries from seq ``base`` on (those before
 are in the checkpoint) and counts in ``historyMirrored`` how many, from the first, the database

@@ -1,6 +1,6 @@
 """The decisions of one workflow engine pass, apart from the I/O around them.
 
-The engine (:mod:`vigil.kube.workflows`) reads a Workflow and its step pods, and
+The engine (:mod:`vigil.kube.controllers.workflows`) reads a Workflow and its step pods, and
 writes a status, pods and Events; everything it decides in between is here, as
 functions of (definition, folded state, what was read, ``now``):
 

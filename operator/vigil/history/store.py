@@ -247,7 +247,7 @@ def create_history_engine(dsn: str, *, connect_timeout_seconds: int) -> Engine:
 #: transaction (a standby, or a database set read-only), and the classes of insufficient
 #: resources (53: disk full, out of memory, too many connections) and of an operator's
 #: intervention (57P: shutting down, starting up). Like a lost connection they pass: the rows
-#: wait in the Executions (vigil.kube.historyflush) instead of failing every flush with a trace.
+#: wait in the Executions (vigil.kube.controllers.historyflush) instead of failing every flush with a trace.
 REFUSING_WRITES = ("25006", "53", "57P")
 
 

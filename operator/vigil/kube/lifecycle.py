@@ -47,7 +47,7 @@ Threads = Sequence[tuple[str, Callable[[], None]]]
 
 
 class Lease(Protocol):
-    """What the lifecycle needs of a Lease holder (`vigil.kube.leasing.LeaderElector`)."""
+    """What the lifecycle needs of a Lease holder (`vigil.kube.kits.leasing.LeaderElector`)."""
 
     def wait_until_leader(self, timeout: float | None = None) -> bool: ...
     def release(self) -> None: ...

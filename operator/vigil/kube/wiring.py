@@ -4,7 +4,7 @@
 need the bucket store and the watchdog; built here from the same `Settings`,
 the plugin reads the buckets with the operator's shard count and judges with
 the operator's grace and suspension limits, instead of constants of its own.
-`SystemClock` (from `vigil.kube.clocks`) is the one clock either reads.
+`SystemClock` (from `vigil.kube.kits.clocks`) is the one clock either reads.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from datetime import timedelta
 from kubernetes import client
 
 from vigil.core.ports import Clock
-from vigil.kube.buckets import KubeBucketStore
-from vigil.kube.clocks import SystemClock as SystemClock  # the roots import it from here
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore
-from vigil.kube.informer import Informer
-from vigil.kube.jobs import KubeCatalogue
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.progress import LeaseProgress, progress_lease_name
-from vigil.kube.watchdog import NoGauges, PassGauges, Watchdog
-from vigil.kube.watchfacts import FactGatherer
+from vigil.kube.controllers.watchdog import NoGauges, PassGauges, Watchdog
+from vigil.kube.controllers.watchfacts import FactGatherer
+from vigil.kube.kits.clocks import SystemClock as SystemClock  # the roots import it from here
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.kits.informer import Informer
+from vigil.kube.stores.buckets import KubeBucketStore
+from vigil.kube.stores.executions import ExecutionStore
+from vigil.kube.stores.jobs import KubeCatalogue
+from vigil.kube.stores.jobstatus import JobStatusWriter
+from vigil.kube.stores.progress import LeaseProgress, progress_lease_name
 from vigil.model.durations import parse_duration
 from vigil.settings import Settings
 

@@ -4,7 +4,7 @@ A job's status is changed by the trigger's plans (the ledger of occurrences, the
 LAST SCHEDULED, NEXT RUN, LaunchFailing) and by its executions' transitions (active, recent,
 LAST SUCCESS, DeadLettered; and for a run asked for by hand, its Manual entry in the ledger), and by the ends of the workflows it started (recent, LAST SUCCESS).
 Each fold here takes the status as it is and one change, and returns
-the fields it sets, in the status's wire form, so the job's one status writer (`kube/jobstatus.py`)
+the fields it sets, in the status's wire form, so the job's one status writer (`kube/stores/jobstatus.py`)
 can fold every waiting change into one write, and fold them again on a fresher status after a
 conflict. The writer then reads the status before and after as `ScheduledJobStatus` and writes
 only the fields whose values differ (`model/statuspatch.py`).

@@ -1,7 +1,7 @@
 """A status write built from its model: what a merge patch changes, as the status model reads it.
 
-Each kind's one status writer (a ScheduledJob's: `kube/jobstatus.py`; an Execution's:
-`kube/executions.ExecutionStore.write`) has the fields its changes set, as a merge patch on the
+Each kind's one status writer (a ScheduledJob's: `kube/stores/jobstatus.py`; an Execution's:
+`kube/stores/executions.ExecutionStore.write`) has the fields its changes set, as a merge patch on the
 status it read. Before it writes, it builds the status as it is and as it would be from the
 kind's status model (`ScheduledJobStatus`, `ExecutionStatus`: the CRDs' status schemas are
 generated from them, so the model reads a status as the API server stores it) and keeps only

@@ -32,9 +32,9 @@ from vigil.api import ApprovalCallback
 from vigil.api.console import ConsoleWrites
 from vigil.core.servertime import ServerBoundedClock
 from vigil.history.migrating import MigratingHistory
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore
-from vigil.kube.leasing import LeaderElector
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.kits.leasing import LeaderElector
+from vigil.kube.kits.loops import watch
 from vigil.kube.lifecycle import (
     exit_on_lost_leadership,
     lead_until_stopped,
@@ -43,7 +43,7 @@ from vigil.kube.lifecycle import (
     stop_on_sigterm,
     wait_until_leader,
 )
-from vigil.kube.loops import watch
+from vigil.kube.stores.executions import ExecutionStore
 from vigil.kube.wiring import bucket_store, build_watchdog
 from vigil.runtime.clients import (
     api_client,

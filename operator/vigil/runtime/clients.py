@@ -9,10 +9,10 @@ import socket
 from kubernetes import client, config
 
 from vigil import metrics
-from vigil.kube.apiclient import RequestPolicy, build_client
-from vigil.kube.buckets import WRITE_CONCURRENCY
-from vigil.kube.dispatcher import START_CONCURRENCY
-from vigil.kube.leasing import LeaseConfig
+from vigil.kube.controllers.dispatcher import START_CONCURRENCY
+from vigil.kube.kits.apiclient import RequestPolicy, build_client
+from vigil.kube.kits.leasing import LeaseConfig
+from vigil.kube.stores.buckets import WRITE_CONCURRENCY
 from vigil.settings import Settings
 
 #: Requesters that may each hold a connection at once beside the trigger's workers, the pod create

@@ -20,35 +20,41 @@ from vigil.core.servertime import ServerBoundedClock
 from vigil.core.trigger import Trigger
 from vigil.core.workflowpass import Pass
 from vigil.history.migrating import MigratingHistory
-from vigil.kube.approvals import (
+from vigil.kube.controllers.approvals import (
     TokenPublisher,
 )
-from vigil.kube.buckets import KubeBucketStore, bucket_cache
-from vigil.kube.coreapi import CoreApi
-from vigil.kube.definitions import DefinitionController, definition_cache
-from vigil.kube.dispatcher import Dispatcher
-from vigil.kube.events import EventRecorder
-from vigil.kube.executioncontroller import ExecutionCaches, ExecutionController
-from vigil.kube.executions import ExecutionStore
-from vigil.kube.historyflush import HistoryFlusher
-from vigil.kube.informer import Informer
-from vigil.kube.jobcontroller import JobController
-from vigil.kube.jobs import KubeCatalogue, job_cache
-from vigil.kube.jobstatus import JobStatusWriter
-from vigil.kube.launcher import ExecutionLauncher, TaskSubmitter
-from vigil.kube.ledger import KubeLedger
+from vigil.kube.controllers.definitions import DefinitionController, definition_cache
+from vigil.kube.controllers.dispatcher import Dispatcher
+from vigil.kube.controllers.executioncontroller import ExecutionCaches, ExecutionController
+from vigil.kube.controllers.historyflush import HistoryFlusher
+from vigil.kube.controllers.jobcontroller import JobController
+from vigil.kube.controllers.launcher import ExecutionLauncher, TaskSubmitter
+from vigil.kube.controllers.logcapture import (
+    KubePodLogs,
+    LogCapture,
+    OwnerOf,
+    execution_owner,
+    step_owner,
+)
+from vigil.kube.controllers.retention import Pruner
+from vigil.kube.controllers.workflowapi import WorkflowApi, workflow_cache
+from vigil.kube.controllers.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowtasks import WorkflowTasks
+from vigil.kube.controllers.workflowttl import WorkflowTtl, setting_ttl
+from vigil.kube.kits.coreapi import CoreApi
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.kits.informer import Informer
+from vigil.kube.kits.loops import every, trigger_loop, watch
 from vigil.kube.lifecycle import (
     Threads,
 )
-from vigil.kube.logcapture import KubePodLogs, LogCapture, OwnerOf, execution_owner, step_owner
-from vigil.kube.loops import every, trigger_loop, watch
-from vigil.kube.results import JobResults
-from vigil.kube.retention import Pruner
+from vigil.kube.stores.buckets import KubeBucketStore, bucket_cache
+from vigil.kube.stores.executions import ExecutionStore
+from vigil.kube.stores.jobs import KubeCatalogue, job_cache
+from vigil.kube.stores.jobstatus import JobStatusWriter
+from vigil.kube.stores.ledger import KubeLedger
+from vigil.kube.stores.results import JobResults
 from vigil.kube.wiring import bucket_store, build_watchdog, trigger_progress
-from vigil.kube.workflowapi import WorkflowApi, workflow_cache
-from vigil.kube.workflows import WorkflowEngine
-from vigil.kube.workflowtasks import WorkflowTasks
-from vigil.kube.workflowttl import WorkflowTtl, setting_ttl
 from vigil.model.jobspec import InvalidJob, parse_spec
 from vigil.settings import Settings
 

@@ -19,23 +19,23 @@ from vigil.core.access import Access, CachedAuthenticator, CachedAuthorizer, Ttl
 from vigil.core.ports import Clock
 from vigil.core.workflow import Record
 from vigil.history.migrating import MigratingHistory
-from vigil.kube.accessreview import AccessReviews, TokenReviews
-from vigil.kube.approvals import (
+from vigil.kube.controllers.approvals import (
     SigningKey,
     TokenPublisher,
     WebhookNotifier,
     approval_outbox,
     approver_review,
 )
-from vigil.kube.consolereads import KubeConsoleReads
-from vigil.kube.coreapi import CoreApi
-from vigil.kube.events import EventRecorder
-from vigil.kube.executions import ExecutionStore
-from vigil.kube.leasing import LeaderElector
-from vigil.kube.loops import every
-from vigil.kube.tenantbindings import TaskQueueTenants
-from vigil.kube.workflowapi import WorkflowApi
-from vigil.kube.workflows import WorkflowEngine
+from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflows import WorkflowEngine
+from vigil.kube.kits.accessreview import AccessReviews, TokenReviews
+from vigil.kube.kits.coreapi import CoreApi
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.kits.leasing import LeaderElector
+from vigil.kube.kits.loops import every
+from vigil.kube.stores.consolereads import KubeConsoleReads
+from vigil.kube.stores.executions import ExecutionStore
+from vigil.kube.stores.tenantbindings import TaskQueueTenants
 from vigil.model.durations import parse_duration
 from vigil.probes import serve_probes
 from vigil.runtime import clocks

@@ -15,20 +15,24 @@ from kubernetes import client
 from vigil import metrics
 from vigil.core.ports import Clock
 from vigil.core.queue import QuotaLimits
-from vigil.kube.coreapi import CoreApi
-from vigil.kube.events import EventRecorder
-from vigil.kube.leasing import LeaseConfig
+from vigil.kube.controllers.taskqueues import (
+    TaskQueueController,
+    TaskQueueStatusWriter,
+    taskqueue_cache,
+)
+from vigil.kube.kits.coreapi import CoreApi
+from vigil.kube.kits.events import EventRecorder
+from vigil.kube.kits.leasing import LeaseConfig
+from vigil.kube.kits.shardleases import ShardLeases
 from vigil.kube.lifecycle import (
     HANDOVER_JOIN_SECONDS,
     exit_on_lost_leadership,
     retry_until_ready,
 )
-from vigil.kube.shardleases import ShardLeases
-from vigil.kube.taskqueues import TaskQueueController, TaskQueueStatusWriter, taskqueue_cache
 from vigil.settings import NamespaceQuota, QueueQuota, Settings
 
 if TYPE_CHECKING:
-    from vigil.kube.queuecredentials import QueueCredentials
+    from vigil.kube.controllers.queuecredentials import QueueCredentials
     from vigil.queue.store import QueueStore
     from vigil.queue.watchdog import QueueWatchdog
 from vigil.runtime import clocks
@@ -152,7 +156,7 @@ def _queue_credentials(api: client.ApiClient, settings: Settings, clock: Clock) 
     own = settings.queue.tenant_roles
     if not own.enabled:
         return None
-    from vigil.kube.queuecredentials import QueueCredentials
+    from vigil.kube.controllers.queuecredentials import QueueCredentials
     from vigil.queue.roles import RoleLimits, TenantRoles  # psycopg, as above
 
     limits = RoleLimits(

@@ -60,8 +60,8 @@ class WantedTask:
     execution_id: str
 
 
-#: What a running step wants carried out, one adapter per type (``vigil.kube.workflowpods``,
-#: ``vigil.kube.workflowtasks``).
+#: What a running step wants carried out, one adapter per type (``vigil.kube.controllers.workflowpods``,
+#: ``vigil.kube.controllers.workflowtasks``).
 Wanted = WantedPod | WantedTask
 
 

@@ -2,7 +2,7 @@
 
 When ready it records the step's stable execution id; while it runs it wants a pod
 (:class:`WantedPod`), which the kube adapter creates through the dispatcher and whose result
-(:func:`vigil.kube.workflowpods.pod_result`) comes back as a ``PodSucceeded``/``PodFailed`` input.
+(:func:`vigil.kube.controllers.workflowpods.pod_result`) comes back as a ``PodSucceeded``/``PodFailed`` input.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``task`` step: runs as a task on a TaskQueue of the volume tier; its outcome is the result.
 
 When ready it records the step's stable execution id, as a pod step does; while it runs it
-wants a task (:class:`WantedTask`), which the kube adapter (:mod:`vigil.kube.workflowtasks`)
+wants a task (:class:`WantedTask`), which the kube adapter (:mod:`vigil.kube.controllers.workflowtasks`)
 submits to the queue store with that id as its execution id and idempotency key, so a pass
 repeated after a crash or a failover adds nothing. Each of the step's attempts is one attempt of
 that one queue execution (a later attempt makes it ready again), so a worker sees the same

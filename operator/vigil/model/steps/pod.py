@@ -1,7 +1,7 @@
 """The ``pod`` step's block: ``template``, the pod to run (``vigil.model.common.PodTemplate``).
 
 The orchestrator needs nothing of it; the engine builds each attempt's pod from it
-(``vigil.model.workflowspec.step_templates``, ``vigil.kube.workflowpods``).
+(``vigil.model.workflowspec.step_templates``, ``vigil.kube.controllers.workflowpods``).
 """
 
 from __future__ import annotations

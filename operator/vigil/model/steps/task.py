@@ -1,7 +1,7 @@
 """The ``task`` step's block: the TaskQueue and task each attempt runs as, in the volume tier.
 
 The orchestrator needs nothing of it; the engine submits each attempt from it
-(``vigil.kube.workflowtasks``), as a `task:` ScheduledJob's occurrence is submitted: to a
+(``vigil.kube.controllers.workflowtasks``), as a `task:` ScheduledJob's occurrence is submitted: to a
 TaskQueue of the workflow's own namespace, the namespace its tenant.
 """
 
