@@ -21,7 +21,8 @@ import pytest
 
 from vigil.core.dispatch import Capacity
 from vigil.kube.controllers import dispatcher as dispatch_module
-from vigil.kube.controllers.dispatcher import Dispatcher, Started
+from vigil.kube.controllers.dispatcher import Dispatcher
+from vigil.kube.stores.started import Started
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 WAIT = 10.0  # seconds a test waits for something that should come at once

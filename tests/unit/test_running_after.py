@@ -20,8 +20,8 @@ from typing import Any
 
 from vigil.core.executions import Execution, Phase
 from vigil.core.memory import FakeClock
-from vigil.kube.controllers.dispatcher import Started
 from vigil.kube.controllers.executioncontroller import ExecutionController
+from vigil.kube.stores.started import Started
 
 CREATED = datetime(2026, 12, 4, 3, 0, tzinfo=UTC)
 RUNNING_AFTER = timedelta(seconds=5)

@@ -27,18 +27,19 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.core.dispatch import Candidate, Capacity, Priority, Running, choose, oldest_ready_age
-from vigil.core.executions import Execution, Phase, as_candidate, running_counts, start
-from vigil.core.ids import ExecutionId, pod_name
+from vigil.core.executions import Execution, Phase, as_candidate, running_counts
+from vigil.core.ids import ExecutionId
 from vigil.core.ports import Clock
 from vigil.core.timeparse import parse_rfc3339
-from vigil.kube.controllers.launcher import PodFactory
+from vigil.kube.controllers.executionpods import PodFactory
 from vigil.kube.kits.coreapi import CoreApi
 from vigil.kube.kits.informer import Informer
 from vigil.kube.kits.loops import woken_every
 from vigil.kube.stores.executions import ExecutionStore, Readings, execution_from_object, phase_of
 from vigil.kube.stores.jobs import KubeCatalogue
-from vigil.kube.stores.pods import BY_EXECUTION, live, pod_started_at
-from vigil.model.jobspec import InvalidJob, parse_spec
+from vigil.kube.stores.pods import BY_EXECUTION, live
+from vigil.kube.stores.started import Key, Mark, Started, as_started, attempt_pod
+from vigil.model.jobspec import InvalidJob
 from vigil.model.names import LABEL_PRIORITY
 
 log = logging.getLogger(__name__)
@@ -50,56 +51,6 @@ log = logging.getLogger(__name__)
 START_CONCURRENCY = 24
 MIN_PASS_GAP = 0.05  # seconds between two passes at least: a burst of wake-ups becomes one pass
 PASS_COST_SPACING = 3.0  # and at least this many times the last pass's own duration
-
-Key = tuple[str, str]
-
-
-@dataclasses.dataclass(frozen=True)
-class Mark:
-    attempt: int
-    pod: str
-    at: datetime
-
-
-class Started:
-    """Pods this process created whose execution has not recorded them yet (the pod cache may
-    not have seen them either). Shared by the dispatcher and the execution controller."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._marks: dict[Key, Mark] = {}
-
-    def mark(self, key: Key, mark: Mark) -> None:
-        with self._lock:
-            self._marks[key] = mark
-
-    def get(self, key: Key) -> Mark | None:
-        with self._lock:
-            return self._marks.get(key)
-
-    def drop(self, key: Key) -> None:
-        with self._lock:
-            self._marks.pop(key, None)
-
-
-def attempt_pod(pods: Informer, ex: Execution) -> dict[str, Any] | None:
-    """The pod of the execution's current attempt, if the cache has it."""
-    return pods.get(ex.namespace, ex.pod or pod_name(ExecutionId(ex.execution_id), ex.attempt))
-
-
-def as_started(ex: Execution, *, pods: Informer, started: Started) -> Execution:
-    """A Ready execution whose attempt's pod exists, with its start recorded as it happened (a
-    cancel or a replace then says the attempt ran, and stops its pod); any other as it is."""
-    if ex.phase is not Phase.READY:
-        return ex
-    pod = attempt_pod(pods, ex)
-    if pod is not None:
-        return start(ex, pod=pod["metadata"]["name"], now=pod_started_at(pod))
-    mark = started.get((ex.namespace, ex.execution_id))
-    if mark is not None and mark.attempt == ex.attempt:
-        return start(ex, pod=mark.pod, now=mark.at)
-    return ex
-
 
 @dataclasses.dataclass(frozen=True)
 class PodRequest:
@@ -355,7 +306,7 @@ class Dispatcher:
         if job is None or job["metadata"]["uid"] != spec_obj["job"]["uid"]:
             return False  # the job is gone; garbage collection removes its executions
         try:
-            spec = parse_spec(job)
+            spec = self._catalogue.spec_of(job)  # parsed once, by the trigger, unless the job changed since
             pod = self._factory.pod_for(
                 job=job,
                 spec=spec,

@@ -47,7 +47,6 @@ from vigil.core.podstatus import (
     deleted_verdict,
 )
 from vigil.core.ports import Clock, Conflict
-from vigil.kube.controllers.dispatcher import Started, as_started
 from vigil.kube.controllers.workflowpods import workflow_pod_cache
 from vigil.kube.kits.informer import Informer
 from vigil.kube.kits.workqueue import WorkQueue
@@ -63,6 +62,7 @@ from vigil.kube.stores.pods import (
     pod_started_at,
 )
 from vigil.kube.stores.results import JobResults
+from vigil.kube.stores.started import Started, as_started
 from vigil.model.jobspec import retry_policy
 from vigil.model.names import EXECUTIONS
 

@@ -1,11 +1,12 @@
-"""From a fired occurrence to its Execution, and from an Execution attempt to its pod.
+"""From a fired occurrence to what runs it: an Execution, a Workflow or a task in the queue store.
 
 `ExecutionLauncher` is the trigger's Launcher: it applies the job's
 concurrency policy, then creates the Execution named from the execution id — a
 second create is 409, so a repeated pass never makes a second one. The
-dispatcher later starts attempts within capacity; `PodFactory` builds each
-attempt's pod, named `<execution id>-<attempt>`, with the occurrence in its
-environment.
+dispatcher later starts attempts within capacity, and builds each attempt's pod
+with `vigil.kube.controllers.executionpods`: an occurrence's path (trigger →
+launcher → Execution → execution controller → dispatcher → pod) enters this
+module once, at its start.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Protocol
 
 from kubernetes.client import AuthenticationV1Api, CustomObjectsApi, V1SelfSubjectReview
@@ -45,15 +46,13 @@ from vigil.kube.stores.pods import (
     LABEL_EXECUTION,
     LABEL_JOB,
     LABEL_JOB_UID,
-    build_pod,
     delete_pod,
-    execution_env,
     label_value,
     owner_reference,
 )
 from vigil.kube.stores.results import JobResults
 from vigil.model import GROUP, VERSION
-from vigil.model.jobspec import TIER_OFF, parse_spec
+from vigil.model.jobspec import TIER_OFF
 from vigil.model.names import LABEL_PRIORITY, WORKFLOWS
 from vigil.model.scheduledjob import ScheduledJobSpec
 
@@ -62,58 +61,6 @@ log = logging.getLogger(__name__)
 
 class MissingJob(RuntimeError):
     """The job vanished between lookup and launch; the next pass records it."""
-
-
-class PodFactory:
-    """Builds the pod of one attempt of one execution."""
-
-    def pod_for(
-        self,
-        *,
-        job: Mapping[str, Any],
-        spec: ScheduledJobSpec,
-        execution_id: str,
-        attempt: int,
-        scheduled_for: datetime,
-        period_start: datetime,
-        period_end: datetime,
-        execution: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        meta = job["metadata"]
-        variables = occurrence_variables(
-            period_start=period_start,
-            period_end=period_end,
-            scheduled_for=scheduled_for,
-            execution_id=execution_id,
-            job_name=meta["name"],
-            job_namespace=meta["namespace"],
-        )
-        payload = render_payload(
-            payload=spec.payload, template=spec.payload_template, variables=variables, timezone=spec.timezone,
-            monotonic=time.monotonic,  # the render's wall-clock budget
-        )
-        key = execution_id
-        if spec.idempotency_key:
-            key = render_template_string(
-                spec.idempotency_key, variables, timezone=spec.timezone, field="spec.idempotencyKey",
-                monotonic=time.monotonic,
-            )
-        env = execution_env(
-            execution_id=execution_id,
-            attempt=attempt,
-            scheduled_for=scheduled_for,
-            period_start=period_start,
-            period_end=period_end,
-            payload_json=payload,
-            idempotency_key=key,
-            job=f"{meta['namespace']}/{meta['name']}",
-        )
-        template = (job.get("spec") or {}).get("template") or {}
-        timeout = timedelta(seconds=spec.timeout.total_seconds()) if spec.timeout is not None else None
-        return build_pod(
-            template=template, owner=job, execution_id=execution_id, attempt=attempt, env=env, timeout=timeout,
-            controller=execution,
-        )  # fmt: skip
 
 
 def _fire_variables(job: Mapping[str, Any], *, execution_id: str, fire: Fire) -> dict[str, Any]:
@@ -410,7 +357,7 @@ class ExecutionLauncher:
         job = self._catalogue.cached(fire.job.namespace, fire.job.name)
         if job is None:
             raise MissingJob(f"{fire.job.namespace}/{fire.job.name}")
-        spec = parse_spec(job)
+        spec = self._catalogue.spec_of(job)  # as the trigger parsed it, when it is this version
         if spec.task is not None:
             if self._tasks is None:  # the job controller marks such a job Invalid; this is a guard
                 return Launch(created=False, refused=TIER_OFF)

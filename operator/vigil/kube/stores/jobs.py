@@ -1,4 +1,4 @@
-"""Reading ScheduledJobs for the trigger, the launcher, the ledger and the job's status.
+"""Reading ScheduledJobs for the trigger, the launcher, the dispatcher, the ledger and the job's status.
 
 On the leader the catalogue reads from a watch-fed cache of every ScheduledJob (`job_cache`):
 a due occurrence, its launch and its ledger cost no request. What the cache does not hold, or
@@ -6,13 +6,16 @@ holds under another uid (deleted and created again since), is read from the API 
 job the cache has not seen yet is never taken for deleted. Without a cache (tools, tests) every
 lookup is a read, and the last objects read are kept briefly so one pass's launch and ledger do
 not read again. The job is converted with `vigil.model.jobspec`; one that fails validation is
-reported as invalid rather than raising: one bad object must never stop the trigger.
+reported as invalid rather than raising: one bad object must never stop the trigger. The spec
+the trigger's lookup parsed is kept with the version of the object it came from (`spec_of`):
+the launch and the attempt's pod reuse it while the job is unchanged, instead of parsing again.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from kubernetes import client
@@ -46,9 +49,10 @@ class KubeCatalogue:
         self._queue_enabled = queue_enabled
         self.cache = cache
         self._cache: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
-        #: The specs the trigger parsed last, for its launches and ledger writes: the most recent
-        #: CACHE_SIZE of them (every job's parsed spec would be about 5 KiB a job held for good).
-        self._specs: OrderedDict[tuple[str, str], ScheduledJobSpec] = OrderedDict()
+        #: The specs the trigger parsed last, for its launches, its ledger writes and the pods the
+        #: dispatcher builds: the most recent CACHE_SIZE of them (every job's parsed spec would be
+        #: about 5 KiB a job held for good), each with the version of the object it was parsed from.
+        self._specs: OrderedDict[tuple[str, str], tuple[str, ScheduledJobSpec]] = OrderedDict()
         self._lock = threading.Lock()
 
     def fetch(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -92,7 +96,7 @@ class KubeCatalogue:
         except InvalidJob:
             return JobLookup(job=None, invalid=True)
         with self._lock:
-            self._specs[(namespace, name)] = spec
+            self._specs[(namespace, name)] = (_version(obj), spec)
             self._specs.move_to_end((namespace, name))
             while len(self._specs) > CACHE_SIZE:
                 self._specs.popitem(last=False)
@@ -121,4 +125,21 @@ class KubeCatalogue:
 
     def cached_spec(self, namespace: str, name: str) -> ScheduledJobSpec | None:
         with self._lock:
-            return self._specs.get((namespace, name))
+            kept = self._specs.get((namespace, name))
+        return kept[1] if kept is not None else None
+
+    def spec_of(self, obj: Mapping[str, Any]) -> ScheduledJobSpec:
+        """The spec of this very object (its uid and resourceVersion) as the trigger parsed it,
+        else parsed now: a launch and its pod parse the job once between them. Raises InvalidJob."""
+        meta = obj["metadata"]
+        with self._lock:
+            kept = self._specs.get((meta["namespace"], meta["name"]))
+        if kept is not None and meta.get("resourceVersion") and kept[0] == _version(obj):
+            return kept[1]
+        return parse_spec(obj)
+
+
+def _version(obj: Mapping[str, Any]) -> str:
+    """Which object, and which version of it, a spec was parsed from."""
+    meta = obj["metadata"]
+    return f"{meta.get('uid')}/{meta.get('resourceVersion')}"
