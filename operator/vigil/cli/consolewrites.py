@@ -20,13 +20,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypeVar
 
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from vigil.api.console import Refused as ConsoleRefused
 from vigil.cli import jobcontrol, workflows
 from vigil.cli.cluster import Cluster
 from vigil.cli.errors import BadInput, Contention, Refused, server_message
+from vigil.kube.kits.apiclient import operator_configuration
 from vigil.model.workflow import RequestAction
 
 #: How long a decision waits for the operator to record it before the page is shown (seconds):
@@ -35,17 +36,6 @@ from vigil.model.workflow import RequestAction
 DECISION_WAIT_SECONDS = 5.0
 
 T = TypeVar("T")
-
-
-def operator_configuration() -> client.Configuration:
-    """Where the API server is and how to trust it, as the operator reaches it (in-cluster, else
-    the kubeconfig): its host and CA only are kept for the viewer's connections."""
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=configuration)
-    return configuration
 
 
 class ViewerWrites:

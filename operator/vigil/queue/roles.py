@@ -1,7 +1,7 @@
 """Each namespace's own database role: what its workers log in as, never the owner.
 
 A namespace with a TaskQueue gets one login role (`ensure`), made by the operator's leader
-(vigil.kube.queuecredentials), which keeps its DSN in a Secret of that namespace. The role has no
+(vigil.kube.controllers.queuecredentials), which keeps its DSN in a Secret of that namespace. The role has no
 privilege on any table; it is granted USAGE on the `vigil_queue` schema and EXECUTE on the
 workers' functions (vigil.queue.functions), which confine every call to the namespace
 `tenant_roles` maps the role to. It may open at most `connections` sessions, and each statement and

@@ -14,7 +14,7 @@ watchdog's own Deployment. Beside it, a module per concern:
 - `leader`: the leader's parts in named steps (bucket to pod, recording, the workflow engine)
   and every thread it runs, by name.
 
-The passes themselves are in `vigil.kube.loops`, the factories the CLI shares in
+The passes themselves are in `vigil.kube.kits.loops`, the factories the CLI shares in
 `vigil.kube.wiring`, and what happens over the process's life — the wait for the Lease, the
 handover, the exit on a lost Lease, a store's migration waited for with backoff — is
 `vigil.kube.lifecycle`'s.

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import socket
 
-from kubernetes import client, config
+from kubernetes import client
 
 from vigil import metrics
 from vigil.kube.controllers.dispatcher import START_CONCURRENCY
-from vigil.kube.kits.apiclient import RequestPolicy, build_client
+from vigil.kube.kits.apiclient import RequestPolicy, build_client, operator_configuration
 from vigil.kube.kits.leasing import LeaseConfig
 from vigil.kube.stores.buckets import WRITE_CONCURRENCY
 from vigil.settings import Settings
@@ -21,18 +21,7 @@ from vigil.settings import Settings
 #: pool full gets a connection of its own, closed after it: a TLS handshake per request, and under
 #: a burst there were dozens of them.
 OTHER_REQUESTERS = 32
-
-
 ELECTION_CONNECTIONS = 2  # the elector's own pool: renewals never queue behind other requests
-
-
-def _kube_configuration() -> client.Configuration:
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=configuration)
-    return configuration
 
 
 def lease_config(settings: Settings, *, lease_name: str, me: str) -> LeaseConfig:
@@ -56,7 +45,7 @@ def api_client(lease: LeaseConfig | None = None, *, connections: int = OTHER_REQ
     """The operator's client: every request bounded by the lease's request timeout (the
     defaults' without one), 429s waited out up to the renew deadline and counted."""
     lease = lease or LeaseConfig(namespace="", name="", identity="")
-    configuration = _kube_configuration()
+    configuration = operator_configuration()
     configuration.connection_pool_maxsize = connections
     policy = RequestPolicy(timeout_seconds=lease.request_timeout, retry_after_cap_seconds=lease.renew_deadline)
     return build_client(configuration, policy, on_throttled=metrics.API_THROTTLED.labels(client="operator").inc)
@@ -65,7 +54,7 @@ def api_client(lease: LeaseConfig | None = None, *, connections: int = OTHER_REQ
 def election_client(lease: LeaseConfig) -> client.ApiClient:
     """The elector's own client and pool (its requests pass their own timeouts): one 429 waited
     out, for at most half of what is left of the deadline after a renew period."""
-    configuration = _kube_configuration()
+    configuration = operator_configuration()
     configuration.connection_pool_maxsize = ELECTION_CONNECTIONS
     policy = RequestPolicy(
         timeout_seconds=lease.request_timeout,

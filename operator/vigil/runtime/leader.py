@@ -345,7 +345,7 @@ def log_capture(
     on_settled: Callable[[str, str, str], object] | None = None,
     workers: int = 2,
 ) -> LogCapture:
-    """Storing attempts' log tails in the history database as their pods end (vigil.kube.logcapture)."""
+    """Storing attempts' log tails in the history database as their pods end (vigil.kube.controllers.logcapture)."""
     return LogCapture(
         reader=KubePodLogs(CoreApi(api), clock=clock), sink=history, owner_of=owner_of, clock=clock,
         tail_bytes=settings.history.log_tail_bytes, workers=workers,

@@ -56,7 +56,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client import rest
 from urllib3 import BaseHTTPResponse
 from urllib3.exceptions import ReadTimeoutError
@@ -232,3 +232,15 @@ def custom_object_or_none(
             return None
         raise
     return obj
+
+
+def operator_configuration() -> client.Configuration:
+    """Where the API server is and how to trust it, as the operator reaches it: in-cluster (its
+    service account), else the kubeconfig. The operator's clients and the console's writes (which
+    keep only its host and CA, for the viewer's own token) start from it."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=configuration)
+    return configuration
