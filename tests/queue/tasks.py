@@ -106,9 +106,10 @@ HOSTILE: dict[str, Any] = {
 
 @task("returns_hostile")
 def returns_hostile(ctx: Context) -> Any:
-    """Does its work (notes it), then returns what the store cannot keep: it still succeeds."""
+    """Does its work (notes it), then returns what the store cannot keep: it still succeeds. The
+    `kind` is the payload's own, or (a workflow's task step) its block's payload's."""
     note(ctx, "ran")
-    return HOSTILE[ctx.payload["kind"]]
+    return HOSTILE[(ctx.payload.get("payload") or ctx.payload)["kind"]]
 
 
 @task("hold_async")
