@@ -4,7 +4,9 @@ Hypothesis builds ScheduledJobs and Workflows from a valid base with fields
 replaced by hostile strings (control characters, long and non-ASCII text),
 huge or negative numbers, deep or expensive payload templates, and related
 fields that disagree (jitter past the interval, an expected interval shorter
-than it). Each one must end one of two ways:
+than it), and `task` steps with hostile queue and task names and payloads (the
+operator has the volume tier on: a real PostgreSQL queue store). Each one must
+end one of two ways:
 
 * refused at admission (422, or 400 for a value of the wrong type) with a
   message that names the field — `spec.` something; or
@@ -26,14 +28,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from kubernetes.client.exceptions import ApiException
 
+from tests.contract.conftest import postgres
 from tests.integration.conftest import KubeCluster
 from tests.integration.jobs import GROUP, PLURAL, VERSION, condition, create_job, job_body, ledger
 from tests.integration.operators import OperatorFleet
+from tests.integration.test_workflow_tasks import queue_dsn
 from tests.waiting import wait_for
+
+__all__ = ["postgres", "queue_dsn"]
+
+pytestmark = pytest.mark.postgres
 
 EXAMPLES = int(os.environ.get("VIGIL_FUZZ_EXAMPLES", "40"))
 WORKFLOWS = "workflows"
@@ -114,12 +122,27 @@ job_changes = st.one_of(
 )
 
 step_id = st.one_of(st.sampled_from(["a", "b", "c"]), hostile_text)
+# A task step's block: a real queue and task or hostile names, and a payload with hostile text, huge
+# numbers and deep nesting (the API server keeps it; the engine refuses it, naming the place).
+task_payload = st.recursive(
+    st.one_of(hostile_text, huge_number, st.floats(allow_nan=False), st.booleans(), st.none()),
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(hostile_text, children, max_size=3)),
+    max_leaves=20,
+)
+task_block = st.fixed_dictionaries(
+    {"queue": st.one_of(st.just("work"), hostile_text), "name": st.one_of(st.just("record"), hostile_text)},
+    optional={
+        "payload": st.one_of(st.dictionaries(hostile_text, task_payload, max_size=4), huge_number),
+        "priority": huge_number,
+    },
+)
 hostile_steps = st.lists(
     st.fixed_dictionaries(
-        {"id": step_id, "type": st.sampled_from(["wait", "approval", "pod", "nonsense"])},
+        {"id": step_id, "type": st.sampled_from(["wait", "approval", "pod", "task", "nonsense"])},
         optional={
             "dependsOn": st.lists(step_id, max_size=3),
             "wait": st.fixed_dictionaries({"duration": duration}),
+            "task": task_block,
             "timeout": duration,
             "onTimeout": st.one_of(st.sampled_from(["fail", "skip", "escalate"]), hostile_text),
         },
@@ -129,20 +152,38 @@ hostile_steps = st.lists(
 )
 
 
+DEEP: list[Any] = []
+for _ in range(70):  # past the payload's 64 levels
+    DEEP = [DEEP]
+
+
 def wait_step(step: str, *needs: str) -> dict[str, Any]:
     return {"id": step, "type": "wait", "wait": {"duration": "1s"}, "dependsOn": list(needs)}
 
 
 # Well-formed steps whose graph the schema cannot judge: fine, a cycle, a self-loop, a repeated
-# id (a workflow's steps are one atomic list, so the API server does not key them by id).
-shaped_steps = st.sampled_from([
+# id (a workflow's steps are one atomic list, so the API server does not key them by id); task
+# steps whose payload the API server keeps and the engine refuses (70 deep, a NUL).
+SHAPES = [
     [wait_step("a"), wait_step("b", "a")],
     [wait_step("a"), wait_step("a")],
     [wait_step("a", "c"), wait_step("b", "a"), wait_step("c", "b")],
     [wait_step("a", "a")],
     [wait_step("a"), wait_step("b", "a"), wait_step("c", "a", "b")],
-])  # fmt: skip
+    [{"id": "a", "type": "task", "task": {"queue": "work", "name": "record", "payload": {"deep": DEEP}}}],
+    [{"id": "a", "type": "task", "task": {"queue": "work", "name": "record", "payload": {"n": "\x00"}}}],
+]  # fmt: skip
+shaped_steps = st.sampled_from(SHAPES)
 workflow_steps = st.one_of(hostile_steps, shaped_steps)
+
+
+def every_shape(test: Any) -> Any:
+    """Each of SHAPES as an explicit example besides the drawn ones: whatever the draws, each
+    outcome of the graph check (running, invalid) and of the task payload's check is met."""
+    for shape in SHAPES:
+        test = example(steps=shape, on_failure=None)(test)
+    return test
+
 
 # --- outcomes -------------------------------------------------------------------------------
 
@@ -176,9 +217,10 @@ def settled_workflow(cluster: KubeCluster, namespace: str, name: str) -> dict[st
 
 
 @pytest.fixture
-def watched(cluster: KubeCluster, namespace: str, fleet: OperatorFleet) -> tuple[OperatorFleet, Any]:
-    """A running leader and a canary job that must keep firing through every example."""
-    leader = fleet.start()
+def watched(cluster: KubeCluster, namespace: str, fleet: OperatorFleet, queue_dsn: str) -> tuple[OperatorFleet, Any]:
+    """A running leader with the volume tier on (task steps are submitted) and a canary job that
+    must keep firing through every example."""
+    leader = fleet.start(queue={"dsn": queue_dsn})
     fleet.leader()
     create_job(cluster, namespace, "canary", every="2s", jitter="0s")
     return fleet, leader
@@ -258,6 +300,7 @@ def test_hostile_workflows_are_refused_or_settled_and_harm_nothing(
     outcomes: Counter[str] = Counter()
 
     @SETTINGS
+    @every_shape
     @given(steps=workflow_steps, on_failure=st.one_of(st.none(), st.sampled_from(["fail", "compensate"]), hostile_text))
     def one(steps: list[dict[str, Any]], on_failure: str | None) -> None:
         spec: dict[str, Any] = {"steps": steps}
