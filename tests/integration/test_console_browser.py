@@ -30,8 +30,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import shutil
-import socket
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -46,10 +44,11 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.contract.conftest import postgres
 from tests.contract.postgres import PostgresServer
-from tests.integration.conftest import API_SERVER_AUDIENCE, STATE, KubeCluster
+from tests.integration.conftest import STATE, KubeCluster
 from tests.integration.jobs import create_job, get_job
 from tests.integration.operators import OperatorFleet
 from tests.integration.test_task_queues import create as create_taskqueue
+from tests.integration.viewers import free_port, rules, serving, viewer_token
 from tests.integration.workflows import create_workflow, emit, pod_step
 from tests.queue.conftest import conninfo
 from tests.waiting import wait_for
@@ -74,50 +73,10 @@ SHOTS = STATE / "console-screenshots"
 EXPECT_MS = 30_000
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def make_namespace(cluster: KubeCluster) -> str:
     name = f"con-{uuid.uuid4().hex[:8]}"
     cluster.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     return name
-
-
-def viewer_token(cluster: KubeCluster, namespace: str, name: str, rules: list[dict[str, Any]]) -> str:
-    """A token of a new ServiceAccount `name` bound in `namespace` to a Role with `rules`, for the
-    API server's audience and `vigil` (the console reviews the latter, writes with the former)."""
-    cluster.core.create_namespaced_service_account(namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name=name)))
-    rbac = client.RbacAuthorizationV1Api(cluster.api)
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": name}, "rules": rules})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-    })  # fmt: skip
-    request = client.AuthenticationV1TokenRequest(
-        spec=client.V1TokenRequestSpec(audiences=[API_SERVER_AUDIENCE, "vigil"], expiration_seconds=3600)
-    )
-    token: str = cluster.core.create_namespaced_service_account_token(name, namespace, request).status.token
-    return token
-
-
-def rules(*, approve: bool) -> list[dict[str, Any]]:
-    """alice's (`approve`) and bob's rights in the team namespace: bob lacks `approve` on
-    workflows and `update` (retry) on task queues' executions."""
-    workflow_verbs = ["get", "list", "patch", *(["approve"] if approve else [])]
-    queue_verbs = ["get", *(["update"] if approve else [])]
-    return [
-        {"apiGroups": [GROUP], "resources": ["taskqueues"], "verbs": ["get", "list"]},
-        {"apiGroups": [GROUP], "resources": ["taskqueues/executions"], "verbs": queue_verbs},
-        {"apiGroups": [GROUP], "resources": ["scheduledjobs"], "verbs": ["get", "list", "patch"]},
-        {"apiGroups": [GROUP], "resources": ["executions"], "verbs": ["get", "list", "create"]},
-        {"apiGroups": [GROUP], "resources": ["workflows"], "verbs": workflow_verbs},
-        {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
-    ]
 
 
 @dataclass
@@ -135,14 +94,6 @@ class Setting:
     shots: Path
 
 
-def _serving(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/console/login", timeout=5) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def setting(
     cluster: KubeCluster, postgres: PostgresServer, tmp_path_factory: pytest.TempPathFactory
@@ -158,7 +109,7 @@ def setting(
     base = f"http://127.0.0.1:{port}"
     history = SqlHistory(f"sqlite:///{workdir}/history.db")
     try:
-        wait_for(lambda: _serving(base), timeout=60, what="the operator serving the console")
+        wait_for(lambda: serving(base), timeout=60, what="the operator serving the console")
         for name in ("nightly", "hourly"):
             create_job(cluster, team, name, cron="0 3 * * *" if name == "nightly" else "0 * * * *", timezone="Europe/Paris")
         create_job(cluster, other, "secret-job", cron="0 4 * * *")
