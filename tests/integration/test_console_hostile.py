@@ -9,11 +9,10 @@ one job) logs in with the form, so the hostile input reaches the pages behind th
 For half a minute, a round every half second, raw sockets from 127.0.0.1 send the console what a
 hostile client would (the table CASES), and every answer is checked:
 
-* fields: query strings too long, with NUL, control characters or invalid UTF-8 (read as U+FFFD:
-  a filter that matches nothing), an unknown, repeated or `<script>` field, more than FIELDS_MAX
-  fields, namespaces and names outside their grammar in paths; forms with a reason past
-  REASON_MAX or holding NUL, unknown or repeated fields, no CSRF field, a body that is not UTF-8,
-  a retry of too many or malformed ids, a login token past TOKEN_MAX (and one past what a cookie
+* fields: query strings too long, with NUL, control characters or invalid UTF-8, an unknown,
+  repeated or `<script>` field, more than FIELDS_MAX fields, namespaces and names outside their
+  grammar in paths; forms with a reason past REASON_MAX or holding NUL, unknown or repeated
+  fields, no CSRF field, a body that is not UTF-8, a retry of too many or malformed ids, a login token past TOKEN_MAX (and one past what a cookie
   keeps, one with spaces, one the API server does not know, one from another site);
 * headers: a head past 16 KiB (431), a huge, forged or tampered login cookie, a garbage
   Authorization header, a couple of hundred headers, control bytes in a header, a request line
@@ -228,7 +227,7 @@ CASES = [
     Case("fields", "q of 20 KiB, past the head's bound", get("/console/jobs?q=" + "x" * 20480), 431, "at most 16384 bytes"),
     Case("fields", "q holding NUL", get("/console/jobs?q=a%00b"), 400, "q: holds NUL"),
     Case("fields", "q holding a control character", get("/console/jobs?q=a%07b"), 400, "q: holds control characters"),
-    Case("fields", "q of invalid UTF-8 (read as U+FFFD, matching nothing)", get("/console/jobs?q=%ff%fe"), 200, "No jobs you may see match."),
+    Case("fields", "q of invalid UTF-8", get("/console/jobs?q=%ff%fe"), 400, "q: is not UTF-8 text"),
     Case("fields", "q a script (shown as text)", get(f"/console/jobs?q={hostile_quoted()}"), 200, "&lt;script&gt;", HOSTILE),
     Case("fields", "an unknown field", get("/console/jobs?colour=red"), 400, "colour: is not a field this page reads"),
     Case("fields", "an unknown field named with a script", get(f"/console/jobs?{hostile_quoted()}=1"), 400, "query: is not a field this page reads", HOSTILE),

@@ -157,7 +157,10 @@ def test_a_viewer_sees_only_the_namespaces_they_may_list(server: tuple[ApiServer
 
 
 def test_fields_are_bounded_and_named(server: tuple[ApiServer, Writes]) -> None:
-    for query, field in (("q=" + "x" * 101, "q"), ("health=bad", "health"), ("namespace=NO", "namespace"), ("other=1", "other")):
+    for query, field in (
+        ("q=" + "x" * 101, "q"), ("health=bad", "health"), ("namespace=NO", "namespace"), ("other=1", "other"),
+        ("q=%ff%fe", "q"),  # not UTF-8: not read as U+FFFD: a malformed value is refused, not turned into another
+    ):  # fmt: skip
         status, page, _ = call(server[0], "GET", f"/console/jobs?{query}", token="root-token")
         assert status == 400 and f"{field}:" in page, query
 
@@ -241,6 +244,7 @@ def test_a_retry_form_is_bounded(server: tuple[ApiServer, Writes]) -> None:
     for body, why in (
         (csrf, "execution: check at least one"),
         (csrf + "&execution=NOT_AN_ID", "execution: is not an execution id"),
+        (csrf + "&execution=%ff", "execution: is not UTF-8"),
         (csrf + "".join(f"&execution=e{i}" for i in range(101)), "execution: is given more than 100 times"),
     ):
         status, page, _ = call(server[0], "POST", path, token="alice-token", body=body.encode())

@@ -28,6 +28,20 @@ TOKEN_MAX = 8192
 FIELDS_MAX = 16
 
 
+#: How a %-escape that is not UTF-8 is decoded: as a lone surrogate, which :func:`utf8` then finds
+#: (the default, U+FFFD, would turn a malformed value into another, valid one).
+UNDECODED = "surrogateescape"
+
+
+def utf8(value: str) -> bool:
+    """Whether `value` is Unicode text (no lone surrogate: no undecodable %-escape in it)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class BadField(ValueError):
     """A field the console refuses: `field` names it, the message says why (never quoting it)."""
 
@@ -43,7 +57,7 @@ def parse(text: str, allowed: frozenset[str], *, where: str = "query") -> dict[s
         raise BadField(where, f"is longer than {2 * TOKEN_MAX} characters")
     try:
         pairs = urllib.parse.parse_qsl(
-            text, keep_blank_values=True, strict_parsing=bool(text), max_num_fields=FIELDS_MAX
+            text, keep_blank_values=True, strict_parsing=bool(text), max_num_fields=FIELDS_MAX, errors=UNDECODED
         )
     except ValueError:
         raise BadField(where, f"is not a form of at most {FIELDS_MAX} name=value fields") from None
@@ -58,6 +72,8 @@ def parse(text: str, allowed: frozenset[str], *, where: str = "query") -> dict[s
             raise BadField(name, "is given more than once")
         if "\x00" in value:
             raise BadField(name, "holds NUL")
+        if not utf8(value):
+            raise BadField(name, "is not UTF-8 text once its %-escapes are decoded")
         found[name] = value
     return found
 
@@ -116,11 +132,14 @@ def many(text: str, name: str, *, limit: int, also: frozenset[str]) -> tuple[lis
             keep_blank_values=True,
             strict_parsing=bool(text),
             max_num_fields=limit + len(also),
+            errors=UNDECODED,
         )
     except ValueError:
         raise BadField(name, f"is given more than {limit} times") from None
     values, other = [], ""
     for key, value in pairs:
+        if key == name and not utf8(value):
+            raise BadField(name, "is not UTF-8 text once its %-escapes are decoded")
         if key == name:
             values.append(value)
         elif key in also and not other:
