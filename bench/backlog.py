@@ -264,6 +264,15 @@ def run(sizes: tuple[int, ...], worker_counts: tuple[int, ...], window: int, cat
     return rows
 
 
+def catalogue_only(catalogued: int) -> list[Row]:
+    """The catalogue's statement plans alone (`--catalogue-only`), on a server of their own."""
+    server = PostgresServer.create(settings=DURABLE_SETTINGS)
+    try:
+        return catalogue_plans(server, catalogued)
+    finally:
+        server.drop()
+
+
 def _ratio(ours: Completion, theirs: Completion) -> str:
     return ratio(ours.rate, theirs.rate) if ours.complete and theirs.complete else "n/a (censored)"
 
@@ -275,10 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="executions timed at each depth")
     parser.add_argument("--catalogue", type=int, default=DEFAULT_CATALOGUE,
                         help="daily jobs catalogued to explain the trigger's and watchdog's statements (0: none)")  # fmt: skip
+    parser.add_argument("--catalogue-only", action="store_true",
+                        help="only the catalogue's statement plans: no backlog drained")  # fmt: skip
     args = parser.parse_args(argv)
     from bench.reporting import table
 
-    rows = run(tuple(int(n) for n in args.sizes.split(",")), tuple(int(n) for n in args.workers.split(",")),
+    rows = catalogue_only(args.catalogue) if args.catalogue_only else run(tuple(int(n) for n in args.sizes.split(",")), tuple(int(n) for n in args.workers.split(",")),
                args.window, args.catalogue)  # fmt: skip
     print()
     for line in table(rows):

@@ -5,14 +5,14 @@
 -- name: watchdog_overdue
 -- Enabled recurring jobs with an expected interval and no success within it since their last success
 -- (or their creation): the necessary condition only; vigil.core.watchdog.assess_overdue decides the
--- verdict and its reason from the facts read here. A job's last success is one probe of
--- executions_job_succeeded. At most `limit` jobs come back, each queue's most overdue first (with
+-- verdict and its reason from the facts read here. A job's last success is on its own row
+-- (last_success_at, written by settle_succeeded), so the watched jobs are one read of the jobs
+-- table, no probe of the executions per job; only the overdue ones (at most `limit`) read their
+-- executions. At most `limit` jobs come back, each queue's most overdue first (with
 -- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions: a
 -- leased one runs since its lease began (its due time for a row leased before leased_at existed).
 WITH watched AS MATERIALIZED (
-    SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval,
-           (SELECT max(s.finished_at) FROM vigil_queue.executions AS s
-            WHERE s.job_id = j.job_id AND s.state = 'succeeded') AS last_success
+    SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval, j.last_success_at AS last_success
     FROM vigil_queue.jobs AS j
     WHERE j.enabled AND j.cron IS NOT NULL AND j.expected_max_interval IS NOT NULL
       AND j.created_at + j.expected_max_interval < %(now)s
