@@ -186,7 +186,8 @@ def explain(dsn: str, query: str, params: dict[str, Any]) -> Plan:
 
 def catalogue_plans(server: PostgresServer, jobs: int) -> list[Row]:
     """The trigger's and the watchdog's statements over `jobs` catalogued daily jobs, analysed,
-    explained on a default (JIT on) connection: cost beside jit_above_cost, JIT, time."""
+    explained on a default (JIT on) connection: cost beside jit_above_cost, JIT, time; the
+    watchdog's overdue statement both with every job overdue (none has fired) and with none."""
     from bench.queuetrigger import catalogue, daily_jobs, prepare
     from vigil.core.buckets import MINUTE, minute_of
     from vigil.core.queuewatch import DEFAULT_SERIES_CAP, RECENT_EXECUTIONS
@@ -217,6 +218,16 @@ def catalogue_plans(server: PostgresServer, jobs: int) -> list[Row]:
         print(f"  {name}: cost {plan.cost:,.0f} vs jit_above_cost {JIT_ABOVE_COST:,.0f}, {jit}, {plan.ms:.2f} ms")
         rows.append(Row(f"backlog: {name} at {jobs:,} jobs catalogued", f"{plan.ms:.2f} ms, cost {plan.cost:,.0f}",
                         reference=f"jit_above_cost {JIT_ABOVE_COST:,.0f}", ratio=jit, target="no JIT"))  # fmt: skip
+    # the catalogued jobs never fired, so every one is overdue above; a healthy catalogue: each
+    # job's last success an hour ago, on its row as a worker's acknowledgement puts it there
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("UPDATE vigil_queue.jobs SET last_success_at = %(at)s", {"at": now - timedelta(hours=1)})
+        connection.execute("VACUUM ANALYZE vigil_queue.jobs")
+    plan = explain(dsn, QUERIES["watchdog_overdue"], statements["watchdog_overdue"])
+    jit = "JIT ON" if plan.jit else "no JIT"
+    print(f"  watchdog_overdue, none overdue: cost {plan.cost:,.0f}, {jit}, {plan.ms:.2f} ms")
+    rows.append(Row(f"backlog: watchdog_overdue at {jobs:,} jobs, none overdue", f"{plan.ms:.2f} ms, cost {plan.cost:,.0f}",
+                    reference=f"jit_above_cost {JIT_ABOVE_COST:,.0f}", ratio=jit, target="no JIT"))  # fmt: skip
     return rows
 
 
