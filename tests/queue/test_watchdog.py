@@ -21,17 +21,19 @@ import pytest
 
 from vigil import metrics
 from vigil.core.chain import CatchUp, CatchUpPolicy
-from vigil.core.queue import QueueDeclaration, QueueWatchSummary
+from vigil.core.queue import AttemptOutcome, QueueDeclaration, QueueWatchSummary
 from vigil.core.watchdog import WatchdogReason
 from vigil.queue.catalogue import Catalogue, RecurringJob
 from vigil.queue.repair import repair_chains
-from vigil.queue.store import QueueStore, Submission, WorkerStore
+from vigil.queue.store import Finished, QueueStore, Submission, WorkerStore
 from vigil.queue.trigger import ShardTrigger
 from vigil.queue.watchdog import QueueWatchdog
 
 pytestmark = pytest.mark.postgres
 
 T0 = datetime(2026, 12, 1, 11, 50, tzinfo=UTC)
+T1 = datetime(2026, 12, 1, 13, 5, tzinfo=UTC)  # when a worker leases what fired by then
+LEASE = timedelta(hours=6)
 QUEUE = "team-a/reports"
 
 
@@ -65,9 +67,14 @@ def fired_execution(dsn: str, job_id: str) -> str:
 
 
 def finish(dsn: str, execution_id: str, state: str, at: datetime) -> None:
+    """The execution ends in `state` at `at`; a success goes on its job's row as a worker's
+    acknowledgement puts it there (settle_succeeded: only forward)."""
     run(
         dsn,
-        "UPDATE vigil_queue.executions SET state = %(s)s, finished_at = %(at)s WHERE execution_id = %(e)s",
+        "WITH e AS (UPDATE vigil_queue.executions SET state = %(s)s, finished_at = %(at)s"
+        " WHERE execution_id = %(e)s RETURNING job_id, state, finished_at)"
+        " UPDATE vigil_queue.jobs AS j SET last_success_at = GREATEST(j.last_success_at, e.finished_at)"
+        " FROM e WHERE j.job_id = e.job_id AND e.state = 'succeeded'",
         {"s": state, "at": at, "e": execution_id},
     )
 
@@ -167,6 +174,51 @@ def test_a_leased_execution_runs_since_its_lease_began_not_since_it_was_due(
     assert run(dsn, "SELECT leased_at FROM vigil_queue.executions WHERE execution_id = %(e)s", {"e": fired}) == [
         (leased_at,)
     ]
+
+
+def last_success(dsn: str, job_id: str) -> datetime | None:
+    [(at,)] = run(dsn, "SELECT last_success_at FROM vigil_queue.jobs WHERE job_id = %(j)s", {"j": job_id})
+    return at  # type: ignore[no-any-return]  # a timestamptz column
+
+
+def test_a_workers_acknowledgement_puts_the_success_on_its_jobs_row_and_never_moves_it_back(
+    dsn: str, store: QueueStore, catalogue: Catalogue, trigger: ShardTrigger
+) -> None:
+    hourly, other = catalogue.add_many([job(), job()], now=T0)  # hourly, expected within 2h
+    one_off = store.submit(QUEUE, [Submission("report", {})], now=T0)[0]
+    trigger.run_pass(now=datetime(2026, 12, 1, 12, 4, tzinfo=UTC))
+    trigger.run_pass(now=datetime(2026, 12, 1, 13, 4, tzinfo=UTC))
+    first, second = (e for (e,) in run(
+        dsn, "SELECT execution_id FROM vigil_queue.executions WHERE job_id = %(j)s ORDER BY scheduled_for",
+        {"j": hourly.job_id},
+    ))  # fmt: skip
+    newer, older = datetime(2026, 12, 1, 13, 30, tzinfo=UTC), datetime(2026, 12, 1, 13, 20, tzinfo=UTC)
+
+    async def acknowledge() -> None:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as connection:
+            worker = WorkerStore(connection, queue=QUEUE, worker="w1")
+            held = {h.execution_id: h for h in await worker.lease(["report"], limit=100, lease=LEASE, now=T1)}
+
+            def done(execution_id: str) -> Finished:
+                return Finished(held[execution_id], AttemptOutcome.SUCCEEDED, started_at=T1, finished_at=T1)
+
+            # the newer occurrence's success first, with the one-off's; the older one's later, at an earlier time
+            assert (await worker.settle([done(second), done(one_off)], now=newer)).settled == 2
+            assert (await worker.settle([done(first)], now=older)).settled == 1
+
+    asyncio.run(acknowledge())
+
+    assert last_success(dsn, hourly.job_id) == newer
+    assert last_success(dsn, other.job_id) is None  # fired, never succeeded
+    # a submission has no job: its success, in the same batch, settles and writes no job's row
+    assert run(dsn, "SELECT job_id, state FROM vigil_queue.executions WHERE execution_id = %(e)s", {"e": one_off}) == [
+        (None, "succeeded")
+    ]
+    # the watchdog reads the row: within 2h of the success the job is fine, past it overdue
+    fine = QueueWatchdog(dsn, clock=Clock(newer + timedelta(hours=1, minutes=59))).check(audit=False)
+    late = QueueWatchdog(dsn, clock=Clock(newer + timedelta(hours=2, minutes=1))).check(audit=False)
+    assert hourly.job_id not in {v.job_id for v in fine.overdue} and other.job_id in {v.job_id for v in fine.overdue}
+    assert hourly.job_id in {v.job_id for v in late.overdue}
 
 
 def test_whatever_ends_a_lease_clears_its_start_and_a_heartbeat_keeps_it(dsn: str, store: QueueStore) -> None:

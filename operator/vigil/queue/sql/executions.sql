@@ -185,7 +185,12 @@ RETURNING execution_id;
 -- dead because it was the last. The expiry's attempt row, naming this worker as the holder, shows
 -- the attempt was this worker's; the execution takes that attempt's number back. `outputs` are what
 -- the tasks returned, as JSON text the worker checked and bounded (vigil.worker.outputs); NULL for
--- a task that returned None (or something the store cannot keep).
+-- a task that returned None (or something the store cannot keep). A recurring job's success goes
+-- on its row too (`jobs.last_success_at`, which the watchdog reads), only forward: an older success
+-- acknowledged after a newer one leaves the newer in place and the row unwritten. A one-off job's
+-- row is not written (the watchdog watches recurring jobs only). last_success_at is in no index,
+-- so the job's new row version can be a HOT update.
+WITH settled AS (
 UPDATE vigil_queue.executions AS e
 SET state = 'succeeded', attempt = a.attempt, lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL,
     finished_at = %(now)s, last_error = NULL, output = a.output::jsonb
@@ -204,7 +209,15 @@ WHERE e.execution_id = a.execution_id AND e.queue = %(queue)s AND e.lease_token 
       )
     )
   )
-RETURNING e.execution_id;
+RETURNING e.execution_id, e.job_id, e.finished_at
+),
+recorded AS (
+    UPDATE vigil_queue.jobs AS j SET last_success_at = GREATEST(j.last_success_at, s.finished_at)
+    FROM (SELECT job_id, max(finished_at) AS finished_at FROM settled WHERE job_id IS NOT NULL GROUP BY job_id) AS s
+    WHERE j.job_id = s.job_id AND j.cron IS NOT NULL
+      AND (j.last_success_at IS NULL OR j.last_success_at < s.finished_at)
+)
+SELECT s.execution_id FROM settled AS s;
 
 -- name: mark_duplicates
 -- Attempts whose lease expired while their holder still ran them: two copies ran at once. An

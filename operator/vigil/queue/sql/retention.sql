@@ -27,7 +27,9 @@ SELECT count(*) FROM gone;
 -- bounded batch per queue and pass, walked by the partial indexes executions_succeeded and
 -- executions_cancelled: the queues with such rows are found by a skip scan (one probe per queue),
 -- each with its own retention (its TaskQueue's) or the default. A recurring job's newest success
--- stays (the watchdog's last success: one probe of executions_job_succeeded). Their once_marks go
+-- stays (found by one probe of executions_job_succeeded): the watchdog no longer reads it (its job's
+-- row holds last_success_at), but it is the succeeded execution a job's history still shows, as
+-- before. Their once_marks go
 -- in the same statement, and so do one-off jobs' rows (a one-off job is its one execution).
 WITH RECURSIVE finished_queues AS (
     (SELECT e.queue FROM vigil_queue.executions AS e WHERE e.state = 'succeeded' ORDER BY e.queue LIMIT 1)

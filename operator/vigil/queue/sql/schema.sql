@@ -90,6 +90,7 @@ CREATE TABLE vigil_queue.jobs (
     shard smallint DEFAULT 0 NOT NULL,
     next_run timestamp with time zone,
     deleted_at timestamp with time zone,
+    last_success_at timestamp with time zone,
     CONSTRAINT jobs_catch_up_limit_check CHECK ((catch_up_limit >= 0)),
     CONSTRAINT jobs_catch_up_policy_check CHECK ((catch_up_policy = ANY (ARRAY['All'::text, 'Latest'::text, 'None'::text]))),
     CONSTRAINT jobs_deleted CHECK (((deleted_at IS NULL) OR (NOT enabled))),

@@ -5,26 +5,23 @@
 -- name: watchdog_overdue
 -- Enabled recurring jobs with an expected interval and no success within it since their last success
 -- (or their creation): the necessary condition only; vigil.core.watchdog.assess_overdue decides the
--- verdict and its reason from the facts read here. A job's last success is one probe of
--- executions_job_succeeded. At most `limit` jobs come back, each queue's most overdue first (with
+-- verdict and its reason from the facts read here. A job's last success is on its own row
+-- (last_success_at, written by settle_succeeded), so the watched jobs are one read of the jobs
+-- table, no probe of the executions per job, and only the overdue ones are kept and ordered (a
+-- healthy job costs its row's read); only those shown (at most `limit`) read their executions.
+-- At most `limit` jobs come back, each queue's most overdue first (with
 -- the queue's count of overdue jobs), and for each the facts of its newest `recent` executions: a
 -- leased one runs since its lease began (its due time for a row leased before leased_at existed).
-WITH watched AS MATERIALIZED (
-    SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval,
-           (SELECT max(s.finished_at) FROM vigil_queue.executions AS s
-            WHERE s.job_id = j.job_id AND s.state = 'succeeded') AS last_success
+WITH overdue AS MATERIALIZED (
+    SELECT j.job_id, j.queue, j.created_at, j.expected_max_interval, j.last_success_at AS last_success, d.deadline,
+           count(*) OVER (PARTITION BY j.queue) AS in_queue,
+           row_number() OVER (PARTITION BY j.queue ORDER BY d.deadline, j.job_id) AS turn
     FROM vigil_queue.jobs AS j
-    WHERE j.enabled AND j.cron IS NOT NULL AND j.expected_max_interval IS NOT NULL
-      AND j.created_at + j.expected_max_interval < %(now)s
-),
-overdue AS MATERIALIZED (
-    SELECT w.*, d.deadline, count(*) OVER (PARTITION BY w.queue) AS in_queue,
-           row_number() OVER (PARTITION BY w.queue ORDER BY d.deadline, w.job_id) AS turn
-    FROM watched AS w
     CROSS JOIN LATERAL (
-        SELECT GREATEST(COALESCE(w.last_success, w.created_at), w.created_at) + w.expected_max_interval AS deadline
+        SELECT GREATEST(COALESCE(j.last_success_at, j.created_at), j.created_at) + j.expected_max_interval AS deadline
     ) AS d
-    WHERE d.deadline < %(now)s
+    WHERE j.enabled AND j.cron IS NOT NULL AND j.expected_max_interval IS NOT NULL
+      AND j.created_at + j.expected_max_interval < %(now)s AND d.deadline < %(now)s
 ),
 shown AS (
     SELECT * FROM overdue ORDER BY turn, deadline, job_id LIMIT %(limit)s
