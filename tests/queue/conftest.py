@@ -94,3 +94,14 @@ def execution_row(store: QueueStore, execution_id: str) -> dict[str, Any]:
     found = store.execution(execution_id)
     assert found is not None, f"execution {execution_id} is not in the store"
     return found
+
+
+@pytest.fixture
+def old_store(postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, str]:
+    """A store the previous version migrated, for the rolling-upgrade tests (tests/queue/previous_version.py):
+    (owner's DSN, namespace team-a's worker DSN, the previous version's call of `settle_succeeded`)."""
+    from tests.queue.previous_version import (
+        previous_store,  # it imports test modules that import this one
+    )
+
+    return previous_store(conninfo(postgres, postgres.create_database()), monkeypatch)

@@ -17,9 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.queue.previous_version import PREVIOUS_QUEUE as OLD_QUEUE
 from tests.queue.test_attempt_days import migrate
-from tests.queue.test_output_upgrade import QUEUE as OLD_QUEUE
-from tests.queue.test_output_upgrade import old_store  # noqa: F401  # the fixture, used by name
 from vigil.core.queue import AttemptOutcome
 from vigil.queue import functions
 from vigil.queue.catalogue import Catalogue, RecurringJob
@@ -46,7 +45,7 @@ def columns(dsn: str) -> set[str]:
 
 
 def last_successes(dsn: str) -> dict[str, datetime | None]:
-    return dict(run(dsn, "SELECT job_id, last_success_at FROM vigil_queue.jobs"))  # type: ignore[arg-type]  # two columns
+    return {job_id: at for job_id, at in run(dsn, "SELECT job_id, last_success_at FROM vigil_queue.jobs")}
 
 
 def test_the_upgrade_backfills_each_jobs_newest_success_and_the_downgrade_drops_it(
@@ -93,7 +92,7 @@ def test_the_upgrade_backfills_each_jobs_newest_success_and_the_downgrade_drops_
 
 
 def test_a_worker_of_the_version_before_outputs_puts_its_jobs_success_on_the_row(
-    old_store: tuple[str, str, str],  # noqa: F811  # the fixture imported above
+    old_store: tuple[str, str, str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dsn, role_dsn, previous_call = old_store

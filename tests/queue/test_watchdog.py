@@ -178,7 +178,8 @@ def test_a_leased_execution_runs_since_its_lease_began_not_since_it_was_due(
 
 def last_success(dsn: str, job_id: str) -> datetime | None:
     [(at,)] = run(dsn, "SELECT last_success_at FROM vigil_queue.jobs WHERE job_id = %(j)s", {"j": job_id})
-    return at  # type: ignore[no-any-return]  # a timestamptz column
+    assert at is None or isinstance(at, datetime), at
+    return at
 
 
 def test_a_workers_acknowledgement_puts_the_success_on_its_jobs_row_and_never_moves_it_back(

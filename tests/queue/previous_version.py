@@ -1,0 +1,62 @@
+"""The previous version of the queue store's worker functions, rebuilt from this one for the
+rolling-upgrade tests (`old_store`, a fixture of tests/queue/conftest.py): a store that version
+migrated (to q0012keyed) with its functions installed and granted to namespace team-a's role.
+
+Its `settle_succeeded` block is frozen here as it was released (`PREVIOUS_SETTLE_SUCCEEDED`), and
+the API's functions are this version's without `execution_output`, installed and granted by this
+version's `functions.install_sql` and `TenantRoles.ensure`.
+"""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from tests.queue.test_attempt_days import migrate
+from vigil.queue import functions
+from vigil.queue.queries import QUERIES
+from vigil.queue.roles import RoleLimits, TenantRoles, worker_dsn
+
+PREVIOUS_REVISION = "q0012keyed"  # the revision before outputs were kept
+#: The queue the previous version's workers lease from (namespace team-a's).
+PREVIOUS_QUEUE = "team-a/outputs"
+
+#: `settle_succeeded` as the previous version released it (no outputs): what its function runs.
+PREVIOUS_SETTLE_SUCCEEDED = """
+UPDATE vigil_queue.executions AS e
+SET state = 'succeeded', attempt = a.attempt, lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL,
+    finished_at = %(now)s, last_error = NULL
+FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[]) AS a(execution_id, attempt, token)
+WHERE e.execution_id = a.execution_id AND e.queue = %(queue)s AND e.lease_token = a.token
+  AND (
+    (e.attempt = a.attempt AND e.state = 'leased' AND e.lease_owner = %(worker)s)
+    OR (
+      ((e.state = 'ready' AND e.attempt = a.attempt + 1) OR (e.state = 'dead' AND e.attempt = a.attempt))
+      AND EXISTS (
+        SELECT 1 FROM vigil_queue.attempts AS x
+        WHERE x.execution_id = a.execution_id AND x.attempt = a.attempt
+          AND x.day = (e.scheduled_for AT TIME ZONE 'UTC')::date
+          AND x.outcome = 'lease_expired' AND x.worker = %(worker)s
+      )
+    )
+  )
+RETURNING e.execution_id;
+"""
+
+
+def previous_store(dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, str]:
+    """The empty database `dsn` as the previous version migrated it (to q0012keyed, its functions
+    installed) with namespace team-a's role: (owner's DSN, the role's worker DSN, the previous
+    version's call of `settle_succeeded`)."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("CREATE SCHEMA vigil_queue")
+    migrate(dsn, PREVIOUS_REVISION)
+    with monkeypatch.context() as previous:  # vigil.queue.functions as the previous version had it
+        previous.setitem(QUERIES, "settle_succeeded", PREVIOUS_SETTLE_SUCCEEDED)
+        api = tuple(spec for spec in functions.API_STATEMENTS if spec.block != "execution_output")
+        previous.setitem(functions.STATEMENTS, functions.API_PREFIX, api)
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(functions.install_sql().encode())  # bytes: no placeholders to read
+        role = TenantRoles(dsn).ensure("team-a", password="pw-team-a", limits=RoleLimits(connections=5))
+        call = functions.call("settle_succeeded")
+    return dsn, worker_dsn(dsn, role=role, password="pw-team-a"), call
