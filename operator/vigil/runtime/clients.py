@@ -10,13 +10,14 @@ from kubernetes import client
 
 from vigil import metrics
 from vigil.kube.controllers.dispatcher import START_CONCURRENCY
+from vigil.kube.controllers.retention import WORKERS as PRUNE_WORKERS
 from vigil.kube.kits.apiclient import RequestPolicy, build_client, operator_configuration
 from vigil.kube.kits.leasing import LeaseConfig
 from vigil.kube.stores.buckets import WRITE_CONCURRENCY
 from vigil.settings import Settings
 
 #: Requesters that may each hold a connection at once beside the trigger's workers, the pod create
-#: workers and the bucket writer's: the controllers' and status writers' workers, the watchdog, the
+#: workers, the bucket writer's and retention's: the controllers' and status writers' workers, the watchdog, the
 #: history flusher, and every informer's watch (each holds one for minutes). A request finding the
 #: pool full gets a connection of its own, closed after it: a TLS handshake per request, and under
 #: a burst there were dozens of them.
@@ -38,7 +39,7 @@ def lease_config(settings: Settings, *, lease_name: str, me: str) -> LeaseConfig
 def api_connections(settings: Settings) -> int:
     """Connections the operator's pool keeps: one for each requester that may be waiting on the
     API server at the same time."""
-    return settings.trigger.workers + START_CONCURRENCY + WRITE_CONCURRENCY + OTHER_REQUESTERS
+    return settings.trigger.workers + START_CONCURRENCY + WRITE_CONCURRENCY + PRUNE_WORKERS + OTHER_REQUESTERS
 
 
 def api_client(lease: LeaseConfig | None = None, *, connections: int = OTHER_REQUESTERS) -> client.ApiClient:

@@ -138,6 +138,7 @@ class _Recording:
     flusher: HistoryFlusher
     logs: LogCapture
     step_logs: LogCapture
+    pruner: Pruner
 
 
 def build_leader(parts: Parts, *, publisher: TokenPublisher | None, stop: threading.Event) -> _Leader:
@@ -223,10 +224,10 @@ def _firing(parts: Parts) -> _Firing:
 def _recording(parts: Parts, firing: _Firing) -> _Recording:
     api, settings, clock, executions, history = parts.api, parts.settings, parts.clock, parts.executions, parts.history
     caches = firing.caches
-    flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.prune(*job))
+    flusher = HistoryFlusher(store=executions, sink=history, on_written=lambda *job: pruner.want(*job))
     logs = log_capture(
         api, settings, owner_of=execution_owner(executions.cached, job_log_policy(firing.catalogue)), history=history,
-        clock=clock, synced=caches.pods.synced.is_set, on_settled=lambda *job: pruner.prune(*job),
+        clock=clock, synced=caches.pods.synced.is_set, on_settled=lambda *job: pruner.want(*job),
     )  # fmt: skip
     step_logs = log_capture(  # no gate: a step's pod stays until its workflow's ttlAfterFinished
         api, settings, owner_of=step_owner, history=history, clock=clock, synced=caches.workflow_pods.synced.is_set,
@@ -236,7 +237,7 @@ def _recording(parts: Parts, firing: _Firing) -> _Recording:
         api, store=executions, catalogue=firing.catalogue, pods=caches.pods,
         written=lambda obj: flusher.written(obj) and logs.settled(obj),
     )  # fmt: skip
-    return _Recording(flusher=flusher, logs=logs, step_logs=step_logs)
+    return _Recording(flusher=flusher, logs=logs, step_logs=step_logs, pruner=pruner)
 
 
 def _workflow_engine(
@@ -294,6 +295,7 @@ def _leader_threads(
         ("dispatcher", lambda: caches.when_synced(
             stop, lambda: dispatcher.run(stop, interval=1.0, on_report=metrics.record_dispatch))),
         ("history", lambda: every(stop, 2.0, "history flush", lambda: _flush_history(flusher, logs, step_logs))),
+        ("pruner", lambda: recording.pruner.queue.run(stop)),
         ("log-capture", lambda: logs.run(stop)),
         ("step-log-capture", lambda: step_logs.run(stop)),
         ("workflows-cache", lambda: workflow_watch.run(stop)),
