@@ -182,8 +182,9 @@ def test_every_worker_function_runs_with_its_own_settings(store: QueueStore) -> 
     """Whatever the caller's session sets, each worker function resolves names in pg_catalog only
     (a caller's objects never stand in for the owner's) and never JIT-compiles; the lease plans once
     per session (a generic plan: planned anew at each call, it took twice its execution), without
-    sequential scans (test_backlog.py)."""
+    sequential scans, and the reads by key for a batch plan without them too (test_backlog.py)."""
     expected = {"search_path=pg_catalog, pg_temp", "jit=off"}
+    by_key = {f"worker_{block}" for block in ("settle", "settle_succeeded", "heartbeat", "record_attempts")}
     with psycopg.connect(store.dsn, autocommit=True) as connection:
         rows = connection.execute(
             "SELECT p.proname, p.proconfig, p.prosecdef FROM pg_proc AS p JOIN pg_namespace AS n ON n.oid = p.pronamespace"
@@ -192,5 +193,8 @@ def test_every_worker_function_runs_with_its_own_settings(store: QueueStore) -> 
     assert {name for name, _, _ in rows} == {f"worker_{s.block}" for s in WORKER_STATEMENTS}
     for name, config, definer in rows:
         assert definer, name
-        once = {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"} if name == "worker_lease" else set()
-        assert set(config or []) == expected | once, (name, config)
+        planning = (
+            {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"} if name == "worker_lease"
+            else {"enable_seqscan=off"} if name in by_key else set()
+        )  # fmt: skip
+        assert set(config or []) == expected | planning, (name, config)
