@@ -107,6 +107,23 @@ def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return [plan, *(node for child in plan.get("Plans", []) for node in nodes(child))]
 
 
+def prepare(connection: psycopg.Connection[Any], block: str) -> str:
+    """PREPARE `block` as its function runs it, named after it; the EXECUTE arguments (bound by a
+    ClientCursor: a utility statement takes no server-side parameters)."""
+    names = parameters(QUERIES[block])
+    prepared = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", QUERIES[block])
+    connection.execute(f"PREPARE {block} ({', '.join(PARAMETER_TYPES[n] for n in names)}) AS {prepared}")
+    return ", ".join(f"%({n})s::{PARAMETER_TYPES[n]}" for n in names)
+
+
+def explained(row: tuple[Any, ...] | None) -> dict[str, Any]:
+    """An `EXPLAIN (FORMAT JSON)` row's plan, and the scans of the executions in it (`scans`)."""
+    assert row is not None
+    plan = dict((row[0] if isinstance(row[0], list) else json.loads(row[0]))[0])
+    plan["scans"] = [n["Node Type"] for n in nodes(plan["Plan"]) if n.get("Relation Name") == "executions"]
+    return plan
+
+
 YOUNG = 200  # rows a stream has submitted, unanalysed, when a worker's first lease plans
 
 
@@ -123,27 +140,20 @@ def test_the_lease_functions_generic_plan_reads_a_deep_queue_by_index(store: Que
     the chosen rows to the executions by reading the whole table, for every lease until the next
     ANALYZE: the lease function turns them off. (The function runs with JIT off, so the estimate
     compiles nothing: test_roles.py)"""
-    names = parameters(QUERIES["lease"])
-    prepared = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", QUERIES["lease"])
-    arguments = ", ".join(f"%({n})s::{PARAMETER_TYPES[n]}" for n in names)
     if planned == "over the backlog":
         fill(store, DEEP)
     with psycopg.connect(store.dsn, autocommit=True) as connection:
         for name, value in (*PLANNED_ONCE_SETTINGS, ("jit", "off")):  # the lease function's own
             connection.execute(f"SET {name} = {value}")
-        connection.execute(f"PREPARE lease ({', '.join(PARAMETER_TYPES[n] for n in names)}) AS {prepared}")
-        # bound by the client: a utility statement (EXPLAIN EXECUTE) takes no server-side parameters
+        arguments = prepare(connection, "lease")
         cursor = psycopg.ClientCursor(connection)
         if planned == "on a young queue before it":
             fill(store, YOUNG, analyse=False)  # a worker started into a stream: a few pages, no statistics
         cursor.execute(f"EXECUTE lease ({arguments})", lease_params())  # the session's plan made
         if planned != "over the backlog":
             fill(store, DEEP, analyse=False)  # an ANALYZE would have the plan made again
-        row = cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lease ({arguments})", lease_params()).fetchone()
-    assert row is not None
-    plan = dict((row[0] if isinstance(row[0], list) else json.loads(row[0]))[0])
-    scans = [n["Node Type"] for n in nodes(plan["Plan"]) if n.get("Relation Name") == "executions"]
-    assert scans and "Seq Scan" not in scans, scans
+        plan = explained(cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE lease ({arguments})", lease_params()).fetchone())
+    assert plan["scans"] and "Seq Scan" not in plan["scans"], plan["scans"]
     assert plan["Plan"]["Actual Rows"] == 10
     assert plan["Planning Time"] + plan["Execution Time"] < LEASE_MS_BOUND
 
@@ -166,9 +176,6 @@ def test_the_attempt_rows_of_an_acknowledgement_never_read_the_whole_table(store
     table (3.5 s a batch of 2,400 at 50,000 rows; the streaming worker ran 630 executions/s, not
     6,000), until the next ANALYZE. Its function turns them off (`BY_KEY_SETTINGS`). The plan made
     on the young queue is forced here, as the session's plan cache would keep it."""
-    names = parameters(QUERIES["record_attempts"])
-    prepared = PLACEHOLDER.sub(lambda m: f"${names.index(m.group(1)) + 1}", QUERIES["record_attempts"])
-    arguments = ", ".join(f"%({n})s::{PARAMETER_TYPES[n]}" for n in names)
     fill(store, YOUNG, analyse=False)
 
     def batch(ids: list[str]) -> dict[str, Any]:
@@ -180,14 +187,11 @@ def test_the_attempt_rows_of_an_acknowledgement_never_read_the_whole_table(store
     with psycopg.connect(store.dsn, autocommit=True) as connection:
         for name, value in (*BY_KEY_SETTINGS, ("jit", "off"), ("plan_cache_mode", "force_generic_plan")):
             connection.execute(f"SET {name} = {value}")
-        connection.execute(f"PREPARE record ({', '.join(PARAMETER_TYPES[n] for n in names)}) AS {prepared}")
+        arguments = prepare(connection, "record_attempts")
         cursor = psycopg.ClientCursor(connection)
         young = [r[0] for r in connection.execute("SELECT execution_id FROM vigil_queue.executions LIMIT 10")]
-        cursor.execute(f"EXECUTE record ({arguments})", batch(young))  # the session's plan made
+        cursor.execute(f"EXECUTE record_attempts ({arguments})", batch(young))  # the session's plan made
         fill(store, DEEP, analyse=False)  # an ANALYZE would have the plan made again
         ids = [r[0] for r in connection.execute("SELECT execution_id FROM vigil_queue.executions ORDER BY execution_id DESC LIMIT 500")]
-        row = cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE record ({arguments})", batch(ids)).fetchone()
-    assert row is not None
-    plan = dict((row[0] if isinstance(row[0], list) else json.loads(row[0]))[0])
-    scans = [n["Node Type"] for n in nodes(plan["Plan"]) if n.get("Relation Name") == "executions"]
-    assert scans and "Seq Scan" not in scans, scans
+        plan = explained(cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE record_attempts ({arguments})", batch(ids)).fetchone())
+    assert plan["scans"] and "Seq Scan" not in plan["scans"], plan["scans"]
