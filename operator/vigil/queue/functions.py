@@ -140,6 +140,11 @@ PLANNED_ONCE_SETTINGS = (("plan_cache_mode", "force_generic_plan"), ("enable_seq
 #: (3.5 s a batch of 2,400 at 50,000 rows), and a streaming worker ran 630 executions/s, not 6,000.
 BY_KEY = frozenset({"record_attempts", "settle", "settle_succeeded", "heartbeat"})
 BY_KEY_SETTINGS = (("enable_seqscan", "off"),)
+#: Each statement's planner settings beside every function's (none for the rest).
+PLANNING: dict[str, tuple[tuple[str, str], ...]] = {
+    **dict.fromkeys(PLANNED_ONCE, PLANNED_ONCE_SETTINGS),
+    **dict.fromkeys(BY_KEY, BY_KEY_SETTINGS),
+}
 
 ROW_OF_LEASE = (
     "execution_id text, task text, payload jsonb, attempt smallint, max_attempts smallint, "
@@ -302,8 +307,7 @@ def definition(spec: WorkerStatement, *, prefix: str = PREFIX) -> str:
 def _planning(block: str) -> str:
     """The function's planner settings: the lease's plan is made once per session (module doc); the
     reads by key never scan the whole table."""
-    settings = PLANNED_ONCE_SETTINGS if block in PLANNED_ONCE else BY_KEY_SETTINGS if block in BY_KEY else ()
-    return "".join(f" SET {name} = {value}" for name, value in settings)
+    return "".join(f" SET {name} = {value}" for name, value in PLANNING.get(block, ()))
 
 
 def call(block: str, *, prefix: str = PREFIX) -> str:
