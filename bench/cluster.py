@@ -210,7 +210,8 @@ def fresh_cluster(name: str) -> Iterator[Bench]:
 
 class Arrivals:
     """Receive times (epoch seconds) of the first ADDED event per key, from a watch in a thread;
-    with `done`, also the first event per key whose object satisfies it (`finished`).
+    with `done`, also the first event per key whose object satisfies it (`finished`), and
+    `on_finished(key)` called then, on the watch's thread.
 
     Objects are handled as plain dicts (no model deserialisation: it costs milliseconds a pod,
     which would show up as lag). A watch that ends or breaks is resumed; errors are kept for the
@@ -223,12 +224,14 @@ class Arrivals:
         namespace: str,
         key: Callable[[dict[str, Any]], str | None],
         done: Callable[[dict[str, Any]], bool] | None = None,
+        on_finished: Callable[[str], None] | None = None,
     ) -> None:
         self.seen: dict[str, float] = {}
         self.finished: dict[str, float] = {}
         self.errors: list[str] = []
         self.listed = False  # the first list is in: every later change will be seen
         self._stop = threading.Event()
+        self._on_finished = on_finished
         self._args = (list_fn, namespace, key, done)
         threading.Thread(target=self._run, daemon=True).start()
 
@@ -238,8 +241,10 @@ class Arrivals:
         if k is not None:
             if added:
                 self.seen.setdefault(k, received)
-            if done is not None and done(obj):
-                self.finished.setdefault(k, received)
+            if done is not None and k not in self.finished and done(obj):
+                self.finished[k] = received
+                if self._on_finished is not None:
+                    self._on_finished(k)
 
     def _list(self) -> str:
         """List once (what exists counts as seen now); the resourceVersion to watch from."""
