@@ -22,6 +22,7 @@ from vigil.core.ids import (
     ExecutionId,
     execution_id,
     is_dns_label,
+    one_off_execution_id,
     pod_name,
     step_execution_id,
 )
@@ -59,6 +60,20 @@ def test_execution_id_is_deterministic_short_and_dns_safe(uid: str, nominal: dat
     assert len(first) <= MAX_ID_LENGTH
     assert is_dns_label(first)
     assert first.startswith("ex-")
+
+
+@settings(max_examples=300, deadline=None)
+@given(entropy=st.binary(min_size=10, max_size=32))
+def test_a_one_off_id_is_its_entropy_in_the_same_format(entropy: bytes) -> None:
+    made = one_off_execution_id(entropy)
+    assert made == "ex-" + base64.b32encode(entropy[:10]).decode().lower()
+    assert len(made) <= MAX_ID_LENGTH
+    assert is_dns_label(made)
+
+
+def test_a_one_off_id_needs_ten_bytes_of_entropy() -> None:
+    with pytest.raises(ValueError, match="at least 10 bytes"):
+        one_off_execution_id(b"123456789")
 
 
 @settings(max_examples=200, deadline=None)

@@ -80,9 +80,20 @@ def is_dns_label(name: str) -> bool:
     return len(name) <= DNS_LABEL_MAX_LENGTH and DNS_LABEL.fullmatch(name) is not None
 
 
+def one_off_execution_id(entropy: bytes) -> ExecutionId:
+    """The id of a one-off submission, its own occurrence with nothing to derive from: DIGEST_BYTES
+    of `entropy` (random bytes, the caller's) in the ids' format, as unguessable as a digest of a
+    fresh uid and without hashing one."""
+    if len(entropy) < DIGEST_BYTES:
+        raise ValueError(f"entropy must be at least {DIGEST_BYTES} bytes, got {len(entropy)}")
+    return _encoded(EXECUTION_ID_PREFIX, entropy[:DIGEST_BYTES])
+
+
 def _derive(prefix: str, uid: str, key: str) -> ExecutionId:
     if not uid or KEY_SEPARATOR in uid:
         raise ValueError(f"uid must be non-empty and free of {KEY_SEPARATOR!r}, got {uid!r}")
-    digest = hashlib.sha256(f"{uid}{KEY_SEPARATOR}{key}".encode()).digest()[:DIGEST_BYTES]
-    encoded = base64.b32encode(digest).decode("ascii").rstrip("=").lower()
-    return ExecutionId(prefix + encoded)
+    return _encoded(prefix, hashlib.sha256(f"{uid}{KEY_SEPARATOR}{key}".encode()).digest()[:DIGEST_BYTES])
+
+
+def _encoded(prefix: str, digest: bytes) -> ExecutionId:
+    return ExecutionId(prefix + base64.b32encode(digest).decode("ascii").rstrip("=").lower())

@@ -58,28 +58,29 @@ def text_refusal(value: str) -> str | None:
     return None
 
 
-def submission_refusal(submission: Submission, *, field: str) -> str | None:
-    """Why the store must refuse `submission` ("FIELD.part: why"), or None."""
+def payload_text(submission: Submission, *, field: str) -> str:
+    """`submission`'s payload as the compact JSON text the store writes, the text whose size was
+    checked; SubmissionRefused ("FIELD.part: why") for what the store must not take."""
     texts = {"task": submission.task, "tenant": submission.tenant or None, "idempotency_key": submission.idempotency_key}
     for name, value in texts.items():
         why = None if value is None else text_refusal(value)
         if why is not None:
-            return f"{field}.{name}: {why}"
-    found = jsonvalues.refusal(submission.payload, path=f"{field}.payload") if isinstance(
-        submission.payload, dict
-    ) else jsonvalues.UnsafeValue(f"{field}.payload", "must be a JSON object")
-    return None if found is None else str(found)
+            raise SubmissionRefused(f"{field}.{name}: {why}")
+    if not isinstance(submission.payload, dict):
+        raise SubmissionRefused(str(jsonvalues.UnsafeValue(f"{field}.payload", "must be a JSON object")))
+    try:
+        return jsonvalues.checked_text(submission.payload, path=f"{field}.payload")
+    except jsonvalues.UnsafeValue as found:
+        raise SubmissionRefused(str(found)) from None
 
 
-def check_submissions(queue: str, submissions: Sequence[Submission]) -> None:
-    """Raise SubmissionRefused for the first thing the store must not take."""
+def checked_submissions(queue: str, submissions: Sequence[Submission]) -> list[str]:
+    """Each submission's payload as JSON text (`payload_text`), checked once and written as
+    checked; SubmissionRefused for the first thing the store must not take."""
     why = queue_refusal(queue)
     if why is not None:
         raise SubmissionRefused(f"queue: {why}")
-    for index, submission in enumerate(submissions):
-        found = submission_refusal(submission, field=f"submissions[{index}]")
-        if found is not None:
-            raise SubmissionRefused(found)
+    return [payload_text(submission, field=f"submissions[{index}]") for index, submission in enumerate(submissions)]
 
 
 def is_same_occurrence(queue: str, submission: Submission, *, found_queue: str, found_key: str | None) -> bool:

@@ -43,7 +43,7 @@ from vigil.core.queue import (
     QuotaLimits,
     split_queue_key,
 )
-from vigil.queue.queries import QUERIES
+from vigil.queue.queries import OWNER_STATEMENTS, QUERIES
 
 #: Finished executions deleted per queue and state in one statement, and statements per pass: a
 #: pass stays short (it runs in the leader's TaskQueue loop), and a large backlog still goes at
@@ -99,7 +99,7 @@ def namespace_of(queue: str) -> str:
 
 def admit(
     connection: psycopg.Connection[Any], namespace: str, payloads: Sequence[Jsonb],
-    *, statements: Mapping[str, str] = QUERIES,
+    *, statements: Mapping[str, str] = OWNER_STATEMENTS,
 ) -> Admission:
     """Count the longest prefix of `payloads` (new unfinished executions) that fits the quota.
 
@@ -119,7 +119,7 @@ def admit(
 
 def admit_all(
     connection: psycopg.Connection[Any], queue: str, payloads: Sequence[Jsonb],
-    *, statements: Mapping[str, str] = QUERIES,
+    *, statements: Mapping[str, str] = OWNER_STATEMENTS,
 ) -> None:
     """Admit every one of `payloads` into `queue`'s namespace, or raise QuotaExceeded (the caller's
     transaction must then roll back: nothing is admitted unless all are)."""

@@ -56,11 +56,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from vigil.queue.queries import QUERIES
+from vigil.queue.queries import PLACEHOLDER, QUERIES
 
 SCHEMA = "vigil_queue"
 PREFIX = "worker_"
-PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 #: Each parameter's type: one meaning per name across the worker's statements.
 PARAMETER_TYPES: dict[str, str] = {

@@ -19,7 +19,7 @@ import psycopg
 
 from vigil import pgconnect
 from vigil.core.queue import QueueUnavailable
-from vigil.queue.queries import QUERIES
+from vigil.queue.queries import OWNER_STATEMENTS
 
 
 class StoreBase:
@@ -27,7 +27,7 @@ class StoreBase:
 
     #: What the HTTP API's operations send for each block: the statements themselves, as the
     #: owner; the API's store (vigil.queue.apistore) sends the calls of its functions instead.
-    statements: Mapping[str, str] = QUERIES
+    statements: Mapping[str, str] = OWNER_STATEMENTS
 
     def __init__(self, dsn: str, *, migrate_first: bool = False, shards: int = 1) -> None:
         """`migrate_first`: the first of the HTTP API's calls brings the schema up to date (the

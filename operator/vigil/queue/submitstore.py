@@ -10,6 +10,7 @@ store (vigil.queue.apistore) sends the same blocks as functions, as a namespace'
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
+from vigil.core.ids import DIGEST_BYTES, one_off_execution_id
 from vigil.core.ids import execution_id as derive_execution_id
 from vigil.core.queue import (
     DEFAULT_MAX_ATTEMPTS,
@@ -47,10 +49,10 @@ from vigil.core.queue import (
     error_shown,
     retry_refusal,
 )
-from vigil.core.submissions import ExecutionIdTaken, check_submissions, is_same_occurrence
+from vigil.core.submissions import ExecutionIdTaken, checked_submissions, is_same_occurrence
 from vigil.core.timeparse import require_aware
 from vigil.queue import bounds
-from vigil.queue.queries import QUERIES
+from vigil.queue.queries import OWNER_STATEMENTS, QUERIES, checked_json
 from vigil.queue.storebase import StoreBase
 
 if TYPE_CHECKING:  # a worker imports this module: what only the operator and tests use loads on use
@@ -79,11 +81,11 @@ class SubmitStore(StoreBase):
         (vigil.queue.bounds: a known idempotency key adds nothing, and counts nothing).
         """
         now = require_aware(now, name="now")
-        check_submissions(queue, submissions)
+        texts = checked_submissions(queue, submissions)
         if not submissions:
             return []
-        ids = [_new_id(s, now) for s in submissions]
-        payloads = [Jsonb(s.payload) for s in submissions]
+        ids = [_new_id(s) for s in submissions]
+        payloads = [checked_json(text) for text in texts]
         params: dict[str, Any] = {
             "queue": queue,
             "now": now,
@@ -99,7 +101,7 @@ class SubmitStore(StoreBase):
         }
         keys = [s.idempotency_key for s in submissions if s.idempotency_key is not None]
         with self._reachable(), self.connect() as connection, connection.transaction():
-            added = {row[0] for row in connection.execute(QUERIES["submit"], params).fetchall()}
+            added = {row[0] for row in connection.execute(OWNER_STATEMENTS["submit"], params).fetchall()}
             _check_brought_ids(connection, queue, submissions, added=added)
             # the namespace's quota: every execution this batch added, or QuotaExceeded and none
             bounds.admit_all(connection, queue, [p for p, own in zip(payloads, ids, strict=True) if own in added])
@@ -366,13 +368,9 @@ def _check_brought_ids(
             )
 
 
-def _new_id(submission: Submission, now: datetime) -> str:
-    """A stable id for a new execution: the core's (occurrence uid, nominal second) derivation.
-
-    A one-off submission is its own occurrence: a fresh uid, its run_after to the second. A
-    submission that brings its occurrence's id (a ScheduledJob's) keeps it.
-    """
+def _new_id(submission: Submission) -> str:
+    """A new execution's id. A submission that brings its occurrence's id (a ScheduledJob's) keeps
+    it; a one-off submission is its own occurrence, named from fresh random bytes."""
     if submission.execution_id is not None:
         return submission.execution_id
-    nominal = (submission.run_after or now).replace(microsecond=0)
-    return derive_execution_id(str(uuid.uuid4()), nominal)
+    return one_off_execution_id(os.urandom(DIGEST_BYTES))

@@ -46,7 +46,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from vigil import pgconnect
 from vigil.core import jsonvalues
@@ -69,7 +68,7 @@ from vigil.core.schedule import GapPolicy, OverlapPolicy
 from vigil.core.timeparse import require_aware
 from vigil.core.trigger import seconds_to_next_pass
 from vigil.queue import attempt_days, bounds, partitions
-from vigil.queue.queries import QUERIES
+from vigil.queue.queries import QUERIES, checked_json
 
 log = logging.getLogger(__name__)
 
@@ -283,7 +282,7 @@ def _over_quota(
     In a savepoint: a payload PostgreSQL refuses (a DataError) fails the admission too, and then
     the fires are admitted one at a time, the refused one left out (`_apply` settles it Failed alone).
     """
-    payloads = [Jsonb(planned[index].payloads[execution], dumps=_as_is) for index, execution in fires]
+    payloads = [checked_json(planned[index].payloads[execution]) for index, execution in fires]
     try:
         with connection.transaction():
             found = bounds.admit(connection, namespace, payloads)
@@ -431,7 +430,7 @@ def _add_fires(fires: dict[str, list[Any]], item: _Planned) -> None:
         fires["fire_ids"].append(fire.execution_id)
         fires["fire_queues"].append(row["queue"])
         fires["fire_tasks"].append(row["task"])
-        fires["fire_payloads"].append(Jsonb(item.payloads[fire.execution_id], dumps=_as_is))
+        fires["fire_payloads"].append(checked_json(item.payloads[fire.execution_id]))
         fires["fire_priorities"].append(row["priority"])
         fires["fire_tenants"].append(row["tenant"])
         fires["fire_max_attempts"].append(row["max_attempts"])
@@ -481,10 +480,6 @@ def _reason(record: Record) -> str:
     text = f"{record.reason}: {record.message}" if record.message else str(record.reason)
     text = text.replace("\x00", "\\u0000").encode("utf-8", "backslashreplace").decode()
     return text[:REASON_MAX_CHARS]
-
-
-def _as_is(text: Any) -> str:
-    return str(text)
 
 
 def _report(planned: Sequence[_Planned], marked: set[tuple[str, datetime]], now: datetime) -> PassReport:
