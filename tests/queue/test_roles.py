@@ -182,7 +182,7 @@ def test_every_worker_function_runs_with_its_own_settings(store: QueueStore) -> 
     """Whatever the caller's session sets, each worker function resolves names in pg_catalog only
     (a caller's objects never stand in for the owner's) and never JIT-compiles; the lease plans once
     per session (a generic plan: planned anew at each call, it took twice its execution), without
-    sequential scans, and the reads by key for a batch plan without them too (test_backlog.py)."""
+    sequential scans, and the reads by key for a batch plan without them or bitmap scans (test_backlog.py)."""
     expected = {"search_path=pg_catalog, pg_temp", "jit=off"}
     by_key = {f"worker_{block}" for block in ("settle", "settle_succeeded", "heartbeat", "record_attempts")}
     with psycopg.connect(store.dsn, autocommit=True) as connection:
@@ -195,6 +195,6 @@ def test_every_worker_function_runs_with_its_own_settings(store: QueueStore) -> 
         assert definer, name
         planning = (
             {"plan_cache_mode=force_generic_plan", "enable_seqscan=off"} if name == "worker_lease"
-            else {"enable_seqscan=off"} if name in by_key else set()
+            else {"enable_seqscan=off", "enable_bitmapscan=off"} if name in by_key else set()
         )  # fmt: skip
         assert set(config or []) == expected | planning, (name, config)

@@ -197,6 +197,7 @@ SET state = 'succeeded', attempt = a.attempt, lease_owner = NULL, lease_expires_
 FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[], %(outputs)s::text[])
      AS a(execution_id, attempt, token, output)
 WHERE e.execution_id = a.execution_id AND e.queue = %(queue)s AND e.lease_token = a.token
+  AND e.execution_id = ANY(%(execution_ids)s::text[])  -- the batch's keys, whatever plan the session keeps
   AND (
     (e.attempt = a.attempt AND e.state = 'leased' AND e.lease_owner = %(worker)s)
     OR (
