@@ -105,6 +105,8 @@ HOSTILE_SUBMISSIONS = [
     pytest.param(QUEUE, {"payload": {"a": float("nan")}}, r"submissions\[1\]\.payload\.a: is nan", id="NaN"),
     pytest.param(QUEUE, {"payload": {"a": "x" * 40_000}}, r"submissions\[1\]\.payload: is \d+ bytes", id="too big"),
     pytest.param(QUEUE, {"payload": [1]}, r"submissions\[1\]\.payload: must be a JSON object", id="not an object"),
+    pytest.param(QUEUE, {"payload": {"a": 10**5000}}, r"submissions\[1\]\.payload: cannot be written as JSON",
+                 id="an int too long to write"),
     pytest.param(QUEUE, {"task": "a\x00"}, r"submissions\[1\]\.task: must be printable", id="NUL in the task"),
     pytest.param(QUEUE, {"tenant": " t"}, r"submissions\[1\]\.tenant: must be printable", id="a padded tenant"),
     pytest.param(QUEUE, {"idempotency_key": "k" * 300}, r"idempotency_key: must be 1 to 253", id="a long key"),
