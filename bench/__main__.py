@@ -45,8 +45,9 @@ reference measured in the same run, the ratio, and the target (issue 10). The me
    processes (bench/queue.py); needs no cluster.
 13. **backlog** — the volume tier draining a backlog (bench/backlog.py): N = 10,000, 100,000 and
    1,000,000 no-op executions submitted and analysed before 1 and 4 worker processes start,
-   the rate over the first `--backlog-window` (50,000), beside pgqueuer and the SQL floor on the
-   same PostgreSQL, with the lease's plan (cost, JIT, ms per execution) at each depth.
+   the rate over the first `--backlog-window` (50,000), the median of three windows, beside
+   pgqueuer and the SQL floor on the same PostgreSQL, with the lease's plan (cost, JIT, ms per
+   execution) at each depth.
 14. **queuetrigger** — the volume tier's trigger and recovery (bench/queuetrigger.py): cost per
    due job with 10,000 vs 1,000,000 jobs catalogued, lag from each fire time with 100,000 due in
    one hour, the shard process's RSS over 1,000,000 jobs, and a SIGKILLed worker's execution
