@@ -190,13 +190,14 @@ def _window(
     with psycopg.connect(dsn, autocommit=True) as poller:
         poller.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(*system.table)))
         plan = explain_lease(dsn) if explain else None
+        goal = count(poller, system.done) + target  # done when the window ends, counted before the workers start
         paths = [logs / f"{system.name}-{workers}-{i}.log" for i in range(workers)]
         processes = [system.spawn(dsn, path) for path in paths]
         try:
             wait_ready(processes, paths, system.marker)
             start, at_start = time.monotonic(), count(poller, system.done)
             finished = at_start
-            while finished < at_start + target and time.monotonic() - start < DEADLINE_S:
+            while finished < goal and time.monotonic() - start < DEADLINE_S:
                 if any(p.poll() is not None for p in processes):
                     print(f"  a {system.name} worker exited early: see {logs}")
                     break
@@ -205,7 +206,7 @@ def _window(
             elapsed = time.monotonic() - start
         finally:
             stop_all(processes)
-    return Completion(min(finished - at_start, target), target, elapsed), plan
+    return Completion(min(finished, goal) - at_start, goal - at_start, elapsed), plan
 
 
 def _drop(server: PostgresServer, dsn: str) -> None:
