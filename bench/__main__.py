@@ -491,7 +491,10 @@ def run_steady(run: Run, *, floor: bool, soak: bool) -> None:
         rates = [float(r) for r in args.sustained_rates.split(",")]
         print("\n## sustained: a plain client creating bare pods at a steady rate, deleting each once it has succeeded")
         with fresh_cluster("sustained") as b:
-            best, rows = steady_bench.floor_rows(steady_bench.sustained_floor(b, rates, args.sustained_seconds))
+            tried = steady_bench.sustained_floor(b, rates, args.sustained_seconds)
+            print(f"  the rates that held, highest first, for the soak's {args.soak_seconds:g}s until one holds")
+            long = steady_bench.held_for(b, tried, args.soak_seconds)
+            best, rows = steady_bench.floor_rows(tried, args.sustained_seconds, long, args.soak_seconds)
         run.rows.extend(rows)
         rate = best * args.soak_share if best is not None and rate is None else rate
     if soak:
