@@ -6,14 +6,16 @@ and command) at a fixed rate for `seconds`, and deletes each pod once a watch in
 has seen it Succeeded, as retention would. A rate holds when every pod started within 1 s of
 its create (p99: first seen Running or Succeeded, minus the create sent) and nothing piled up
 (pods still there at the end within 3 s of in-flight work). Rates are tried in rising order on
-one cluster; the reference is the highest that held.
+one cluster; those that held are run again for the soak's length, highest first, and the
+reference is the first that holds that long (the soak and its reference run equally long).
 
 **soak** — Vigil at `share` of that rate (0.8 by default) for `seconds` (10 minutes by
 default). Interval jobs (`every`, jitter off, default retention) are created at that pace over
 one interval, so their anchors (creation times) spread their occurrences evenly. Each pod's lag
 is from its `VIGIL_SCHEDULED_FOR` to when this process first saw it; the operator's VmRSS is
-sampled every 5 s. Reported: lag p99 over the last third of the run beside the first third's,
-RSS over the last third beside the first, and the Executions and pods left at the end beside
+sampled every 5 s. Reported: lag p99 over the last third of the run beside the first third's
+(an occurrence due whose pod was never seen counts as endless), RSS over the last third beside
+the first, and the Executions and pods left at the end beside
 what retention keeps plus 15 s of in-flight work.
 """
 
