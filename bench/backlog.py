@@ -338,7 +338,7 @@ def depth_rows(rates: Mapping[tuple[str, int, int], Completion], n: int, smalles
     return [
         Row(f"  same, beside Vigil at N={smallest:,}", "", reference=rate(base, "executions"), ratio=share,
             target=">= 0.9x"),
-        Row(f"  that share, beside the floor's ({rate(floor, 'executions')} vs {rate(floor_base, 'executions')})",
+        Row(f"  that share, beside the floor's ({floor.rate:,.0f}/s vs {floor_base.rate:,.0f}/s)",
             share, reference=f"floor {floor_share}", ratio=kept, target=">= 0.9x"),
     ]  # fmt: skip
 
