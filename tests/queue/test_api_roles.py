@@ -46,7 +46,7 @@ A, B, C = "team-a/jobs", "team-b/jobs", "team-c/jobs"  # team-c has no TaskQueue
 
 def one_off(queue: str, **fields: Any) -> OneOffJob:
     job: dict[str, Any] = {
-        "task": "record", "payload": {"n": 1}, "run_at": T0, "priority": 0, "tenant": "t",
+        "task": "record", "payload_text": '{"n":1}', "run_at": T0, "priority": 0, "tenant": "t",
         "max_attempts": None, "idempotency_key": None, **fields,
     }  # fmt: skip
     return OneOffJob(queue=queue, **job)

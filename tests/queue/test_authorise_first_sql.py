@@ -66,7 +66,7 @@ def served() -> Iterator[Served]:
         store = QueueStore(server.conninfo(queue_db))
         store.migrate()
         made = store.submit_job(OneOffJob(
-            queue="shop/orders", task="record", payload={}, run_at=T0, priority=0, tenant="shop", max_attempts=None,
+            queue="shop/orders", task="record", payload_text="{}", run_at=T0, priority=0, tenant="shop", max_attempts=None,
             idempotency_key=None,
         ), now=T0)  # fmt: skip
         assert made.job_id is not None

@@ -78,8 +78,8 @@ def finish(dsn: str, ids: list[str], *, state: str, at: datetime) -> None:
     )
 
 
-def one_off(queue: str, payload: dict[str, Any] | None = None) -> OneOffJob:
-    return OneOffJob(queue, "record", payload or {}, T0, 0, queue.split("/")[0], None, None)
+def one_off(queue: str, payload_text: str = "{}") -> OneOffJob:
+    return OneOffJob(queue, "record", payload_text, T0, 0, queue.split("/")[0], None, None)
 
 
 # Quotas ------------------------------------------------------------------------------------------

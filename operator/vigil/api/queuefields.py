@@ -81,7 +81,7 @@ def recurring_job(
 ) -> RecurringJob:
     """The recurring job a validated submission describes; Invalid naming the first wrong field
     (what the core refuses of its cron, time zone and template, without quoting `data`)."""
-    _payload(body.payloadTemplate, field="payloadTemplate")
+    _payload_text(body.payloadTemplate, field="payloadTemplate")
     try:
         return RecurringJob(
             queue=queue_key(namespace, name),
@@ -132,7 +132,7 @@ def one_off_job(body: OneOffSubmission, *, namespace: str, name: str, tenant: st
     return OneOffJob(
         queue=queue_key(namespace, name),
         task=body.task,
-        payload=_payload(body.payload),
+        payload_text=_payload_text(body.payload),
         run_at=_run_at(body.runAt, now=now),
         priority=_priority(body.priority),
         tenant=tenant,
@@ -141,10 +141,13 @@ def one_off_job(body: OneOffSubmission, *, namespace: str, name: str, tenant: st
     )
 
 
-def _payload(value: Any, *, field: str = "payload") -> dict[str, Any]:
-    """A JSON object the store will take (vigil.core.jsonvalues); Invalid naming the place, e.g. payload.a[3]."""
+def _payload_text(value: Any, *, field: str = "payload") -> str:
+    """A JSON object the store will take (vigil.core.jsonvalues), as the compact JSON text whose
+    size was checked: the store writes that text as it is. Invalid naming the place, e.g. payload.a[3]."""
+    if not isinstance(value, dict):
+        raise Invalid(field, "must be a JSON object")
     try:
-        return jsonvalues.check_object(value, path=field, max_bytes=MAX_PAYLOAD_BYTES)
+        return jsonvalues.checked_text(value, path=field, max_bytes=MAX_PAYLOAD_BYTES)
     except jsonvalues.UnsafeValue as unsafe:
         raise Invalid(unsafe.path, unsafe.why) from None
 

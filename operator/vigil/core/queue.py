@@ -220,11 +220,15 @@ class Submission:
 
 @dataclasses.dataclass(frozen=True)
 class OneOffJob:
-    """A one-off job, as the API submits it: one `jobs` row and its one execution."""
+    """A one-off job, as the API submits it: one `jobs` row and its one execution.
+
+    Its payload comes as the JSON text that was checked and measured against the bound
+    (`vigil.core.jsonvalues.checked_text`), and the store writes that text as it is: it is
+    serialised once, and what is stored is what was measured."""
 
     queue: str  # the store key, "NS/NAME"
     task: str
-    payload: dict[str, Any]
+    payload_text: str  # a JSON object as compact JSON, ASCII-escaped: sizes are counted on it
     run_at: datetime
     priority: int
     tenant: str

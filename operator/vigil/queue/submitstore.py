@@ -10,7 +10,6 @@ store (vigil.queue.apistore) sends the same blocks as functions, as a namespace'
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
@@ -159,7 +158,7 @@ class SubmitStore(StoreBase):
         run_at = require_aware(job.run_at, name="run_at")
         job_id = str(uuid.uuid4())
         execution_id = derive_execution_id(job_id, run_at.replace(microsecond=0))
-        payload = checked_json(json.dumps(job.payload, separators=(",", ":")))  # one text for its three statements
+        payload = checked_json(job.payload_text)  # the text measured, for its three statements
         params: dict[str, Any] = {
             "job_id": job_id,
             "execution_id": execution_id,
