@@ -28,6 +28,8 @@ from psycopg.types.json import Jsonb
 
 from tests.queue.test_api import Clock, api, submit
 from tests.unit.reviews import body
+from tests.unit.test_api_one_off_payload import job_of, payload_of_size
+from vigil.api.queuebase import MAX_PAYLOAD_BYTES
 from vigil.core.queue import (
     QUOTA_PAYLOAD_BYTES,
     QUOTA_READY_EXECUTIONS,
@@ -103,6 +105,16 @@ def test_a_namespace_at_its_count_quota_gets_the_named_error_and_a_canary_namesp
     assert store.counts("full/q")["ready"] == 2 and store.counts("full/other")["ready"] == 1  # nothing stayed
     store.submit("canary/q", [Submission("t") for _ in range(10)], now=T0)  # no limit of its own
     assert store.counts("canary/q")["ready"] == 10
+
+
+def test_a_one_off_payload_at_the_apis_bound_is_stored_whole_once_measured(store: QueueStore, dsn: str) -> None:
+    """The API measures the payload's text and the store writes that text (no second dump)."""
+    payload = payload_of_size(MAX_PAYLOAD_BYTES)
+    job = job_of(payload)
+    assert store.submit_job(job, now=T0).created
+    stored = sql(dsn, "SELECT j.payload, e.payload FROM vigil_queue.jobs AS j "
+                      "JOIN vigil_queue.executions AS e USING (job_id) WHERE j.queue = %(q)s", {"q": job.queue})  # fmt: skip
+    assert stored == [(payload, payload)]
 
 
 def test_a_batch_past_the_quota_adds_nothing_and_a_known_key_counts_nothing(store: QueueStore) -> None:
