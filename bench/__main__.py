@@ -487,6 +487,7 @@ def run_steady(run: Run, *, floor: bool, soak: bool) -> None:
     """The sustained floor, then the soak at a share of it (or at --soak-rate)."""
     args = run.args
     rate = args.soak_rate
+    long: steady_bench.Rate | None = None
     if floor:
         rates = [float(r) for r in args.sustained_rates.split(",")]
         print("\n## sustained: a plain client creating bare pods at a steady rate, deleting each once it has succeeded")
@@ -503,7 +504,7 @@ def run_steady(run: Run, *, floor: bool, soak: bool) -> None:
             return
         print(f"\n## soak: interval jobs at {rate:g} occurrences/s for {args.soak_seconds:g}s, default retention")
         with fresh_cluster("soak") as b:
-            run.rows.extend(steady_bench.soak_rows(steady_bench.soak(b, rate, args.soak_seconds), args.soak_seconds))
+            run.rows.extend(steady_bench.soak_rows(steady_bench.soak(b, rate, args.soak_seconds), args.soak_seconds, long))
 
 
 def run_onboarding(run: Run) -> None:

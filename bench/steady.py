@@ -17,6 +17,10 @@ sampled every 5 s. Reported: lag p99 over the last third of the run beside the f
 (an occurrence due whose pod was never seen counts as endless), RSS over the last third beside
 the first, and the Executions and pods left at the end beside
 what retention keeps plus 15 s of in-flight work.
+
+Both report the CPU each pod or occurrence cost, summed over the cluster's processes, the
+operator and this client (bench/cpu.py): where the cores are the limit, the soak's share of the
+floor's rate is bounded by the inverse of the ratio of those costs, whatever the lag shows.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from bench.cluster import (
     stop_process,
     wait_until,
 )
+from bench.cpu import CpuUse, snapshot
 from bench.reporting import Row, percentile
 from bench.reporting import seconds as shown
 from bench.rss import rss_mib
@@ -65,6 +70,7 @@ class Rate:
     created: int
     start_p99: float  # seconds; inf when some never started within the run's drain time
     left: int  # pods still there when the run ended
+    cpu: CpuUse | None = None  # what the pods cost, from the first create to the end of the drain
 
     @property
     def held(self) -> bool:
@@ -118,8 +124,9 @@ def confirmations(tried: list[Rate]) -> list[float]:
 
 def _tried(b: Bench, rate: float, seconds: float) -> Rate:
     got = _floor_rate(b, rate, seconds)
+    cost = "" if got.cpu is None else f"; CPU per pod {got.cpu.per_item_ms():.0f} ms ({got.cpu.shares()})"
     print(f"  {rate:g} pods/s for {seconds:g}s: {got.created} created, start p99 {got.start_p99:.2f}s, "
-          f"{got.left} left at the end -> {'held' if got.held else 'did not hold'}; {load()}")  # fmt: skip
+          f"{got.left} left at the end -> {'held' if got.held else 'did not hold'}{cost}; {load()}")  # fmt: skip
     return got
 
 
@@ -139,8 +146,10 @@ def _floor_rate(b: Bench, rate: float, seconds: float) -> Rate:
         b.core.create_namespaced_pod(ns, {**body, "metadata": {"name": f"p{i:06d}"}})
 
     try:
+        before = snapshot(b.state)
         sent = paced(rate, seconds, create)
         wait_until(datetime.now(UTC) + timedelta(seconds=IN_FLIGHT_S), lambda: len(pods.finished) >= len(sent), 0.2)
+        cpu = CpuUse.between(before, snapshot(b.state), len(sent))
         left = len(b.core.list_namespaced_pod(ns).items)
     finally:
         stop.set()
@@ -149,7 +158,7 @@ def _floor_rate(b: Bench, rate: float, seconds: float) -> Rate:
         succeeded.stop()
     starts = [pods.finished[f"p{i:06d}"] - t for i, t in enumerate(sent) if f"p{i:06d}" in pods.finished]
     p99 = percentile(starts + [math.inf] * (len(sent) - len(starts)), 0.99)
-    return Rate(rate, len(sent), p99, left)
+    return Rate(rate, len(sent), p99, left, cpu)
 
 
 def _delete_succeeded(b: Bench, ns: str, succeeded: Arrivals, stop: threading.Event) -> None:
@@ -188,6 +197,7 @@ class Soak:
     executions_left: int
     pods_left: int
     notes: list[str]
+    cpu: CpuUse | None = None  # what the occurrences due in the run cost, over the run
 
     def thirds(self, values: list[tuple[float, float]], span: tuple[float, float]) -> tuple[list[float], list[float]]:
         begin, end = span
@@ -231,7 +241,7 @@ def soak(b: Bench, rate: float, seconds: float) -> Soak:
             })  # fmt: skip
 
         paced(jobs / INTERVAL_S, INTERVAL_S, create)  # anchors spread over one interval: a steady rate
-        began = time.time()
+        began, before = time.time(), snapshot(b.state)
         rss: list[tuple[float, float]] = []
         while time.time() - began < seconds and proc.poll() is None:
             rss.append((time.time() - began, rss_mib(proc.pid)))
@@ -239,6 +249,7 @@ def soak(b: Bench, rate: float, seconds: float) -> Soak:
         if proc.poll() is not None:
             notes.append(f"operator exited: {last_error(b.state / 'logs' / 'bench-soak-op.log')}")
         ended = time.time()
+        cpu = CpuUse.between(before, snapshot(b.state), round(rate * (ended - began)))
         time.sleep(SOAK_IN_FLIGHT_S)  # what was due before the end has its pod by now, or counts as late
         seen.update(pods.seen)
         executions = b.custom.list_namespaced_custom_object(GROUP, VERSION, ns, "executions", limit=0)
@@ -252,10 +263,10 @@ def soak(b: Bench, rate: float, seconds: float) -> Soak:
         scheduled = datetime.fromisoformat(key.split("|", 1)[1].replace("Z", "+00:00")).timestamp()
         if began <= scheduled <= ended:
             lags.append((scheduled - began, at - scheduled))
-    return Soak(rate, jobs, lags, rss, executions_left, pods_left, notes)
+    return Soak(rate, jobs, lags, rss, executions_left, pods_left, notes, cpu)
 
 
-def soak_rows(s: Soak, seconds: float) -> list[Row]:
+def soak_rows(s: Soak, seconds: float, floor: Rate | None = None) -> list[Row]:
     span = (0.0, seconds)
     due = round(s.rate * seconds / 3)  # occurrences due in each third
     first, last = (censored(v, due) for v in s.thirds(s.lags, span))
@@ -269,6 +280,7 @@ def soak_rows(s: Soak, seconds: float) -> list[Row]:
           f"{s.pods_left} pods")  # fmt: skip
     for note in s.notes:
         print(f"  note: {note}")
+    cpu = [] if s.cpu is None else [cpu_row(s.cpu, s.rate, floor)]
     in_flight = s.rate * SOAK_IN_FLIGHT_S
     ex_bound = pod_bound = s.jobs * RETAINED + in_flight
     return [
@@ -281,7 +293,19 @@ def soak_rows(s: Soak, seconds: float) -> list[Row]:
             ratio=_ratio(s.executions_left, ex_bound), target="<= 1x"),
         Row(f"soak {s.rate:g}/s: pods left", str(s.pods_left), reference=f"{pod_bound:.0f} (retention + 15 s)",
             ratio=_ratio(s.pods_left, pod_bound), target="<= 1x"),
+        *cpu,
     ]  # fmt: skip
+
+
+def cpu_row(cpu: CpuUse, rate: float, floor: Rate | None) -> Row:
+    """What an occurrence costs the machine, beside what a pod of the floor costs: on a machine
+    whose cores are the limit, the share of the floor's rate that Vigil can sustain is at most
+    the inverse of this ratio."""
+    mine = cpu.per_item_ms()
+    theirs = math.nan if floor is None or floor.cpu is None else floor.cpu.per_item_ms()
+    reference = f"{theirs:.0f} ms per pod (the floor at {floor.rate:g}/s)" if floor and math.isfinite(theirs) else "n/a (floor not run)"
+    return Row(f"soak {rate:g}/s: CPU per occurrence, all processes", f"{mine:.0f} ms ({cpu.shares()})",
+               reference=reference, ratio=_ratio(mine, theirs), target="-")  # fmt: skip
 
 
 def censored(lags: list[float], due: int) -> list[float]:
