@@ -333,6 +333,27 @@ def test_an_insert_read_from_a_stale_cache_conflicts_and_lands_beside_the_other_
 
 
 @pytest.mark.integration
+def test_the_cached_store_parses_a_bucket_once_per_version(request: pytest.FixtureRequest) -> None:
+    """The trigger reads the current minute on every pass: from the cache a bucket is parsed once
+    per resourceVersion (the same Bucket comes back), and once written (a marker) it is read anew."""
+    from vigil.kube.stores.buckets import KubeBucketStore, bucket_cache
+
+    cluster = request.getfixturevalue("cluster")
+    namespace: str = request.getfixturevalue("namespace")
+    cache = bucket_cache(cluster.api, namespace=namespace)
+    cache._relist()  # listed once and never followed: it learns the store's own writes
+    cached = KubeBucketStore(cluster.api, namespace=namespace, shards=1, max_per_bucket=MAX_PER_BUCKET, cache=cache)
+    first, second = entry(MINUTE_0), entry(MINUTE_0 + timedelta(seconds=10))
+    insert_all(cached, first, second)
+    read = only_bucket(cached, MINUTE_0)
+    assert only_bucket(cached, MINUTE_0) is read  # the same version: parsed once
+    marked = cached.mark(read.name, {first.key: fired("exec-1")}, version=read.version)
+    again = only_bucket(cached, MINUTE_0)
+    assert again is not read and again.version == marked.version != read.version
+    assert again.marks == {first.key: fired("exec-1")} and keys([again]) == {first.key, second.key}
+
+
+@pytest.mark.integration
 def test_what_the_api_server_tracks_of_a_bucket_does_not_grow_with_its_entries(request: pytest.FixtureRequest) -> None:
     """Every write of a bucket makes the API server rebuild its managedFields. Tracked per entry
     and per marker, a bucket of 250 entries carried 75 kB of them (a mark took 2.5 times as long
