@@ -335,8 +335,9 @@ def test_an_insert_read_from_a_stale_cache_conflicts_and_lands_beside_the_other_
 @pytest.mark.integration
 def test_the_cached_store_parses_a_bucket_once_per_version(request: pytest.FixtureRequest) -> None:
     """The trigger reads the current minute on every pass: from the cache a bucket is parsed once
-    per resourceVersion (the same Bucket comes back), and once written (a marker) it is read anew."""
-    from vigil.kube.stores.buckets import KubeBucketStore, bucket_cache
+    per resourceVersion (the same Bucket comes back), and once written (a marker) it is read anew;
+    only the buckets of the last minutes read are kept."""
+    from vigil.kube.stores.buckets import PARSED_MINUTES, KubeBucketStore, bucket_cache
 
     cluster = request.getfixturevalue("cluster")
     namespace: str = request.getfixturevalue("namespace")
@@ -351,6 +352,11 @@ def test_the_cached_store_parses_a_bucket_once_per_version(request: pytest.Fixtu
     again = only_bucket(cached, MINUTE_0)
     assert again is not read and again.version == marked.version != read.version
     assert again.marks == {first.key: fired("exec-1")} and keys([again]) == {first.key, second.key}
+    later = [MINUTE_0 + m * MINUTE for m in range(1, PARSED_MINUTES + 2)]  # more minutes than are kept
+    for minute in later:
+        cached.insert(entry(minute))
+        only_bucket(cached, minute)
+    assert list(cached._parsed) == later[-PARSED_MINUTES:]  # kept: the buckets of the minutes read last
 
 
 @pytest.mark.integration

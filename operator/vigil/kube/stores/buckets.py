@@ -79,7 +79,7 @@ class _Insert:
 
 WRITE_CONCURRENCY = 8  # buckets one group commit writes at once (a minute has `shards` of them, or more)
 BY_MINUTE = "minute"  # the bucket cache's index: the minute label
-PARSED_MAX = 4096  # parsed buckets kept for reuse (a minute of a busy trigger holds a few hundred)
+PARSED_MINUTES = 4  # the minutes read last whose parsed buckets are kept for reuse
 
 
 def bucket_cache(api: client.ApiClient, *, namespace: str) -> Informer:
@@ -150,6 +150,14 @@ def mark_from_dict(raw: Mapping[str, Any]) -> Mark:
     )
 
 
+def _reused(known: Bucket | None, obj: Mapping[str, Any]) -> Bucket:
+    """`known` while the object is still at its version, else the object parsed (Bucket is frozen,
+    and its marks are never written in place)."""
+    if known is not None and known.version == obj["metadata"]["resourceVersion"]:
+        return known
+    return bucket_from_object(obj)
+
+
 def bucket_from_object(obj: Mapping[str, Any]) -> Bucket:
     spec = obj.get("spec") or {}
     fired = (obj.get("status") or {}).get("fired") or {}
@@ -185,10 +193,12 @@ class KubeBucketStore:
         self._writes = ThreadPoolExecutor(max_workers=WRITE_CONCURRENCY, thread_name_prefix="bucket-write")
         self._inserted: set[datetime] = set()  # minutes inserted into since `inserted_minutes` last said
         self._inserted_lock = threading.Lock()
-        #: Each bucket read from the cache, parsed, by name: reused while its resourceVersion holds.
-        #: The trigger reads the current minute on every pass, and parsing each entry's times anew
-        #: was a tenth of the operator's CPU at 20 occurrences/s (it grows with entries x passes).
-        self._parsed: dict[str, Bucket] = {}
+        #: The buckets of the minutes read last from the cache, parsed, by minute and name: each is
+        #: reused while its resourceVersion holds. The trigger reads the current minute on every
+        #: pass, and parsing each entry's times anew was a tenth of the operator's CPU at 20
+        #: occurrences/s (it grows with entries x passes). Only the buckets a read found are kept.
+        self._parsed: dict[datetime, dict[str, Bucket]] = {}
+        self._parsed_lock = threading.Lock()
 
     # --- reads ---
 
@@ -203,19 +213,15 @@ class KubeBucketStore:
             )["items"]
             return sorted((bucket_from_object(o) for o in items), key=lambda b: b.name)
         # a completed bucket has left the cache: it holds nothing due
-        return sorted((self._parse(o) for o in cache.by_index(BY_MINUTE, minute_label(minute))), key=lambda b: b.name)
-
-    def _parse(self, obj: Mapping[str, Any]) -> Bucket:
-        """The cached bucket as a Bucket, parsed once per version (Bucket is frozen, its marks never
-        written in place). Bounded: forgotten whole once it holds more than PARSED_MAX buckets."""
-        meta = obj["metadata"]
-        known = self._parsed.get(meta["name"])
-        if known is not None and known.version == meta["resourceVersion"]:
-            return known
-        if len(self._parsed) >= PARSED_MAX:
-            self._parsed = {}
-        parsed = self._parsed[meta["name"]] = bucket_from_object(obj)
-        return parsed
+        objects = cache.by_index(BY_MINUTE, minute_label(minute))
+        with self._parsed_lock:
+            known = self._parsed.pop(minute, {})
+        parsed = {o["metadata"]["name"]: _reused(known.get(o["metadata"]["name"]), o) for o in objects}
+        with self._parsed_lock:
+            self._parsed[minute] = parsed  # the minute read last goes last
+            while len(self._parsed) > PARSED_MINUTES:
+                del self._parsed[next(iter(self._parsed))]
+        return sorted(parsed.values(), key=lambda b: b.name)
 
     def pending_objects(self) -> list[dict[str, Any]]:
         """Every bucket labelled pending: from the cache once it has listed, else paged from the API server."""
