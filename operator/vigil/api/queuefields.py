@@ -144,10 +144,8 @@ def one_off_job(body: OneOffSubmission, *, namespace: str, name: str, tenant: st
 def _payload_text(value: Any, *, field: str = "payload") -> str:
     """A JSON object the store will take (vigil.core.jsonvalues), as the compact JSON text whose
     size was checked: the store writes that text as it is. Invalid naming the place, e.g. payload.a[3]."""
-    if not isinstance(value, dict):
-        raise Invalid(field, "must be a JSON object")
     try:
-        return jsonvalues.checked_text(value, path=field, max_bytes=MAX_PAYLOAD_BYTES)
+        return jsonvalues.checked_object_text(value, path=field, max_bytes=MAX_PAYLOAD_BYTES)
     except jsonvalues.UnsafeValue as unsafe:
         raise Invalid(unsafe.path, unsafe.why) from None
 

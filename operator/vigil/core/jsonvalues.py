@@ -126,9 +126,19 @@ def check(value: Any, *, path: str, max_bytes: int | None = MAX_PAYLOAD_BYTES) -
 
 def check_object(value: Any, *, path: str, max_bytes: int | None = MAX_PAYLOAD_BYTES) -> dict[str, Any]:
     """`value` if it is a JSON object that passes `check`; UnsafeValue otherwise."""
+    found = _object(value, path)
+    check(found, path=path, max_bytes=max_bytes)
+    return found
+
+
+def checked_object_text(value: Any, *, path: str, max_bytes: int = MAX_PAYLOAD_BYTES) -> str:
+    """`checked_text` of a JSON object; UnsafeValue for anything else."""
+    return checked_text(_object(value, path), path=path, max_bytes=max_bytes)
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise UnsafeValue(path, "must be a JSON object")
-    check(value, path=path, max_bytes=max_bytes)
     return value
 
 
