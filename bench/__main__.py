@@ -724,21 +724,25 @@ def main(argv: list[str] | None = None) -> int:
     if "workflows" in chosen:
         print(f"\n## workflows: {args.workflows} workflows of 10 pod steps, created at once")
         with fresh_cluster("dagfloor") as b:
-            graph, graph_notes = dagfloor.run(b, args.workflows, workflow_bench.ten_steps(), args.window)
-        print(f"  the same graph run by a plain client with bare pods (bench/dagfloor.py): {rate(graph, 'steps')}")
+            graph, graph_notes, graph_cpu = dagfloor.run(b, args.workflows, workflow_bench.ten_steps(), args.window)
+        print(f"  the same graph run by a plain client with bare pods (bench/dagfloor.py): {rate(graph, 'steps')}; "
+              f"CPU per step {graph_cpu.per_item_ms():.0f} ms ({graph_cpu.shares()})")
         for note in graph_notes:
             print(f"  note: {note}")
         with fresh_cluster("workflows") as b:
-            done, notes = workflow_bench.workflows_rate(b, b.state, stop_process, args.workflows)
+            done, notes, cpu = workflow_bench.workflows_rate(b, b.state, stop_process, args.workflows)
         steps = Completion(done.finished * 10, done.expected * 10, done.seconds)  # of the finished workflows
         print(f"  {rate(done, 'workflows', digits=2)}")
-        print(f"  {rate(steps, 'steps')}")
+        print(f"  {rate(steps, 'steps')}; CPU per step {cpu.per_item_ms():.0f} ms ({cpu.shares()})")
         print(f"  {notes}")
         run.rate_against_floor(f"workflows ({args.workflows} x 10 steps): steps/s", steps, "steps", ">= 0.8x")
         run.rate_against_floor("  same, beside the floor's pods Succeeded/s", steps, "steps", "-", succeeded=True)
         run.add("  same, beside a plain client running the same graph", "", reference=rate(graph, "steps").split(" (")[0],
                 ratio=ratio(steps.rate, graph.rate) if steps.complete and graph.complete else "n/a (censored)",
                 target=">= 0.8x")  # fmt: skip
+        run.add("  same, CPU per step (all processes)", f"{cpu.per_item_ms():.0f} ms",
+                reference=f"{graph_cpu.per_item_ms():.0f} ms (the plain client's)",
+                ratio=ratio(cpu.per_item_ms(), graph_cpu.per_item_ms()))  # fmt: skip
 
     if "fan" in chosen:
         run_fan(run)

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench.cluster import Arrivals, Bench, wait_until
+from bench.cpu import CpuUse, snapshot
 from bench.reporting import Completion
 
 CONTAINER = {"name": "main", "image": "busybox:1.36", "command": ["true"]}
@@ -84,8 +85,11 @@ def pod_name(copy: int, step: str) -> str:
     return f"dag-{copy:04}-{step}"
 
 
-def run(b: Bench, count: int, steps: Sequence[dict[str, Any]], window: float) -> tuple[Completion, list[str]]:
-    """`count` copies of the graph of `steps` run by a plain client: steps Succeeded in how long, and notes."""
+def run(
+    b: Bench, count: int, steps: Sequence[dict[str, Any]], window: float
+) -> tuple[Completion, list[str], CpuUse]:
+    """`count` copies of the graph of `steps` run by a plain client: steps Succeeded in how long,
+    notes, and the CPU the run cost (bench/cpu.py), per step Succeeded."""
     ns = b.namespace("bench-dag")
     graph = Graph(steps)
     runner = Runner(b, ns, graph, count)
@@ -95,9 +99,11 @@ def run(b: Bench, count: int, steps: Sequence[dict[str, Any]], window: float) ->
                     on_finished=runner.ended)  # fmt: skip
     wait_until(datetime.now(UTC) + timedelta(seconds=10), lambda: pods.listed, interval=0.1)
     started = datetime.now(UTC)
+    before = snapshot(b.state)
     try:
         runner.start()
         done = wait_until(started + timedelta(seconds=window), lambda: len(pods.finished) >= total)
+        cpu = snapshot(b.state)
     finally:
         pods.stop()
         runner.close()
@@ -105,4 +111,4 @@ def run(b: Bench, count: int, steps: Sequence[dict[str, Any]], window: float) ->
     notes = [] if done else [f"only {len(ends)}/{total} steps Succeeded within {window:.0f}s"]
     notes += [f"create errors: {len(runner.errors)}, last: {runner.errors[-1]}"] if runner.errors else []
     notes += [f"watch errors: {len(pods.errors)}, last: {pods.errors[-1]}"] if pods.errors else []
-    return Completion(len(ends), total, max(ends, default=window)), notes
+    return Completion(len(ends), total, max(ends, default=window)), notes, CpuUse.between(before, cpu, len(ends))

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from kubernetes import watch
 
+from bench.cpu import CpuUse, snapshot
 from bench.reporting import Completion
 
 GROUP, VERSION = "vigil.dev", "v1alpha1"
@@ -214,20 +215,26 @@ def _create(b: BenchCluster, ns: str, count: int, prefix: str, steps: list[dict[
     b.create_many(count, make)
 
 
-def workflows_rate(b: BenchCluster, state: Any, stop: Callable[..., None], count: int) -> tuple[Completion, str]:
-    """How many of `count` 10-step workflows succeeded in how long, and notes (phases at the end)."""
+def workflows_rate(
+    b: BenchCluster, state: Any, stop: Callable[..., None], count: int
+) -> tuple[Completion, str, CpuUse]:
+    """How many of `count` 10-step workflows succeeded in how long, notes (phases at the end),
+    and the CPU the run cost (bench/cpu.py: the operator's included) until the last Succeeded,
+    per step of the workflows that did."""
     ns, opns = b.namespace("bench-wf"), b.namespace("bench-wfop")
     proc, pidfile = b.start_operator("bench-wf", _settings(opns, state, "bench-wf", pods=count * 10))
     phases = Phases(b, ns)
     try:
         lead = _lead(b, opns, "bench-wf", proc)
         started = time.monotonic()
+        before = snapshot(state)
         _create(b, ns, count, "w", ten_steps())
         done, end = _finished(phases, count, started)
+        cpu = CpuUse.between(before, snapshot(state), done.finished * len(ten_steps()))
         notes = f"end {end}"
         if lead is None:
             notes += f"; the operator did not hold the Lease within {LEAD_DEADLINE_S:.0f}s of starting"
-        return done, notes
+        return done, notes, cpu
     finally:
         phases.close()
         stop(proc, pidfile)
