@@ -32,6 +32,7 @@ from vigil.core.ids import ExecutionId
 from vigil.core.ports import Clock
 from vigil.core.timeparse import parse_rfc3339
 from vigil.kube.controllers.executionpods import PodFactory
+from vigil.kube.controllers.workflowpods import LIVE
 from vigil.kube.kits.coreapi import CoreApi
 from vigil.kube.kits.informer import Informer
 from vigil.kube.kits.loops import woken_every
@@ -213,8 +214,7 @@ class Dispatcher:
             (p["metadata"]["namespace"], p["metadata"]["name"]): Priority(
                 (p["metadata"].get("labels") or {}).get(LABEL_PRIORITY) or "normal"
             )
-            for p in self._workflow_pods.items()
-            if live(p)
+            for p in self._workflow_pods.by_index(LIVE, LIVE)  # the finished ones are never read
         }
         creating = self._creating_now()
         with self._requests_lock:
