@@ -10,35 +10,16 @@ a pass that read every step pod fails here.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
+from tests.unit.test_dispatch_pipeline import Clock, EmptyCache, NoExecutions
 from vigil.core.dispatch import Capacity
 from vigil.kube.controllers.dispatcher import Dispatcher
 from vigil.kube.controllers.workflowpods import LIVE, workflow_pod_cache
 from vigil.kube.kits.informer import Informer
 from vigil.kube.stores.started import Started
 
-NOW = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
 FINISHED = 1000
-
-
-class Clock:
-    def now(self) -> datetime:
-        return NOW
-
-
-class EmptyCache:
-    def get(self, namespace: str, name: str) -> None:
-        return None
-
-    def by_index(self, index: str, value: str) -> list[dict[str, Any]]:
-        return []
-
-
-class NoExecutions:
-    def in_phase(self, *phases: Any) -> list[dict[str, Any]]:
-        return []
 
 
 def step_pod(name: str, phase: str, *, version: int = 1, deleting: bool = False) -> dict[str, Any]:
@@ -61,8 +42,8 @@ def unread_whole(cache: Informer) -> Informer:
 
 
 def dispatcher(cache: Informer) -> Dispatcher:
-    # The stubs carry the few methods a pass with no execution in flight calls (see
-    # test_dispatch_pipeline.py); the step pod cache is the real one.
+    # The stubs (test_dispatch_pipeline.py's) carry the few methods a pass with no execution in
+    # flight calls; the step pod cache is the real one.
     return Dispatcher(
         None,
         store=NoExecutions(),
