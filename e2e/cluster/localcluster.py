@@ -41,7 +41,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from e2e.cluster import kubeletnode
@@ -336,6 +336,17 @@ def _audit_flags(cluster: Cluster) -> list[str]:
     ]
 
 
+#: Set to 1 to serve the API server's CPU and heap profiles (`kubectl get --raw
+#: '/debug/pprof/profile?seconds=20' > cpu.pb`, then `go tool pprof -top <state>/bin/kube-apiserver
+#: cpu.pb`): how a benchmark's API server CPU is attributed. Off by default, as on a hardened
+#: cluster. Read when the API server starts: a running cluster keeps what it started with.
+PROFILING_ENV = "VIGIL_APISERVER_PROFILING"
+
+
+def profiling_flag(environ: Mapping[str, str] = os.environ) -> str:
+    return f"--profiling={'true' if environ.get(PROFILING_ENV) == '1' else 'false'}"
+
+
 def _start_apiserver(cluster: Cluster, bins: Path, *, audit: bool, node: str) -> None:
     pki = cluster.pki
     # A real kubelet authenticates as system:node:<name>: the Node authorizer and NodeRestriction
@@ -367,7 +378,7 @@ def _start_apiserver(cluster: Cluster, bins: Path, *, audit: bool, node: str) ->
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
             "--endpoint-reconciler-type=none",  # it refuses loopback, and nothing here routes to it
-            "--profiling=false",
+            profiling_flag(),
             "--v=1",
             *(_audit_flags(cluster) if audit else []),
         ],
