@@ -68,7 +68,10 @@ def test_a_pass_counts_the_live_step_pods_and_reads_no_finished_one() -> None:
 
 def test_the_live_index_follows_a_pod_as_it_starts_ends_and_goes() -> None:
     cache = workflow_pod_cache(None)
-    live = lambda: [p["metadata"]["name"] for p in cache.by_index(LIVE, LIVE)]  # noqa: E731
+
+    def live() -> list[str]:
+        return [p["metadata"]["name"] for p in cache.by_index(LIVE, LIVE)]
+
     cache.observe(step_pod("a", "Pending", version=1))
     cache.observe(step_pod("b", "Running", version=1))
     assert sorted(live()) == ["a", "b"]
