@@ -22,7 +22,8 @@ fresh database on one PostgreSQL server (Debian's, default durability), and:
    10,000 and 100,000 each window has a fresh database, filled anew.
 
 The systems: Vigil's `vigil worker` (bench/queue.py's no-op task, `--concurrency/--batch` 10);
-pgqueuer's `QueueManager` (psycopg driver, batch 10); and the **floor** (bench/queuefloor.py),
+pgqueuer's `QueueManager` (psycopg driver, batch 10, on uvloop as `pgq run` runs it); and the **floor**
+(bench/queuefloor.py),
 the least a correct at-least-once PostgreSQL queue does: plain psycopg processes that lease 10
 rows with `FOR UPDATE SKIP LOCKED` and acknowledge the batch. The floor is the reference for
 what this server allows; pgqueuer is the peer. Before the workers start, Vigil's lease statement is

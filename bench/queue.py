@@ -13,7 +13,9 @@ the async no-op task of this module, heartbeats on (every HEARTBEAT_SECONDS,
 so several happen during a run), every attempt written to `attempts`; done is
 `state = 'succeeded'` for all N. pgqueuer: `QueueManager` processes (psycopg
 driver, `batch_size` WORKER_SLOTS) running an async no-op entrypoint; done is
-N `successful` rows in its log table (aggregation off, so none move away).
+N `successful` rows in its log table (aggregation off, so none move away). Each
+runs on its own default loop: pgqueuer on uvloop (its dependency, which its command
+line `pgq run` uses), `vigil worker` on asyncio's (uvloop measured no faster for it).
 Both are asked "how many done?" by the same poller, every POLL_SECONDS.
 
 The **SQL floor** (bench/queuefloor.py: plain processes leasing a batch with `FOR UPDATE SKIP
@@ -335,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dsn", help="peer-worker mode: the database")
     args = parser.parse_args(argv)
     if args.mode == "peer-worker":
-        asyncio.run(peer_worker(args.dsn))
+        # on uvloop, as pgqueuer's own command line (`pgq run`) runs it: uvloop is its dependency
+        import uvloop
+
+        uvloop.run(peer_worker(args.dsn))
         return 0
     rows = run(args.executions, tuple(int(n) for n in args.workers.split(",")))
     print()
