@@ -24,7 +24,7 @@ from tests.integration.workflows import (
     get_workflow,
     watch_brings,
 )
-from vigil.kube.controllers.workflowapi import WorkflowApi
+from vigil.kube.controllers.workflowapi import WorkflowApi, kept_whole
 from vigil.kube.controllers.workflows import WorkflowEngine
 
 WAIT = timedelta(seconds=10)
@@ -101,3 +101,22 @@ def test_a_watch_event_for_a_version_already_handled_queues_nothing(cluster: Kub
     clock.at += WAIT
     engine.reconcile(namespace, "hold")
     assert (api.gets, api.writes) == (1, 2)  # the event's body was current: no GET, no conflict
+
+
+def test_a_finished_workflow_the_cache_holds_whole_is_not_read_again(cluster: KubeCluster, namespace: str) -> None:
+    """Finished with its history not yet in the database, the workflow is held whole: the passes
+    that mirror it and count it mirrored read it from the cache, as they do an unfinished one."""
+    create_workflow(cluster, namespace, "hold", steps=two_waits())
+    api, clock = CountingApi(cluster), MovableClock()
+    engine = WorkflowEngine(api, clock=clock, events=None)
+    engine.reconcile(namespace, "hold")
+    for _ in range(2):
+        clock.at += WAIT
+        engine.reconcile(namespace, "hold")
+    assert get_workflow(cluster, namespace, "hold")["status"]["phase"] == "Succeeded"
+    held = engine.cache.get(namespace, "hold")
+    assert held is not None and kept_whole(held)
+    gets = api.gets
+
+    engine.reconcile(namespace, "hold")  # finished, held whole: nothing read
+    assert api.gets == gets

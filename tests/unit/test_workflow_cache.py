@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from vigil.core.workflowpass import needs_pass
-from vigil.kube.controllers.workflowapi import WorkflowApi, held, workflow_cache
+from vigil.kube.controllers.workflowapi import WorkflowApi, held, kept_whole, workflow_cache
 from vigil.kube.controllers.workflowstatus import WorkflowStatusWriter, typed
 from vigil.kube.controllers.workflowttl import WorkflowTtl
 from vigil.kube.kits.informer import Informer, Key
@@ -67,6 +67,16 @@ def test_a_workflow_that_may_need_a_pass_is_held_whole(obj: dict[str, Any]) -> N
     kept = held(copy.deepcopy(obj))
     assert "managedFields" not in kept["metadata"]
     assert {**kept, "metadata": {}} == {**obj, "metadata": {}}
+    assert kept_whole(kept)  # so a pass reads it from the cache, without a GET
+
+
+def test_a_summary_is_never_taken_for_the_whole() -> None:
+    """What a pass would read from the cache instead of the API server must be the whole
+    workflow: a summary (its history gone) reads as one, held again as one."""
+    kept = held(copy.deepcopy(workflow("Succeeded", mirrored=3)))
+    assert "history" not in kept["status"]
+    assert not kept_whole(kept)
+    assert held(copy.deepcopy(kept)) == kept
 
 
 @pytest.mark.parametrize("ttl", ["1h", None])

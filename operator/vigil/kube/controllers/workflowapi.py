@@ -1,9 +1,9 @@
 """The workflow engine's API access: the Workflow informer, and the calls a pass makes.
 
-The informer (:func:`workflow_cache`) is the engine's cache: a pass reads an unfinished
-Workflow from it, and makes a GET only for a finished one (which a pass seldom needs) or when
-the body proved stale (its conditional write met 409). What it keeps of each Workflow
-(:func:`held`):
+The informer (:func:`workflow_cache`) is the engine's cache: a pass reads a Workflow from it
+when it holds it whole, and makes a GET only for one it holds as a summary (finished, all
+mirrored: a pass seldom needs it) or when the body proved stale (its conditional write met 409).
+What it keeps of each Workflow (:func:`held`, :func:`kept_whole`):
 
 * a workflow that may need a pass (unfinished, its spec changed since a pass saw it, or its
   history not all in the database) whole, as compact JSON (a quarter of a dict's size: a
@@ -43,13 +43,21 @@ _SUMMARY_STATUS = ("phase", "finishedAt", "observedGeneration", "historyMirrored
 _SUMMARY_META = ("namespace", "name", "uid", "resourceVersion", "generation")
 
 
+def kept_whole(obj: Mapping[str, Any]) -> bool:
+    """Whether the Workflow cache keeps ``obj`` whole (see the module docstring), rather than as
+    what its time to live reads. What it keeps of such a summary is kept only as a summary again,
+    so a summary is never taken for the whole."""
+    status = obj.get("status") or {}
+    spec_seen = (obj.get("metadata") or {}).get("generation") == status.get("observedGeneration")
+    return not spec_seen or needs_pass(status, mirroring=True, expired=False)
+
+
 def held(obj: dict[str, Any]) -> dict[str, Any]:
     """What the Workflow cache keeps of ``obj`` (see the module docstring), without its
     managedFields and the annotations that copy the whole object."""
     status = obj.get("status") or {}
-    spec_seen = (obj.get("metadata") or {}).get("generation") == status.get("observedGeneration")
     meta = obj.get("metadata") or {}
-    if not spec_seen or needs_pass(status, mirroring=True, expired=False):
+    if kept_whole(obj):
         # A shallow copy: the cache packs it (``packed=always``), so nothing is shared once held.
         kept = {k: v for k, v in meta.items() if k != "managedFields"}
         if kept.get("annotations"):

@@ -98,7 +98,7 @@ from vigil.core.workflowpass import (
     wanted_pod_name,
 )
 from vigil.core.workflowttl import next_look
-from vigil.kube.controllers.workflowapi import WorkflowApi, workflow_cache
+from vigil.kube.controllers.workflowapi import WorkflowApi, kept_whole, workflow_cache
 from vigil.kube.controllers.workflowhistory import WorkflowHistory
 from vigil.kube.controllers.workflowpods import BY_WORKFLOW, pod_result, workflow_of, workflow_pod
 from vigil.kube.controllers.workflowstatus import WorkflowStatusWriter, typed
@@ -286,10 +286,10 @@ class WorkflowEngine:
         return max(0.0, (wake - self._clock.now()).total_seconds())
 
     def _read(self, namespace: str, name: str) -> dict[str, Any] | None:
-        """An unfinished workflow as the cache holds it; a finished one (the cache may hold only
-        what its time to live reads) or one the cache lacks as the API server has it."""
+        """The workflow as the cache holds it when it holds it whole (unfinished, or finished with
+        history still to mirror); one it holds as a summary, or lacks, as the API server has it."""
         cached = self.cache.get(namespace, name)
-        if cached is not None and (cached.get("status") or {}).get("phase") not in TERMINAL_WORKFLOW_PHASES:
+        if cached is not None and kept_whole(cached):
             return cached
         return self._get(namespace, name)
 
