@@ -22,11 +22,10 @@ fresh database on one PostgreSQL server (Debian's, default durability), and:
    10,000 and 100,000 each window has a fresh database, filled anew.
 
 The systems: Vigil's `vigil worker` (bench/queue.py's no-op task, `--concurrency/--batch` 10);
-pgqueuer's `QueueManager` (psycopg driver, batch 10, on uvloop as `pgq run` runs it); and the **floor**
-(bench/queuefloor.py),
-the least a correct at-least-once PostgreSQL queue does: plain psycopg processes that lease 10
-rows with `FOR UPDATE SKIP LOCKED` and acknowledge the batch. The floor is the reference for
-what this server allows; pgqueuer is the peer. Before the workers start, Vigil's lease statement is
+pgqueuer's `QueueManager` (psycopg driver, batch 10, on uvloop as `pgq run` runs it); and the
+**floor** (bench/queuefloor.py), the least a correct at-least-once PostgreSQL queue does: plain
+psycopg processes that lease 10 rows with `FOR UPDATE SKIP LOCKED` and acknowledge the batch.
+The floor is the reference for what this server allows; pgqueuer is the peer. Before the workers start, Vigil's lease statement is
 explained on a connection with the server's default settings (JIT on, as a DBA may leave it):
 its estimated cost beside `jit_above_cost`, whether JIT compiled it, and its time per leased
 execution, so a plan whose cost grows with N shows here.
