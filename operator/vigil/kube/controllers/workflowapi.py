@@ -45,8 +45,8 @@ _SUMMARY_META = ("namespace", "name", "uid", "resourceVersion", "generation")
 
 def kept_whole(obj: Mapping[str, Any]) -> bool:
     """Whether the Workflow cache keeps ``obj`` whole (see the module docstring), rather than as
-    what its time to live reads. What it keeps of such a summary is kept only as a summary again,
-    so a summary is never taken for the whole."""
+    what its time to live reads. A summary never reads as whole: it has no history, and its spec
+    was seen, so a pass never takes one for the workflow."""
     status = obj.get("status") or {}
     spec_seen = (obj.get("metadata") or {}).get("generation") == status.get("observedGeneration")
     return not spec_seen or needs_pass(status, mirroring=True, expired=False)
