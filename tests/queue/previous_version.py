@@ -3,11 +3,15 @@ rolling-upgrade tests (`old_store`, a fixture of tests/queue/conftest.py): a sto
 migrated (to q0012keyed) with its functions installed and granted to namespace team-a's role.
 
 Its `settle_succeeded` block is frozen here as it was released (`PREVIOUS_SETTLE_SUCCEEDED`), and
-the API's functions are this version's without `execution_output`, installed and granted by this
+so is how its workers acknowledged successes (`PreviousWorker`); the API's functions are this version's without `execution_output`, installed and granted by this
 version's `functions.install_sql` and `TenantRoles.ensure`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
 
 import psycopg
 import pytest
@@ -16,6 +20,7 @@ from tests.queue.test_attempt_days import migrate
 from vigil.queue import functions
 from vigil.queue.queries import QUERIES
 from vigil.queue.roles import RoleLimits, TenantRoles, worker_dsn
+from vigil.queue.workerstore import Finished, SettleReport, WorkerStore
 
 PREVIOUS_REVISION = "q0012keyed"  # the revision before outputs were kept
 #: The queue the previous version's workers lease from (namespace team-a's).
@@ -60,3 +65,22 @@ def previous_store(dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str,
         role = TenantRoles(dsn).ensure("team-a", password="pw-team-a", limits=RoleLimits(connections=5))
         call = functions.call("settle_succeeded")
     return dsn, worker_dsn(dsn, role=role, password="pw-team-a"), call
+
+
+class PreviousWorker(WorkerStore):
+    """A worker of the previous version acknowledging successes, as it did: in one transaction, its
+    `settle_succeeded` call (which writes no attempt rows) and then `record_attempts` for each."""
+
+    def __init__(self, connection: psycopg.AsyncConnection[Any], *, queue: str, worker: str, call: str) -> None:
+        super().__init__(connection, queue=queue, worker=worker)
+        self.call = call
+
+    async def settle(self, finished: Sequence[Finished], *, now: datetime) -> SettleReport:
+        held = self._held([f.leased for f in finished])
+        async with self._lock, self.connection.pipeline(), self.connection.transaction():
+            cursor = await self.connection.execute(self.call, {**held, "worker": self.worker, "now": now})
+            won = {row[0] for row in await cursor.fetchall()}
+            rows = [(f.leased.execution_id, f.leased.attempt, self.worker, f.outcome.value, f.started_at,
+                     f.finished_at, f.error) for f in finished]  # fmt: skip
+            await self._record(rows)
+        return SettleReport(len(won), [])

@@ -181,7 +181,7 @@ def by_key(block: str, ids: list[str]) -> dict[str, Any]:
     return {
         "record_attempts": {"queue": QUEUE, "execution_ids": ids, "attempts": [1] * n, "workers": ["w"] * n,
                             "outcomes": ["succeeded"] * n, "started": [now] * n, "finished": [now] * n, "errors": [None] * n},
-        "settle_succeeded": {**held, "outputs": [None] * n, "now": now},
+        "settle_succeeded": {**held, "outputs": [None] * n, "started": [now] * n, "finished": [now] * n, "now": now},
         "heartbeat": {**held, "expires": now},
         "settle": {"queue": QUEUE, "execution_id": ids[0], "attempt": 1, "token": uuid.uuid4(), "worker": "w",
                    "state": "succeeded", "next_attempt": 1, "run_after": None, "error": None, "now": now},

@@ -18,11 +18,11 @@ import psycopg
 import pytest
 
 from tests.queue.previous_version import PREVIOUS_QUEUE as OLD_QUEUE
+from tests.queue.previous_version import PreviousWorker
 from tests.queue.test_attempt_days import migrate
 from vigil.core.queue import AttemptOutcome
-from vigil.queue import functions
 from vigil.queue.catalogue import Catalogue, RecurringJob
-from vigil.queue.store import Finished, QueueStore, WorkerStore
+from vigil.queue.store import Finished, QueueStore
 from vigil.queue.trigger import ShardTrigger
 
 pytestmark = pytest.mark.postgres
@@ -93,7 +93,6 @@ def test_the_upgrade_backfills_each_jobs_newest_success_and_the_downgrade_drops_
 
 def test_a_worker_of_the_version_before_outputs_puts_its_jobs_success_on_the_row(
     old_store: tuple[str, str, str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     dsn, role_dsn, previous_call = old_store
     added = Catalogue(dsn, shards=1).add(
@@ -108,13 +107,12 @@ def test_a_worker_of_the_version_before_outputs_puts_its_jobs_success_on_the_row
 
     async def scenario() -> None:
         async with await psycopg.AsyncConnection.connect(role_dsn, autocommit=True) as connection:
-            previous = WorkerStore(connection, queue=OLD_QUEUE, worker="previous")
+            previous = PreviousWorker(connection, queue=OLD_QUEUE, worker="previous", call=previous_call)
             [held] = await previous.lease(["record"], limit=1, lease=timedelta(minutes=30), now=leased_at)
             QueueStore(dsn).migrate()  # this version's operator migrates to head meanwhile
-            with monkeypatch.context() as patched:  # the previous worker, not upgraded yet, acknowledges
-                patched.setitem(functions.CALLS, "settle_succeeded", previous_call)
-                done = Finished(held, AttemptOutcome.SUCCEEDED, started_at=leased_at, finished_at=settled_at)
-                assert (await previous.settle([done], now=settled_at)).settled == 1
+            # the previous worker, not upgraded yet, acknowledges
+            done = Finished(held, AttemptOutcome.SUCCEEDED, started_at=leased_at, finished_at=settled_at)
+            assert (await previous.settle([done], now=settled_at)).settled == 1
 
     asyncio.run(scenario())
     assert last_successes(dsn) == {added.job_id: settled_at}

@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from tests.queue.conftest import execution_row
-from tests.queue.previous_version import PREVIOUS_QUEUE
+from tests.queue.previous_version import PREVIOUS_QUEUE, PreviousWorker
 from vigil.core.queue import AttemptOutcome, Submission
 from vigil.queue import functions
 from vigil.queue.store import Finished, Leased, QueueStore, WorkerStore
@@ -33,7 +33,9 @@ T0 = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
 
 PREVIOUS_SIGNATURE = "vigil_queue.worker_settle_succeeded(timestamptz,text[],smallint[],uuid[],text,text)"
-NEW_SIGNATURE = "vigil_queue.worker_settle_succeeded(timestamptz,text[],smallint[],uuid[],text[],text,text)"
+NEW_SIGNATURE = (  # this version's: outputs, and each attempt's times for its attempt row
+    "vigil_queue.worker_settle_succeeded(timestamptz,text[],smallint[],uuid[],text[],timestamptz[],timestamptz[],text,text)"
+)
 
 
 def signatures(dsn: str, role: str) -> dict[str, bool]:
@@ -51,9 +53,7 @@ def success(leased: Leased, output: str | None) -> Finished:
     return Finished(leased, AttemptOutcome.SUCCEEDED, started_at=T0, finished_at=T0, output=output)
 
 
-def test_workers_of_both_versions_acknowledge_across_the_upgrade(
-    old_store: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_workers_of_both_versions_acknowledge_across_the_upgrade(old_store: tuple[str, str, str]) -> None:
     dsn, role_dsn, previous_call = old_store
     assert "p_outputs" not in previous_call and "p_outputs" in functions.CALLS["settle_succeeded"]
     role = str(psycopg.conninfo.conninfo_to_dict(role_dsn)["user"])
@@ -63,15 +63,14 @@ def test_workers_of_both_versions_acknowledge_across_the_upgrade(
     async def scenario() -> dict[str, str | None]:
         async with await psycopg.AsyncConnection.connect(role_dsn, autocommit=True) as old, \
                 await psycopg.AsyncConnection.connect(role_dsn, autocommit=True) as new:  # fmt: skip
-            previous = WorkerStore(old, queue=PREVIOUS_QUEUE, worker="previous")
+            previous = PreviousWorker(old, queue=PREVIOUS_QUEUE, worker="previous", call=previous_call)
             [held] = await previous.lease(["record"], limit=1, lease=LEASE, now=T0)
 
             QueueStore(dsn).migrate()  # the operator of this version is rolled out and migrates to head
             assert signatures(dsn, role) == {PREVIOUS_SIGNATURE: True, NEW_SIGNATURE: True}
 
-            with monkeypatch.context() as patched:  # the previous worker, not upgraded yet, acknowledges
-                patched.setitem(functions.CALLS, "settle_succeeded", previous_call)
-                assert (await previous.settle([success(held, '{"never":"sent"}')], now=T0)).settled == 1
+            # the previous worker, not upgraded yet, acknowledges
+            assert (await previous.settle([success(held, '{"never":"sent"}')], now=T0)).settled == 1
             upgraded = WorkerStore(new, queue=PREVIOUS_QUEUE, worker="upgraded")
             returned, nothing = await upgraded.lease(["record"], limit=2, lease=LEASE, now=T0)
             batch = [success(returned, '{"kept":true}'), success(nothing, None)]

@@ -181,31 +181,36 @@ class WorkerStore:
         return done
 
     async def settle(self, finished: Sequence[Finished], *, now: datetime) -> SettleReport:
-        """Acknowledge a batch of attempts in one transaction and write their attempt rows.
+        """Acknowledge a batch of attempts and write their attempt rows, atomically.
 
-        Successes go in one statement, each with its output; failures one statement each (their next
-        run_after differs). An attempt whose lease was taken meanwhile changes
-        nothing but its attempt row, marked duplicate: it ran while another copy could.
-        An attempt this worker had acknowledged already (the reply to that commit was lost, and
-        the acknowledgement is sent again) counts as settled, and is no duplicate.
+        A batch of successes is one statement (`settle_succeeded`, which writes the attempt rows of
+        those it settles); only what it could not settle goes on to the transaction below. Any other
+        batch is that one transaction: the successes in one statement, each with its output, the
+        failures one statement each (their next run_after differs), then the attempt rows. An
+        attempt whose lease was taken meanwhile changes nothing but its attempt row, marked
+        duplicate: it ran while another copy could. An attempt this worker had acknowledged already
+        (the reply to that commit was lost, and the acknowledgement is sent again) counts as
+        settled, and is no duplicate.
         """
         if not finished:
             return SettleReport(0, [])
+        if all(f.outcome is AttemptOutcome.SUCCEEDED for f in finished):
+            async with self._lock:  # one statement: atomic in autocommit, no BEGIN/COMMIT round trips
+                won = await self._settle_succeeded(finished, now=now)
+            rest = [f for f in finished if f.leased.execution_id not in won]
+            if not rest:
+                return SettleReport(len(finished), [])
+            report = await self._settle_together(rest, now=now)
+            return SettleReport(len(finished) - len(rest) + report.settled, report.stale)
+        return await self._settle_together(finished, now=now)
+
+    async def _settle_together(self, finished: Sequence[Finished], *, now: datetime) -> SettleReport:
+        """`settle` in one pipelined transaction: successes, failures, then every attempt row."""
         wins = [f for f in finished if f.outcome is AttemptOutcome.SUCCEEDED]
-        settled: set[tuple[str, int]] = set()
         async with self._lock, self.connection.pipeline(), self.connection.transaction():
-            if wins:
-                cursor = await self.connection.execute(
-                    WORKER["settle_succeeded"],
-                    {
-                        **self._held([f.leased for f in wins]),
-                        "outputs": [f.output for f in wins],
-                        "worker": self.worker,
-                        "now": now,
-                    },
-                )
-                ok = {row[0] for row in await cursor.fetchall()}
-                settled |= {(f.leased.execution_id, f.leased.attempt) for f in wins if f.leased.execution_id in ok}
+            won = await self._settle_succeeded(wins, now=now) if wins else set()
+            recorded = {(f.leased.execution_id, f.leased.attempt) for f in wins if f.leased.execution_id in won}
+            settled = set(recorded)  # the successes settled, their attempt rows written with them
             for f in finished:
                 if f.outcome is AttemptOutcome.SUCCEEDED or f.settlement is None:
                     continue
@@ -226,6 +231,7 @@ class WorkerStore:
                         f.outcome.value, f.started_at, f.finished_at, f.error,
                     )
                     for f in finished
+                    if (f.leased.execution_id, f.leased.attempt) not in recorded
                 ]
             )
             unsettled = [f for f in finished if (f.leased.execution_id, f.leased.attempt) not in settled]
@@ -234,6 +240,21 @@ class WorkerStore:
             if stale:
                 await self.connection.execute(WORKER["mark_duplicates"], self._held([f.leased for f in stale]))
         return SettleReport(len(settled), stale)
+
+    async def _settle_succeeded(self, wins: Sequence[Finished], *, now: datetime) -> set[str]:
+        """Settle `wins` and write the attempt rows of those settled; returns their execution ids."""
+        cursor = await self.connection.execute(
+            WORKER["settle_succeeded"],
+            {
+                **self._held([f.leased for f in wins]),
+                "outputs": [f.output for f in wins],
+                "started": [f.started_at for f in wins],
+                "finished": [f.finished_at for f in wins],
+                "worker": self.worker,
+                "now": now,
+            },
+        )
+        return {row[0] for row in await cursor.fetchall()}
 
     async def cancelled(self, held: Sequence[Leased]) -> set[str]:
         """The ids among `held` whose lease was taken by a cancel (the API's), not by another copy."""

@@ -189,13 +189,17 @@ RETURNING execution_id;
 -- on its row too (`jobs.last_success_at`, which the watchdog reads), only forward: an older success
 -- acknowledged after a newer one leaves the newer in place and the row unwritten. A one-off job's
 -- row is not written (the watchdog watches recurring jobs only). last_success_at is in no index,
--- so the job's new row version can be a HOT update.
+-- so the job's new row version can be a HOT update. Each attempt it settles takes its attempt row in
+-- the same statement (`started` and `finished` are each attempt's times; record_attempts has the
+-- rest): a late success turns the expiry's row, which names this worker, into the success it was.
+-- A batch whose every attempt it settles is acknowledged in this one statement.
 WITH settled AS (
 UPDATE vigil_queue.executions AS e
 SET state = 'succeeded', attempt = a.attempt, lease_owner = NULL, lease_expires_at = NULL, leased_at = NULL,
     finished_at = %(now)s, last_error = NULL, output = a.output::jsonb
-FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[], %(outputs)s::text[])
-     AS a(execution_id, attempt, token, output)
+FROM unnest(%(execution_ids)s::text[], %(attempts)s::smallint[], %(tokens)s::uuid[], %(outputs)s::text[],
+            %(started)s::timestamptz[], %(finished)s::timestamptz[])
+     AS a(execution_id, attempt, token, output, started_at, finished_at)
 WHERE e.execution_id = a.execution_id AND e.queue = %(queue)s AND e.lease_token = a.token
   AND e.execution_id = ANY(%(execution_ids)s::text[])  -- the batch's keys, whatever plan the session keeps
   AND (
@@ -210,7 +214,18 @@ WHERE e.execution_id = a.execution_id AND e.queue = %(queue)s AND e.lease_token 
       )
     )
   )
-RETURNING e.execution_id, e.job_id, e.finished_at
+RETURNING e.execution_id, e.job_id, e.finished_at, e.attempt, e.scheduled_for,
+          a.started_at AS attempt_started, a.finished_at AS attempt_finished
+),
+attempt_rows AS (
+    INSERT INTO vigil_queue.attempts AS x (day, execution_id, attempt, worker, outcome, started_at, finished_at)
+    SELECT (s.scheduled_for AT TIME ZONE 'UTC')::date, s.execution_id, s.attempt, %(worker)s, 'succeeded',
+           s.attempt_started, s.attempt_finished
+    FROM settled AS s
+    ON CONFLICT (execution_id, attempt, day) DO UPDATE
+        SET outcome = excluded.outcome, started_at = excluded.started_at, finished_at = excluded.finished_at,
+            error = 'acknowledged after its lease expired', duplicate = false
+        WHERE x.outcome = 'lease_expired' AND x.worker = excluded.worker
 ),
 recorded AS (
     UPDATE vigil_queue.jobs AS j SET last_success_at = GREATEST(j.last_success_at, s.finished_at)

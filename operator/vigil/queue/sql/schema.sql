@@ -361,4 +361,4 @@ ALTER TABLE ONLY vigil_queue.executions
 -- function: worker_once(text, smallint, text, timestamp with time zone, text, text, uuid)
 -- function: worker_record_attempts(text[], smallint[], text[], text[], timestamp with time zone[], timestamp with time zone[], text[], text)
 -- function: worker_settle(text, smallint, timestamp with time zone, text, timestamp with time zone, text, smallint, text, text, uuid)
--- function: worker_settle_succeeded(timestamp with time zone, text[], smallint[], uuid[], text[], text, text)
+-- function: worker_settle_succeeded(timestamp with time zone, text[], smallint[], uuid[], text[], timestamp with time zone[], timestamp with time zone[], text, text)
