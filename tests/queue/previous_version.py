@@ -68,8 +68,8 @@ def previous_store(dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str,
 
 
 class PreviousWorker(WorkerStore):
-    """A worker of the previous version acknowledging successes, as it did: in one transaction, its
-    `settle_succeeded` call (which writes no attempt rows) and then `record_attempts` for each."""
+    """A worker of an earlier version acknowledging successes, as it did: in one transaction, its
+    `settle_succeeded` call (`call`: which writes no attempt rows) and then `record_attempts` for each."""
 
     def __init__(self, connection: psycopg.AsyncConnection[Any], *, queue: str, worker: str, call: str) -> None:
         super().__init__(connection, queue=queue, worker=worker)
@@ -78,7 +78,8 @@ class PreviousWorker(WorkerStore):
     async def settle(self, finished: Sequence[Finished], *, now: datetime) -> SettleReport:
         held = self._held([f.leased for f in finished])
         async with self._lock, self.connection.pipeline(), self.connection.transaction():
-            cursor = await self.connection.execute(self.call, {**held, "worker": self.worker, "now": now})
+            params = {**held, "outputs": [f.output for f in finished], "worker": self.worker, "now": now}
+            cursor = await self.connection.execute(self.call, params)  # a call without outputs ignores them
             won = {row[0] for row in await cursor.fetchall()}
             rows = [(f.leased.execution_id, f.leased.attempt, self.worker, f.outcome.value, f.started_at,
                      f.finished_at, f.error) for f in finished]  # fmt: skip
