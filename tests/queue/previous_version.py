@@ -16,10 +16,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.queue.conftest import execution_row
 from tests.queue.test_attempt_days import migrate
 from vigil.queue import functions
 from vigil.queue.queries import QUERIES
 from vigil.queue.roles import RoleLimits, TenantRoles, worker_dsn
+from vigil.queue.store import QueueStore
 from vigil.queue.workerstore import Finished, SettleReport, WorkerStore
 
 PREVIOUS_REVISION = "q0012keyed"  # the revision before outputs were kept
@@ -85,3 +87,12 @@ class PreviousWorker(WorkerStore):
                      f.finished_at, f.error) for f in finished]  # fmt: skip
             await self._record(rows)
         return SettleReport(len(won), [])
+
+
+def assert_succeeded_once(store: QueueStore, outputs: dict[str, Any]) -> None:
+    """Each execution of `outputs` succeeded, its lease released, with its output there, and has
+    exactly one attempt row: a success, not a duplicate. Whichever version acknowledged it."""
+    for eid, output in outputs.items():
+        row = execution_row(store, eid)
+        assert (row["state"], row["output"], row["lease_owner"]) == ("succeeded", output, None), eid
+        assert [(a["outcome"], a["duplicate"]) for a in store.attempts(eid)] == [("succeeded", False)], eid
