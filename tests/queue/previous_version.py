@@ -51,16 +51,24 @@ RETURNING e.execution_id;
 """
 
 
-def previous_store(dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str, str]:
-    """The empty database `dsn` as the previous version migrated it (to q0012keyed, its functions
-    installed) with namespace team-a's role: (owner's DSN, the role's worker DSN, the previous
-    version's call of `settle_succeeded`)."""
+def previous_store(
+    dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    revision: str = PREVIOUS_REVISION,
+    settle_succeeded: str = PREVIOUS_SETTLE_SUCCEEDED,
+    api_left_out: tuple[str, ...] = ("execution_output",),
+) -> tuple[str, str, str]:
+    """The empty database `dsn` as an earlier release set it up (by default the previous version:
+    migrated to q0012keyed, its functions installed, `settle_succeeded` and the API's functions as
+    that release had them) with namespace team-a's role: (owner's DSN, the role's worker DSN, that
+    release's call of `settle_succeeded`)."""
     with psycopg.connect(dsn, autocommit=True) as connection:
         connection.execute("CREATE SCHEMA vigil_queue")
-    migrate(dsn, PREVIOUS_REVISION)
-    with monkeypatch.context() as previous:  # vigil.queue.functions as the previous version had it
-        previous.setitem(QUERIES, "settle_succeeded", PREVIOUS_SETTLE_SUCCEEDED)
-        api = tuple(spec for spec in functions.API_STATEMENTS if spec.block != "execution_output")
+    migrate(dsn, revision)
+    with monkeypatch.context() as previous:  # vigil.queue.functions as that release had it
+        previous.setitem(QUERIES, "settle_succeeded", settle_succeeded)
+        api = tuple(spec for spec in functions.API_STATEMENTS if spec.block not in api_left_out)
         previous.setitem(functions.STATEMENTS, functions.API_PREFIX, api)
         with psycopg.connect(dsn, autocommit=True) as connection:
             connection.execute(functions.install_sql().encode())  # bytes: no placeholders to read

@@ -19,13 +19,9 @@ import pytest
 
 from tests.contract.postgres import PostgresServer
 from tests.queue.conftest import conninfo
-from tests.queue.previous_version import PreviousWorker, assert_succeeded_once
-from tests.queue.test_attempt_days import migrate
+from tests.queue.previous_version import PreviousWorker, assert_succeeded_once, previous_store
 from tests.queue.test_output_upgrade import NEW_SIGNATURE, signatures
 from vigil.core.queue import AttemptOutcome, Submission
-from vigil.queue import functions
-from vigil.queue.queries import QUERIES
-from vigil.queue.roles import RoleLimits, TenantRoles, worker_dsn
 from vigil.queue.store import Finished, QueueStore, WorkerStore
 
 pytestmark = pytest.mark.postgres
@@ -69,26 +65,13 @@ SELECT s.execution_id FROM settled AS s;
 """
 
 
-def release_before(dsn: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
-    """The empty database `dsn` as the release before set it up, team-a's role granted its
-    functions: (that role's worker DSN, that release's call of `settle_succeeded`)."""
-    with psycopg.connect(dsn, autocommit=True) as connection:
-        connection.execute("CREATE SCHEMA vigil_queue")
-    migrate(dsn, "head")
-    with monkeypatch.context() as before:
-        before.setitem(QUERIES, "settle_succeeded", SEVEN_ARGUMENT_SETTLE)
-        with psycopg.connect(dsn, autocommit=True) as connection:
-            connection.execute(functions.install_sql().encode())  # bytes: no placeholders to read
-        role = TenantRoles(dsn).ensure("team-a", password="pw-team-a", limits=RoleLimits(connections=5))
-        call = functions.call("settle_succeeded")
-    return worker_dsn(dsn, role=role, password="pw-team-a"), call
-
-
 def test_workers_of_the_release_before_and_this_one_acknowledge_across_the_upgrade(
     postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dsn = conninfo(postgres, postgres.create_database())
-    role_dsn, before_call = release_before(dsn, monkeypatch)
+    _, role_dsn, before_call = previous_store(
+        dsn, monkeypatch, revision="head", settle_succeeded=SEVEN_ARGUMENT_SETTLE, api_left_out=()
+    )
     assert "p_outputs" in before_call and "p_started" not in before_call
     role = str(psycopg.conninfo.conninfo_to_dict(role_dsn)["user"])
     assert signatures(dsn, role) == {SEVEN_ARGUMENT_SIGNATURE: True}
